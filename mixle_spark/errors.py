@@ -1,0 +1,207 @@
+"""Exceptions and warnings raised by mixle_spark.
+
+Every error about user input says *where* (the column or field path), *what* (the offending value,
+or a count and an example row) and *what was expected*. Errors raised deep inside a combinator carry
+a field path that each enclosing Record / Composite / Optional / Sequence extends on the way out, so
+the message names the column as the user knows it:
+
+>>> err = DataTypeError("expected a number for GaussianEstimator", value="12.5x", row=0, n_rows=2)
+>>> str(err.at("spend_eur"))
+"column 'spend_eur': expected a number for GaussianEstimator, got string '12.5x' (row 1 of 2)"
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ConvergenceWarning",
+    "DataError",
+    "DataTypeError",
+    "DataValueError",
+    "EmptyDataError",
+    "FieldError",
+    "MixleError",
+    "ModelFormatError",
+    "NonFiniteLikelihoodError",
+    "SchemaError",
+    "SpecError",
+    "TooFewRowsError",
+    "UnknownNameError",
+    "UnseenLabelError",
+    "describe_value",
+]
+
+
+class MixleError(Exception):
+    """Base class of every exception raised by mixle_spark."""
+
+
+def describe_value(value: Any) -> str:
+    """Render a bad value for an error message: its kind and a short repr."""
+    if isinstance(value, str):
+        text = value if len(value) <= 40 else value[:37] + "..."
+        return f"string {text!r}"
+    if value is None:
+        return "null"
+    if isinstance(value, (bool, np.bool_)):
+        return f"boolean {bool(value)}"
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value)!r}"
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value)}"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+class FieldError(MixleError):
+    """An error about one value of the data, located by field path and row.
+
+    Parameters
+    ----------
+    detail : str
+        What was expected, e.g. ``"expected a number for GaussianEstimator"``.
+    value : object, optional
+        The offending value (omitted from the message when ``NO_VALUE``).
+    row : int, optional
+        0-based index of the first offending row in the batch being encoded.
+    n_rows : int, optional
+        Number of rows in that batch.
+    count : int, optional
+        How many rows are bad, when known.
+    path : tuple of str
+        Field path from the outermost record inwards.
+    """
+
+    NO_VALUE: Any = object()
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        value: Any = NO_VALUE,
+        row: int | None = None,
+        n_rows: int | None = None,
+        count: int | None = None,
+        path: tuple[str, ...] = (),
+    ) -> None:
+        self.detail = detail
+        self.value = value
+        self.row = row
+        self.n_rows = n_rows
+        self.count = count
+        self.path = tuple(path)
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        parts = []
+        if self.path:
+            parts.append(f"column {'.'.join(self.path)!r}: ")
+        parts.append(self.detail)
+        if self.value is not FieldError.NO_VALUE:
+            parts.append(f", got {describe_value(self.value)}")
+        where = []
+        if self.count is not None and self.count > 1:
+            where.append(f"{self.count} bad rows")
+        if self.row is not None:
+            row_text = f"row {self.row + 1}"
+            if self.n_rows is not None:
+                row_text += f" of {self.n_rows}"
+            where.append(("first at " if where else "") + row_text)
+        if where:
+            parts.append(f" ({', '.join(where)})")
+        return "".join(parts)
+
+    def _copy(self, **changes: Any) -> FieldError:
+        state = {
+            "value": self.value,
+            "row": self.row,
+            "n_rows": self.n_rows,
+            "count": self.count,
+            "path": self.path,
+        }
+        state.update(changes)
+        return type(self)(self.detail, **state)
+
+    def at(self, field: str) -> FieldError:
+        """The same error, one field further out (``field`` is prepended to the path)."""
+        return self._copy(path=(str(field), *self.path))
+
+    def in_rows(self, row_index: np.ndarray | None, n_rows: int) -> FieldError:
+        """Re-express the row of this error in the enclosing batch.
+
+        ``row_index[i]`` is the enclosing row of the i-th row the inner encoder saw (for example the
+        present rows under Optional, or the owning row of each element under Sequence).
+        """
+        row = self.row
+        if row is not None and row_index is not None and 0 <= row < len(row_index):
+            row = int(row_index[row])
+        return self._copy(row=row, n_rows=n_rows)
+
+    def __reduce__(self) -> Any:  # keep the fields through pickling (Spark, multiprocessing)
+        return (
+            _rebuild_field_error,
+            (type(self), self.detail, self.value, self.row, self.n_rows, self.count, self.path),
+        )
+
+
+def _rebuild_field_error(cls: type, detail: str, value: Any, row: Any, n_rows: Any, count: Any, path: Any) -> Any:
+    return cls(detail, value=value, row=row, n_rows=n_rows, count=count, path=path)
+
+
+class DataError(FieldError, ValueError):
+    """Base of errors about the values in the data."""
+
+
+class DataValueError(DataError):
+    """A value of the right type but outside what the model accepts (NaN, negative count, ...)."""
+
+
+class DataTypeError(FieldError, TypeError):
+    """A value of the wrong type (a string in a numeric column, a list where a scalar belongs, ...)."""
+
+
+class UnseenLabelError(DataError):
+    """A categorical label that the model's vocabulary does not contain."""
+
+
+class SchemaError(MixleError, ValueError):
+    """A DataFrame / Arrow schema that does not match the model (missing column, wrong type)."""
+
+
+class EmptyDataError(MixleError, ValueError):
+    """No rows to fit or score."""
+
+
+class TooFewRowsError(MixleError, ValueError):
+    """Fewer rows than the model needs (for example fewer rows than mixture components)."""
+
+
+class SpecError(MixleError, ValueError):
+    """A malformed model or estimator specification (unknown key, bad parameter)."""
+
+
+class UnknownNameError(SpecError):
+    """An unknown family / backend name; the message lists the valid names."""
+
+    def __init__(self, kind: str, name: Any, valid: Any) -> None:
+        self.kind = kind
+        self.name = name
+        self.valid = sorted(str(v) for v in valid)
+        super().__init__(f"unknown {kind} {name!r}; expected one of: {', '.join(self.valid)}")
+
+
+class ModelFormatError(MixleError, ValueError):
+    """A saved model that cannot be read (wrong format, newer version, corrupt JSON)."""
+
+
+class NonFiniteLikelihoodError(MixleError, ValueError):
+    """EM produced a NaN or -inf log-likelihood; the message names the iteration and the component."""
+
+
+class ConvergenceWarning(UserWarning):
+    """EM stopped at ``max_its`` before the log-likelihood gain fell below ``delta``."""

@@ -1,0 +1,457 @@
+"""The contracts every family implements, and the family registry.
+
+Five roles (see DESIGN.md, "The contracts"):
+
+* :class:`Distribution` scores records: ``log_density(x)`` for one record and the vectorized
+  ``seq_log_density(enc)`` over an encoded batch.
+* :class:`Encoder` turns a batch of records (Python objects, or Arrow columns) into the encoded form
+  ``seq_*`` methods read. Encoders that need a vocabulary or a range learn it with a *scan*
+  (``scan`` / ``scan_arrow`` / ``merge_scans``), whose result :meth:`Estimator.with_scan` folds into
+  the estimator, so the accumulator statistics have a fixed shape known before any E-step.
+* :class:`Accumulator` collects weighted sufficient statistics; its ``value()`` is plain data
+  (floats, numpy arrays, tuples / lists / dicts of them) and ``combine`` is associative and
+  commutative, so any split of the data merged in any order gives the same statistics.
+* :class:`AccumulatorFactory` makes fresh, zeroed accumulators (what is shipped to workers).
+* :class:`Estimator` describes what to fit and runs the closed-form M-step ``estimate(nobs, value)``.
+
+Optional mixture fast path (exponential families whose log-density is linear in fixed features).
+A Distribution may provide
+
+* ``feature_key() -> hashable``: components whose keys are equal share one feature map;
+* ``seq_features(enc) -> array of shape (n, m)``: the features of a batch (the family may cache them
+  on its encoded object, and may centre them, e.g. at the batch mean, to avoid cancellation);
+* ``feature_coefficients(enc) -> array of shape (m,)`` with
+  ``seq_log_density(enc) == seq_features(enc) @ feature_coefficients(enc)`` up to rounding;
+
+and its Accumulator ``add_feature_sums(sums, enc, estimate)`` with ``sums = Σ_i w_i φ(x_i)``, shape (m,).
+:class:`~mixle_spark.stats.mixture.MixtureAccumulator` then scores all components with one matrix
+product and accumulates all their statistics with another, instead of a Python loop over components.
+
+Randomness at initialization comes from :class:`~mixle_spark.stats._random.RowRandom`, keyed by
+stable row ids, so one seed gives the same initial model on every backend and partitioning.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from mixle_spark.errors import SpecError, UnknownNameError
+from mixle_spark.stats._random import RowRandom
+
+__all__ = [
+    "Accumulator",
+    "AccumulatorFactory",
+    "Distribution",
+    "Encoder",
+    "Estimator",
+    "RowRandom",
+    "Sampler",
+    "check_parameter",
+    "check_spec_keys",
+    "drop_none",
+    "distribution_from_dict",
+    "estimator_from_dict",
+    "registered_distributions",
+    "registered_estimators",
+    "register_distribution",
+    "register_estimator",
+    "seq_update_with_ll",
+]
+
+Encoded = Any
+"""An encoded batch: whatever a family's encoder produces and its ``seq_*`` methods read."""
+
+D = TypeVar("D", bound="type[Distribution]")
+E = TypeVar("E", bound="type[Estimator]")
+
+
+class Sampler:
+    """Draws records from a distribution with a numpy ``Generator``.
+
+    ``sample()`` returns one record; ``sample(size)`` returns a list of ``size`` records (families may
+    return a numpy array where records are scalars). Combinators seed their children with
+    :meth:`new_seed` so a seed fixes the whole tree's draws.
+    """
+
+    def __init__(self, dist: Distribution, seed: int | None = None) -> None:
+        self.dist = dist
+        self.rng = np.random.default_rng(seed)
+
+    def new_seed(self) -> int:
+        """An integer seed for a child sampler, drawn from this sampler's stream."""
+        return int(self.rng.integers(0, 2**31 - 1))
+
+    def sample(self, size: int | None = None) -> Any:
+        raise NotImplementedError
+
+
+class Encoder(ABC):
+    """Turns records into an encoded batch; declares the Arrow types it reads.
+
+    Encoders compare equal when they produce the same encoding (drivers use this to decide whether
+    encoded data can be reused). A scan (for vocabularies / ranges) is a plain, picklable,
+    mergeable value; encoders that need none keep the defaults.
+    """
+
+    @abstractmethod
+    def encode(self, records: Sequence[Any]) -> Encoded:
+        """Encode a sequence of Python records (validated; errors name the bad value and row)."""
+
+    @abstractmethod
+    def from_arrow(self, data: Any) -> Encoded:
+        """Encode an Arrow column (Array / ChunkedArray), or a RecordBatch / Table for records.
+
+        Zero-copy where Arrow allows it (primitive float64 buffers without nulls, list offsets).
+        """
+
+    def check_arrow_type(self, arrow_type: Any) -> None:
+        """Raise :class:`~mixle_spark.errors.SchemaError` when a column of ``arrow_type`` cannot be
+        read; the enclosing Record prefixes the column name. The default accepts anything."""
+
+    def expected_arrow(self) -> str:
+        """Human-readable description of the accepted Arrow type(s), for error messages."""
+        return "any"
+
+    # -- scans: learning vocabularies / ranges before the first E-step -------------------------
+    @property
+    def needs_scan(self) -> bool:
+        """True when :meth:`encode` needs a vocabulary / range that a scan must provide first."""
+        return False
+
+    def scan(self, records: Sequence[Any]) -> Any:
+        """What this batch of records tells about vocabularies / ranges (None when nothing)."""
+        return None
+
+    def scan_arrow(self, data: Any) -> Any:
+        """As :meth:`scan`, from Arrow data."""
+        return None
+
+    def merge_scans(self, a: Any, b: Any) -> Any:
+        """Merge two scan results (associative and commutative)."""
+        return None
+
+    def union(self, other: Encoder) -> Encoder:
+        """An encoder that can encode whatever ``self`` and ``other`` can (used by mixtures of models
+        whose vocabularies differ). The default requires the two to be equal."""
+        if self == other:
+            return self
+        raise TypeError(f"cannot combine encoders {self!r} and {other!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and vars(self) == vars(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self).__name__)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class Accumulator(ABC):
+    """Weighted sufficient statistics of one family.
+
+    ``keys`` (optional) ties parameters: every accumulator site with the same key is estimated
+    from the pooled statistics after :meth:`key_merge` / :meth:`key_replace` run once over the
+    fully merged tree (never per shard: pooling twice double-counts).
+    """
+
+    keys: Any = None
+
+    def update(self, x: Any, weight: float, estimate: Distribution | None) -> None:
+        """Add one record with weight ``weight`` (the slow path; equals ``seq_update`` on one row)."""
+        enc = self.make_encoder().encode([x])
+        self.seq_update(enc, np.array([float(weight)]), estimate)
+
+    @abstractmethod
+    def seq_update(self, enc: Encoded, weights: np.ndarray, estimate: Distribution | None) -> np.ndarray | None:
+        """Add a weighted encoded batch; ``weights`` has shape (n,).
+
+        Returns the per-row log-density of ``estimate`` (shape (n,)) when computing it was a by-product
+        of the update (mixtures compute it for the posteriors), else None. See :func:`seq_update_with_ll`.
+        """
+
+    def initialize(self, x: Any, weight: float, rng: RowRandom) -> None:
+        """Randomised initial statistics for one record; ``rng`` has one row."""
+        enc = self.make_encoder().encode([x])
+        self.seq_initialize(enc, np.array([float(weight)]), rng)
+
+    def seq_initialize(self, enc: Encoded, weights: np.ndarray, rng: RowRandom) -> None:
+        """Randomised initial statistics for a batch; the default is a plain update."""
+        self.seq_update(enc, weights, None)
+
+    @abstractmethod
+    def combine(self, value: Any) -> Accumulator:
+        """Add another accumulator's ``value()`` into this one (never aliasing it); returns self."""
+
+    @abstractmethod
+    def value(self) -> Any:
+        """The statistics as plain data (picklable, JSON-able after array -> list)."""
+
+    @abstractmethod
+    def from_value(self, value: Any) -> Accumulator:
+        """Replace this accumulator's statistics by ``value`` (copied); returns self."""
+
+    def make_encoder(self) -> Encoder:
+        """The encoder matching this accumulator (for ``update`` / ``initialize`` on raw records)."""
+        raise NotImplementedError(f"{type(self).__name__} has no encoder")
+
+    def key_merge(self, stats: dict[Any, Any]) -> None:
+        """Tying pass 1: pool this site's statistics into ``stats[self.keys]``."""
+        # The first site becomes the pool and later sites add into it; key_replace then copies the
+        # pooled value back into every site (the pool itself included, harmlessly).
+        if self.keys is not None:
+            if self.keys in stats:
+                stats[self.keys].combine(self.value())
+            else:
+                stats[self.keys] = self
+
+    def key_replace(self, stats: dict[Any, Any]) -> None:
+        """Tying pass 2: copy the pooled statistics back into this site."""
+        if self.keys is not None and self.keys in stats:
+            self.from_value(stats[self.keys].value())
+
+
+class AccumulatorFactory(ABC):
+    """Makes fresh, zeroed accumulators; small and picklable (shipped to workers)."""
+
+    @abstractmethod
+    def make(self) -> Accumulator:
+        """A new accumulator with zero statistics."""
+
+
+class Estimator(ABC):
+    """What to fit: makes accumulators and turns their statistics into a distribution.
+
+    Subclasses take ``pseudo_count`` (prior strength), ``keys`` (parameter tying) and
+    ``name`` where meaningful, plus family-specific floors.
+    """
+
+    family: ClassVar[str] = ""
+    pseudo_count: float | None = None
+    keys: Any = None
+    name: str | None = None
+
+    @abstractmethod
+    def accumulator_factory(self) -> AccumulatorFactory:
+        """The factory of this estimator's accumulators."""
+
+    @abstractmethod
+    def estimate(self, nobs: float | None, value: Any) -> Distribution:
+        """The M-step: a distribution from merged statistics ``value`` (``nobs`` = total weight)."""
+
+    @abstractmethod
+    def encoder(self) -> Encoder:
+        """The encoder for this estimator's data (complete once any needed scan is applied)."""
+
+    def with_scan(self, scan: Any) -> Estimator:
+        """This estimator with the vocabularies / ranges of ``scan`` fixed (default: unchanged)."""
+        return self
+
+    def min_rows(self) -> int:
+        """Fewest rows the estimator can be fitted to (a k-component mixture needs k)."""
+        return 1
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """The estimator as a JSON-able spec dict with a ``"type"`` key."""
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> Estimator:
+        """Build from a spec dict (validating its keys)."""
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.to_dict() == other.to_dict()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(type(self).__name__)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}.from_dict({self.to_dict()!r})"
+
+
+class Distribution(ABC):
+    """A probability model of one record type.
+
+    ``to_dict()`` gives the JSON-able parameters with a ``"type"`` key; ``from_dict`` rebuilds the
+    distribution *through its constructor*, so parameter validation always runs.
+    """
+
+    family: ClassVar[str] = ""
+    fit_result: Any = None
+    """Set by :func:`mixle_spark.estimation.optimize` on the model it returns (not part of equality)."""
+
+    @abstractmethod
+    def log_density(self, x: Any) -> float:
+        """Log-density (log-mass) of one record; ``-inf`` outside the support, never NaN."""
+
+    def density(self, x: Any) -> float:
+        return math.exp(self.log_density(x))
+
+    @abstractmethod
+    def seq_log_density(self, enc: Encoded) -> np.ndarray:
+        """Log-density of every row of an encoded batch, shape (n,)."""
+
+    @abstractmethod
+    def sampler(self, seed: int | None = None) -> Sampler:
+        """A seeded sampler."""
+
+    @abstractmethod
+    def estimator(self, pseudo_count: float | None = None) -> Estimator:
+        """An estimator of the same shape; with ``pseudo_count`` the current parameters act as a prior."""
+
+    @abstractmethod
+    def encoder(self) -> Encoder:
+        """An encoder able to encode any record this distribution gives a finite density."""
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """Parameters as a JSON-able dict with a ``"type"`` key (float64 round-trips exactly)."""
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> Distribution:
+        raise NotImplementedError
+
+    def nonfinite_parameters(self) -> list[str]:
+        """Paths of parameters that are NaN or infinite (used to name a broken component)."""
+        return _nonfinite_paths(self.to_dict(), ())
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.to_dict() == other.to_dict()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(type(self).__name__)
+
+    def __repr__(self) -> str:
+        params = {k: v for k, v in self.to_dict().items() if k != "type"}
+        inner = ", ".join(f"{k}={v!r}" for k, v in params.items())
+        return f"{type(self).__name__}({inner})"
+
+
+def _nonfinite_paths(value: Any, path: tuple[str, ...]) -> list[str]:
+    if isinstance(value, Mapping):
+        out: list[str] = []
+        for k, v in value.items():
+            if k != "type":
+                out += _nonfinite_paths(v, (*path, str(k)))
+        return out
+    if isinstance(value, (list, tuple)):
+        out = []
+        for i, v in enumerate(value):
+            out += _nonfinite_paths(v, (*path, str(i)))
+        return out
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        return [".".join(path) or "<root>"]
+    return []
+
+
+def drop_none(**options: Any) -> dict[str, Any]:
+    """The keyword arguments whose value is not None (for compact ``to_dict`` specs)."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def check_parameter(ok: bool, family: str, name: str, value: Any, expected: str) -> None:
+    """Raise SpecError ``"<family>: <name> must be <expected>, got <value>"`` unless ``ok``."""
+    if not ok:
+        raise SpecError(f"{family}: {name} must be {expected}, got {value!r}")
+
+
+def seq_update_with_ll(
+    acc: Accumulator, enc: Encoded, weights: np.ndarray, estimate: Distribution
+) -> np.ndarray:
+    """Run ``acc.seq_update`` and return the per-row log-density of ``estimate`` on ``enc``.
+
+    Uses the log-density the update computed as a by-product when there is one, else scores the
+    batch; combinators use this so one pass yields statistics and log-likelihood together.
+    """
+    ll = acc.seq_update(enc, weights, estimate)
+    return estimate.seq_log_density(enc) if ll is None else ll
+
+
+# -- registry ---------------------------------------------------------------------------------
+
+_DISTRIBUTIONS: dict[str, type[Distribution]] = {}
+_ESTIMATORS: dict[str, type[Estimator]] = {}
+
+
+def _register(table: dict[str, Any], kind: str, name: str) -> Callable[[Any], Any]:
+    key = name.lower()
+
+    def decorate(cls: Any) -> Any:
+        owner = table.get(key)
+        if owner is not None and owner.__qualname__ != cls.__qualname__:
+            raise ValueError(f"{kind} family {key!r} is already registered to {owner.__qualname__}")
+        table[key] = cls
+        cls.family = key
+        return cls
+
+    return decorate
+
+
+def register_distribution(name: str) -> Callable[[D], D]:
+    """Class decorator: register a Distribution under a family name (used by JSON loading)."""
+    return _register(_DISTRIBUTIONS, "distribution", name)
+
+
+def register_estimator(name: str) -> Callable[[E], E]:
+    """Class decorator: register an Estimator under a family name (used by model specs)."""
+    return _register(_ESTIMATORS, "estimator", name)
+
+
+def registered_distributions() -> dict[str, type[Distribution]]:
+    """Family name -> Distribution class, for every registered family."""
+    return dict(_DISTRIBUTIONS)
+
+
+def registered_estimators() -> dict[str, type[Estimator]]:
+    """Family name -> Estimator class, for every registered family."""
+    return dict(_ESTIMATORS)
+
+
+def _spec_type(spec: Any, what: str) -> tuple[str, Mapping[str, Any]]:
+    if isinstance(spec, str):
+        return spec.lower(), {"type": spec}
+    if not isinstance(spec, Mapping):
+        raise SpecError(f"{what} spec must be a dict with a 'type' key or a family name, got {spec!r}")
+    if "type" not in spec:
+        raise SpecError(f"{what} spec {dict(spec)!r} has no 'type' key")
+    return str(spec["type"]).lower(), spec
+
+
+def distribution_from_dict(spec: Mapping[str, Any] | str) -> Distribution:
+    """Rebuild a distribution from ``Distribution.to_dict()`` output, dispatching on ``"type"``."""
+    name, spec = _spec_type(spec, "model")
+    cls = _DISTRIBUTIONS.get(name)
+    if cls is None:
+        raise UnknownNameError("model family", name, _DISTRIBUTIONS)
+    return cls.from_dict(spec)
+
+
+def estimator_from_dict(spec: Mapping[str, Any] | str) -> Estimator:
+    """Build an estimator from a spec dict (or a bare family name), dispatching on ``"type"``."""
+    name, spec = _spec_type(spec, "estimator")
+    cls = _ESTIMATORS.get(name)
+    if cls is None:
+        raise UnknownNameError("estimator family", name, _ESTIMATORS)
+    return cls.from_dict(spec)
+
+
+def check_spec_keys(
+    spec: Mapping[str, Any], family: str, required: Iterable[str] = (), optional: Iterable[str] = ()
+) -> None:
+    """Raise SpecError for a missing required key or any key the family does not know."""
+    required = list(required)
+    allowed = {"type", *required, *optional}
+    for key in spec:
+        if key not in allowed:
+            raise SpecError(
+                f"unknown key {key!r} in {family} spec; expected one of: {', '.join(sorted(allowed))}"
+            )
+    for key in required:
+        if key not in spec:
+            raise SpecError(f"{family} spec is missing required key {key!r}")

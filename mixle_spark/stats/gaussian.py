@@ -1,0 +1,306 @@
+"""Univariate Gaussian: ``GaussianDistribution(mu, sigma2)``.
+
+Records are real numbers. Statistics are accumulated around a shift (the previous model's mean
+when there is one) so the variance does not suffer from the cancellation of E[x^2] - E[x]^2 when
+the mean is large compared with the spread; ``combine`` re-expresses a value at another shift
+exactly, so any split of the data merged in any order gives the same statistics up to rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.stats._validate import arrow_float_values, check_finite, float_values
+from mixle_spark.stats.base import (
+    Accumulator,
+    AccumulatorFactory,
+    Distribution,
+    Encoder,
+    Estimator,
+    RowRandom,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    drop_none,
+    register_distribution,
+    register_estimator,
+)
+from mixle_spark.errors import SchemaError
+
+__all__ = [
+    "GaussianAccumulator",
+    "GaussianAccumulatorFactory",
+    "GaussianDistribution",
+    "GaussianEncoder",
+    "GaussianEstimator",
+    "GaussianSampler",
+]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def shift_moments(sw: float, s1: float, s2: float, old: float, new: float) -> tuple[float, float]:
+    """Re-express weighted sums of (x - old) and (x - old)^2 as sums of (x - new), (x - new)^2."""
+    d = old - new
+    return s1 + sw * d, s2 + 2.0 * d * s1 + sw * d * d
+
+
+@register_distribution("gaussian")
+class GaussianDistribution(Distribution):
+    """Normal distribution with mean ``mu`` and variance ``sigma2``.
+
+    Examples
+    --------
+    >>> d = GaussianDistribution(0.0, 1.0)
+    >>> round(d.log_density(0.0), 6)
+    -0.918939
+    """
+
+    def __init__(self, mu: float, sigma2: float) -> None:
+        check_parameter(math.isfinite(mu), "GaussianDistribution", "mu", mu, "a finite number")
+        check_parameter(
+            math.isfinite(sigma2) and sigma2 > 0, "GaussianDistribution", "sigma2", sigma2,
+            "a positive finite number",
+        )
+        self.mu = float(mu)
+        self.sigma2 = float(sigma2)
+        self._log_const = -0.5 * (_LOG_2PI + math.log(self.sigma2))
+
+    def log_density(self, x: float) -> float:
+        return self._log_const - 0.5 * (float(x) - self.mu) ** 2 / self.sigma2
+
+    def seq_log_density(self, enc: np.ndarray) -> np.ndarray:
+        d = enc - self.mu
+        return self._log_const - (0.5 / self.sigma2) * (d * d)
+
+    # The mixture fast path: log p(x) = [1, x - c, (x - c)^2] @ coefficients, c = the batch mean.
+    def feature_key(self) -> Any:
+        return ("gaussian",)
+
+    def seq_features(self, enc: np.ndarray) -> np.ndarray:
+        c = _center(enc)
+        d = enc - c
+        return np.column_stack([np.ones_like(d), d, d * d])
+
+    def feature_coefficients(self, enc: np.ndarray) -> np.ndarray:
+        m = self.mu - _center(enc)
+        a = 0.5 / self.sigma2
+        return np.array([self._log_const - a * m * m, 2.0 * a * m, -a])
+
+    def sampler(self, seed: int | None = None) -> GaussianSampler:
+        return GaussianSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> GaussianEstimator:
+        if pseudo_count is None:
+            return GaussianEstimator()
+        return GaussianEstimator(pseudo_count=pseudo_count, suff_stat=(self.mu, self.sigma2))
+
+    def encoder(self) -> GaussianEncoder:
+        return GaussianEncoder()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.family, "mu": self.mu, "sigma2": self.sigma2}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> GaussianDistribution:
+        check_spec_keys(spec, "gaussian", required=("mu", "sigma2"))
+        return cls(spec["mu"], spec["sigma2"])
+
+
+def _center(enc: np.ndarray) -> float:
+    return float(enc.mean()) if len(enc) else 0.0
+
+
+class GaussianSampler(Sampler):
+    def sample(self, size: int | None = None) -> Any:
+        d = self.dist
+        draws = self.rng.normal(d.mu, math.sqrt(d.sigma2), size=size)
+        return float(draws) if size is None else draws
+
+
+class GaussianEncoder(Encoder):
+    """Reads a numeric column (any Arrow integer / floating / decimal type) into float64.
+
+    ``expected`` names the estimator in error messages.
+    """
+
+    def __init__(self, family: str = "GaussianEstimator") -> None:
+        self.family = family
+
+    @property
+    def _expected(self) -> str:
+        return f"expected a finite number for {self.family}"
+
+    def encode(self, records: Sequence[Any]) -> np.ndarray:
+        x = float_values(records, self._expected)
+        check_finite(x, self._expected)
+        return x
+
+    def from_arrow(self, data: Any) -> np.ndarray:
+        x = arrow_float_values(data, self._expected)
+        check_finite(x, self._expected)
+        return x
+
+    def check_arrow_type(self, arrow_type: Any) -> None:
+        import pyarrow as pa
+
+        if not (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
+                or pa.types.is_decimal(arrow_type)):
+            raise SchemaError(f"expected a numeric column for {self.family}, got Arrow type {arrow_type}")
+
+    def expected_arrow(self) -> str:
+        return "a numeric column (integer, floating or decimal)"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GaussianEncoder)
+
+    def __hash__(self) -> int:
+        return hash("GaussianEncoder")
+
+
+class GaussianAccumulator(Accumulator):
+    """Sums ``sw = Σw``, ``s1 = Σw(x - shift)``, ``s2 = Σw(x - shift)^2``; value ``(sw, s1, s2, shift)``."""
+
+    def __init__(self, keys: Any = None) -> None:
+        self.keys = keys
+        self.sw = 0.0
+        self.s1 = 0.0
+        self.s2 = 0.0
+        self.shift = 0.0
+
+    def _reshift(self, new: float) -> None:
+        if new != self.shift:
+            self.s1, self.s2 = shift_moments(self.sw, self.s1, self.s2, self.shift, new)
+            self.shift = new
+
+    def seq_update(self, enc: np.ndarray, weights: np.ndarray, estimate: Any) -> None:
+        if self.sw == 0.0 and isinstance(estimate, GaussianDistribution):
+            self.shift = estimate.mu
+        d = enc - self.shift
+        wd = weights * d
+        self.sw += float(weights.sum())
+        self.s1 += float(wd.sum())
+        self.s2 += float(np.dot(wd, d))
+        return None
+
+    def seq_initialize(self, enc: np.ndarray, weights: np.ndarray, rng: RowRandom) -> None:
+        self.seq_update(enc, weights, None)
+
+    def add_feature_sums(self, sums: np.ndarray, enc: np.ndarray, estimate: Any) -> None:
+        """Add ``sums = Σ w [1, x - c, (x - c)^2]`` computed by the mixture fast path."""
+        if self.sw == 0.0 and isinstance(estimate, GaussianDistribution):
+            self.shift = estimate.mu
+        c = _center(enc)
+        s1, s2 = shift_moments(float(sums[0]), float(sums[1]), float(sums[2]), c, self.shift)
+        self.sw += float(sums[0])
+        self.s1 += s1
+        self.s2 += s2
+
+    def combine(self, value: Any) -> GaussianAccumulator:
+        sw, s1, s2, shift = value
+        if self.sw == 0.0:
+            self.shift = shift
+        s1, s2 = shift_moments(sw, s1, s2, shift, self.shift)
+        self.sw += sw
+        self.s1 += s1
+        self.s2 += s2
+        return self
+
+    def value(self) -> tuple[float, float, float, float]:
+        return (self.sw, self.s1, self.s2, self.shift)
+
+    def from_value(self, value: Any) -> GaussianAccumulator:
+        self.sw, self.s1, self.s2, self.shift = (float(v) for v in value)
+        return self
+
+    def make_encoder(self) -> GaussianEncoder:
+        return GaussianEncoder()
+
+
+class GaussianAccumulatorFactory(AccumulatorFactory):
+    def __init__(self, keys: Any = None) -> None:
+        self.keys = keys
+
+    def make(self) -> GaussianAccumulator:
+        return GaussianAccumulator(self.keys)
+
+
+@register_estimator("gaussian")
+class GaussianEstimator(Estimator):
+    """Maximum-likelihood (or, with ``pseudo_count``, MAP-like) Gaussian fit.
+
+    Parameters
+    ----------
+    pseudo_count : float, optional
+        Weight of the prior ``suff_stat = (mu0, sigma2_0)``; without ``suff_stat`` only the
+        variance is shrunk towards ``sigma2_0 = 1``.
+    suff_stat : (float, float), optional
+        Prior mean and variance.
+    min_var : float
+        Variance floor (default 1e-8): a component that collapses onto one value keeps a finite
+        density instead of becoming NaN.
+    keys : str, optional
+        Tie this Gaussian's parameters to every other site with the same key.
+    """
+
+    def __init__(
+        self,
+        pseudo_count: float | None = None,
+        suff_stat: tuple[float, float] | None = None,
+        min_var: float = 1e-8,
+        name: str | None = None,
+        keys: str | None = None,
+    ) -> None:
+        check_parameter(pseudo_count is None or pseudo_count >= 0, "GaussianEstimator", "pseudo_count",
+                        pseudo_count, "a non-negative number")
+        check_parameter(min_var > 0, "GaussianEstimator", "min_var", min_var, "positive")
+        self.pseudo_count = pseudo_count
+        self.suff_stat = None if suff_stat is None else (float(suff_stat[0]), float(suff_stat[1]))
+        self.min_var = float(min_var)
+        self.name = name
+        self.keys = keys
+
+    def accumulator_factory(self) -> GaussianAccumulatorFactory:
+        return GaussianAccumulatorFactory(self.keys)
+
+    def encoder(self) -> GaussianEncoder:
+        return GaussianEncoder()
+
+    def estimate(self, nobs: float | None, value: Any) -> GaussianDistribution:
+        sw, s1, s2, shift = value
+        pc = self.pseudo_count or 0.0
+        if sw <= 0.0 and (pc == 0.0 or self.suff_stat is None):
+            mu0, var0 = self.suff_stat if self.suff_stat is not None else (shift, 1.0)
+            return GaussianDistribution(mu0, max(var0, self.min_var))
+        mean_d = s1 / sw if sw > 0 else 0.0
+        ss = max(s2 - sw * mean_d * mean_d, 0.0)  # Σw(x - mean)^2
+        if self.suff_stat is not None and pc > 0:
+            mu0, var0 = self.suff_stat
+            d0 = mu0 - shift
+            mean_all = (sw * mean_d + pc * d0) / (sw + pc)
+            ss += sw * (mean_d - mean_all) ** 2 + pc * (var0 + (d0 - mean_all) ** 2)
+            mu, var = shift + mean_all, ss / (sw + pc)
+        else:
+            mu, var = shift + mean_d, (ss + pc) / (sw + pc)
+        if not math.isfinite(var):
+            var = self.min_var
+        return GaussianDistribution(mu, max(var, self.min_var))
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family}
+        spec.update(drop_none(pseudo_count=self.pseudo_count,
+                              suff_stat=None if self.suff_stat is None else list(self.suff_stat),
+                              name=self.name, keys=self.keys))
+        if self.min_var != 1e-8:
+            spec["min_var"] = self.min_var
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> GaussianEstimator:
+        check_spec_keys(spec, "gaussian", optional=("pseudo_count", "suff_stat", "min_var", "name", "keys"))
+        opts = {k: v for k, v in spec.items() if k != "type"}
+        return cls(**opts)
