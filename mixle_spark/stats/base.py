@@ -109,6 +109,10 @@ class Encoder(ABC):
         Zero-copy where Arrow allows it (primitive float64 buffers without nulls, list offsets).
         """
 
+    def column_names(self) -> list[str] | None:
+        """The top-level columns a table-reading encoder (Record) reads; None for one-column models."""
+        return None
+
     def check_arrow_type(self, arrow_type: Any) -> None:
         """Raise :class:`~mixle_spark.errors.SchemaError` when a column of ``arrow_type`` cannot be
         read; the enclosing Record prefixes the column name. The default accepts anything."""
@@ -255,6 +259,11 @@ class Estimator(ABC):
     def min_rows(self) -> int:
         """Fewest rows the estimator can be fitted to (a k-component mixture needs k)."""
         return 1
+
+    def init_sample_size(self) -> tuple[int, int] | None:
+        """(fewest, most) rows the random initial model should be built from, or None to use the
+        driver's ``init_p`` as given (see :func:`mixle_spark.estimation.init_fraction`)."""
+        return None
 
     @abstractmethod
     def to_dict(self) -> dict[str, Any]:

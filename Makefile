@@ -1,0 +1,48 @@
+# mixle_spark developer tasks. `make help` lists them.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+EXTRAS ?= spark,test,dev,bench
+
+.DEFAULT_GOAL := help
+.PHONY: help setup demo test test-fast lint format bench sample-data clean
+
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+setup: $(STAMP) ## Create .venv and install the package with the spark, test, dev and bench extras
+
+demo: $(STAMP) ## Fit the sample customer model on the bundled data and print a summary
+	$(PY) jobs/em_fit.py --input data/customers_sample.parquet --model conf/models/customers.json \
+		--output output/customers_model.json --overwrite
+
+test: $(STAMP) ## Run the whole test suite (unit, spark, slow)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP) ## Run the tests not marked slow
+	$(PY) -m pytest -q -m "not slow"
+
+lint: $(STAMP) ## ruff (lint + format check) and mypy
+	$(PY) -m ruff check mixle_spark tests jobs
+	$(PY) -m ruff format --check mixle_spark tests jobs
+	$(PY) -m mypy
+
+format: $(STAMP) ## Apply ruff formatting and safe fixes
+	$(PY) -m ruff check --fix mixle_spark tests jobs
+	$(PY) -m ruff format mixle_spark tests jobs
+
+bench: $(STAMP) ## Local backend vs scikit-learn GaussianMixture (per-iteration ratios)
+	$(PY) jobs/benchmark.py --local
+
+sample-data: $(STAMP) ## Regenerate data/customers_sample.parquet from its known true model
+	$(PY) jobs/make_sample_data.py --output data/customers_sample.parquet
+
+clean: ## Remove the virtual environment and build / test outputs
+	rm -rf $(VENV) output .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,314 @@
+"""The ``local`` backend: encoded chunks held in this process, folded with numpy.
+
+Built from a Python list of records, a numpy array, a pandas DataFrame or a pyarrow Table /
+RecordBatch. Rows are split into contiguous chunks (``chunk_size`` rows each); every chunk is
+encoded once and re-read by each EM iteration. Row ``i`` keeps the global row id ``i`` for
+initialization, so results do not depend on the chunking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
+from mixle_spark.stats._random import RowRandom, seed_to_int
+from mixle_spark.stats.base import Distribution, Encoder, Estimator, seq_update_with_ll
+
+__all__ = ["DEFAULT_CHUNK_SIZE", "LocalEncodedData", "fold_key_passes", "initial_keep_weights"]
+
+DEFAULT_CHUNK_SIZE = 262_144
+"""Rows per encoded chunk: large enough for efficient matrix products, small enough that the
+n x k temporaries of a mixture E-step stay in memory comfortably."""
+
+
+def fold_key_passes(acc: Any) -> Any:
+    """Run the tying passes once over a fully merged accumulator tree (never per shard)."""
+    stats: dict[Any, Any] = {}
+    acc.key_merge(stats)
+    acc.key_replace(stats)
+    return acc
+
+
+def initial_keep_weights(seed: int, row_ids: np.ndarray, p: float) -> np.ndarray:
+    """1.0 for rows selected into the initial sample (each with probability p), else 0.0.
+
+    The draw is a hash of (seed, row id): the same rows are selected on every backend.
+    """
+    u = RowRandom(seed, row_ids).child("init-select").uniform()
+    return (u < p).astype(np.float64)
+
+
+def seed_from(rng: Any) -> int:
+    """A 64-bit seed from an int, None, a numpy Generator or a RandomState."""
+    if rng is None or isinstance(rng, (int, np.integer, str)):
+        return seed_to_int(rng)
+    if isinstance(rng, np.random.Generator):
+        return int(rng.integers(0, 2**63 - 1))
+    if isinstance(rng, np.random.RandomState):
+        return int(rng.randint(0, 2**31 - 1))
+    raise TypeError(f"rng must be an int seed, None, a numpy Generator or RandomState, got {rng!r}")
+
+
+def _as_table(data: Any) -> pa.Table | None:
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    try:
+        import pandas as pd
+    except ImportError:  # pragma: no cover - pandas is a required dependency
+        return None
+    if isinstance(data, pd.DataFrame):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    return None
+
+
+class LocalEncodedData:
+    """Encoded data in this process; implements the encoded-data handle contract.
+
+    Parameters
+    ----------
+    data : list, numpy array, pandas DataFrame, pyarrow Table or RecordBatch
+        The records. A Record model reads the columns its fields name; any other model reads a
+        table of exactly one column, or the one named by ``column``.
+    estimator : Estimator, optional
+        What will be fitted; its encoder (after a scan for vocabularies / ranges) encodes the data.
+    model : Distribution, optional
+        Encode for scoring with this model instead (no scan).
+    chunk_size : int, optional
+        Rows per chunk (default :data:`DEFAULT_CHUNK_SIZE`); ``num_chunks`` instead splits into
+        that many near-equal chunks.
+    weights : array-like or str, optional
+        Per-row non-negative weights, or the name of a weight column.
+    column : str, optional
+        The column a non-Record model reads from a multi-column table.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        estimator: Estimator | None = None,
+        model: Distribution | None = None,
+        *,
+        chunk_size: int | None = None,
+        num_chunks: int | None = None,
+        weights: Any = None,
+        column: str | None = None,
+        encoder: Encoder | None = None,
+    ) -> None:
+        if estimator is None and model is None and encoder is None:
+            raise TypeError("LocalEncodedData needs an estimator, a model or an encoder")
+        self._closed = False
+        table = _as_table(data)
+        if table is None and isinstance(data, pa.ChunkedArray | pa.Array):
+            table = pa.table({column or "value": data})
+        n = table.num_rows if table is not None else len(data)
+        if n == 0:
+            raise EmptyDataError("no rows to encode: the data is empty")
+        self.n = n
+        self._weights = self._resolve_weights(weights, table, n)
+        if table is not None and isinstance(weights, str):
+            table = table.drop_columns([weights])
+        bounds = self._chunk_bounds(n, chunk_size, num_chunks)
+        base_encoder = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
+        source = self._column_source(base_encoder, table, column) if table is not None else data
+        self._scan: Any = None
+        if estimator is not None and base_encoder.needs_scan:
+            self._scan = self._run_scan(base_encoder, source, bounds, table is not None)
+            base_encoder = estimator.with_scan(self._scan).encoder()
+        self.encoder = base_encoder
+        self.chunks: list[tuple[int, int, Any]] = []
+        for start, stop in bounds:
+            piece = source.slice(start, stop - start) if table is not None else source[start:stop]
+            self.chunks.append((start, stop, self._encode(piece, start, stop, table is not None)))
+
+    # -- construction helpers ------------------------------------------------------------------
+    @staticmethod
+    def _chunk_bounds(n: int, chunk_size: int | None, num_chunks: int | None) -> list[tuple[int, int]]:
+        if chunk_size is not None and num_chunks is not None:
+            raise ValueError("pass chunk_size or num_chunks, not both")
+        if num_chunks is not None:
+            if num_chunks < 1:
+                raise ValueError(f"num_chunks must be >= 1, got {num_chunks}")
+            edges = np.linspace(0, n, min(num_chunks, n) + 1).round().astype(int)
+        else:
+            size = DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size
+            if size < 1:
+                raise ValueError(f"chunk_size must be >= 1, got {size}")
+            edges = np.append(np.arange(0, n, size), n)
+        return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+
+    @staticmethod
+    def _resolve_weights(weights: Any, table: pa.Table | None, n: int) -> np.ndarray:
+        if weights is None:
+            return np.ones(n)
+        if isinstance(weights, str):
+            if table is None or weights not in table.column_names:
+                raise SchemaError(f"weight column {weights!r} not found")
+            w = np.asarray(table.column(weights).to_numpy(zero_copy_only=False), dtype=np.float64)
+        else:
+            w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (n,):
+            raise ValueError(f"weights must have one entry per row ({n}), got shape {w.shape}")
+        bad = ~np.isfinite(w) | (w < 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"weights must be finite and non-negative, got {w[i]!r} at row {i + 1} of {n}")
+        return w
+
+    @staticmethod
+    def _column_source(encoder: Encoder, table: pa.Table, column: str | None) -> Any:
+        names = encoder.column_names()
+        if names is not None:
+            return table
+        if column is not None:
+            if column not in table.column_names:
+                raise SchemaError(f"column {column!r} not found; the data has columns {table.column_names}")
+            return table.select([column])
+        if table.num_columns != 1:
+            raise SchemaError(
+                f"the model reads one column but the data has {table.num_columns}: "
+                f"{table.column_names}; pass column=NAME or use a RecordEstimator"
+            )
+        return table
+
+    def _run_scan(self, encoder: Encoder, source: Any, bounds: list[tuple[int, int]], arrow: bool) -> Any:
+        state: Any = None
+        for i, (start, stop) in enumerate(bounds):
+            piece = source.slice(start, stop - start) if arrow else source[start:stop]
+            part = self._located(lambda: encoder.scan_arrow(piece) if arrow else encoder.scan(piece),
+                                 start, stop)
+            state = part if i == 0 else encoder.merge_scans(state, part)
+        return state
+
+    def _encode(self, piece: Any, start: int, stop: int, arrow: bool) -> Any:
+        return self._located(
+            lambda: self.encoder.from_arrow(piece) if arrow else self.encoder.encode(piece), start, stop
+        )
+
+    def _located(self, fn: Any, start: int, stop: int) -> Any:
+        # Errors inside a chunk report the row within the whole data set.
+        try:
+            return fn()
+        except FieldError as err:
+            rows = np.arange(start, stop)
+            raise err.in_rows(rows, self.n) from None
+
+    # -- the handle contract -----------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.n
+
+    def __enter__(self) -> LocalEncodedData:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the encoded chunks (idempotent)."""
+        self._closed = True
+        self.chunks = []
+
+    def _iter_chunks(self) -> Iterator[tuple[np.ndarray, Any, np.ndarray]]:
+        if self._closed:
+            raise ValueError("this encoded-data handle is closed")
+        for start, stop, enc in self.chunks:
+            yield np.arange(start, stop, dtype=np.uint64), enc, self._weights[start:stop]
+
+    def bind(self, estimator: Estimator) -> Estimator:
+        """``estimator`` with this data's scanned vocabularies / ranges fixed."""
+        bound = estimator.with_scan(self._scan) if self._scan is not None else estimator
+        if bound.encoder() != self.encoder:
+            raise ValueError(
+                f"{type(estimator).__name__} encodes data differently from the estimator this handle "
+                "was built for; build a new handle with encoded_data(data, estimator)"
+            )
+        return bound
+
+    def pysp_em_step(self, estimator: Estimator, prev_estimate: Distribution) -> tuple[float, float, Distribution]:
+        """One pass: (total weight, log-likelihood of ``prev_estimate``, next estimate)."""
+        bound = self.bind(estimator)
+        nobs, ll, acc = self._accumulate(bound, prev_estimate)
+        return nobs, ll, bound.estimate(nobs, fold_key_passes(acc).value())
+
+    def _accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, float, Any]:
+        factory = estimator.accumulator_factory()
+        total: Any = None
+        nobs = 0.0
+        ll = 0.0
+        for _ids, enc, w in self._iter_chunks():
+            acc = factory.make()
+            rows_ll = seq_update_with_ll(acc, enc, w, model)
+            ll += _weighted_sum(w, rows_ll)
+            nobs += float(w.sum())
+            total = acc if total is None else total.combine(acc.value())
+        return nobs, ll, total
+
+    def pysp_seq_estimate(self, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
+        """The next EM estimate from ``prev_estimate``."""
+        return self.pysp_em_step(estimator, prev_estimate)[2]
+
+    def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
+        """The E-step fold without the M-step: (total weight, merged statistics value)."""
+        nobs, _ll, acc = self._accumulate(self.bind(estimator), model)
+        return nobs, fold_key_passes(acc).value()
+
+    def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
+        """(total weight, weighted total log-likelihood of ``estimate``)."""
+        nobs = 0.0
+        ll = 0.0
+        for _ids, enc, w in self._iter_chunks():
+            ll += _weighted_sum(w, estimate.seq_log_density(enc))
+            nobs += float(w.sum())
+        return nobs, ll
+
+    def seq_log_density(self, estimate: Distribution) -> np.ndarray:
+        """Per-row log-density of ``estimate``, shape (n,), in row order."""
+        return np.concatenate([estimate.seq_log_density(enc) for _ids, enc, _w in self._iter_chunks()])
+
+    def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
+        """An initial model: each row kept with probability ``p`` (decided by a hash of the seed and
+        the row id), then randomised statistics (mixtures: random responsibilities) from the same
+        row-keyed stream. If fewer rows than the estimator needs are kept, every row is used."""
+        bound = self.bind(estimator)
+        seed = seed_from(rng)
+        p = 1.0 if p is None or p >= 1.0 else (0.1 if p <= 0.0 else float(p))
+        keep = [initial_keep_weights(seed, ids, p) for ids, _enc, _w in self._iter_chunks()]
+        if sum(float(k.sum()) for k in keep) < max(bound.min_rows(), 1):
+            keep = [np.ones_like(k) for k in keep]
+        factory = bound.accumulator_factory()
+        total: Any = None
+        nobs = 0.0
+        for (ids, enc, w), kept in zip(self._iter_chunks(), keep, strict=True):
+            acc = factory.make()
+            kw = w * kept
+            acc.seq_initialize(enc, kw, RowRandom(seed, ids).child("init"))
+            nobs += float(kw.sum())
+            total = acc if total is None else total.combine(acc.value())
+        return bound.estimate(nobs, fold_key_passes(total).value())
+
+    def first_nonfinite_row(self, estimate: Distribution) -> tuple[int, float] | None:
+        """(row index, value) of the first row whose log-density is NaN or infinite, if any."""
+        for ids, enc, w in self._iter_chunks():
+            ll = estimate.seq_log_density(enc)
+            bad = ~np.isfinite(ll) & (w > 0)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                return int(ids[i]), float(ll[i])
+        return None
+
+
+def _weighted_sum(w: np.ndarray, rows_ll: np.ndarray) -> float:
+    used = w > 0
+    if used.all():
+        return float(np.dot(w, rows_ll))
+    return float(np.dot(w[used], rows_ll[used]))
+
+
+def make_local(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> LocalEncodedData:
+    """Registry factory of the ``local`` backend."""
+    return LocalEncodedData(data, estimator=estimator, model=model, **options)

@@ -1,0 +1,204 @@
+"""Model specs (JSON) -> estimators, and fitted models <-> JSON. Never pickle on disk.
+
+An estimator spec is a dict with a ``"type"`` (a registered family name) and that family's keys, or
+a bare family name::
+
+    {"type": "mixture", "k": 5,
+     "component": {"type": "record", "fields": {
+         "amount": "log_gaussian",
+         "channel": "categorical",
+         "n_items": "poisson",
+         "tags": {"type": "sequence", "element": "categorical", "length": "poisson"}}}}
+
+``{"type": "mixture", "k": K, "component": C}`` is shorthand for ``K`` copies of ``C``. A spec *file*
+may wrap the estimator with fit options: ``{"estimator": {...}, "fit": {"max_its": 100, ...}}``.
+
+Saved models carry a format name and version; they load through each family's constructor, so
+parameters are validated on the way in, and float64 values round-trip exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import mixle_spark.stats  # noqa: F401  (registers every family)
+from mixle_spark._version import __version__
+from mixle_spark.errors import ModelFormatError, SpecError
+from mixle_spark.stats.base import Distribution, Estimator, distribution_from_dict, estimator_from_dict
+
+__all__ = [
+    "FIT_OPTIONS",
+    "MODEL_FORMAT",
+    "MODEL_FORMAT_VERSION",
+    "ModelSpec",
+    "estimator_from_spec",
+    "load_model",
+    "load_spec",
+    "model_from_dict",
+    "model_from_json",
+    "model_to_dict",
+    "model_to_json",
+    "save_model",
+]
+
+MODEL_FORMAT = "mixle_spark.model"
+MODEL_FORMAT_VERSION = 1
+FIT_OPTIONS = ("max_its", "delta", "init_p", "seed", "trials", "print_iter")
+
+
+def _expand_shorthand(spec: Any) -> Any:
+    """Expand ``{"type": "mixture", "k": K, "component": C}`` into K copies of C, recursively."""
+    if isinstance(spec, list):
+        return [_expand_shorthand(s) for s in spec]
+    if not isinstance(spec, Mapping):
+        return spec
+    out = {k: _expand_shorthand(v) for k, v in spec.items()}
+    if str(out.get("type", "")).lower() == "mixture" and ("k" in out or "component" in out):
+        if "k" not in out or "component" not in out:
+            raise SpecError("mixture shorthand needs both 'k' and 'component'")
+        if "components" in out:
+            raise SpecError("mixture spec: give either 'components' or 'k' with 'component', not both")
+        k = out.pop("k")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise SpecError(f"mixture spec: k must be a positive integer, got {k!r}")
+        out["components"] = [out.pop("component")] * k
+    return out
+
+
+def estimator_from_spec(spec: Mapping[str, Any] | str) -> Estimator:
+    """Build an estimator from a spec dict or family name (see module docstring)."""
+    return estimator_from_dict(_expand_shorthand(spec))
+
+
+@dataclass
+class ModelSpec:
+    """A spec file: the estimator plus fit options (``max_its``, ``delta``, ``init_p``, ``seed``, ...)."""
+
+    estimator: Estimator
+    fit: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+
+def load_spec(source: str | os.PathLike[str] | Mapping[str, Any]) -> ModelSpec:
+    """Read a spec file (path) or dict: either a bare estimator spec or
+    ``{"estimator": ..., "fit": {...}, "description": "..."}``."""
+    if isinstance(source, Mapping):
+        raw: Any = dict(source)
+        where = "spec"
+    else:
+        path = Path(source)
+        if not path.exists():
+            raise FileNotFoundError(f"model spec file not found: {path}")
+        try:
+            raw = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise SpecError(f"model spec {path} is not valid JSON: {err}") from None
+        where = str(path)
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    if "estimator" not in raw:
+        return ModelSpec(estimator_from_spec(raw))
+    unknown = set(raw) - {"estimator", "fit", "description"}
+    if unknown:
+        raise SpecError(f"{where}: unknown key(s) {sorted(unknown)}; expected estimator, fit, description")
+    fit = dict(raw.get("fit") or {})
+    bad = set(fit) - set(FIT_OPTIONS)
+    if bad:
+        raise SpecError(f"{where}: unknown fit option(s) {sorted(bad)}; expected one of {', '.join(FIT_OPTIONS)}")
+    return ModelSpec(estimator_from_spec(raw["estimator"]), fit, str(raw.get("description", "")))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise TypeError(f"cannot write {type(value).__name__} {value!r} as JSON")
+
+
+def model_to_dict(model: Distribution) -> dict[str, Any]:
+    """The model with its format header, as JSON-able data."""
+    return {
+        "format": MODEL_FORMAT,
+        "format_version": MODEL_FORMAT_VERSION,
+        "mixle_spark_version": __version__,
+        "model": model.to_dict(),
+    }
+
+
+def model_to_json(model: Distribution, indent: int | None = None) -> str:
+    """The model as strict JSON (no NaN / inf; float64 values round-trip exactly)."""
+    try:
+        return json.dumps(model_to_dict(model), indent=indent, allow_nan=False, default=_json_default)
+    except ValueError as err:
+        bad = model.nonfinite_parameters()
+        raise ModelFormatError(f"cannot save a model with non-finite parameters {bad}: {err}") from None
+
+
+def model_from_dict(payload: Mapping[str, Any]) -> Distribution:
+    """Rebuild a model from :func:`model_to_dict` output (validating format and version)."""
+    if not isinstance(payload, Mapping) or payload.get("format") != MODEL_FORMAT:
+        found = payload.get("format") if isinstance(payload, Mapping) else type(payload).__name__
+        raise ModelFormatError(f"not a mixle_spark model: expected format {MODEL_FORMAT!r}, got {found!r}")
+    version = payload.get("format_version")
+    if not isinstance(version, int) or version < 1:
+        raise ModelFormatError(f"bad model format_version {version!r}")
+    if version > MODEL_FORMAT_VERSION:
+        raise ModelFormatError(
+            f"model was written with format version {version} (mixle_spark "
+            f"{payload.get('mixle_spark_version', '?')}); this mixle_spark {__version__} reads versions "
+            f"up to {MODEL_FORMAT_VERSION}: upgrade mixle_spark to load it"
+        )
+    if "model" not in payload:
+        raise ModelFormatError("model file has no 'model' entry")
+    try:
+        return distribution_from_dict(payload["model"])
+    except SpecError as err:
+        raise ModelFormatError(f"invalid model: {err}") from err
+
+
+def model_from_json(text: str) -> Distribution:
+    """Rebuild a model from :func:`model_to_json` output."""
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ModelFormatError(f"model is not valid JSON: {err}") from None
+    return model_from_dict(payload)
+
+
+def save_model(model: Distribution, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    """Write the model as JSON atomically (a temporary file renamed into place)."""
+    target = Path(path)
+    if target.exists() and not overwrite:
+        raise FileExistsError(f"{target} exists; pass overwrite=True to replace it")
+    text = model_to_json(model, indent=2)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text + "\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def load_model(path: str | os.PathLike[str]) -> Distribution:
+    """Read a model written by :func:`save_model`."""
+    target = Path(path)
+    if not target.exists():
+        raise FileNotFoundError(f"model file not found: {target}")
+    return model_from_json(target.read_text())

@@ -1,0 +1,124 @@
+"""Label handling shared by the categorical family: vocabulary order, lookups, error messages.
+
+A vocabulary is a tuple of distinct labels sorted by ``(type name, value)``, so every backend learns
+the same vocabulary from the same set of labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mixle_spark.errors import DataTypeError, DataValueError, SpecError, UnseenLabelError
+from mixle_spark.stats.base import check_parameter
+
+__all__ = [
+    "EXPECTED_LABEL",
+    "align_counts",
+    "hashable_label",
+    "lookup_label",
+    "no_vocabulary_error",
+    "normalize_label",
+    "null_label_error",
+    "pmap_from_spec",
+    "readable_label_type",
+    "sorted_labels",
+    "unseen_label_error",
+]
+
+EXPECTED_LABEL = "expected a label for CategoricalEstimator"
+
+
+def normalize_label(label: Any) -> Any:
+    """numpy scalars -> Python scalars (so np.str_('a') and 'a' are one label with one sort key)."""
+    return label.item() if isinstance(label, np.generic) else label
+
+
+def _sort_key(label: Any) -> tuple[str, Any]:
+    return (type(label).__name__, label)
+
+
+def sorted_labels(labels: Iterable[Any]) -> tuple[Any, ...]:
+    """The deterministic vocabulary order: distinct labels sorted by ``(type name, value)``."""
+    distinct = list(dict.fromkeys(normalize_label(v) for v in labels))
+    try:
+        return tuple(sorted(distinct, key=_sort_key))
+    except TypeError:  # values of one type that do not compare (e.g. mixed tuples): order by repr
+        return tuple(sorted(distinct, key=lambda v: (type(v).__name__, repr(v))))
+
+
+def _preview(vocab: tuple[Any, ...], limit: int = 10) -> str:
+    shown = ", ".join(repr(v) for v in vocab[:limit])
+    return f"({shown}{', ...' if len(vocab) > limit else ''})"
+
+
+def unseen_label_error(
+    label: Any, vocab: tuple[Any, ...], row: int, n_rows: int, count: int
+) -> UnseenLabelError:
+    return UnseenLabelError(
+        f"label {label!r} is not in the model's vocabulary of {len(vocab)} labels {_preview(vocab)}",
+        row=row,
+        n_rows=n_rows,
+        count=count,
+    )
+
+
+def null_label_error(row: int, n_rows: int, count: int) -> DataValueError:
+    return DataValueError(
+        EXPECTED_LABEL + " (a missing value needs OptionalEstimator)",
+        value=None,
+        row=row,
+        n_rows=n_rows,
+        count=count,
+    )
+
+
+def hashable_label(label: Any) -> Any:
+    return tuple(hashable_label(v) for v in label) if isinstance(label, list) else label
+
+
+def pmap_from_spec(pairs: Any, fam: str) -> dict[Any, float]:
+    if isinstance(pairs, Mapping):
+        return dict(pairs)
+    ok = isinstance(pairs, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs)
+    check_parameter(ok, fam, "pmap", pairs, "a list of [label, probability] pairs")
+    return {hashable_label(k): v for k, v in pairs}
+
+
+def readable_label_type(typ: pa.DataType) -> bool:
+    return (
+        pa.types.is_string(typ)
+        or pa.types.is_large_string(typ)
+        or pa.types.is_integer(typ)
+        or pa.types.is_boolean(typ)
+    )
+
+
+def lookup_label(index: dict[Any, int], value: Any, row: int, n: int) -> int:
+    """Code of ``value`` (-1 when absent); None and unhashable values are errors."""
+    if value is None:
+        raise null_label_error(row, n, 1)
+    try:
+        return index.get(value, -1)
+    except TypeError:
+        raise DataTypeError(EXPECTED_LABEL + " (a hashable value)", value=value, row=row, n_rows=n) from None
+
+
+def align_counts(labels: tuple[Any, ...], values: np.ndarray, vocab: tuple[Any, ...]) -> np.ndarray:
+    """``values`` indexed by ``labels`` re-expressed over ``vocab`` (a superset), zeros elsewhere."""
+    if labels == vocab:
+        return np.array(values, dtype=np.float64)
+    index = {k: i for i, k in enumerate(vocab)}
+    out = np.zeros(len(vocab))
+    out[np.fromiter((index[k] for k in labels), dtype=np.int64, count=len(labels))] = values
+    return out
+
+
+def no_vocabulary_error() -> SpecError:
+    return SpecError(
+        "CategoricalEstimator has no vocabulary: give labels=[...] or apply the encoder's scan "
+        "with estimator.with_scan(scan) before fitting"
+    )

@@ -1,0 +1,138 @@
+"""Pieces shared by the scalar leaf families (exponential, poisson, bernoulli, binomial, geometric, ...).
+
+* :class:`ScalarEncoder` - reads Python scalars or a numeric Arrow column into float64, runs the
+  family's support check (errors name the value and row), then packs the encoded form.
+* :class:`SumAccumulator` - the statistics ``(sw, sx) = (Σw, Σw x)`` that every family here with a
+  one-parameter exponential-family likelihood in ``x`` needs; merging is addition.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from mixle_spark.errors import SchemaError
+from mixle_spark.stats._validate import arrow_float_values, check_integer, check_range, float_values
+from mixle_spark.stats.base import Accumulator, AccumulatorFactory, Encoder
+
+__all__ = ["ScalarEncoder", "SumAccumulator", "SumAccumulatorFactory", "check_counts", "safe_log"]
+
+IMPOSSIBLE_LOG = -1e300
+"""Stand-in for log(0) in fast-path coefficients: 0 * -inf would be NaN in a matrix product."""
+
+
+def safe_log(p: float) -> float:
+    """log(p), or :data:`IMPOSSIBLE_LOG` for p == 0 (used only by the mixture fast path)."""
+    return math.log(p) if p > 0 else IMPOSSIBLE_LOG
+
+
+def check_counts(x: np.ndarray, expected: str, low: float, high: float | None = None) -> None:
+    """Raise DataValueError naming the first value of ``x`` that is not an integer in [low, high]."""
+    check_range(x, expected, low=low, high=high)
+    check_integer(x, expected)
+
+
+class ScalarEncoder(Encoder):
+    """Base of the scalar leaf encoders: float64 values, a support check, a packing step.
+
+    Subclasses set ``estimator_name`` and ``expectation`` (message fragment) and override
+    :meth:`validate` and, when the encoded form is more than the values, :meth:`pack`.
+    """
+
+    estimator_name: ClassVar[str] = ""
+    expectation: ClassVar[str] = "a finite number"
+    accepts_bool: ClassVar[bool] = False
+
+    @property
+    def expected(self) -> str:
+        return f"expected {self.expectation} for {self.estimator_name}"
+
+    def validate(self, x: np.ndarray) -> None:
+        """Raise a DataValueError for the first value outside the support."""
+        check_range(x, self.expected)
+
+    def pack(self, x: np.ndarray) -> Any:
+        """The encoded batch from validated float64 values (default: the values themselves)."""
+        return x
+
+    def encode(self, records: Sequence[Any]) -> Any:
+        x = float_values(records, self.expected)
+        self.validate(x)
+        return self.pack(x)
+
+    def from_arrow(self, data: Any) -> Any:
+        x = arrow_float_values(data, self.expected)
+        self.validate(x)
+        return self.pack(x)
+
+    def check_arrow_type(self, arrow_type: Any) -> None:
+        import pyarrow as pa
+
+        ok = pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_decimal(
+            arrow_type) or (self.accepts_bool and pa.types.is_boolean(arrow_type))
+        if not ok:
+            raise SchemaError(
+                f"expected {self.expected_arrow()} for {self.estimator_name}, got Arrow type {arrow_type}"
+            )
+
+    def expected_arrow(self) -> str:
+        kinds = "integer, floating or decimal" + (" or boolean" if self.accepts_bool else "")
+        return f"a numeric column ({kinds})"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class SumAccumulator(Accumulator):
+    """Sums ``sw = Σw`` and ``sx = Σw x``; value ``(sw, sx)``.
+
+    Subclasses say where ``x`` lives in their encoded batch (:meth:`values`) and which encoder
+    matches (:meth:`make_encoder`).
+    """
+
+    def __init__(self, keys: Any = None) -> None:
+        self.keys = keys
+        self.sw = 0.0
+        self.sx = 0.0
+
+    def values(self, enc: Any) -> np.ndarray:
+        """The record values of an encoded batch, shape (n,)."""
+        return enc
+
+    def seq_update(self, enc: Any, weights: np.ndarray, estimate: Any) -> None:
+        self.sw += float(weights.sum())
+        self.sx += float(np.dot(weights, self.values(enc)))
+        return None
+
+    def add_feature_sums(self, sums: np.ndarray, enc: Any, estimate: Any) -> None:
+        """Add ``sums = Σ w φ(x)`` from the mixture fast path; φ starts with ``[1, x]``."""
+        self.sw += float(sums[0])
+        self.sx += float(sums[1])
+
+    def combine(self, value: Any) -> SumAccumulator:
+        sw, sx = value
+        self.sw += float(sw)
+        self.sx += float(sx)
+        return self
+
+    def value(self) -> tuple[float, float]:
+        return (self.sw, self.sx)
+
+    def from_value(self, value: Any) -> SumAccumulator:
+        self.sw, self.sx = (float(v) for v in value)
+        return self
+
+
+class SumAccumulatorFactory(AccumulatorFactory):
+    """Factory of a :class:`SumAccumulator` subclass (``accumulator_class``)."""
+
+    accumulator_class: ClassVar[type[SumAccumulator]] = SumAccumulator
+
+    def __init__(self, keys: Any = None) -> None:
+        self.keys = keys
+
+    def make(self) -> SumAccumulator:
+        return self.accumulator_class(self.keys)

@@ -1,0 +1,441 @@
+"""Shared reading, encoding and moment algebra for the vector Gaussian families.
+
+Records are 1-D float sequences of one length ``d`` (a list or a numpy array); Arrow columns are
+``list``, ``large_list`` or ``fixed_size_list`` of any numeric type, read through the offsets and
+values buffers (zero-copy for float64 values). The encoded batch is a :class:`VectorBatch`: the data
+``x`` of shape (n, d) and a centre ``c`` of shape (d,), with lazily cached centred data ``y = x - c``
+and mixture fast-path features, so a mixture builds them once per batch, not once per EM iteration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from mixle_spark.errors import DataTypeError, DataValueError, FieldError, SchemaError
+from mixle_spark.stats._validate import arrow_float_values, as_arrow_array, check_finite, first_true
+from mixle_spark.stats.base import Accumulator, Encoder, check_parameter
+
+__all__ = [
+    "MomentAccumulator",
+    "VectorBatch",
+    "VectorEncoder",
+    "arrow_vector_values",
+    "moments_about_mean",
+    "parameter_vector",
+    "shift_vector_moments",
+    "vector_values",
+]
+
+_NUMERIC_KINDS = "biuf"
+
+
+def parameter_vector(value: Any, family: str, name: str) -> np.ndarray:
+    """A model parameter as a non-empty finite float64 vector, else SpecError."""
+    try:
+        v = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        v = None
+    check_parameter(
+        v is not None and v.ndim == 1 and len(v) > 0 and bool(np.all(np.isfinite(v))),
+        family,
+        name,
+        value,
+        "a non-empty 1-D sequence of finite numbers",
+    )
+    return v  # type: ignore[return-value]
+
+
+class VectorBatch:
+    """An encoded batch of vectors: ``x`` (n, d) float64 and the centre ``c`` (d,).
+
+    ``y`` (= x - c) and the fast-path features are computed on first use and cached.
+    """
+
+    __slots__ = ("_cache", "c", "x")
+
+    def __init__(self, x: np.ndarray, c: np.ndarray) -> None:
+        self.x = x
+        self.c = c
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.x.shape[1])
+
+    @property
+    def y(self) -> np.ndarray:
+        """Centred data ``x - c``, shape (n, d) (a cached view of a (d, n) C-ordered array)."""
+        return self._centred_t().T
+
+    def _centred_t(self) -> np.ndarray:
+        yt = self._cache.get("yt")
+        if yt is None:
+            # Feature-major layout: each feature column below is one contiguous vectorized product.
+            yt = self._cache["yt"] = np.subtract(self.x.T, self.c[:, None], order="C")
+        return yt
+
+    def diagonal_features(self) -> np.ndarray:
+        """``[1, y, y*y]``, shape (n, 2d + 1) (cached; Fortran-ordered, which BLAS reads directly)."""
+        f = self._cache.get("diag")
+        if f is None:
+            n, d = self.x.shape
+            yt = self._centred_t()
+            ft = np.empty((2 * d + 1, n))
+            ft[0] = 1.0
+            ft[1 : d + 1] = yt
+            np.multiply(yt, yt, out=ft[d + 1 :])
+            f = self._cache["diag"] = ft.T
+        return f
+
+    def full_features(self) -> np.ndarray:
+        """``[1, y, upper triangle of y y^T]`` (row-major ``triu_indices`` order), shape
+        (n, 1 + d + d(d+1)/2) (cached; Fortran-ordered, which BLAS reads directly)."""
+        f = self._cache.get("full")
+        if f is None:
+            n, d = self.x.shape
+            yt = self._centred_t()
+            ft = np.empty((1 + d + d * (d + 1) // 2, n))
+            ft[0] = 1.0
+            ft[1 : d + 1] = yt
+            k = d + 1
+            # One vectorized product per row of the triangle (d of them), written in place.
+            for i in range(d):
+                np.multiply(yt[i], yt[i:], out=ft[k : k + d - i])
+                k += d - i
+            f = self._cache["full"] = ft.T
+        return f
+
+
+def shift_vector_moments(
+    sw: float, s1: np.ndarray, s2: np.ndarray, old: np.ndarray, new: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Re-express Σw(x - old) and Σw(x - old)(x - old)^T (or its diagonal, when ``s2`` is 1-D)
+    as sums around ``new``."""
+    delta = old - new
+    s1_new = s1 + sw * delta
+    if s2.ndim == 1:
+        s2_new = s2 + 2.0 * delta * s1 + sw * delta * delta
+    else:
+        s2_new = s2 + np.outer(delta, s1) + np.outer(s1, delta) + sw * np.outer(delta, delta)
+    return s1_new, s2_new
+
+
+def _bad_record_error(records: Sequence[Any], dim: int | None, expected: str) -> FieldError:
+    """Slow path, only reached on bad input: the error for the first bad record."""
+    n = len(records)
+    for i, row in enumerate(records):
+        if row is None:
+            return DataValueError(
+                expected + " (a missing value needs OptionalEstimator)", value=None, row=i, n_rows=n
+            )
+        if isinstance(row, (str, bytes)) or np.ndim(row) != 1:
+            return DataTypeError(expected + " (a 1-D sequence of numbers)", value=row, row=i, n_rows=n)
+        for v in row:
+            if isinstance(v, (str, bytes)) or not isinstance(v, (int, float, np.number, np.bool_)):
+                return DataTypeError(expected, value=v, row=i, n_rows=n)
+        if dim is None:
+            dim = len(row)
+        elif len(row) != dim:
+            return DataValueError(
+                f"{expected}: expected length {dim}, got length {len(row)}", row=i, n_rows=n
+            )
+    return DataTypeError(expected, value=records, row=0, n_rows=n)
+
+
+def vector_values(records: Sequence[Any] | np.ndarray, dim: int | None, expected: str) -> np.ndarray:
+    """Records (1-D numeric sequences, or a 2-D array) -> float64 array of shape (n, d), validated."""
+    n = len(records)
+    if n == 0:
+        return np.zeros((0, dim or 0))
+    arr = records if isinstance(records, np.ndarray) else None
+    if arr is None:
+        try:
+            arr = np.asarray(records)
+        except ValueError:  # ragged rows
+            arr = None
+    if arr is None or arr.ndim != 2 or arr.dtype.kind not in _NUMERIC_KINDS:
+        raise _bad_record_error(list(records), dim, expected)
+    x = arr.astype(np.float64, copy=False)
+    if dim is not None and x.shape[1] != dim:
+        raise DataValueError(f"{expected}: expected length {dim}, got length {x.shape[1]}", row=0, n_rows=n)
+    check_finite(x, expected)
+    return x
+
+
+def _is_vector_type(typ: pa.DataType) -> bool:
+    if not (pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ)):
+        return False
+    v = typ.value_type
+    return pa.types.is_integer(v) or pa.types.is_floating(v) or pa.types.is_decimal(v)
+
+
+def arrow_vector_values(data: Any, dim: int | None, expected: str) -> np.ndarray:
+    """An Arrow list / large_list / fixed_size_list column of numbers -> float64 (n, d).
+
+    Reads the offsets and values buffers directly (no per-row Python), zero-copy for float64 values
+    without nulls. Every row must have length ``dim`` (the first row's length when ``dim`` is None).
+    """
+    array = as_arrow_array(data)
+    typ = array.type
+    n = len(array)
+    if not _is_vector_type(typ):
+        valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False))
+        i = first_true(valid) if valid.any() else 0
+        value = array[i].as_py() if n else None
+        raise DataTypeError(f"{expected} (Arrow type {typ})", value=value, row=i, n_rows=n)
+    if array.null_count:
+        mask = np.asarray(array.is_null().to_numpy(zero_copy_only=False))
+        raise DataValueError(
+            expected + " (a missing value needs OptionalEstimator)",
+            value=None,
+            row=first_true(mask),
+            n_rows=n,
+            count=int(mask.sum()),
+        )
+    if pa.types.is_fixed_size_list(typ):
+        size = typ.list_size
+        if dim is not None and size != dim and n:
+            raise DataValueError(f"{expected}: expected length {dim}, got length {size}", row=0, n_rows=n)
+        d = size
+        values = array.values.slice(array.offset * size, n * size)
+    else:
+        offsets = np.asarray(array.offsets)
+        lengths = np.diff(offsets)
+        d = dim if dim is not None else (int(lengths[0]) if n else 0)
+        bad = lengths != d
+        if bad.any():
+            i = first_true(bad)
+            raise DataValueError(
+                f"{expected}: expected length {d}, got length {int(lengths[i])}",
+                row=i,
+                n_rows=n,
+                count=int(bad.sum()),
+            )
+        values = (
+            array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+            if n
+            else array.values.slice(0, 0)
+        )
+    if values.null_count:
+        mask = np.asarray(values.is_null().to_numpy(zero_copy_only=False))
+        raise DataValueError(
+            expected + " (a null inside a vector)", value=None, row=first_true(mask) // max(d, 1), n_rows=n
+        )
+    flat = arrow_float_values(values, expected)
+    x = flat.reshape(n, d)
+    check_finite(x, expected)
+    return x
+
+
+class VectorEncoder(Encoder):
+    """Reads vectors of length ``dim`` centred at ``center``; base of the vector Gaussian encoders.
+
+    Without ``dim`` / ``center`` (an estimator before its scan) a batch uses its own length and mean.
+    The scan is ``(count, sum vector)``, merged by adding; the estimator's ``with_scan`` fixes
+    ``dim`` and ``center = sum / count``.
+    """
+
+    family = "VectorEstimator"
+
+    def __init__(self, dim: int | None = None, center: Sequence[float] | np.ndarray | None = None) -> None:
+        self.dim = None if dim is None else int(dim)
+        self.center = None if center is None else tuple(float(v) for v in np.asarray(center).ravel())
+        if self.center is not None and self.dim is None:
+            self.dim = len(self.center)
+
+    @property
+    def _expected(self) -> str:
+        return f"expected a vector of finite numbers for {self.family}"
+
+    def _batch(self, x: np.ndarray) -> VectorBatch:
+        if self.center is not None:
+            c = np.array(self.center)
+        else:
+            c = x.mean(axis=0) if len(x) else np.zeros(x.shape[1])
+        return VectorBatch(x, c)
+
+    def encode(self, records: Sequence[Any]) -> VectorBatch:
+        return self._batch(vector_values(records, self.dim, self._expected))
+
+    def from_arrow(self, data: Any) -> VectorBatch:
+        return self._batch(arrow_vector_values(data, self.dim, self._expected))
+
+    def check_arrow_type(self, arrow_type: Any) -> None:
+        if not _is_vector_type(arrow_type):
+            raise SchemaError(
+                f"expected {self.expected_arrow()} for {self.family}, got Arrow type "
+                f"{arrow_type} (convert an ML Vector column with vector_to_array first)"
+            )
+        if (
+            pa.types.is_fixed_size_list(arrow_type)
+            and self.dim is not None
+            and arrow_type.list_size != self.dim
+        ):
+            raise SchemaError(
+                f"expected vectors of length {self.dim} for {self.family}, got Arrow type {arrow_type}"
+            )
+
+    def expected_arrow(self) -> str:
+        length = "" if self.dim is None else f" (length {self.dim})"
+        return f"a list, large_list or fixed_size_list column of numbers{length}"
+
+    @property
+    def needs_scan(self) -> bool:
+        return self.dim is None or self.center is None
+
+    def scan(self, records: Sequence[Any]) -> Any:
+        return _scan_of(vector_values(records, self.dim, self._expected))
+
+    def scan_arrow(self, data: Any) -> Any:
+        return _scan_of(arrow_vector_values(data, self.dim, self._expected))
+
+    def merge_scans(self, a: Any, b: Any) -> Any:
+        if a is None or b is None:
+            return b if a is None else a
+        if len(a[1]) != len(b[1]):
+            raise DataValueError(
+                f"{self._expected}: vectors of lengths {len(a[1])} and {len(b[1])} in one column"
+            )
+        return (a[0] + b[0], np.asarray(a[1]) + np.asarray(b[1]))
+
+    def union(self, other: Encoder) -> Encoder:
+        if self == other:
+            return self
+        if isinstance(other, VectorEncoder) and type(other) is type(self):
+            if self.dim is None or other.dim is None or self.dim == other.dim:
+                # The centre only conditions the arithmetic: any common centre is correct.
+                center = self.center if self.center is not None else other.center
+                return type(self)(self.dim if self.dim is not None else other.dim, center)
+        raise TypeError(f"cannot combine encoders {self!r} and {other!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(self) is type(other)
+            and self.dim == other.dim  # type: ignore[attr-defined]
+            and self.center == other.center
+        )  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.dim))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(dim={self.dim!r})"
+
+
+def _scan_of(x: np.ndarray) -> Any:
+    if len(x) == 0:
+        return None
+    return (float(len(x)), x.sum(axis=0))
+
+
+class MomentAccumulator(Accumulator):
+    """Σw, Σw y and Σw y y^T (or Σw y^2 when ``diagonal``) around a centre; base of the vector
+    Gaussian accumulators.
+
+    ``value()`` is ``(sw, s1, s2, center)``. The centre is the first batch's (the data mean from the
+    scan, or the model's mean); ``combine`` re-expresses incoming sums at this centre exactly, so
+    splits accumulated at different centres merge to the statistics of the whole.
+    """
+
+    diagonal: ClassVar[bool] = False
+
+    def __init__(self, dim: int | None = None, keys: Any = None) -> None:
+        self.keys = keys
+        self.sw = 0.0
+        self.dim: int | None = None
+        self.s1 = self.s2 = self.center = np.zeros(0)
+        if dim is not None:
+            self._reset(int(dim), np.zeros(int(dim)))
+
+    def _reset(self, d: int, center: np.ndarray) -> None:
+        self.dim = d
+        self.sw = 0.0
+        self.s1 = np.zeros(d)
+        self.s2 = np.zeros(d) if self.diagonal else np.zeros((d, d))
+        self.center = np.array(center, dtype=np.float64)
+
+    def _add(self, sw: float, s1: np.ndarray, s2: np.ndarray, center: np.ndarray) -> None:
+        """Add sums taken around ``center`` (the arrays are not kept)."""
+        d = len(s1)
+        if self.dim is not None and d != self.dim:
+            raise ValueError(
+                f"{type(self).__name__}: cannot add statistics of dimension {d} to "
+                f"statistics of dimension {self.dim}"
+            )
+        if self.dim is None or self.sw == 0.0:
+            self._reset(d, center)
+        if not np.array_equal(center, self.center):
+            s1, s2 = shift_vector_moments(sw, s1, s2, center, self.center)
+        self.sw += sw
+        self.s1 += s1
+        self.s2 += s2
+
+    def seq_update(self, enc: VectorBatch, weights: np.ndarray, estimate: Any) -> None:
+        y = enc.y
+        s1 = weights @ y
+        if self.diagonal:
+            s2 = weights @ (y * y)
+        else:
+            s2 = y.T @ (y * weights[:, None])
+            s2 = 0.5 * (s2 + s2.T)  # exact symmetry, whatever the BLAS summation order
+        self._add(float(weights.sum()), s1, s2, enc.c)
+        return None
+
+    def add_feature_sums(self, sums: np.ndarray, enc: VectorBatch, estimate: Any) -> None:
+        """Add ``sums = Σ w φ(x)`` from the mixture fast path (features of :class:`VectorBatch`)."""
+        d = enc.dim
+        s1 = np.array(sums[1 : d + 1], dtype=np.float64)
+        if self.diagonal:
+            s2 = np.array(sums[d + 1 :], dtype=np.float64)
+        else:
+            iu, ju = np.triu_indices(d)
+            s2 = np.empty((d, d))
+            s2[iu, ju] = sums[d + 1 :]
+            s2[ju, iu] = sums[d + 1 :]
+        self._add(float(sums[0]), s1, s2, enc.c)
+
+    def combine(self, value: Any) -> MomentAccumulator:
+        sw, s1, s2, center = value
+        if len(s1) == 0:
+            return self
+        self._add(
+            float(sw),
+            np.array(s1, dtype=np.float64),
+            np.array(s2, dtype=np.float64),
+            np.array(center, dtype=np.float64),
+        )
+        return self
+
+    def value(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        return (self.sw, self.s1.copy(), self.s2.copy(), self.center.copy())
+
+    def from_value(self, value: Any) -> MomentAccumulator:
+        sw, s1, s2, center = value
+        self.sw = float(sw)
+        self.s1 = np.array(s1, dtype=np.float64)
+        self.s2 = np.array(s2, dtype=np.float64)
+        self.center = np.array(center, dtype=np.float64)
+        self.dim = len(self.s1) if len(self.s1) else None
+        return self
+
+
+def moments_about_mean(value: Any) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """``(sw, mean_y, scatter, center)`` from an accumulator value: ``scatter`` is Σw(x - mean)(x - mean)^T
+    (or its diagonal), ``mean_y`` the weighted mean of x - center."""
+    sw, s1, s2, center = value
+    sw = float(sw)
+    s1 = np.asarray(s1, dtype=np.float64)
+    s2 = np.asarray(s2, dtype=np.float64)
+    mean_y = s1 / sw if sw > 0 else np.zeros_like(s1)
+    if s2.ndim == 1:
+        scatter = np.maximum(s2 - sw * mean_y * mean_y, 0.0)
+    else:
+        scatter = s2 - sw * np.outer(mean_y, mean_y)
+    return sw, mean_y, scatter, np.asarray(center, dtype=np.float64)

@@ -1,0 +1,205 @@
+"""Bernoulli: ``BernoulliDistribution(p)`` with ``p = P(x = 1)``.
+
+Records are 0 / 1 or booleans (Arrow boolean, integer or floating columns holding 0 and 1).
+Statistics ``(Σw, Σw x)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.errors import DataValueError
+from mixle_spark.stats._scalar_common import ScalarEncoder, SumAccumulator, SumAccumulatorFactory, safe_log
+from mixle_spark.stats._validate import check_finite, first_true
+from mixle_spark.stats.base import (
+    Distribution,
+    Estimator,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    drop_none,
+    register_distribution,
+    register_estimator,
+)
+
+__all__ = [
+    "BernoulliAccumulator",
+    "BernoulliAccumulatorFactory",
+    "BernoulliDistribution",
+    "BernoulliEncoder",
+    "BernoulliEstimator",
+    "BernoulliSampler",
+]
+
+DEFAULT_MIN_P = 1e-12
+
+
+def _log(p: float) -> float:
+    return math.log(p) if p > 0 else -math.inf
+
+
+@register_distribution("bernoulli")
+class BernoulliDistribution(Distribution):
+    """Bernoulli distribution with success probability ``p`` (0 and 1 allowed).
+
+    Examples
+    --------
+    >>> BernoulliDistribution(0.25).log_density(True) == math.log(0.25)
+    True
+    """
+
+    def __init__(self, p: float) -> None:
+        check_parameter(0.0 <= p <= 1.0, "BernoulliDistribution", "p", p, "a probability in [0, 1]")
+        self.p = float(p)
+        self._log_p = _log(self.p)
+        self._log_q = _log(1.0 - self.p)
+
+    def log_density(self, x: Any) -> float:
+        if x == 1:
+            return self._log_p
+        if x == 0:
+            return self._log_q
+        return -math.inf
+
+    def seq_log_density(self, enc: np.ndarray) -> np.ndarray:
+        return np.where(enc == 1.0, self._log_p, self._log_q)
+
+    # Mixture fast path: log p(x) = [1, x] @ [log(1 - p), log p - log(1 - p)]; log 0 is taken as
+    # -1e300 there (see _scalar_common.safe_log), which only matters when min_p = 0.
+    def feature_key(self) -> Any:
+        return ("bernoulli",)
+
+    def seq_features(self, enc: np.ndarray) -> np.ndarray:
+        return np.column_stack([np.ones_like(enc), enc])
+
+    def feature_coefficients(self, enc: Any) -> np.ndarray:
+        log_p, log_q = safe_log(self.p), safe_log(1.0 - self.p)
+        return np.array([log_q, log_p - log_q])
+
+    def sampler(self, seed: int | None = None) -> BernoulliSampler:
+        return BernoulliSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> BernoulliEstimator:
+        if pseudo_count is None:
+            return BernoulliEstimator()
+        return BernoulliEstimator(pseudo_count=pseudo_count, suff_stat=self.p)
+
+    def encoder(self) -> BernoulliEncoder:
+        return BernoulliEncoder()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.family, "p": self.p}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> BernoulliDistribution:
+        check_spec_keys(spec, "bernoulli", required=("p",))
+        return cls(spec["p"])
+
+
+class BernoulliSampler(Sampler):
+    """Draws 0 / 1 integers."""
+
+    dist: BernoulliDistribution
+
+    def sample(self, size: int | None = None) -> Any:
+        draws = np.asarray(self.rng.random(size=size) < self.dist.p).astype(np.int64)
+        return int(draws) if size is None else draws
+
+
+class BernoulliEncoder(ScalarEncoder):
+    """Reads 0 / 1 / booleans into a float64 array of zeros and ones, shape (n,)."""
+
+    estimator_name = "BernoulliEstimator"
+    expectation = "0, 1 or a boolean"
+    accepts_bool = True
+
+    def validate(self, x: np.ndarray) -> None:
+        check_finite(x, self.expected)
+        bad = (x != 0.0) & (x != 1.0)
+        if bad.any():
+            i = first_true(bad)
+            raise DataValueError(self.expected, value=float(x[i]), row=i, n_rows=len(x), count=int(bad.sum()))
+
+
+class BernoulliAccumulator(SumAccumulator):
+    """Sums ``(Σw, Σw x)``."""
+
+    def make_encoder(self) -> BernoulliEncoder:
+        return BernoulliEncoder()
+
+
+class BernoulliAccumulatorFactory(SumAccumulatorFactory):
+    accumulator_class = BernoulliAccumulator
+
+
+@register_estimator("bernoulli")
+class BernoulliEstimator(Estimator):
+    """Maximum-likelihood Bernoulli fit ``p = Σw x / Σw``, clipped to ``[min_p, 1 - min_p]``.
+
+    Parameters
+    ----------
+    pseudo_count : float, optional
+        Number of pseudo-observations with mean ``suff_stat``:
+        ``p = (Σw x + pc * p0) / (Σw + pc)``.
+    suff_stat : float, optional
+        Prior probability ``p0`` (default 0.5 when only ``pseudo_count`` is given).
+    min_p : float
+        Clip (default 1e-12) keeping both outcomes possible, so a component that saw only ones
+        does not score a zero as -inf. ``min_p=0`` gives the plain MLE.
+    keys : str, optional
+        Tie this parameter to every other site with the same key.
+
+    With zero total weight the estimate is ``suff_stat`` (or 0.5).
+    """
+
+    def __init__(
+        self,
+        pseudo_count: float | None = None,
+        suff_stat: float | None = None,
+        min_p: float = DEFAULT_MIN_P,
+        name: str | None = None,
+        keys: str | None = None,
+    ) -> None:
+        check_parameter(pseudo_count is None or pseudo_count >= 0, "BernoulliEstimator", "pseudo_count",
+                        pseudo_count, "a non-negative number")
+        check_parameter(suff_stat is None or 0.0 <= suff_stat <= 1.0, "BernoulliEstimator", "suff_stat",
+                        suff_stat, "a probability in [0, 1]")
+        check_parameter(0.0 <= min_p < 0.5, "BernoulliEstimator", "min_p", min_p, "in [0, 0.5)")
+        self.pseudo_count = pseudo_count
+        self.suff_stat = None if suff_stat is None else float(suff_stat)
+        self.min_p = float(min_p)
+        self.name = name
+        self.keys = keys
+
+    def accumulator_factory(self) -> BernoulliAccumulatorFactory:
+        return BernoulliAccumulatorFactory(self.keys)
+
+    def encoder(self) -> BernoulliEncoder:
+        return BernoulliEncoder()
+
+    def estimate(self, nobs: float | None, value: Any) -> BernoulliDistribution:
+        sw, sx = value
+        pc = self.pseudo_count or 0.0
+        p0 = 0.5 if self.suff_stat is None else self.suff_stat
+        total = sw + pc
+        p = (sx + pc * p0) / total if total > 0 else p0
+        if not math.isfinite(p):
+            p = p0
+        return BernoulliDistribution(min(max(p, self.min_p), 1.0 - self.min_p))
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family}
+        spec.update(drop_none(pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name,
+                              keys=self.keys))
+        if self.min_p != DEFAULT_MIN_P:
+            spec["min_p"] = self.min_p
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> BernoulliEstimator:
+        check_spec_keys(spec, "bernoulli", optional=("pseudo_count", "suff_stat", "min_p", "name", "keys"))
+        return cls(**{k: v for k, v in spec.items() if k != "type"})

@@ -1,0 +1,556 @@
+"""Categorical distribution over arbitrary labels: ``CategoricalDistribution(pmap)`` (label -> prob).
+
+Labels are any hashable values (strings in Spark; ints and bools work too). Labels are compared with
+Python equality, so ``1``, ``1.0`` and ``True`` are one label: use one type per column. For JSON, a
+model stores its pmap as a list of ``[label, prob]`` pairs, so labels must be JSON scalars (str,
+int, float, bool) to round-trip.
+
+Encoding maps labels to int64 codes over a *vocabulary*: a tuple of labels sorted by
+``(type name, value)``, so every backend learns the same vocabulary from the same set of labels.
+Estimators without fixed ``labels`` learn it with a scan (a frozenset of labels, merged by union).
+Statistics are count vectors over the vocabulary; a model scores batches encoded with any vocabulary
+by aligning its pmap to the batch's vocabulary (cached per vocabulary).
+
+Unseen labels: by default an encoder raises :class:`~mixle_spark.errors.UnseenLabelError`;
+``CategoricalEncoder(..., unseen="zero")`` maps them to code -1, which every model scores ``-inf``
+(probability zero) and accumulators ignore.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mixle_spark.errors import (
+    DataTypeError,
+    EmptyDataError,
+    SchemaError,
+    SpecError,
+)
+from mixle_spark.stats._labels import (
+    EXPECTED_LABEL,
+    align_counts,
+    hashable_label,
+    lookup_label,
+    no_vocabulary_error,
+    normalize_label,
+    null_label_error,
+    pmap_from_spec,
+    readable_label_type,
+    sorted_labels,
+    unseen_label_error,
+)
+from mixle_spark.stats._validate import as_arrow_array, first_true
+from mixle_spark.stats.base import (
+    Accumulator,
+    AccumulatorFactory,
+    Distribution,
+    Encoder,
+    Estimator,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    drop_none,
+    register_distribution,
+    register_estimator,
+)
+
+__all__ = [
+    "CategoricalAccumulator",
+    "CategoricalAccumulatorFactory",
+    "CategoricalBatch",
+    "CategoricalDistribution",
+    "CategoricalEncoder",
+    "CategoricalEstimator",
+    "CategoricalSampler",
+    "sorted_labels",
+]
+
+
+class CategoricalBatch:
+    """An encoded batch: ``codes`` (int64, shape (n,); -1 = unseen) into the vocabulary ``labels``."""
+
+    __slots__ = ("codes", "labels")
+
+    def __init__(self, codes: np.ndarray, labels: tuple[Any, ...]) -> None:
+        self.codes = codes
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+
+@register_distribution("categorical")
+class CategoricalDistribution(Distribution):
+    """Probability ``pmap[label]`` for each label; labels outside ``pmap`` have probability zero.
+
+    Probabilities must be finite, non-negative and sum to 1 within 1e-9 (they are then renormalized
+    exactly). ``pmap`` is kept in vocabulary order.
+
+    Examples
+    --------
+    >>> d = CategoricalDistribution({"a": 0.25, "b": 0.75})
+    >>> round(d.log_density("b"), 6)
+    -0.287682
+    """
+
+    def __init__(self, pmap: Mapping[Any, float]) -> None:
+        fam = "CategoricalDistribution"
+        check_parameter(
+            isinstance(pmap, Mapping) and len(pmap) > 0,
+            fam,
+            "pmap",
+            pmap,
+            "a non-empty mapping label -> probability",
+        )
+        labels = sorted_labels(pmap.keys())
+        check_parameter(len(labels) == len(pmap), fam, "pmap", pmap, "free of duplicate labels")
+        raw = {normalize_label(k): v for k, v in pmap.items()}
+        try:
+            p = np.array([float(raw[k]) for k in labels])
+        except (TypeError, ValueError):
+            p = np.array([math.nan])
+        check_parameter(
+            bool(np.all(np.isfinite(p)) and np.all(p >= 0)),
+            fam,
+            "pmap",
+            pmap,
+            "finite non-negative probabilities",
+        )
+        total = float(p.sum())
+        check_parameter(
+            abs(total - 1.0) <= 1e-9, fam, "pmap", pmap, f"probabilities summing to 1 (sum {total!r})"
+        )
+        p = p / total
+        self.pmap: dict[Any, float] = dict(zip(labels, (float(v) for v in p), strict=True))
+        self.labels = labels
+        self._p = p
+        with np.errstate(divide="ignore"):
+            self._log_p = np.log(p)
+        self._aligned: dict[tuple[Any, ...], np.ndarray] = {}
+        self._last: tuple[tuple[Any, ...] | None, np.ndarray | None] = (None, None)
+
+    def log_density(self, x: Any) -> float:
+        try:
+            p = self.pmap.get(normalize_label(x), 0.0)
+        except TypeError:  # unhashable: not a label this model knows
+            return -math.inf
+        return math.log(p) if p > 0 else -math.inf
+
+    def _log_p_for(self, labels: tuple[Any, ...]) -> np.ndarray:
+        """Log-probabilities over ``labels`` plus a trailing -inf for code -1 (cached per vocabulary)."""
+        last_labels, last = self._last
+        if last_labels is labels and last is not None:
+            return last
+        lp = self._aligned.get(labels)
+        if lp is None:
+            if labels == self.labels:
+                lp = np.append(self._log_p, -math.inf)
+            else:
+                index = {k: i for i, k in enumerate(self.labels)}
+                lp = np.full(len(labels) + 1, -math.inf)
+                for j, k in enumerate(labels):
+                    i = index.get(k)
+                    if i is not None:
+                        lp[j] = self._log_p[i]
+            if len(self._aligned) >= 16:  # a handful of vocabularies in practice; bound the cache
+                self._aligned.clear()
+            self._aligned[labels] = lp
+        self._last = (labels, lp)
+        return lp
+
+    def seq_log_density(self, enc: CategoricalBatch) -> np.ndarray:
+        return self._log_p_for(enc.labels)[enc.codes]
+
+    def sampler(self, seed: int | None = None) -> CategoricalSampler:
+        return CategoricalSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> CategoricalEstimator:
+        if pseudo_count is None:
+            return CategoricalEstimator()
+        return CategoricalEstimator(pseudo_count=pseudo_count, suff_stat=self.pmap)
+
+    def encoder(self) -> CategoricalEncoder:
+        return CategoricalEncoder(self.labels)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.family, "pmap": [[k, p] for k, p in self.pmap.items()]}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> CategoricalDistribution:
+        check_spec_keys(spec, "categorical", required=("pmap",))
+        return cls(pmap_from_spec(spec["pmap"], "CategoricalDistribution"))
+
+
+class CategoricalSampler(Sampler):
+    """One record is a label; ``sample(size)`` a list of labels."""
+
+    def sample(self, size: int | None = None) -> Any:
+        dist: Any = self.dist
+        idx = self.rng.choice(len(dist.labels), size=1 if size is None else size, p=dist._p)
+        labels = dist.labels
+        return labels[int(idx[0])] if size is None else [labels[int(i)] for i in idx]
+
+
+class CategoricalEncoder(Encoder):
+    """Labels -> int64 codes into a sorted vocabulary.
+
+    Parameters
+    ----------
+    labels : iterable of labels, optional
+        The vocabulary (sorted by ``(type name, value)``). Without it the encoder needs a scan; a
+        batch encoded before one uses its own labels as the vocabulary.
+    unseen : {"error", "zero"}
+        A label outside the vocabulary raises UnseenLabelError ("error") or gets code -1, scored as
+        probability zero ("zero").
+    """
+
+    def __init__(self, labels: Iterable[Any] | None = None, unseen: str = "error") -> None:
+        check_parameter(
+            unseen in ("error", "zero"), "CategoricalEncoder", "unseen", unseen, "'error' or 'zero'"
+        )
+        self.labels = None if labels is None else sorted_labels(labels)
+        self.unseen = unseen
+
+    # -- Python records ----------------------------------------------------------------------------
+    def encode(self, records: Sequence[Any]) -> CategoricalBatch:
+        n = len(records)
+        values = [normalize_label(v) for v in records]
+        vocab = self.labels if self.labels is not None else self._batch_vocab(values)
+        index = {k: i for i, k in enumerate(vocab)}
+        codes = np.empty(n, dtype=np.int64)
+        for i, v in enumerate(values):
+            code = lookup_label(index, v, i, n)
+            if code < 0 and self.unseen == "error":
+                bad = sum(1 for u in values if lookup_label(index, u, 0, n) < 0)
+                raise unseen_label_error(v, vocab, i, n, bad)
+            codes[i] = code
+        return CategoricalBatch(codes, vocab)
+
+    @staticmethod
+    def _batch_vocab(values: list[Any]) -> tuple[Any, ...]:
+        for i, v in enumerate(values):
+            lookup_label({}, v, i, len(values))  # raises for None / unhashable
+        return sorted_labels(values)
+
+    # -- Arrow --------------------------------------------------------------------------------------
+    def from_arrow(self, data: Any) -> CategoricalBatch:
+        array = as_arrow_array(data)
+        n = len(array)
+        self._check_array(array)
+        if array.null_count:
+            mask = np.asarray(array.is_null().to_numpy(zero_copy_only=False))
+            raise null_label_error(first_true(mask), n, int(mask.sum()))
+        vocab = self.labels if self.labels is not None else sorted_labels(self._arrow_labels(array))
+        if pa.types.is_dictionary(array.type):
+            dict_codes = self._codes(array.dictionary, vocab, check=False)
+            codes = dict_codes[np.asarray(array.indices.to_numpy(zero_copy_only=False), dtype=np.int64)]
+        else:
+            codes = self._codes(array, vocab, check=False)
+        if self.unseen == "error" and n and (codes < 0).any():
+            bad = codes < 0
+            i = first_true(bad)
+            raise unseen_label_error(array[i].as_py(), vocab, i, n, int(bad.sum()))
+        return CategoricalBatch(codes, vocab)
+
+    @staticmethod
+    def _codes(array: pa.Array, vocab: tuple[Any, ...], check: bool) -> np.ndarray:
+        """Vectorized label -> code with ``pyarrow.compute.index_in`` (-1 where not found)."""
+        typ = array.type
+        if pa.types.is_boolean(typ):
+            positions = [i for i, v in enumerate(vocab) if isinstance(v, bool)]
+        elif pa.types.is_integer(typ):
+            positions = [i for i, v in enumerate(vocab) if isinstance(v, int) and not isinstance(v, bool)]
+            array = pc.cast(array, pa.int64())
+            typ = pa.int64()
+        else:
+            positions = [i for i, v in enumerate(vocab) if isinstance(v, str)]
+        value_set = pa.array([vocab[i] for i in positions], type=typ)
+        found = pc.index_in(array, value_set=value_set).fill_null(-1)
+        local = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+        lookup = np.append(np.asarray(positions, dtype=np.int64), -1)
+        return lookup[local]
+
+    @staticmethod
+    def _check_array(array: pa.Array) -> None:
+        typ = array.type
+        value_type = typ.value_type if pa.types.is_dictionary(typ) else typ
+        if not readable_label_type(value_type):
+            valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False))
+            i = first_true(valid) if valid.any() else 0
+            raise DataTypeError(
+                f"{EXPECTED_LABEL} (string, integer or boolean; Arrow type {typ})",
+                value=array[i].as_py() if len(array) else None,
+                row=i,
+                n_rows=len(array),
+            )
+
+    @staticmethod
+    def _arrow_labels(array: pa.Array) -> list[Any]:
+        if pa.types.is_dictionary(array.type):
+            array = array.dictionary.take(pc.unique(array.indices.drop_null()))
+        return pc.unique(array.drop_null()).to_pylist()
+
+    def check_arrow_type(self, arrow_type: Any) -> None:
+        value_type = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
+        if not readable_label_type(value_type):
+            raise SchemaError(
+                f"expected {self.expected_arrow()} for CategoricalEstimator, got Arrow type {arrow_type}"
+            )
+
+    def expected_arrow(self) -> str:
+        return "a string, large_string, integer, boolean or dictionary column"
+
+    # -- scans -----------------------------------------------------------------------------------------
+    @property
+    def needs_scan(self) -> bool:
+        return self.labels is None
+
+    def scan(self, records: Sequence[Any]) -> frozenset[Any]:
+        """The labels of ``records`` (None entries are skipped: encode reports them)."""
+        n = len(records)
+        out = set()
+        for i, v in enumerate(records):
+            if v is not None:
+                lookup_label({}, v, i, n)  # raises for an unhashable value
+                out.add(normalize_label(v))
+        return frozenset(out)
+
+    def scan_arrow(self, data: Any) -> frozenset[Any]:
+        array = as_arrow_array(data)
+        self._check_array(array)
+        return frozenset(self._arrow_labels(array))
+
+    def merge_scans(self, a: Any, b: Any) -> Any:
+        if a is None or b is None:
+            return b if a is None else a
+        return frozenset(a) | frozenset(b)
+
+    def union(self, other: Encoder) -> Encoder:
+        if self == other:
+            return self
+        if not isinstance(other, CategoricalEncoder):
+            raise TypeError(f"cannot combine encoders {self!r} and {other!r}")
+        unseen = "zero" if "zero" in (self.unseen, other.unseen) else "error"
+        if self.labels is None or other.labels is None:
+            return CategoricalEncoder(None, unseen)
+        return CategoricalEncoder((*self.labels, *other.labels), unseen)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, CategoricalEncoder)
+            and self.labels == other.labels
+            and self.unseen == other.unseen
+        )
+
+    def __hash__(self) -> int:
+        return hash(("CategoricalEncoder", self.labels, self.unseen))
+
+    def __repr__(self) -> str:
+        size = "?" if self.labels is None else len(self.labels)
+        return f"CategoricalEncoder(<{size} labels>, unseen={self.unseen!r})"
+
+
+class CategoricalAccumulator(Accumulator):
+    """Weighted label counts over the estimator's vocabulary ``labels``; value: the count vector.
+
+    Batches encoded with another vocabulary (for example a mixture's union encoder) are re-aligned
+    to ``labels``; a label outside it that carries weight is an UnseenLabelError.
+    """
+
+    def __init__(self, labels: tuple[Any, ...] | None = None, keys: Any = None) -> None:
+        self.keys = keys
+        self.labels = labels
+        self.counts = np.zeros(0 if labels is None else len(labels))
+        self._maps: dict[tuple[Any, ...], np.ndarray] = {}
+
+    def _positions(self, labels: tuple[Any, ...]) -> np.ndarray:
+        """Position in ``self.labels`` of each of ``labels`` (-1 when absent), cached per vocabulary."""
+        pos = self._maps.get(labels)
+        if pos is None:
+            index = {k: i for i, k in enumerate(self.labels or ())}
+            pos = self._maps[labels] = np.fromiter(
+                (index.get(k, -1) for k in labels), dtype=np.int64, count=len(labels)
+            )
+        return pos
+
+    def seq_update(self, enc: CategoricalBatch, weights: np.ndarray, estimate: Any) -> None:
+        if self.labels is None:
+            raise no_vocabulary_error()
+        codes = enc.codes
+        if len(codes) and codes.min() < 0:  # unseen labels (unseen="zero") carry no statistics
+            keep = codes >= 0
+            codes, weights = codes[keep], weights[keep]
+        counts = np.bincount(codes, weights=weights, minlength=len(enc.labels))
+        if enc.labels is self.labels or enc.labels == self.labels:
+            self.counts += counts
+            return None
+        pos = self._positions(enc.labels)
+        missing = (pos < 0) & (counts != 0)
+        if missing.any():
+            j = first_true(missing)
+            row = first_true(enc.codes == j)
+            raise unseen_label_error(enc.labels[j], self.labels, row, len(enc), int((enc.codes == j).sum()))
+        present = pos >= 0
+        self.counts[pos[present]] += counts[present]
+        return None
+
+    def combine(self, value: Any) -> CategoricalAccumulator:
+        counts = np.array(value, dtype=np.float64)
+        if len(self.counts) == 0 and self.labels is None:
+            self.counts = counts
+        elif counts.shape != self.counts.shape:
+            raise SpecError(
+                f"CategoricalAccumulator: cannot combine {len(counts)} counts into "
+                f"{len(self.counts)} (different vocabularies)"
+            )
+        else:
+            self.counts += counts
+        return self
+
+    def value(self) -> np.ndarray:
+        return self.counts.copy()
+
+    def from_value(self, value: Any) -> CategoricalAccumulator:
+        self.counts = np.array(value, dtype=np.float64)
+        return self
+
+    def make_encoder(self) -> CategoricalEncoder:
+        return CategoricalEncoder(self.labels)
+
+
+class CategoricalAccumulatorFactory(AccumulatorFactory):
+    def __init__(self, labels: tuple[Any, ...] | None = None, keys: Any = None) -> None:
+        self.labels = labels
+        self.keys = keys
+
+    def make(self) -> CategoricalAccumulator:
+        return CategoricalAccumulator(self.labels, self.keys)
+
+
+@register_estimator("categorical")
+class CategoricalEstimator(Estimator):
+    """Label frequencies, optionally smoothed.
+
+    Parameters
+    ----------
+    pseudo_count : float, optional
+        Prior weight, spread evenly over the vocabulary, or by ``suff_stat`` when given.
+    suff_stat : mapping label -> probability, optional
+        Prior pmap (its labels join the vocabulary).
+    labels : iterable of labels, optional
+        Fixed vocabulary; without it the encoder's scan learns the labels of the data.
+    min_prob : float
+        Probability floor (default 0): every probability is raised to at least ``min_prob``, then
+        the vector is renormalized.
+    keys : str, optional
+        Tie this categorical's parameters to every other site with the same key.
+
+    The estimated pmap covers the whole vocabulary (zero probabilities included), so its encoder
+    accepts every label the data had. Zero total weight gives the uniform distribution.
+    """
+
+    def __init__(
+        self,
+        pseudo_count: float | None = None,
+        suff_stat: Mapping[Any, float] | Sequence[Any] | None = None,
+        labels: Iterable[Any] | None = None,
+        min_prob: float = 0.0,
+        name: str | None = None,
+        keys: str | None = None,
+    ) -> None:
+        fam = "CategoricalEstimator"
+        check_parameter(
+            pseudo_count is None or pseudo_count >= 0,
+            fam,
+            "pseudo_count",
+            pseudo_count,
+            "a non-negative number",
+        )
+        check_parameter(0.0 <= min_prob < 1.0, fam, "min_prob", min_prob, "in [0, 1)")
+        self.pseudo_count = pseudo_count
+        self.suff_stat = (
+            None if suff_stat is None else CategoricalDistribution(pmap_from_spec(suff_stat, fam)).pmap
+        )
+        # The prior's labels join a fixed vocabulary, so the estimate covers them.
+        self.labels = None if labels is None else sorted_labels((*labels, *(self.suff_stat or ())))
+        self.min_prob = float(min_prob)
+        self.name = name
+        self.keys = keys
+
+    def accumulator_factory(self) -> CategoricalAccumulatorFactory:
+        return CategoricalAccumulatorFactory(self.labels, self.keys)
+
+    def encoder(self) -> CategoricalEncoder:
+        return CategoricalEncoder(self.labels)
+
+    def with_scan(self, scan: Any) -> CategoricalEstimator:
+        if scan is None:
+            return self
+        return CategoricalEstimator(
+            self.pseudo_count,
+            self.suff_stat,
+            (*(self.labels or ()), *scan),
+            self.min_prob,
+            self.name,
+            self.keys,
+        )
+
+    def estimate(self, nobs: float | None, value: Any) -> CategoricalDistribution:
+        vocab = self.labels
+        if vocab is None:
+            raise no_vocabulary_error()
+        if not vocab:
+            raise EmptyDataError("CategoricalEstimator: no labels in the data and no `labels` given")
+        counts = np.array(value, dtype=np.float64)
+        if counts.shape != (len(vocab),):
+            raise SpecError(
+                f"CategoricalEstimator: {len(counts)} counts for a vocabulary of {len(vocab)} labels"
+            )
+        prior = self.suff_stat or {}
+        pc = self.pseudo_count or 0.0
+        if pc > 0:
+            if prior:
+                counts += pc * align_counts(tuple(prior), np.array(list(prior.values())), vocab)
+            else:
+                counts += pc / len(vocab)
+        total = float(counts.sum())
+        if total > 0 and math.isfinite(total):
+            p = counts / total
+        else:
+            p = np.full(len(vocab), 1.0 / len(vocab))
+        if self.min_prob > 0:
+            p = np.maximum(p, self.min_prob)
+            p /= p.sum()
+        return CategoricalDistribution(dict(zip(vocab, p.tolist(), strict=True)))
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family}
+        prior = None if self.suff_stat is None else [[k, v] for k, v in self.suff_stat.items()]
+        spec.update(
+            drop_none(
+                pseudo_count=self.pseudo_count,
+                suff_stat=prior,
+                labels=None if self.labels is None else list(self.labels),
+                name=self.name,
+                keys=self.keys,
+            )
+        )
+        if self.min_prob != 0.0:
+            spec["min_prob"] = self.min_prob
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> CategoricalEstimator:
+        check_spec_keys(
+            spec, "categorical", optional=("pseudo_count", "suff_stat", "labels", "min_prob", "name", "keys")
+        )
+        opts = {k: v for k, v in spec.items() if k != "type"}
+        if "labels" in opts and opts["labels"] is not None:
+            opts["labels"] = [hashable_label(k) for k in opts["labels"]]
+        return cls(**opts)

@@ -1,0 +1,301 @@
+"""Diagonal-covariance Gaussian: ``DiagonalGaussianDistribution(mu, covar)`` (``covar`` = the variances).
+
+Records are 1-D float sequences of length ``d``, read as for
+:mod:`~mixle_spark.stats.multivariate_gaussian`. Statistics ``(sw, Σw y, Σw y^2, centre)`` use centred
+data ``y = x - centre`` and combine at a common centre exactly.
+
+Mixture fast path: features ``[1, y, y*y]`` (``m = 2d + 1``) cached on the encoded batch.
+
+Estimator floors (documented defaults): every variance is at least
+``max(min_covar, ridge * mean(variances))`` (``min_covar = 1e-8``, ``ridge = 1e-6``). Zero total
+weight gives the prior ``suff_stat`` or unit variances around the centre.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.errors import EmptyDataError
+from mixle_spark.stats._vector import (
+    MomentAccumulator,
+    VectorBatch,
+    VectorEncoder,
+    moments_about_mean,
+    parameter_vector,
+)
+from mixle_spark.stats.base import (
+    AccumulatorFactory,
+    Distribution,
+    Estimator,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    drop_none,
+    register_distribution,
+    register_estimator,
+)
+
+__all__ = [
+    "DiagonalGaussianAccumulator",
+    "DiagonalGaussianAccumulatorFactory",
+    "DiagonalGaussianDistribution",
+    "DiagonalGaussianEncoder",
+    "DiagonalGaussianEstimator",
+    "DiagonalGaussianSampler",
+]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+_FAMILY = "DiagonalGaussianDistribution"
+
+
+@register_distribution("diagonal_gaussian")
+class DiagonalGaussianDistribution(Distribution):
+    """Gaussian over vectors of length ``d`` with independent coordinates: mean ``mu`` (d,),
+    variances ``covar`` (d,).
+
+    Examples
+    --------
+    >>> d = DiagonalGaussianDistribution([0.0, 0.0], [1.0, 1.0])
+    >>> round(d.log_density([0.0, 0.0]), 6)
+    -1.837877
+    """
+
+    def __init__(self, mu: Sequence[float] | np.ndarray, covar: Sequence[float] | np.ndarray) -> None:
+        mu = parameter_vector(mu, _FAMILY, "mu")
+        covar = parameter_vector(covar, _FAMILY, "covar")
+        check_parameter(
+            len(covar) == len(mu) and bool(np.all(covar > 0)),
+            _FAMILY,
+            "covar",
+            covar.tolist(),
+            f"{len(mu)} positive variances",
+        )
+        self.mu = mu
+        self.covar = covar
+        self.dim = len(mu)
+        self._inv = 1.0 / covar
+        self._log_const = -0.5 * (self.dim * _LOG_2PI + float(np.log(covar).sum()))
+
+    def log_density(self, x: Any) -> float:
+        try:
+            v = np.asarray(x, dtype=np.float64)
+        except (TypeError, ValueError):
+            return -math.inf
+        if v.shape != (self.dim,) or not np.all(np.isfinite(v)):
+            return -math.inf
+        r = v - self.mu
+        return float(self._log_const - 0.5 * ((r * r) @ self._inv))
+
+    def seq_log_density(self, enc: VectorBatch) -> np.ndarray:
+        r = enc.x - self.mu
+        return self._log_const - 0.5 * ((r * r) @ self._inv)
+
+    # -- mixture fast path ----------------------------------------------------------------------
+    def feature_key(self) -> Any:
+        return ("diagonal_gaussian", self.dim)
+
+    def seq_features(self, enc: VectorBatch) -> np.ndarray:
+        return enc.diagonal_features()
+
+    def feature_coefficients(self, enc: VectorBatch) -> np.ndarray:
+        m = self.mu - enc.c
+        const = self._log_const - 0.5 * float((m * m) @ self._inv)
+        return np.concatenate(([const], m * self._inv, -0.5 * self._inv))
+
+    def sampler(self, seed: int | None = None) -> DiagonalGaussianSampler:
+        return DiagonalGaussianSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> DiagonalGaussianEstimator:
+        if pseudo_count is None:
+            return DiagonalGaussianEstimator(dim=self.dim)
+        return DiagonalGaussianEstimator(
+            pseudo_count=pseudo_count, suff_stat=(self.mu, self.covar), dim=self.dim
+        )
+
+    def encoder(self) -> DiagonalGaussianEncoder:
+        return DiagonalGaussianEncoder(self.dim, self.mu)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.family, "mu": self.mu.tolist(), "covar": self.covar.tolist()}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> DiagonalGaussianDistribution:
+        check_spec_keys(spec, "diagonal_gaussian", required=("mu", "covar"))
+        return cls(spec["mu"], spec["covar"])
+
+
+class DiagonalGaussianSampler(Sampler):
+    """One record is a 1-D array; ``sample(size)`` a list of them."""
+
+    def sample(self, size: int | None = None) -> Any:
+        dist: Any = self.dist
+        z = self.rng.standard_normal((1 if size is None else size, dist.dim))
+        draws = dist.mu + z * np.sqrt(dist.covar)
+        return draws[0] if size is None else list(draws)
+
+
+class DiagonalGaussianEncoder(VectorEncoder):
+    """Reads vectors of length ``dim`` into a :class:`~mixle_spark.stats._vector.VectorBatch`."""
+
+    family = "DiagonalGaussianEstimator"
+
+
+class DiagonalGaussianAccumulator(MomentAccumulator):
+    """Σw, Σw y, Σw y^2 around a centre; value ``(sw, s1, s2, center)``."""
+
+    diagonal = True
+
+    def make_encoder(self) -> DiagonalGaussianEncoder:
+        return DiagonalGaussianEncoder(self.dim)
+
+
+class DiagonalGaussianAccumulatorFactory(AccumulatorFactory):
+    def __init__(self, dim: int | None = None, keys: Any = None) -> None:
+        self.dim = dim
+        self.keys = keys
+
+    def make(self) -> DiagonalGaussianAccumulator:
+        return DiagonalGaussianAccumulator(self.dim, self.keys)
+
+
+@register_estimator("diagonal_gaussian")
+class DiagonalGaussianEstimator(Estimator):
+    """Maximum-likelihood (or, with ``pseudo_count``, MAP-like) diagonal Gaussian fit.
+
+    Parameters
+    ----------
+    pseudo_count : float, optional
+        Weight of the prior ``suff_stat = (mu0, covar0)``; without ``suff_stat`` the variances are
+        shrunk towards 1 with this weight.
+    suff_stat : (array of shape (d,), array of shape (d,)), optional
+        Prior mean and variances (also the fallback when there is no data).
+    min_covar, ridge : float
+        Variance floor ``max(min_covar, ridge * mean(variances))``.
+    dim : int, optional
+        Vector length (learnt by the scan when omitted).
+    center : array of shape (d,), optional
+        Centre of the statistics (the data mean, set by :meth:`with_scan`).
+    keys : str, optional
+        Tie this Gaussian's parameters to every other site with the same key.
+    """
+
+    def __init__(
+        self,
+        pseudo_count: float | None = None,
+        suff_stat: tuple[Any, Any] | None = None,
+        min_covar: float = 1e-8,
+        ridge: float = 1e-6,
+        dim: int | None = None,
+        center: Sequence[float] | np.ndarray | None = None,
+        name: str | None = None,
+        keys: str | None = None,
+    ) -> None:
+        fam = type(self).__name__
+        check_parameter(
+            pseudo_count is None or pseudo_count >= 0,
+            fam,
+            "pseudo_count",
+            pseudo_count,
+            "a non-negative number",
+        )
+        check_parameter(min_covar > 0, fam, "min_covar", min_covar, "positive")
+        check_parameter(ridge >= 0, fam, "ridge", ridge, "non-negative")
+        check_parameter(
+            dim is None or (isinstance(dim, int) and dim > 0), fam, "dim", dim, "a positive integer"
+        )
+        self.pseudo_count = pseudo_count
+        self.suff_stat = None
+        if suff_stat is not None:
+            prior = DiagonalGaussianDistribution(suff_stat[0], suff_stat[1])
+            self.suff_stat = (prior.mu, prior.covar)
+            dim = prior.dim if dim is None else dim
+            check_parameter(prior.dim == dim, fam, "suff_stat", suff_stat, f"of dimension {dim}")
+        self.center = None if center is None else parameter_vector(center, fam, "center")
+        if self.center is not None:
+            dim = len(self.center) if dim is None else dim
+            check_parameter(len(self.center) == dim, fam, "center", center, f"of length {dim}")
+        self.dim = dim
+        self.min_covar = float(min_covar)
+        self.ridge = float(ridge)
+        self.name = name
+        self.keys = keys
+
+    def accumulator_factory(self) -> DiagonalGaussianAccumulatorFactory:
+        return DiagonalGaussianAccumulatorFactory(self.dim, self.keys)
+
+    def encoder(self) -> DiagonalGaussianEncoder:
+        return DiagonalGaussianEncoder(self.dim, self.center)
+
+    def with_scan(self, scan: Any) -> DiagonalGaussianEstimator:
+        if scan is None:
+            return self
+        count, total = scan
+        center = np.asarray(total, dtype=np.float64) / float(count)
+        return DiagonalGaussianEstimator(
+            self.pseudo_count,
+            self.suff_stat,
+            self.min_covar,
+            self.ridge,
+            len(center),
+            center,
+            self.name,
+            self.keys,
+        )
+
+    def estimate(self, nobs: float | None, value: Any) -> DiagonalGaussianDistribution:
+        sw, mean_y, scatter, c = moments_about_mean(value)
+        d = len(mean_y) or self.dim
+        if not d:
+            raise EmptyDataError(
+                f"{type(self).__name__}: no data, and neither dim nor suff_stat to fall back on"
+            )
+        pc = self.pseudo_count or 0.0
+        if sw <= 0.0 and (pc == 0.0 or self.suff_stat is None):
+            if self.suff_stat is not None:
+                return DiagonalGaussianDistribution(*self.suff_stat)
+            center = c if len(c) == d else (self.center if self.center is not None else np.zeros(d))
+            return DiagonalGaussianDistribution(center, np.ones(d))
+        if self.suff_stat is not None and pc > 0:
+            mu0, var0 = self.suff_stat
+            d0 = mu0 - c
+            mean_all = (sw * mean_y + pc * d0) / (sw + pc)
+            scatter = scatter + sw * (mean_y - mean_all) ** 2 + pc * (var0 + (d0 - mean_all) ** 2)
+            mu, var = c + mean_all, scatter / (sw + pc)
+        else:
+            mu, var = c + mean_y, (scatter + pc) / (sw + pc)
+        var = np.where(np.isfinite(var), var, 1.0)
+        floor = max(self.min_covar, self.ridge * float(var.mean()))
+        return DiagonalGaussianDistribution(mu, np.maximum(var, floor))
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family}
+        prior = None if self.suff_stat is None else [self.suff_stat[0].tolist(), self.suff_stat[1].tolist()]
+        center = None if self.center is None else self.center.tolist()
+        spec.update(
+            drop_none(
+                pseudo_count=self.pseudo_count,
+                suff_stat=prior,
+                dim=self.dim,
+                center=center,
+                name=self.name,
+                keys=self.keys,
+            )
+        )
+        if self.min_covar != 1e-8:
+            spec["min_covar"] = self.min_covar
+        if self.ridge != 1e-6:
+            spec["ridge"] = self.ridge
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> DiagonalGaussianEstimator:
+        check_spec_keys(
+            spec,
+            "diagonal_gaussian",
+            optional=("pseudo_count", "suff_stat", "min_covar", "ridge", "dim", "center", "name", "keys"),
+        )
+        return cls(**{k: v for k, v in spec.items() if k != "type"})

@@ -1,0 +1,190 @@
+"""Exponential: ``ExponentialDistribution(beta)`` with ``beta`` the scale (the mean).
+
+Records are non-negative real numbers; ``log p(x) = -log(beta) - x / beta``. Statistics
+``(Σw, Σw x)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.stats._scalar_common import ScalarEncoder, SumAccumulator, SumAccumulatorFactory
+from mixle_spark.stats._validate import check_range
+from mixle_spark.stats.base import (
+    Distribution,
+    Estimator,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    drop_none,
+    register_distribution,
+    register_estimator,
+)
+
+__all__ = [
+    "ExponentialAccumulator",
+    "ExponentialAccumulatorFactory",
+    "ExponentialDistribution",
+    "ExponentialEncoder",
+    "ExponentialEstimator",
+    "ExponentialSampler",
+]
+
+DEFAULT_MIN_BETA = 1e-12
+
+
+@register_distribution("exponential")
+class ExponentialDistribution(Distribution):
+    """Exponential distribution with scale (mean) ``beta``.
+
+    Examples
+    --------
+    >>> ExponentialDistribution(2.0).log_density(0.0) == -math.log(2.0)
+    True
+    """
+
+    def __init__(self, beta: float) -> None:
+        check_parameter(math.isfinite(beta) and beta > 0, "ExponentialDistribution", "beta", beta,
+                        "a positive finite number")
+        self.beta = float(beta)
+        self._log_beta = math.log(self.beta)
+
+    def log_density(self, x: float) -> float:
+        x = float(x)
+        if not (0.0 <= x < math.inf):
+            return -math.inf
+        return -self._log_beta - x / self.beta
+
+    def seq_log_density(self, enc: np.ndarray) -> np.ndarray:
+        return -self._log_beta - enc / self.beta
+
+    # Mixture fast path: log p(x) = [1, x] @ [-log beta, -1 / beta].
+    def feature_key(self) -> Any:
+        return ("exponential",)
+
+    def seq_features(self, enc: np.ndarray) -> np.ndarray:
+        return np.column_stack([np.ones_like(enc), enc])
+
+    def feature_coefficients(self, enc: np.ndarray) -> np.ndarray:
+        return np.array([-self._log_beta, -1.0 / self.beta])
+
+    def sampler(self, seed: int | None = None) -> ExponentialSampler:
+        return ExponentialSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> ExponentialEstimator:
+        if pseudo_count is None:
+            return ExponentialEstimator()
+        return ExponentialEstimator(pseudo_count=pseudo_count, suff_stat=self.beta)
+
+    def encoder(self) -> ExponentialEncoder:
+        return ExponentialEncoder()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.family, "beta": self.beta}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> ExponentialDistribution:
+        check_spec_keys(spec, "exponential", required=("beta",))
+        return cls(spec["beta"])
+
+
+class ExponentialSampler(Sampler):
+    dist: ExponentialDistribution
+
+    def sample(self, size: int | None = None) -> Any:
+        draws = self.rng.exponential(self.dist.beta, size=size)
+        return float(draws) if size is None else draws
+
+
+class ExponentialEncoder(ScalarEncoder):
+    """Reads non-negative finite numbers into a float64 array of shape (n,)."""
+
+    estimator_name = "ExponentialEstimator"
+    expectation = "a non-negative finite number"
+
+    def validate(self, x: np.ndarray) -> None:
+        check_range(x, self.expected, low=0.0)
+
+
+class ExponentialAccumulator(SumAccumulator):
+    """Sums ``(Σw, Σw x)``."""
+
+    def make_encoder(self) -> ExponentialEncoder:
+        return ExponentialEncoder()
+
+
+class ExponentialAccumulatorFactory(SumAccumulatorFactory):
+    accumulator_class = ExponentialAccumulator
+
+
+@register_estimator("exponential")
+class ExponentialEstimator(Estimator):
+    """Maximum-likelihood exponential fit ``beta = Σw x / Σw``.
+
+    Parameters
+    ----------
+    pseudo_count : float, optional
+        Number of pseudo-observations with mean ``suff_stat`` added to the data:
+        ``beta = (Σw x + pc * beta0) / (Σw + pc)``.
+    suff_stat : float, optional
+        Prior scale ``beta0`` (default 1.0 when only ``pseudo_count`` is given).
+    min_beta : float
+        Scale floor (default 1e-12): data that are all zero keep a finite density.
+    keys : str, optional
+        Tie this parameter to every other site with the same key.
+
+    With zero total weight the estimate is ``suff_stat`` (or 1.0).
+    """
+
+    def __init__(
+        self,
+        pseudo_count: float | None = None,
+        suff_stat: float | None = None,
+        min_beta: float = DEFAULT_MIN_BETA,
+        name: str | None = None,
+        keys: str | None = None,
+    ) -> None:
+        check_parameter(pseudo_count is None or pseudo_count >= 0, "ExponentialEstimator", "pseudo_count",
+                        pseudo_count, "a non-negative number")
+        check_parameter(suff_stat is None or (math.isfinite(suff_stat) and suff_stat > 0),
+                        "ExponentialEstimator", "suff_stat", suff_stat, "a positive finite number")
+        check_parameter(min_beta > 0, "ExponentialEstimator", "min_beta", min_beta, "positive")
+        self.pseudo_count = pseudo_count
+        self.suff_stat = None if suff_stat is None else float(suff_stat)
+        self.min_beta = float(min_beta)
+        self.name = name
+        self.keys = keys
+
+    def accumulator_factory(self) -> ExponentialAccumulatorFactory:
+        return ExponentialAccumulatorFactory(self.keys)
+
+    def encoder(self) -> ExponentialEncoder:
+        return ExponentialEncoder()
+
+    def estimate(self, nobs: float | None, value: Any) -> ExponentialDistribution:
+        sw, sx = value
+        pc = self.pseudo_count or 0.0
+        beta0 = 1.0 if self.suff_stat is None else self.suff_stat
+        total = sw + pc
+        beta = (sx + pc * beta0) / total if total > 0 else beta0
+        if not math.isfinite(beta):
+            beta = beta0
+        return ExponentialDistribution(max(beta, self.min_beta))
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family}
+        spec.update(drop_none(pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name,
+                              keys=self.keys))
+        if self.min_beta != DEFAULT_MIN_BETA:
+            spec["min_beta"] = self.min_beta
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> ExponentialEstimator:
+        check_spec_keys(spec, "exponential",
+                        optional=("pseudo_count", "suff_stat", "min_beta", "name", "keys"))
+        return cls(**{k: v for k, v in spec.items() if k != "type"})

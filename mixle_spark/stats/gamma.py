@@ -1,0 +1,291 @@
+"""Gamma: ``GammaDistribution(k, theta)`` with shape ``k`` and scale ``theta`` (mean ``k theta``).
+
+Records are positive real numbers; the encoded batch is ``(x, log x)`` and the statistics
+``(Σw, Σw x, Σw log x)``. The M-step solves ``log k - digamma(k) = log(mean) - mean(log x)`` for the
+shape by Newton's method safeguarded by bisection inside ``[min_k, max_k]`` (see :func:`solve_shape`),
+then ``theta = mean / k``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.stats._scalar_common import ScalarEncoder
+from mixle_spark.stats._special import digamma, gammaln, log_minus_digamma, trigamma
+from mixle_spark.stats._validate import check_range
+from mixle_spark.stats.base import (
+    Accumulator,
+    AccumulatorFactory,
+    Distribution,
+    Estimator,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    drop_none,
+    register_distribution,
+    register_estimator,
+)
+
+__all__ = [
+    "GammaAccumulator",
+    "GammaAccumulatorFactory",
+    "GammaDistribution",
+    "GammaEncoder",
+    "GammaEstimator",
+    "GammaSampler",
+    "solve_shape",
+]
+
+DEFAULT_MIN_K = 1e-8
+DEFAULT_MAX_K = 1e8
+SHAPE_RTOL = 1e-12
+_MAX_ITERATIONS = 200
+
+
+def solve_shape(s: float, min_k: float = DEFAULT_MIN_K, max_k: float = DEFAULT_MAX_K) -> float:
+    """The shape ``k`` in ``[min_k, max_k]`` with ``log k - digamma(k) = s``.
+
+    ``log k - digamma(k)`` decreases from +inf to 0, so the root is unique for ``s > 0``. Newton steps
+    (from the Minka / Choi-Wette closed-form start) are kept inside a shrinking bracket and replaced by
+    a geometric bisection when they leave it; iteration stops when a step changes ``k`` by at most
+    ``1e-12`` relative. Returns ``max_k`` when ``s`` is at or below ``log k - digamma(k)`` at ``max_k``
+    (nearly constant data, including ``s <= 0`` from rounding) and ``min_k`` at the other end.
+    """
+    if not s > log_minus_digamma(max_k):
+        return max_k
+    if s >= log_minus_digamma(min_k):
+        return min_k
+    lo, hi = min_k, max_k
+    k = (3.0 - s + math.sqrt((s - 3.0) ** 2 + 24.0 * s)) / (12.0 * s)
+    k = min(max(k, lo), hi)
+    for _ in range(_MAX_ITERATIONS):
+        f = log_minus_digamma(k) - s
+        if f > 0:
+            lo = k  # the function decreases: the root is above k
+        else:
+            hi = k
+        slope = 1.0 / k - trigamma(k)
+        step = f / slope if slope < 0 else 0.0
+        new = k - step
+        if not (lo < new < hi):
+            new = math.sqrt(lo * hi)
+        if abs(new - k) <= SHAPE_RTOL * k:
+            return new
+        k = new
+    return k
+
+
+@register_distribution("gamma")
+class GammaDistribution(Distribution):
+    """Gamma distribution with shape ``k`` and scale ``theta``.
+
+    Examples
+    --------
+    >>> round(GammaDistribution(1.0, 2.0).log_density(1.0), 12) == round(-math.log(2.0) - 0.5, 12)
+    True
+    """
+
+    def __init__(self, k: float, theta: float) -> None:
+        check_parameter(math.isfinite(k) and k > 0, "GammaDistribution", "k", k, "a positive finite number")
+        check_parameter(math.isfinite(theta) and theta > 0, "GammaDistribution", "theta", theta,
+                        "a positive finite number")
+        self.k = float(k)
+        self.theta = float(theta)
+        self._log_const = -gammaln(self.k) - self.k * math.log(self.theta)
+
+    def log_density(self, x: float) -> float:
+        x = float(x)
+        if not (0.0 < x < math.inf):
+            return -math.inf
+        return self._log_const + (self.k - 1.0) * math.log(x) - x / self.theta
+
+    def seq_log_density(self, enc: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        x, log_x = enc
+        return self._log_const + (self.k - 1.0) * log_x - x / self.theta
+
+    # Mixture fast path: log p(x) = [1, x, log x] @ [const, -1 / theta, k - 1].
+    def feature_key(self) -> Any:
+        return ("gamma",)
+
+    def seq_features(self, enc: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        x, log_x = enc
+        return np.column_stack([np.ones_like(x), x, log_x])
+
+    def feature_coefficients(self, enc: Any) -> np.ndarray:
+        return np.array([self._log_const, -1.0 / self.theta, self.k - 1.0])
+
+    def sampler(self, seed: int | None = None) -> GammaSampler:
+        return GammaSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> GammaEstimator:
+        if pseudo_count is None:
+            return GammaEstimator()
+        return GammaEstimator(pseudo_count=pseudo_count, suff_stat=(self.k, self.theta))
+
+    def encoder(self) -> GammaEncoder:
+        return GammaEncoder()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.family, "k": self.k, "theta": self.theta}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> GammaDistribution:
+        check_spec_keys(spec, "gamma", required=("k", "theta"))
+        return cls(spec["k"], spec["theta"])
+
+
+class GammaSampler(Sampler):
+    dist: GammaDistribution
+
+    def sample(self, size: int | None = None) -> Any:
+        draws = self.rng.gamma(self.dist.k, self.dist.theta, size=size)
+        return float(draws) if size is None else draws
+
+
+class GammaEncoder(ScalarEncoder):
+    """Reads positive finite numbers into ``(x, log x)``, two float64 arrays of shape (n,)."""
+
+    estimator_name = "GammaEstimator"
+    expectation = "a positive finite number"
+
+    def validate(self, x: np.ndarray) -> None:
+        check_range(x, self.expected, low=0.0, low_open=True)
+
+    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return x, np.log(x)
+
+
+class GammaAccumulator(Accumulator):
+    """Sums ``(Σw, Σw x, Σw log x)``."""
+
+    def __init__(self, keys: Any = None) -> None:
+        self.keys = keys
+        self.sw = 0.0
+        self.sx = 0.0
+        self.slog = 0.0
+
+    def seq_update(self, enc: tuple[np.ndarray, np.ndarray], weights: np.ndarray, estimate: Any) -> None:
+        x, log_x = enc
+        self.sw += float(weights.sum())
+        self.sx += float(np.dot(weights, x))
+        self.slog += float(np.dot(weights, log_x))
+        return None
+
+    def add_feature_sums(self, sums: np.ndarray, enc: Any, estimate: Any) -> None:
+        """Add ``sums = Σ w [1, x, log x]`` from the mixture fast path."""
+        self.sw += float(sums[0])
+        self.sx += float(sums[1])
+        self.slog += float(sums[2])
+
+    def combine(self, value: Any) -> GammaAccumulator:
+        sw, sx, slog = value
+        self.sw += float(sw)
+        self.sx += float(sx)
+        self.slog += float(slog)
+        return self
+
+    def value(self) -> tuple[float, float, float]:
+        return (self.sw, self.sx, self.slog)
+
+    def from_value(self, value: Any) -> GammaAccumulator:
+        self.sw, self.sx, self.slog = (float(v) for v in value)
+        return self
+
+    def make_encoder(self) -> GammaEncoder:
+        return GammaEncoder()
+
+
+class GammaAccumulatorFactory(AccumulatorFactory):
+    def __init__(self, keys: Any = None) -> None:
+        self.keys = keys
+
+    def make(self) -> GammaAccumulator:
+        return GammaAccumulator(self.keys)
+
+
+@register_estimator("gamma")
+class GammaEstimator(Estimator):
+    """Maximum-likelihood gamma fit (shape by a bracketed Newton solve, see :func:`solve_shape`).
+
+    Parameters
+    ----------
+    pseudo_count : float, optional
+        Number of pseudo-observations drawn "on average" from ``Gamma(k0, theta0)`` =
+        ``suff_stat``: they add ``pc * k0 * theta0`` to Σw x and ``pc * (digamma(k0) + log theta0)``
+        to Σw log x.
+    suff_stat : (float, float), optional
+        Prior shape and scale (default (1, 1) when only ``pseudo_count`` is given).
+    min_k, max_k : float
+        Bounds of the shape (defaults 1e-8 and 1e8). Data that are all equal (or nearly so, within
+        rounding) give ``k = max_k``, a very peaked but finite density.
+    keys : str, optional
+        Tie these parameters to every other site with the same key.
+
+    With zero total weight the estimate is ``suff_stat`` (or k = 1, theta = 1).
+    """
+
+    def __init__(
+        self,
+        pseudo_count: float | None = None,
+        suff_stat: tuple[float, float] | None = None,
+        min_k: float = DEFAULT_MIN_K,
+        max_k: float = DEFAULT_MAX_K,
+        name: str | None = None,
+        keys: str | None = None,
+    ) -> None:
+        check_parameter(pseudo_count is None or pseudo_count >= 0, "GammaEstimator", "pseudo_count",
+                        pseudo_count, "a non-negative number")
+        check_parameter(suff_stat is None or (len(suff_stat) == 2 and all(
+            math.isfinite(v) and v > 0 for v in suff_stat)), "GammaEstimator", "suff_stat", suff_stat,
+            "a pair (k0, theta0) of positive finite numbers")
+        check_parameter(0 < min_k < max_k < math.inf, "GammaEstimator", "(min_k, max_k)", (min_k, max_k),
+                        "positive with min_k < max_k")
+        self.pseudo_count = pseudo_count
+        self.suff_stat = None if suff_stat is None else (float(suff_stat[0]), float(suff_stat[1]))
+        self.min_k = float(min_k)
+        self.max_k = float(max_k)
+        self.name = name
+        self.keys = keys
+
+    def accumulator_factory(self) -> GammaAccumulatorFactory:
+        return GammaAccumulatorFactory(self.keys)
+
+    def encoder(self) -> GammaEncoder:
+        return GammaEncoder()
+
+    def estimate(self, nobs: float | None, value: Any) -> GammaDistribution:
+        sw, sx, slog = value
+        pc = self.pseudo_count or 0.0
+        k0, theta0 = (1.0, 1.0) if self.suff_stat is None else self.suff_stat
+        if pc > 0:
+            sw, sx, slog = sw + pc, sx + pc * k0 * theta0, slog + pc * (digamma(k0) + math.log(theta0))
+        if not (sw > 0 and sx > 0):
+            return GammaDistribution(min(max(k0, self.min_k), self.max_k), theta0)
+        mean = sx / sw
+        s = math.log(mean) - slog / sw
+        k = solve_shape(s, self.min_k, self.max_k) if math.isfinite(s) else self.max_k
+        theta = mean / k
+        if not (math.isfinite(theta) and theta > 0):
+            return GammaDistribution(min(max(k0, self.min_k), self.max_k), theta0)
+        return GammaDistribution(k, theta)
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family}
+        spec.update(drop_none(pseudo_count=self.pseudo_count,
+                              suff_stat=None if self.suff_stat is None else list(self.suff_stat),
+                              name=self.name, keys=self.keys))
+        if self.min_k != DEFAULT_MIN_K:
+            spec["min_k"] = self.min_k
+        if self.max_k != DEFAULT_MAX_K:
+            spec["max_k"] = self.max_k
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> GammaEstimator:
+        check_spec_keys(spec, "gamma",
+                        optional=("pseudo_count", "suff_stat", "min_k", "max_k", "name", "keys"))
+        return cls(**{k: v for k, v in spec.items() if k != "type"})

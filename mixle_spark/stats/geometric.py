@@ -1,0 +1,200 @@
+"""Geometric: ``GeometricDistribution(p)``, the number of trials up to and including the first success.
+
+Records are integers ``x >= 1``; ``P(x) = (1 - p)^(x - 1) p``. Statistics ``(Σw, Σw x)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.stats._scalar_common import (
+    ScalarEncoder,
+    SumAccumulator,
+    SumAccumulatorFactory,
+    check_counts,
+    safe_log,
+)
+from mixle_spark.stats.base import (
+    Distribution,
+    Estimator,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    drop_none,
+    register_distribution,
+    register_estimator,
+)
+
+__all__ = [
+    "GeometricAccumulator",
+    "GeometricAccumulatorFactory",
+    "GeometricDistribution",
+    "GeometricEncoder",
+    "GeometricEstimator",
+    "GeometricSampler",
+]
+
+DEFAULT_MIN_P = 1e-12
+
+
+@register_distribution("geometric")
+class GeometricDistribution(Distribution):
+    """Geometric distribution on ``{1, 2, ...}`` with success probability ``p`` in (0, 1].
+
+    Examples
+    --------
+    >>> GeometricDistribution(0.25).log_density(1) == math.log(0.25)
+    True
+    """
+
+    def __init__(self, p: float) -> None:
+        check_parameter(0.0 < p <= 1.0, "GeometricDistribution", "p", p, "a probability in (0, 1]")
+        self.p = float(p)
+        self._log_p = math.log(self.p)
+        self._log_q = math.log1p(-self.p) if self.p < 1.0 else -math.inf
+
+    def log_density(self, x: int) -> float:
+        value = float(x)
+        if not (1.0 <= value < math.inf and value == math.floor(value)):
+            return -math.inf
+        if value == 1.0:  # avoids 0 * -inf when p = 1
+            return self._log_p
+        return self._log_p + (value - 1.0) * self._log_q
+
+    def seq_log_density(self, enc: np.ndarray) -> np.ndarray:
+        if self.p == 1.0:
+            return np.where(enc == 1.0, 0.0, -np.inf)
+        return self._log_p + (enc - 1.0) * self._log_q
+
+    # Mixture fast path: log p(x) = [1, x] @ [log p - log(1 - p), log(1 - p)].
+    def feature_key(self) -> Any:
+        return ("geometric",)
+
+    def seq_features(self, enc: np.ndarray) -> np.ndarray:
+        return np.column_stack([np.ones_like(enc), enc])
+
+    def feature_coefficients(self, enc: Any) -> np.ndarray:
+        log_q = safe_log(1.0 - self.p) if self.p == 1.0 else self._log_q
+        return np.array([self._log_p - log_q, log_q])
+
+    def sampler(self, seed: int | None = None) -> GeometricSampler:
+        return GeometricSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> GeometricEstimator:
+        if pseudo_count is None:
+            return GeometricEstimator()
+        return GeometricEstimator(pseudo_count=pseudo_count, suff_stat=self.p)
+
+    def encoder(self) -> GeometricEncoder:
+        return GeometricEncoder()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.family, "p": self.p}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> GeometricDistribution:
+        check_spec_keys(spec, "geometric", required=("p",))
+        return cls(spec["p"])
+
+
+class GeometricSampler(Sampler):
+    dist: GeometricDistribution
+
+    def sample(self, size: int | None = None) -> Any:
+        draws = self.rng.geometric(self.dist.p, size=size)
+        return int(draws) if size is None else draws
+
+
+class GeometricEncoder(ScalarEncoder):
+    """Reads integers >= 1 into a float64 array of shape (n,)."""
+
+    estimator_name = "GeometricEstimator"
+    expectation = "an integer >= 1 (trials up to the first success)"
+
+    def validate(self, x: np.ndarray) -> None:
+        check_counts(x, self.expected, low=1.0)
+
+
+class GeometricAccumulator(SumAccumulator):
+    """Sums ``(Σw, Σw x)``."""
+
+    def make_encoder(self) -> GeometricEncoder:
+        return GeometricEncoder()
+
+
+class GeometricAccumulatorFactory(SumAccumulatorFactory):
+    accumulator_class = GeometricAccumulator
+
+
+@register_estimator("geometric")
+class GeometricEstimator(Estimator):
+    """Maximum-likelihood geometric fit ``p = Σw / Σw x``, clipped to ``[min_p, 1 - min_p]``.
+
+    Parameters
+    ----------
+    pseudo_count : float, optional
+        Number of pseudo-observations with mean ``1 / p0`` trials:
+        ``p = (Σw + pc) / (Σw x + pc / p0)``.
+    suff_stat : float, optional
+        Prior probability ``p0`` (default 0.5 when only ``pseudo_count`` is given).
+    min_p : float
+        Clip (default 1e-12): a component that saw only ones keeps a finite density for x > 1.
+        ``min_p=0`` gives the plain MLE (p = 1 possible).
+    keys : str, optional
+        Tie this parameter to every other site with the same key.
+
+    With zero total weight the estimate is ``suff_stat`` (or 0.5).
+    """
+
+    def __init__(
+        self,
+        pseudo_count: float | None = None,
+        suff_stat: float | None = None,
+        min_p: float = DEFAULT_MIN_P,
+        name: str | None = None,
+        keys: str | None = None,
+    ) -> None:
+        check_parameter(pseudo_count is None or pseudo_count >= 0, "GeometricEstimator", "pseudo_count",
+                        pseudo_count, "a non-negative number")
+        check_parameter(suff_stat is None or 0.0 < suff_stat <= 1.0, "GeometricEstimator", "suff_stat",
+                        suff_stat, "a probability in (0, 1]")
+        check_parameter(0.0 <= min_p < 0.5, "GeometricEstimator", "min_p", min_p, "in [0, 0.5)")
+        self.pseudo_count = pseudo_count
+        self.suff_stat = None if suff_stat is None else float(suff_stat)
+        self.min_p = float(min_p)
+        self.name = name
+        self.keys = keys
+
+    def accumulator_factory(self) -> GeometricAccumulatorFactory:
+        return GeometricAccumulatorFactory(self.keys)
+
+    def encoder(self) -> GeometricEncoder:
+        return GeometricEncoder()
+
+    def estimate(self, nobs: float | None, value: Any) -> GeometricDistribution:
+        sw, sx = value
+        pc = self.pseudo_count or 0.0
+        p0 = 0.5 if self.suff_stat is None else self.suff_stat
+        trials = sx + pc / p0
+        p = (sw + pc) / trials if sw + pc > 0 and trials > 0 else p0
+        if not math.isfinite(p):
+            p = p0
+        # The clip keeps p > 0 even with min_p = 0 (the constructor needs p > 0).
+        return GeometricDistribution(min(max(p, self.min_p, 1e-300), 1.0 - self.min_p))
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family}
+        spec.update(drop_none(pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name,
+                              keys=self.keys))
+        if self.min_p != DEFAULT_MIN_P:
+            spec["min_p"] = self.min_p
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> GeometricEstimator:
+        check_spec_keys(spec, "geometric", optional=("pseudo_count", "suff_stat", "min_p", "name", "keys"))
+        return cls(**{k: v for k, v in spec.items() if k != "type"})

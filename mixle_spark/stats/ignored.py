@@ -1,0 +1,169 @@
+"""A field the model does not describe: ``IgnoredDistribution()``.
+
+Used for columns a Record carries but should not model (ids, free text): every record has
+log-density 0, the encoder accepts anything and keeps only the number of rows, and the accumulator
+holds nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.stats.base import (
+    Accumulator,
+    AccumulatorFactory,
+    Distribution,
+    Encoder,
+    Estimator,
+    RowRandom,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    drop_none,
+    register_distribution,
+    register_estimator,
+)
+
+__all__ = [
+    "IgnoredAccumulator",
+    "IgnoredAccumulatorFactory",
+    "IgnoredDistribution",
+    "IgnoredEncoder",
+    "IgnoredEstimator",
+    "IgnoredSampler",
+]
+
+
+@register_distribution("ignored")
+class IgnoredDistribution(Distribution):
+    """Gives every record log-density 0 (the field contributes nothing to the likelihood).
+
+    Examples
+    --------
+    >>> IgnoredDistribution().log_density("anything")
+    0.0
+    """
+
+    def log_density(self, x: Any) -> float:
+        return 0.0
+
+    def seq_log_density(self, enc: int) -> np.ndarray:
+        return np.zeros(int(enc))
+
+    def sampler(self, seed: int | None = None) -> IgnoredSampler:
+        return IgnoredSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> IgnoredEstimator:
+        return IgnoredEstimator()
+
+    def encoder(self) -> IgnoredEncoder:
+        return IgnoredEncoder()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.family}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> IgnoredDistribution:
+        check_spec_keys(spec, "ignored")
+        return cls()
+
+
+class IgnoredSampler(Sampler):
+    """The ignored field has no model: samples are placeholder uniform floats in [0, 1), so that a
+    Record with an ignored column still yields a value for it (any value is a valid record)."""
+
+    def sample(self, size: int | None = None) -> Any:
+        return float(self.rng.random()) if size is None else self.rng.random(size)
+
+
+class IgnoredEncoder(Encoder):
+    """Accepts any records or Arrow column; the encoding is the number of rows (an int)."""
+
+    def encode(self, records: Sequence[Any]) -> int:
+        return len(records)
+
+    def from_arrow(self, data: Any) -> int:
+        num_rows = getattr(data, "num_rows", None)  # RecordBatch / Table
+        return int(num_rows) if num_rows is not None else len(data)
+
+    def expected_arrow(self) -> str:
+        return "any column (ignored)"
+
+    def union(self, other: Encoder) -> Encoder:
+        if isinstance(other, IgnoredEncoder):
+            return self
+        raise TypeError(f"cannot combine encoders {self!r} and {other!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IgnoredEncoder)
+
+    def __hash__(self) -> int:
+        return hash("IgnoredEncoder")
+
+
+class IgnoredAccumulator(Accumulator):
+    """Holds nothing; ``value()`` is None."""
+
+    def __init__(self, keys: Any = None) -> None:
+        self.keys = keys
+
+    def seq_update(self, enc: int, weights: np.ndarray, estimate: Any) -> None:
+        return None
+
+    def seq_initialize(self, enc: int, weights: np.ndarray, rng: RowRandom) -> None:
+        return None
+
+    def combine(self, value: Any) -> IgnoredAccumulator:
+        return self
+
+    def value(self) -> None:
+        return None
+
+    def from_value(self, value: Any) -> IgnoredAccumulator:
+        return self
+
+    def make_encoder(self) -> IgnoredEncoder:
+        return IgnoredEncoder()
+
+
+class IgnoredAccumulatorFactory(AccumulatorFactory):
+    def __init__(self, keys: Any = None) -> None:
+        self.keys = keys
+
+    def make(self) -> IgnoredAccumulator:
+        return IgnoredAccumulator(self.keys)
+
+
+@register_estimator("ignored")
+class IgnoredEstimator(Estimator):
+    """Always estimates :class:`IgnoredDistribution`; ``pseudo_count`` and ``keys`` are accepted for a
+    uniform signature and have no effect (there is nothing to estimate or tie)."""
+
+    def __init__(self, pseudo_count: float | None = None, name: str | None = None, keys: Any = None) -> None:
+        check_parameter(pseudo_count is None or pseudo_count >= 0, "IgnoredEstimator", "pseudo_count",
+                        pseudo_count, "a non-negative number")
+        self.pseudo_count = pseudo_count
+        self.name = name
+        self.keys = keys
+
+    def accumulator_factory(self) -> IgnoredAccumulatorFactory:
+        return IgnoredAccumulatorFactory(self.keys)
+
+    def encoder(self) -> IgnoredEncoder:
+        return IgnoredEncoder()
+
+    def estimate(self, nobs: float | None, value: Any) -> IgnoredDistribution:
+        return IgnoredDistribution()
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family}
+        spec.update(drop_none(pseudo_count=self.pseudo_count, name=self.name, keys=self.keys))
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> IgnoredEstimator:
+        check_spec_keys(spec, "ignored", optional=("pseudo_count", "name", "keys"))
+        return cls(**{k: v for k, v in spec.items() if k != "type"})

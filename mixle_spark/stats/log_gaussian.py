@@ -1,0 +1,221 @@
+"""Log-normal: ``LogGaussianDistribution(mu, sigma2)``, i.e. ``log x ~ N(mu, sigma2)``.
+
+Records are positive real numbers; ``log p(x) = log N(log x; mu, sigma2) - log x``. The encoded batch
+is ``log x`` (float64, shape (n,)), which is all the density needs; the statistics and M-step are the
+Gaussian ones on ``log x`` (shifted moments, see :mod:`mixle_spark.stats.gaussian`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.stats._scalar_common import ScalarEncoder
+from mixle_spark.stats._validate import check_range
+from mixle_spark.stats.base import (
+    Distribution,
+    Estimator,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    register_distribution,
+    register_estimator,
+)
+from mixle_spark.stats.gaussian import (
+    GaussianAccumulator,
+    GaussianAccumulatorFactory,
+    GaussianDistribution,
+    GaussianEstimator,
+)
+
+__all__ = [
+    "LogGaussianAccumulator",
+    "LogGaussianAccumulatorFactory",
+    "LogGaussianDistribution",
+    "LogGaussianEncoder",
+    "LogGaussianEstimator",
+    "LogGaussianSampler",
+]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def _center(enc: np.ndarray) -> float:
+    return float(enc.mean()) if len(enc) else 0.0
+
+
+@register_distribution("log_gaussian")
+class LogGaussianDistribution(Distribution):
+    """Log-normal distribution: ``log x`` is normal with mean ``mu`` and variance ``sigma2``.
+
+    Examples
+    --------
+    >>> round(LogGaussianDistribution(0.0, 1.0).log_density(1.0), 6)
+    -0.918939
+    """
+
+    def __init__(self, mu: float, sigma2: float) -> None:
+        check_parameter(math.isfinite(mu), "LogGaussianDistribution", "mu", mu, "a finite number")
+        check_parameter(math.isfinite(sigma2) and sigma2 > 0, "LogGaussianDistribution", "sigma2", sigma2,
+                        "a positive finite number")
+        self.mu = float(mu)
+        self.sigma2 = float(sigma2)
+        self._log_const = -0.5 * (_LOG_2PI + math.log(self.sigma2))
+
+    def log_density(self, x: float) -> float:
+        x = float(x)
+        if not (0.0 < x < math.inf):
+            return -math.inf
+        y = math.log(x)
+        return self._log_const - 0.5 * (y - self.mu) ** 2 / self.sigma2 - y
+
+    def seq_log_density(self, enc: np.ndarray) -> np.ndarray:
+        d = enc - self.mu
+        return self._log_const - (0.5 / self.sigma2) * (d * d) - enc
+
+    # Mixture fast path: with y = log x and c the batch mean of y,
+    # log p(x) = [1, y - c, (y - c)^2] @ [const - a m^2 - c, 2 a m - 1, -a], a = 1/(2 sigma2), m = mu - c.
+    def feature_key(self) -> Any:
+        return ("log_gaussian",)
+
+    def seq_features(self, enc: np.ndarray) -> np.ndarray:
+        d = enc - _center(enc)
+        return np.column_stack([np.ones_like(d), d, d * d])
+
+    def feature_coefficients(self, enc: np.ndarray) -> np.ndarray:
+        c = _center(enc)
+        m = self.mu - c
+        a = 0.5 / self.sigma2
+        return np.array([self._log_const - a * m * m - c, 2.0 * a * m - 1.0, -a])
+
+    def sampler(self, seed: int | None = None) -> LogGaussianSampler:
+        return LogGaussianSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> LogGaussianEstimator:
+        if pseudo_count is None:
+            return LogGaussianEstimator()
+        return LogGaussianEstimator(pseudo_count=pseudo_count, suff_stat=(self.mu, self.sigma2))
+
+    def encoder(self) -> LogGaussianEncoder:
+        return LogGaussianEncoder()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.family, "mu": self.mu, "sigma2": self.sigma2}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> LogGaussianDistribution:
+        check_spec_keys(spec, "log_gaussian", required=("mu", "sigma2"))
+        return cls(spec["mu"], spec["sigma2"])
+
+
+class LogGaussianSampler(Sampler):
+    dist: LogGaussianDistribution
+
+    def sample(self, size: int | None = None) -> Any:
+        d = self.dist
+        draws = self.rng.lognormal(d.mu, math.sqrt(d.sigma2), size=size)
+        return float(draws) if size is None else draws
+
+
+class LogGaussianEncoder(ScalarEncoder):
+    """Reads positive finite numbers into ``log x``, a float64 array of shape (n,)."""
+
+    estimator_name = "LogGaussianEstimator"
+    expectation = "a positive finite number"
+
+    def validate(self, x: np.ndarray) -> None:
+        check_range(x, self.expected, low=0.0, low_open=True)
+
+    def pack(self, x: np.ndarray) -> np.ndarray:
+        return np.log(x)
+
+
+class LogGaussianAccumulator(GaussianAccumulator):
+    """The Gaussian statistics of ``log x``: value ``(sw, s1, s2, shift)``, shift on the log scale."""
+
+    def _shift_from(self, estimate: Any) -> None:
+        # Accumulate around the previous model's log-mean, as the Gaussian does around its mean.
+        if self.sw == 0.0 and isinstance(estimate, LogGaussianDistribution):
+            self.shift = estimate.mu
+
+    def seq_update(self, enc: np.ndarray, weights: np.ndarray, estimate: Any) -> None:
+        self._shift_from(estimate)
+        return super().seq_update(enc, weights, None)
+
+    def add_feature_sums(self, sums: np.ndarray, enc: np.ndarray, estimate: Any) -> None:
+        """Add ``sums = Σ w [1, y - c, (y - c)^2]`` (y = log x) from the mixture fast path."""
+        self._shift_from(estimate)
+        super().add_feature_sums(sums, enc, None)
+
+    def make_encoder(self) -> LogGaussianEncoder:  # type: ignore[override]
+        return LogGaussianEncoder()
+
+
+class LogGaussianAccumulatorFactory(GaussianAccumulatorFactory):
+    def make(self) -> LogGaussianAccumulator:
+        return LogGaussianAccumulator(self.keys)
+
+
+@register_estimator("log_gaussian")
+class LogGaussianEstimator(Estimator):
+    """Maximum-likelihood log-normal fit: the Gaussian fit of ``log x``.
+
+    Parameters
+    ----------
+    pseudo_count, suff_stat, min_var :
+        As for :class:`~mixle_spark.stats.gaussian.GaussianEstimator`, on the log scale: ``suff_stat``
+        is the prior ``(mu0, sigma2_0)`` of ``log x``; without it ``pseudo_count`` only shrinks the
+        variance towards 1; ``min_var`` (default 1e-8) floors ``sigma2``.
+    keys : str, optional
+        Tie these parameters to every other site with the same key.
+
+    With zero total weight the estimate is ``suff_stat`` (or ``mu`` = the accumulator shift, 0 for a
+    fresh accumulator, and ``sigma2 = 1``).
+    """
+
+    def __init__(
+        self,
+        pseudo_count: float | None = None,
+        suff_stat: tuple[float, float] | None = None,
+        min_var: float = 1e-8,
+        name: str | None = None,
+        keys: str | None = None,
+    ) -> None:
+        check_parameter(pseudo_count is None or pseudo_count >= 0, "LogGaussianEstimator", "pseudo_count",
+                        pseudo_count, "a non-negative number")
+        check_parameter(min_var > 0, "LogGaussianEstimator", "min_var", min_var, "positive")
+        # The M-step is the Gaussian one on the log scale.
+        self._gaussian = GaussianEstimator(pseudo_count=pseudo_count, suff_stat=suff_stat, min_var=min_var)
+        self.pseudo_count = pseudo_count
+        self.suff_stat = self._gaussian.suff_stat
+        self.min_var = self._gaussian.min_var
+        self.name = name
+        self.keys = keys
+
+    def accumulator_factory(self) -> LogGaussianAccumulatorFactory:
+        return LogGaussianAccumulatorFactory(self.keys)
+
+    def encoder(self) -> LogGaussianEncoder:
+        return LogGaussianEncoder()
+
+    def estimate(self, nobs: float | None, value: Any) -> LogGaussianDistribution:
+        fit: GaussianDistribution = self._gaussian.estimate(nobs, value)
+        return LogGaussianDistribution(fit.mu, fit.sigma2)
+
+    def to_dict(self) -> dict[str, Any]:
+        spec = self._gaussian.to_dict()
+        spec["type"] = self.family
+        if self.name is not None:
+            spec["name"] = self.name
+        if self.keys is not None:
+            spec["keys"] = self.keys
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> LogGaussianEstimator:
+        check_spec_keys(spec, "log_gaussian",
+                        optional=("pseudo_count", "suff_stat", "min_var", "name", "keys"))
+        return cls(**{k: v for k, v in spec.items() if k != "type"})

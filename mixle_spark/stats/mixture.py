@@ -1,0 +1,595 @@
+"""Finite mixture: ``MixtureDistribution(components, w)``.
+
+A record is drawn from component ``k`` with probability ``w[k]``. Components are any distributions
+reading one shared encoding (the union of their encoders); the mixture treats that encoding as
+opaque and hands it to every component.
+
+The E-step (:meth:`MixtureAccumulator.seq_update`) builds the ``(n, K)`` matrix of
+``log w_k + log p_k(x_i)``, normalises it by log-sum-exp in place, and feeds each component its
+responsibilities; the log-sum-exp is the per-row log-likelihood, returned so that one pass yields
+statistics and log-likelihood together. When every component offers the feature protocol described
+in :mod:`mixle_spark.stats.base` (``feature_key`` / ``seq_features`` / ``feature_coefficients`` and
+``add_feature_sums``), all components are scored with one matrix product and their statistics
+gathered with a second one, instead of a Python loop over components.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.errors import NonFiniteLikelihoodError, SpecError
+from mixle_spark.stats.base import (
+    Accumulator,
+    AccumulatorFactory,
+    Distribution,
+    Encoder,
+    Estimator,
+    RowRandom,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    distribution_from_dict,
+    drop_none,
+    estimator_from_dict,
+    register_distribution,
+    register_estimator,
+)
+
+__all__ = [
+    "MixtureAccumulator",
+    "MixtureAccumulatorFactory",
+    "MixtureDistribution",
+    "MixtureEncoder",
+    "MixtureEstimator",
+    "MixtureSampler",
+]
+
+
+_LOG_FLOOR = -300.0
+_EXP_FLOOR = math.exp(_LOG_FLOOR)
+
+
+def _normalized_weights(w: Any, k: int, family: str) -> np.ndarray:
+    """Validate mixture weights and renormalise them so that ``math.fsum(w) == 1.0`` exactly.
+
+    Exactness makes renormalisation idempotent, so ``from_dict(to_dict())`` round-trips bit for bit.
+    """
+    try:
+        arr = np.array(w, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        check_parameter(False, family, "w", w, f"a sequence of {k} numbers")
+    check_parameter(arr.size == k, family, "w", w, f"a sequence of {k} weights (one per component)")
+    check_parameter(bool(np.all(np.isfinite(arr))), family, "w", w, "finite")
+    check_parameter(bool(np.all(arr >= 0)), family, "w", w, "non-negative")
+    total = math.fsum(arr)
+    check_parameter(abs(total - 1.0) <= 1e-9, family, "w", w, "summing to 1 (within 1e-9)")
+    if total != 1.0:
+        arr = arr / total
+        j = int(np.argmax(arr))
+        for _ in range(8):  # push the rounding residual into the largest weight
+            residual = 1.0 - math.fsum(arr)
+            if residual == 0.0:
+                break
+            arr[j] = max(arr[j] + residual, 0.0)
+    return arr
+
+
+def _log_weights(w: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.log(w)
+
+
+def _exp_normalize(joint: np.ndarray, w: np.ndarray, components: Sequence[Distribution]) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Turn ``joint`` (K, n) of ``log w_k + log p_k(x_i)`` into ``exp(joint - colmax)`` IN PLACE.
+
+    The matrix is component-major, (K, n), so every reduction over components is a contiguous
+    row-wise pass. Returns ``(ll, s, bad, bad_post)``: the per-row log-sum-exp (n,), the sums of
+    the exponentiated columns (1 on bad rows), the indices of rows whose maximum is not finite,
+    and the posteriors of those rows (len(bad), K). An impossible row (every component ``-inf``)
+    gets the prior weights ``w`` as its posterior (so it never produces NaN) and ``ll = -inf``; a
+    row where some component is ``+inf`` splits its posterior evenly among those components.
+    A NaN raises NonFiniteLikelihoodError naming the component.
+    """
+    m = joint.max(axis=0)
+    bad = bad_post = None
+    if not np.isfinite(m).all():
+        nan_rows = np.isnan(m)
+        if nan_rows.any():
+            i = int(np.flatnonzero(nan_rows)[0])
+            k = int(np.flatnonzero(np.isnan(joint[:, i]))[0])
+            raise NonFiniteLikelihoodError(
+                f"mixture component {k} gave a NaN log-density (row {i + 1} of {len(m)}, "
+                f"{int(nan_rows.sum())} such rows); non-finite parameters of the component: "
+                f"{components[k].nonfinite_parameters() or 'none'}"
+            )
+        bad = np.flatnonzero(~np.isfinite(m))
+        top = joint[:, bad].T == np.inf
+        bad_post = np.where(top.any(axis=1, keepdims=True), top.astype(np.float64), w[None, :])
+        bad_post /= bad_post.sum(axis=1, keepdims=True)
+        bad_m = m[bad]
+        m[bad] = 0.0
+        joint[:, bad] = 0.0
+    joint -= m
+    # exp is the costliest step and numpy's vectorised exp is several times slower when results
+    # underflow; terms below e^-300 of the row's largest are negligible (relative 1e-130), so clip
+    # there and subtract e^-300 back so that they are exactly 0 (w_k = 0 stays exactly 0).
+    np.maximum(joint, _LOG_FLOOR, out=joint)
+    np.exp(joint, out=joint)
+    joint -= _EXP_FLOOR
+    s = joint.sum(axis=0)
+    if bad is not None:
+        s[bad] = 1.0
+    ll = np.log(s)
+    ll += m
+    if bad is not None:
+        ll[bad] = bad_m
+    return ll, s, bad, bad_post
+
+
+def _features_shared(components: Sequence[Distribution], accumulators: Sequence[Accumulator] | None) -> bool:
+    """True when every component (and accumulator) supports the fast path with one feature map."""
+    if not all(hasattr(c, "feature_key") for c in components):
+        return False
+    if accumulators is not None and not all(hasattr(a, "add_feature_sums") for a in accumulators):
+        return False
+    first = components[0].feature_key()  # type: ignore[attr-defined]
+    return all(c.feature_key() == first for c in components[1:])  # type: ignore[attr-defined]
+
+
+def _unwrap(encoder: Encoder) -> Encoder:
+    while isinstance(encoder, MixtureEncoder):
+        encoder = encoder.inner
+    return encoder
+
+
+@register_distribution("mixture")
+class MixtureDistribution(Distribution):
+    """Finite mixture ``p(x) = Σ_k w_k p_k(x)``.
+
+    Parameters
+    ----------
+    components : sequence of Distribution
+        The K component distributions (all must read one shared encoding).
+    w : array-like of shape (K,)
+        Mixture weights: finite, non-negative, summing to 1 within 1e-9 (renormalised exactly).
+
+    Examples
+    --------
+    >>> from mixle_spark.stats.gaussian import GaussianDistribution
+    >>> g = GaussianDistribution(0.0, 1.0)
+    >>> mix = MixtureDistribution([g, g], [0.3, 0.7])
+    >>> round(mix.log_density(0.0), 6)
+    -0.918939
+    """
+
+    def __init__(self, components: Sequence[Distribution], w: Any) -> None:
+        comps = list(components) if isinstance(components, (list, tuple)) else []
+        check_parameter(len(comps) > 0, "MixtureDistribution", "components",
+                        components, "a non-empty list of distributions")
+        for k, c in enumerate(comps):
+            check_parameter(isinstance(c, Distribution), "MixtureDistribution", f"components[{k}]", c,
+                            "a Distribution")
+        self.components = comps
+        self.w = _normalized_weights(w, len(comps), "MixtureDistribution")
+        self.log_w = _log_weights(self.w)
+
+    @property
+    def num_components(self) -> int:
+        return len(self.components)
+
+    def log_density(self, x: Any) -> float:
+        vals = [float(lw) + c.log_density(x) for lw, c in zip(self.log_w, self.components, strict=True)]
+        top = max(vals)
+        if not math.isfinite(top):
+            return float(top)
+        return top + math.log(math.fsum(math.exp(v - top) for v in vals))
+
+    def posterior(self, x: Any) -> np.ndarray:
+        """Responsibilities ``P(component k | x)`` for one record, shape (K,)."""
+        joint = np.array([[c.log_density(x)] for c in self.components], dtype=np.float64)
+        return self._posterior_from(joint)[:, 0]
+
+    def _component_matrix(self, enc: Any) -> np.ndarray:
+        """``log p_k(x_i)`` component-major, shape (K, n) (the layout the E-step works in)."""
+        rows = [np.asarray(c.seq_log_density(enc), dtype=np.float64) for c in self.components]
+        out = np.empty((len(rows), rows[0].shape[0]))
+        for k, r in enumerate(rows):
+            out[k] = r
+        return out
+
+    def seq_component_log_density(self, enc: Any) -> np.ndarray:
+        """Component log-densities ``log p_k(x_i)`` (without the weights), shape (n, K)."""
+        return self._component_matrix(enc).T
+
+    def seq_log_density(self, enc: Any) -> np.ndarray:
+        joint = self._component_matrix(enc)
+        if joint.shape[1] == 0:
+            return np.zeros(0)
+        joint += self.log_w[:, None]
+        return _exp_normalize(joint, self.w, self.components)[0]
+
+    def seq_posterior(self, enc: Any) -> np.ndarray:
+        """Responsibilities of every row, shape (n, K); impossible rows get the weights ``w``."""
+        return self._posterior_from(self._component_matrix(enc)).T
+
+    def _posterior_from(self, joint: np.ndarray) -> np.ndarray:
+        if joint.shape[1] == 0:
+            return joint
+        joint += self.log_w[:, None]
+        _, s, bad, bad_post = _exp_normalize(joint, self.w, self.components)
+        joint /= s
+        if bad is not None and bad_post is not None:
+            joint[:, bad] = bad_post.T
+        return joint
+
+    def sampler(self, seed: int | None = None) -> MixtureSampler:
+        return MixtureSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> MixtureEstimator:
+        """Estimator of the same shape; with ``pseudo_count`` each component uses its current
+        parameters as a prior of strength ``pseudo_count / K`` and the weights get ``pseudo_count``."""
+        if pseudo_count is None:
+            return MixtureEstimator([c.estimator() for c in self.components])
+        k = len(self.components)
+        return MixtureEstimator([c.estimator(pseudo_count / k) for c in self.components],
+                                pseudo_count=pseudo_count)
+
+    def encoder(self) -> MixtureEncoder:
+        """The union of the component encoders (raises SpecError when they cannot be combined)."""
+        encoders = [_unwrap(c.encoder()) for c in self.components]
+        out = encoders[0]
+        for k, e in enumerate(encoders[1:], start=1):
+            try:
+                out = out.union(e)
+            except TypeError as err:
+                raise SpecError(f"MixtureDistribution: component {k} reads {e!r}, which cannot be "
+                                f"combined with {out!r} of the earlier components") from err
+        return MixtureEncoder(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.family, "components": [c.to_dict() for c in self.components],
+                "w": [float(v) for v in self.w]}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> MixtureDistribution:
+        check_spec_keys(spec, "mixture", required=("components", "w"))
+        comps = spec["components"]
+        check_parameter(isinstance(comps, (list, tuple)), "MixtureDistribution", "components", comps,
+                        "a list of distribution specs")
+        return cls([distribution_from_dict(c) for c in comps], spec["w"])
+
+
+class MixtureSampler(Sampler):
+    """Draws a component by ``w``, then a record from that component's own seeded sampler."""
+
+    def __init__(self, dist: MixtureDistribution, seed: int | None = None) -> None:
+        super().__init__(dist, seed)
+        self.samplers = [c.sampler(self.new_seed()) for c in dist.components]
+
+    def sample(self, size: int | None = None) -> Any:
+        w = self.dist.w  # type: ignore[attr-defined]
+        if size is None:
+            return self.samplers[int(self.rng.choice(len(w), p=w))].sample()
+        z = self.rng.choice(len(w), size=size, p=w)
+        draws = [(np.flatnonzero(z == k), s.sample(int((z == k).sum())))
+                 for k, s in enumerate(self.samplers) if (z == k).any()]
+        if not draws:
+            return self.samplers[0].sample(0)
+        shapes = {d.shape[1:] for _, d in draws if isinstance(d, np.ndarray)}
+        if len(shapes) == 1 and all(isinstance(d, np.ndarray) for _, d in draws):
+            dtype = np.result_type(*(d for _, d in draws))
+            out = np.empty((size, *shapes.pop()), dtype=dtype)
+            for idx, d in draws:
+                out[idx] = d
+            return out
+        records: list[Any] = [None] * size
+        for idx, d in draws:
+            for i, x in zip(idx, d, strict=True):
+                records[int(i)] = x
+        return records
+
+
+class MixtureEncoder(Encoder):
+    """Reads what the component encoders (their union) read; the encoding is theirs, unchanged.
+
+    The mixture adds nothing to the encoded batch, so nested mixtures share one encoding.
+    """
+
+    def __init__(self, inner: Encoder) -> None:
+        self.inner = _unwrap(inner)
+
+    def encode(self, records: Sequence[Any]) -> Any:
+        return self.inner.encode(records)
+
+    def from_arrow(self, data: Any) -> Any:
+        return self.inner.from_arrow(data)
+
+    def column_names(self) -> list[str] | None:
+        names = getattr(self.inner, "column_names", None)
+        return names() if callable(names) else None
+
+    def check_arrow_type(self, arrow_type: Any) -> None:
+        self.inner.check_arrow_type(arrow_type)
+
+    def expected_arrow(self) -> str:
+        return self.inner.expected_arrow()
+
+    @property
+    def needs_scan(self) -> bool:
+        return self.inner.needs_scan
+
+    def scan(self, records: Sequence[Any]) -> Any:
+        return self.inner.scan(records)
+
+    def scan_arrow(self, data: Any) -> Any:
+        return self.inner.scan_arrow(data)
+
+    def merge_scans(self, a: Any, b: Any) -> Any:
+        return self.inner.merge_scans(a, b)
+
+    def union(self, other: Encoder) -> MixtureEncoder:
+        return MixtureEncoder(self.inner.union(_unwrap(other)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MixtureEncoder) and self.inner == other.inner
+
+    def __hash__(self) -> int:
+        return hash(("MixtureEncoder", hash(self.inner)))
+
+    def __repr__(self) -> str:
+        return f"MixtureEncoder({self.inner!r})"
+
+
+class MixtureAccumulator(Accumulator):
+    """Component counts ``Σ w r_k`` and the component accumulators; value ``(counts, (v_1, ..., v_K))``.
+
+    ``keys = (weight_key, comp_key)``: mixtures sharing ``weight_key`` pool their count vectors;
+    mixtures sharing ``comp_key`` pool their component accumulators element-wise.
+    """
+
+    use_fast_path: bool = True
+    """Use the one-matrix-product path when the components support it (False forces the loop)."""
+
+    def __init__(self, accumulators: Sequence[Accumulator], keys: tuple[Any, Any] | None = None) -> None:
+        self.accumulators = list(accumulators)
+        self.counts = np.zeros(len(self.accumulators))
+        self.keys = keys
+        self.weight_key: Any = None if keys is None else keys[0]
+        self.comp_key: Any = None if keys is None else keys[1]
+
+    def seq_update(self, enc: Any, weights: np.ndarray, estimate: Distribution | None) -> np.ndarray:
+        """E-step over a batch; returns the per-row log-likelihood under ``estimate``.
+
+        Rows impossible under every component get the prior weights as responsibilities (so their
+        weight is spread by ``w`` rather than producing NaN); their log-likelihood is ``-inf``.
+        """
+        if not isinstance(estimate, MixtureDistribution):
+            raise SpecError("MixtureAccumulator.seq_update needs the current MixtureDistribution as "
+                            f"estimate (use seq_initialize for the first pass), got {estimate!r}")
+        comps = estimate.components
+        if len(comps) != len(self.accumulators):
+            raise SpecError(f"MixtureAccumulator: the estimate has {len(comps)} components, the "
+                            f"accumulator {len(self.accumulators)}")
+        weights = np.asarray(weights, dtype=np.float64)
+        if weights.shape[0] == 0:
+            return np.zeros(0)
+        fast = self.use_fast_path and _features_shared(comps, self.accumulators)
+        if fast:
+            # One product scores every component: (K, m) @ (m, n), component-major.
+            phi = np.asarray(comps[0].seq_features(enc), dtype=np.float64)  # type: ignore[attr-defined]
+            coef = np.array([c.feature_coefficients(enc) for c in comps], dtype=np.float64)  # type: ignore[attr-defined]
+            joint = coef @ phi.T
+        else:
+            joint = estimate._component_matrix(enc)
+        joint += estimate.log_w[:, None]
+        ll, s, bad, bad_post = _exp_normalize(joint, estimate.w, comps)
+        # joint becomes R = weights * posterior in place (no second (K, n) array).
+        joint *= weights / s
+        if bad is not None and bad_post is not None:
+            joint[:, bad] = (bad_post * weights[bad, None]).T
+        self.counts += joint.sum(axis=1)
+        if fast:
+            sums = joint @ phi  # (K, m): every component's Σ r w φ(x) in one product
+            for k, (acc, comp) in enumerate(zip(self.accumulators, comps, strict=True)):
+                acc.add_feature_sums(sums[k], enc, comp)  # type: ignore[attr-defined]
+        else:
+            for k, (acc, comp) in enumerate(zip(self.accumulators, comps, strict=True)):
+                acc.seq_update(enc, joint[k], comp)
+        return ll
+
+    def seq_initialize(self, enc: Any, weights: np.ndarray, rng: RowRandom) -> None:
+        """Random responsibilities ~ Dirichlet(1/K^2) (nearly hard assignments) from row-keyed ``rng``."""
+        k = len(self.accumulators)
+        weights = np.asarray(weights, dtype=np.float64)
+        if weights.shape[0] == 0:
+            return
+        r = rng.dirichlet_like(k, alpha=1.0 / k**2)
+        r *= weights[:, None]
+        self.counts += r.sum(axis=0)
+        for j, acc in enumerate(self.accumulators):
+            acc.seq_initialize(enc, np.ascontiguousarray(r[:, j]), rng.child(j))
+
+    def combine(self, value: Any) -> MixtureAccumulator:
+        counts, comp_values = value
+        self.counts += np.asarray(counts, dtype=np.float64)
+        for acc, v in zip(self.accumulators, comp_values, strict=True):
+            acc.combine(v)
+        return self
+
+    def value(self) -> tuple[np.ndarray, tuple[Any, ...]]:
+        return (self.counts.copy(), tuple(acc.value() for acc in self.accumulators))
+
+    def from_value(self, value: Any) -> MixtureAccumulator:
+        counts, comp_values = value
+        self.counts = np.array(counts, dtype=np.float64)
+        for acc, v in zip(self.accumulators, comp_values, strict=True):
+            acc.from_value(v)
+        return self
+
+    def make_encoder(self) -> MixtureEncoder:
+        return MixtureEncoder(self.accumulators[0].make_encoder())
+
+    def key_merge(self, stats: dict[Any, Any]) -> None:
+        # Pools are copies, never this site's objects, so later sites cannot alias earlier ones.
+        if self.weight_key is not None:
+            if self.weight_key in stats:
+                stats[self.weight_key] += self.counts
+            else:
+                stats[self.weight_key] = self.counts.copy()
+        if self.comp_key is not None:
+            if self.comp_key in stats:
+                for pool, acc in zip(stats[self.comp_key], self.accumulators, strict=True):
+                    pool.combine(acc.value())
+            else:
+                stats[self.comp_key] = [copy.deepcopy(acc) for acc in self.accumulators]
+        for acc in self.accumulators:
+            acc.key_merge(stats)
+
+    def key_replace(self, stats: dict[Any, Any]) -> None:
+        if self.weight_key is not None and self.weight_key in stats:
+            self.counts = np.array(stats[self.weight_key], dtype=np.float64)
+        if self.comp_key is not None and self.comp_key in stats:
+            for pool, acc in zip(stats[self.comp_key], self.accumulators, strict=True):
+                acc.from_value(pool.value())
+        for acc in self.accumulators:
+            acc.key_replace(stats)
+
+
+class MixtureAccumulatorFactory(AccumulatorFactory):
+    def __init__(self, factories: Sequence[AccumulatorFactory], keys: tuple[Any, Any] | None = None) -> None:
+        self.factories = list(factories)
+        self.keys = keys
+
+    def make(self) -> MixtureAccumulator:
+        return MixtureAccumulator([f.make() for f in self.factories], self.keys)
+
+
+@register_estimator("mixture")
+class MixtureEstimator(Estimator):
+    """EM estimator of a K-component mixture.
+
+    Parameters
+    ----------
+    estimators : sequence of Estimator
+        One estimator per component (``[est] * k`` is fine); their encoders must be equal.
+    pseudo_count : float, optional
+        Adds ``pseudo_count / K`` to every component count before normalising the weights.
+    w_min : float
+        Floor on every weight (then renormalised; ``w_min * K <= 1``), so that a component that
+        lost all its rows can come back. Default 0.
+    keys : (weight_key, comp_key), optional
+        Tie the weights / the components to other mixtures with the same keys.
+    name : str, optional
+    init_rows_per_component : int or None
+        Size of the random initial sample, per component (default 20). Random responsibilities over
+        a large sample give components that all look like the whole data set, and EM can stall at
+        that symmetric start; a small sample gives distinct starting components. The driver uses
+        ``init_p`` capped to about ``init_rows_per_component * K`` rows (at least ``10 * K``, or all
+        rows of a smaller data set). None uses ``init_p`` as given.
+
+    Zero total weight gives uniform weights; each component is estimated from its own count.
+    """
+
+    def __init__(
+        self,
+        estimators: Sequence[Estimator],
+        pseudo_count: float | None = None,
+        w_min: float = 0.0,
+        keys: tuple[Any, Any] | None = None,
+        name: str | None = None,
+        init_rows_per_component: int | None = 20,
+    ) -> None:
+        ests = list(estimators) if isinstance(estimators, (list, tuple)) else []
+        check_parameter(len(ests) > 0, "MixtureEstimator", "estimators", estimators,
+                        "a non-empty list of estimators")
+        for k, e in enumerate(ests):
+            check_parameter(isinstance(e, Estimator), "MixtureEstimator", f"estimators[{k}]", e,
+                            "an Estimator")
+        check_parameter(pseudo_count is None or (math.isfinite(pseudo_count) and pseudo_count >= 0),
+                        "MixtureEstimator", "pseudo_count", pseudo_count, "a non-negative number")
+        check_parameter(math.isfinite(w_min) and 0 <= w_min * len(ests) <= 1, "MixtureEstimator", "w_min",
+                        w_min, f"in [0, 1/K] = [0, {1 / len(ests)!r}]")
+        if keys is not None:
+            check_parameter(isinstance(keys, (list, tuple)) and len(keys) == 2, "MixtureEstimator", "keys",
+                            keys, "a pair (weight_key, comp_key)")
+            keys = (keys[0], keys[1])
+        check_parameter(init_rows_per_component is None
+                        or (isinstance(init_rows_per_component, int) and init_rows_per_component >= 1),
+                        "MixtureEstimator", "init_rows_per_component", init_rows_per_component,
+                        "a positive integer or None")
+        self.estimators = ests
+        self.pseudo_count = pseudo_count
+        self.w_min = float(w_min)
+        self.init_rows_per_component = init_rows_per_component
+        self.keys = keys
+        self.name = name
+
+    def min_rows(self) -> int:
+        return len(self.estimators)
+
+    def init_sample_size(self) -> tuple[int, int] | None:
+        if self.init_rows_per_component is None:
+            return None
+        k = len(self.estimators)
+        return 10 * k, max(self.init_rows_per_component, 10) * k
+
+    def accumulator_factory(self) -> MixtureAccumulatorFactory:
+        return MixtureAccumulatorFactory([e.accumulator_factory() for e in self.estimators], self.keys)
+
+    def encoder(self) -> MixtureEncoder:
+        first = _unwrap(self.estimators[0].encoder())
+        for k, e in enumerate(self.estimators[1:], start=1):
+            other = _unwrap(e.encoder())
+            if other != first:
+                raise SpecError(f"MixtureEstimator: all components must read one encoding, but "
+                                f"component 0 reads {first!r} and component {k} reads {other!r}")
+        return MixtureEncoder(first)
+
+    def with_scan(self, scan: Any) -> MixtureEstimator:
+        return MixtureEstimator([e.with_scan(scan) for e in self.estimators], self.pseudo_count,
+                                self.w_min, self.keys, self.name, self.init_rows_per_component)
+
+    def estimate(self, nobs: float | None, value: Any) -> MixtureDistribution:
+        counts, comp_values = value
+        counts = np.asarray(counts, dtype=np.float64)
+        if not np.all(np.isfinite(counts)):
+            raise NonFiniteLikelihoodError(f"MixtureEstimator: non-finite component counts {counts.tolist()}")
+        k = len(self.estimators)
+        w = counts + (self.pseudo_count or 0.0) / k
+        total = float(w.sum())
+        if not (total > 0 and math.isfinite(total)):
+            w = np.full(k, 1.0 / k)
+        else:
+            w = w / total
+        if self.w_min > 0:
+            w = np.maximum(w, self.w_min)
+            w /= w.sum()
+        comps = [e.estimate(float(c), v)
+                 for e, c, v in zip(self.estimators, counts, comp_values, strict=True)]
+        return MixtureDistribution(comps, w)
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family, "components": [e.to_dict() for e in self.estimators]}
+        spec.update(drop_none(pseudo_count=self.pseudo_count,
+                              keys=None if self.keys is None else list(self.keys), name=self.name))
+        if self.w_min != 0.0:
+            spec["w_min"] = self.w_min
+        if self.init_rows_per_component != 20:
+            spec["init_rows_per_component"] = self.init_rows_per_component
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> MixtureEstimator:
+        check_spec_keys(spec, "mixture", required=("components",),
+                        optional=("pseudo_count", "w_min", "keys", "name", "init_rows_per_component"))
+        comps = spec["components"]
+        check_parameter(isinstance(comps, (list, tuple)), "MixtureEstimator", "components", comps,
+                        "a list of estimator specs")
+        opts = {k: v for k, v in spec.items() if k not in ("type", "components")}
+        return cls([estimator_from_dict(c) for c in comps], **opts)

@@ -1,0 +1,350 @@
+"""Full-covariance Gaussian: ``MultivariateGaussianDistribution(mu, covar)``.
+
+Records are 1-D float sequences of length ``d`` (lists or numpy arrays; in Arrow a ``list``,
+``large_list`` or ``fixed_size_list`` of numbers). Densities are computed in log space from the
+Cholesky factor ``L`` of ``covar`` (``log p = const - |L^-1 (x - mu)|^2 / 2``), so high dimensions do
+not underflow. Statistics ``(sw, Σw y, Σw y y^T, centre)`` use centred data ``y = x - centre``
+(the data mean learnt by the encoder's scan), and ``combine`` re-expresses them at a common centre
+exactly.
+
+Mixture fast path: features ``[1, y, upper triangle of y y^T]`` (``m = 1 + d + d(d+1)/2``) cached on
+the encoded batch, with coefficients from the precision matrix ``P``:
+``log p = const - 1/2 m^T P m + (P m)^T y - 1/2 y^T P y`` with ``m = mu - centre``.
+
+Estimator floors (documented defaults): the covariance is symmetrized and ``eps * I`` is added with
+``eps = max(min_covar, ridge * trace / d)`` (``min_covar = 1e-8``, ``ridge = 1e-6``); if the Cholesky
+factorization still fails, ``eps`` grows tenfold up to 12 times, and a diagonal covariance is the
+last resort. Zero total weight gives the prior ``suff_stat`` or ``N(centre, I)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.errors import EmptyDataError, SpecError
+from mixle_spark.stats._vector import (
+    MomentAccumulator,
+    VectorBatch,
+    VectorEncoder,
+    moments_about_mean,
+    parameter_vector,
+)
+from mixle_spark.stats.base import (
+    AccumulatorFactory,
+    Distribution,
+    Estimator,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    drop_none,
+    register_distribution,
+    register_estimator,
+)
+
+__all__ = [
+    "MultivariateGaussianAccumulator",
+    "MultivariateGaussianAccumulatorFactory",
+    "MultivariateGaussianDistribution",
+    "MultivariateGaussianEncoder",
+    "MultivariateGaussianEstimator",
+    "MultivariateGaussianSampler",
+]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+_FAMILY = "MultivariateGaussianDistribution"
+
+
+def _cholesky(covar: np.ndarray) -> np.ndarray | None:
+    try:
+        return np.linalg.cholesky(covar)
+    except np.linalg.LinAlgError:
+        return None
+
+
+@register_distribution("multivariate_gaussian")
+class MultivariateGaussianDistribution(Distribution):
+    """Gaussian over vectors of length ``d`` with mean ``mu`` (d,) and covariance ``covar`` (d, d).
+
+    ``covar`` must be symmetric (to 1e-10 relative) and positive definite.
+
+    Examples
+    --------
+    >>> d = MultivariateGaussianDistribution([0.0, 0.0], [[1.0, 0.0], [0.0, 1.0]])
+    >>> round(d.log_density([0.0, 0.0]), 6)
+    -1.837877
+    """
+
+    def __init__(
+        self, mu: Sequence[float] | np.ndarray, covar: Sequence[Sequence[float]] | np.ndarray
+    ) -> None:
+        mu = parameter_vector(mu, _FAMILY, "mu")
+        d = len(mu)
+        try:
+            c = np.array(covar, dtype=np.float64)
+        except (TypeError, ValueError):
+            c = np.full((0, 0), np.nan)
+        check_parameter(
+            c.shape == (d, d) and bool(np.all(np.isfinite(c))),
+            _FAMILY,
+            "covar",
+            covar,
+            f"a finite {d}x{d} matrix",
+        )
+        scale = float(np.abs(c).max())
+        check_parameter(bool(np.all(np.abs(c - c.T) <= 1e-10 * scale)), _FAMILY, "covar", covar, "symmetric")
+        c = 0.5 * (c + c.T)
+        try:
+            chol = np.linalg.cholesky(c)
+        except np.linalg.LinAlgError:
+            raise SpecError(f"{_FAMILY}: covar must be positive definite, got {covar!r}") from None
+        self.mu = mu
+        self.covar = c
+        self.dim = d
+        self._chol = chol
+        self._chol_inv = np.linalg.solve(chol, np.eye(d))
+        self._precision = self._chol_inv.T @ self._chol_inv
+        self._log_const = -0.5 * d * _LOG_2PI - float(np.log(np.diag(chol)).sum())
+
+    def log_density(self, x: Any) -> float:
+        try:
+            v = np.asarray(x, dtype=np.float64)
+        except (TypeError, ValueError):
+            return -math.inf
+        if v.shape != (self.dim,) or not np.all(np.isfinite(v)):
+            return -math.inf
+        z = (v - self.mu) @ self._chol_inv.T
+        return float(self._log_const - 0.5 * (z @ z))
+
+    def seq_log_density(self, enc: VectorBatch) -> np.ndarray:
+        z = (enc.x - self.mu) @ self._chol_inv.T
+        return self._log_const - 0.5 * np.einsum("ij,ij->i", z, z)
+
+    # -- mixture fast path ----------------------------------------------------------------------
+    def feature_key(self) -> Any:
+        return ("multivariate_gaussian", self.dim)
+
+    def seq_features(self, enc: VectorBatch) -> np.ndarray:
+        return enc.full_features()
+
+    def feature_coefficients(self, enc: VectorBatch) -> np.ndarray:
+        p = self._precision
+        m = self.mu - enc.c
+        pm = p @ m
+        quad = -p.copy()
+        quad[np.diag_indices(self.dim)] *= 0.5  # y_i^2 appears once, y_i y_j (i < j) stands for two terms
+        iu, ju = np.triu_indices(self.dim)
+        return np.concatenate(([self._log_const - 0.5 * float(m @ pm)], pm, quad[iu, ju]))
+
+    def sampler(self, seed: int | None = None) -> MultivariateGaussianSampler:
+        return MultivariateGaussianSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> MultivariateGaussianEstimator:
+        if pseudo_count is None:
+            return MultivariateGaussianEstimator(dim=self.dim)
+        return MultivariateGaussianEstimator(
+            pseudo_count=pseudo_count, suff_stat=(self.mu, self.covar), dim=self.dim
+        )
+
+    def encoder(self) -> MultivariateGaussianEncoder:
+        return MultivariateGaussianEncoder(self.dim, self.mu)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.family, "mu": self.mu.tolist(), "covar": self.covar.tolist()}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> MultivariateGaussianDistribution:
+        check_spec_keys(spec, "multivariate_gaussian", required=("mu", "covar"))
+        return cls(spec["mu"], spec["covar"])
+
+
+class MultivariateGaussianSampler(Sampler):
+    """Draws ``mu + L z``; one record is a 1-D array, ``sample(size)`` a list of them."""
+
+    def sample(self, size: int | None = None) -> Any:
+        dist: Any = self.dist
+        z = self.rng.standard_normal((1 if size is None else size, dist.dim))
+        draws = dist.mu + z @ dist._chol.T
+        return draws[0] if size is None else list(draws)
+
+
+class MultivariateGaussianEncoder(VectorEncoder):
+    """Reads vectors of length ``dim`` into a :class:`~mixle_spark.stats._vector.VectorBatch`."""
+
+    family = "MultivariateGaussianEstimator"
+
+
+class MultivariateGaussianAccumulator(MomentAccumulator):
+    """Σw, Σw y, Σw y y^T around a centre; value ``(sw, s1, s2, center)``."""
+
+    diagonal = False
+
+    def make_encoder(self) -> MultivariateGaussianEncoder:
+        return MultivariateGaussianEncoder(self.dim)
+
+
+class MultivariateGaussianAccumulatorFactory(AccumulatorFactory):
+    def __init__(self, dim: int | None = None, keys: Any = None) -> None:
+        self.dim = dim
+        self.keys = keys
+
+    def make(self) -> MultivariateGaussianAccumulator:
+        return MultivariateGaussianAccumulator(self.dim, self.keys)
+
+
+@register_estimator("multivariate_gaussian")
+class MultivariateGaussianEstimator(Estimator):
+    """Maximum-likelihood (or, with ``pseudo_count``, MAP-like) full-covariance Gaussian fit.
+
+    Parameters
+    ----------
+    pseudo_count : float, optional
+        Weight of the prior ``suff_stat = (mu0, covar0)``; without ``suff_stat`` the covariance is
+        shrunk towards the identity with this weight.
+    suff_stat : (array of shape (d,), array of shape (d, d)), optional
+        Prior mean and covariance (also the fallback when there is no data).
+    min_covar, ridge : float
+        Floors: ``eps = max(min_covar, ridge * trace(covar) / d)`` is added to the diagonal.
+    dim : int, optional
+        Vector length (learnt by the scan when omitted).
+    center : array of shape (d,), optional
+        Centre of the statistics (the data mean, set by :meth:`with_scan`).
+    keys : str, optional
+        Tie this Gaussian's parameters to every other site with the same key.
+    """
+
+    def __init__(
+        self,
+        pseudo_count: float | None = None,
+        suff_stat: tuple[Any, Any] | None = None,
+        min_covar: float = 1e-8,
+        ridge: float = 1e-6,
+        dim: int | None = None,
+        center: Sequence[float] | np.ndarray | None = None,
+        name: str | None = None,
+        keys: str | None = None,
+    ) -> None:
+        fam = type(self).__name__
+        check_parameter(
+            pseudo_count is None or pseudo_count >= 0,
+            fam,
+            "pseudo_count",
+            pseudo_count,
+            "a non-negative number",
+        )
+        check_parameter(min_covar > 0, fam, "min_covar", min_covar, "positive")
+        check_parameter(ridge >= 0, fam, "ridge", ridge, "non-negative")
+        check_parameter(
+            dim is None or (isinstance(dim, int) and dim > 0), fam, "dim", dim, "a positive integer"
+        )
+        self.pseudo_count = pseudo_count
+        self.suff_stat = None
+        if suff_stat is not None:
+            prior = MultivariateGaussianDistribution(suff_stat[0], suff_stat[1])
+            self.suff_stat = (prior.mu, prior.covar)
+            dim = prior.dim if dim is None else dim
+            check_parameter(prior.dim == dim, fam, "suff_stat", suff_stat, f"of dimension {dim}")
+        self.center = None if center is None else parameter_vector(center, fam, "center")
+        if self.center is not None:
+            dim = len(self.center) if dim is None else dim
+            check_parameter(len(self.center) == dim, fam, "center", center, f"of length {dim}")
+        self.dim = dim
+        self.min_covar = float(min_covar)
+        self.ridge = float(ridge)
+        self.name = name
+        self.keys = keys
+
+    def accumulator_factory(self) -> MultivariateGaussianAccumulatorFactory:
+        return MultivariateGaussianAccumulatorFactory(self.dim, self.keys)
+
+    def encoder(self) -> MultivariateGaussianEncoder:
+        return MultivariateGaussianEncoder(self.dim, self.center)
+
+    def with_scan(self, scan: Any) -> MultivariateGaussianEstimator:
+        if scan is None:
+            return self
+        count, total = scan
+        center = np.asarray(total, dtype=np.float64) / float(count)
+        return MultivariateGaussianEstimator(
+            self.pseudo_count,
+            self.suff_stat,
+            self.min_covar,
+            self.ridge,
+            len(center),
+            center,
+            self.name,
+            self.keys,
+        )
+
+    def _fallback_center(self, d: int, value_center: np.ndarray) -> np.ndarray:
+        if len(value_center) == d:
+            return value_center
+        return self.center if self.center is not None else np.zeros(d)
+
+    def estimate(self, nobs: float | None, value: Any) -> MultivariateGaussianDistribution:
+        sw, mean_y, scatter, c = moments_about_mean(value)
+        d = len(mean_y) or self.dim
+        if not d:
+            raise EmptyDataError(
+                f"{type(self).__name__}: no data, and neither dim nor suff_stat to fall back on"
+            )
+        pc = self.pseudo_count or 0.0
+        if sw <= 0.0 and (pc == 0.0 or self.suff_stat is None):
+            if self.suff_stat is not None:
+                return MultivariateGaussianDistribution(*self.suff_stat)
+            return MultivariateGaussianDistribution(self._fallback_center(d, c), np.eye(d))
+        if self.suff_stat is not None and pc > 0:
+            mu0, covar0 = self.suff_stat
+            d0 = mu0 - c
+            mean_all = (sw * mean_y + pc * d0) / (sw + pc)
+            a, b = mean_y - mean_all, d0 - mean_all
+            scatter = scatter + sw * np.outer(a, a) + pc * (covar0 + np.outer(b, b))
+            mu, covar = c + mean_all, scatter / (sw + pc)
+        else:
+            mu, covar = c + mean_y, (scatter + pc * np.eye(d)) / (sw + pc)
+        return MultivariateGaussianDistribution(mu, self._floored(covar))
+
+    def _floored(self, covar: np.ndarray) -> np.ndarray:
+        d = covar.shape[0]
+        covar = 0.5 * (covar + covar.T)
+        if not np.all(np.isfinite(covar)):
+            return np.eye(d)
+        eps = max(self.min_covar, self.ridge * float(np.trace(covar)) / d)
+        for _ in range(12):
+            candidate = covar + eps * np.eye(d)
+            if _cholesky(candidate) is not None:
+                return candidate
+            eps *= 10.0
+        return np.diag(np.maximum(np.diag(covar), eps))
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family}
+        prior = None if self.suff_stat is None else [self.suff_stat[0].tolist(), self.suff_stat[1].tolist()]
+        center = None if self.center is None else self.center.tolist()
+        spec.update(
+            drop_none(
+                pseudo_count=self.pseudo_count,
+                suff_stat=prior,
+                dim=self.dim,
+                center=center,
+                name=self.name,
+                keys=self.keys,
+            )
+        )
+        if self.min_covar != 1e-8:
+            spec["min_covar"] = self.min_covar
+        if self.ridge != 1e-6:
+            spec["ridge"] = self.ridge
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> MultivariateGaussianEstimator:
+        check_spec_keys(
+            spec,
+            "multivariate_gaussian",
+            optional=("pseudo_count", "suff_stat", "min_covar", "ridge", "dim", "center", "name", "keys"),
+        )
+        return cls(**{k: v for k, v in spec.items() if k != "type"})

@@ -1,0 +1,208 @@
+"""Poisson: ``PoissonDistribution(lam)``.
+
+Records are non-negative integer counts (floats with integral values are accepted);
+``log p(x) = x log(lam) - lam - log x!``. The encoded batch is ``(x, log x!)`` so scoring needs no
+special function per E-step; statistics ``(Σw, Σw x)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.stats._scalar_common import (
+    ScalarEncoder,
+    SumAccumulator,
+    SumAccumulatorFactory,
+    check_counts,
+)
+from mixle_spark.stats._special import log_factorial
+from mixle_spark.stats.base import (
+    Distribution,
+    Estimator,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    drop_none,
+    register_distribution,
+    register_estimator,
+)
+
+__all__ = [
+    "PoissonAccumulator",
+    "PoissonAccumulatorFactory",
+    "PoissonDistribution",
+    "PoissonEncoder",
+    "PoissonEstimator",
+    "PoissonSampler",
+]
+
+DEFAULT_MIN_LAM = 1e-12
+
+
+def _is_count(x: float) -> bool:
+    return 0.0 <= x < math.inf and x == math.floor(x)
+
+
+@register_distribution("poisson")
+class PoissonDistribution(Distribution):
+    """Poisson distribution with rate ``lam``.
+
+    Examples
+    --------
+    >>> round(PoissonDistribution(2.0).log_density(0), 12) == -2.0
+    True
+    """
+
+    def __init__(self, lam: float) -> None:
+        check_parameter(math.isfinite(lam) and lam > 0, "PoissonDistribution", "lam", lam,
+                        "a positive finite number")
+        self.lam = float(lam)
+        self._log_lam = math.log(self.lam)
+
+    def log_density(self, x: int) -> float:
+        value = float(x)
+        if not _is_count(value):
+            return -math.inf
+        return value * self._log_lam - self.lam - float(log_factorial(value))
+
+    def seq_log_density(self, enc: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        x, log_fact = enc
+        return x * self._log_lam - self.lam - log_fact
+
+    # Mixture fast path: log p(x) = [1, x, log x!] @ [-lam, log lam, -1].
+    def feature_key(self) -> Any:
+        return ("poisson",)
+
+    def seq_features(self, enc: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        x, log_fact = enc
+        return np.column_stack([np.ones_like(x), x, log_fact])
+
+    def feature_coefficients(self, enc: Any) -> np.ndarray:
+        return np.array([-self.lam, self._log_lam, -1.0])
+
+    def sampler(self, seed: int | None = None) -> PoissonSampler:
+        return PoissonSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> PoissonEstimator:
+        if pseudo_count is None:
+            return PoissonEstimator()
+        return PoissonEstimator(pseudo_count=pseudo_count, suff_stat=self.lam)
+
+    def encoder(self) -> PoissonEncoder:
+        return PoissonEncoder()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.family, "lam": self.lam}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> PoissonDistribution:
+        check_spec_keys(spec, "poisson", required=("lam",))
+        return cls(spec["lam"])
+
+
+class PoissonSampler(Sampler):
+    dist: PoissonDistribution
+
+    def sample(self, size: int | None = None) -> Any:
+        draws = self.rng.poisson(self.dist.lam, size=size)
+        return int(draws) if size is None else draws
+
+
+class PoissonEncoder(ScalarEncoder):
+    """Reads counts into ``(x, log x!)``, two float64 arrays of shape (n,)."""
+
+    estimator_name = "PoissonEstimator"
+    expectation = "a non-negative integer count"
+
+    def validate(self, x: np.ndarray) -> None:
+        check_counts(x, self.expected, low=0.0)
+
+    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return x, log_factorial(x)
+
+
+class PoissonAccumulator(SumAccumulator):
+    """Sums ``(Σw, Σw x)``."""
+
+    def values(self, enc: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        return enc[0]
+
+    def make_encoder(self) -> PoissonEncoder:
+        return PoissonEncoder()
+
+
+class PoissonAccumulatorFactory(SumAccumulatorFactory):
+    accumulator_class = PoissonAccumulator
+
+
+@register_estimator("poisson")
+class PoissonEstimator(Estimator):
+    """Maximum-likelihood Poisson fit ``lam = Σw x / Σw``.
+
+    Parameters
+    ----------
+    pseudo_count : float, optional
+        Number of pseudo-observations with mean ``suff_stat``:
+        ``lam = (Σw x + pc * lam0) / (Σw + pc)``.
+    suff_stat : float, optional
+        Prior rate ``lam0`` (default 1.0 when only ``pseudo_count`` is given).
+    min_lam : float
+        Rate floor (default 1e-12): a component that sees only zeros keeps a finite density for
+        positive counts.
+    keys : str, optional
+        Tie this parameter to every other site with the same key.
+
+    With zero total weight the estimate is ``suff_stat`` (or 1.0).
+    """
+
+    def __init__(
+        self,
+        pseudo_count: float | None = None,
+        suff_stat: float | None = None,
+        min_lam: float = DEFAULT_MIN_LAM,
+        name: str | None = None,
+        keys: str | None = None,
+    ) -> None:
+        check_parameter(pseudo_count is None or pseudo_count >= 0, "PoissonEstimator", "pseudo_count",
+                        pseudo_count, "a non-negative number")
+        check_parameter(suff_stat is None or (math.isfinite(suff_stat) and suff_stat > 0),
+                        "PoissonEstimator", "suff_stat", suff_stat, "a positive finite number")
+        check_parameter(min_lam > 0, "PoissonEstimator", "min_lam", min_lam, "positive")
+        self.pseudo_count = pseudo_count
+        self.suff_stat = None if suff_stat is None else float(suff_stat)
+        self.min_lam = float(min_lam)
+        self.name = name
+        self.keys = keys
+
+    def accumulator_factory(self) -> PoissonAccumulatorFactory:
+        return PoissonAccumulatorFactory(self.keys)
+
+    def encoder(self) -> PoissonEncoder:
+        return PoissonEncoder()
+
+    def estimate(self, nobs: float | None, value: Any) -> PoissonDistribution:
+        sw, sx = value
+        pc = self.pseudo_count or 0.0
+        lam0 = 1.0 if self.suff_stat is None else self.suff_stat
+        total = sw + pc
+        lam = (sx + pc * lam0) / total if total > 0 else lam0
+        if not math.isfinite(lam):
+            lam = lam0
+        return PoissonDistribution(max(lam, self.min_lam))
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family}
+        spec.update(drop_none(pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name,
+                              keys=self.keys))
+        if self.min_lam != DEFAULT_MIN_LAM:
+            spec["min_lam"] = self.min_lam
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> PoissonEstimator:
+        check_spec_keys(spec, "poisson", optional=("pseudo_count", "suff_stat", "min_lam", "name", "keys"))
+        return cls(**{k: v for k, v in spec.items() if k != "type"})

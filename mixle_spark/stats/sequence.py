@@ -1,0 +1,504 @@
+"""Variable-length sequences: ``SequenceDistribution(dist, len_dist=None)``.
+
+A record is a list (or 1-D numpy array) of elements drawn independently from ``dist``; its length
+is scored by ``len_dist`` when given:
+``log p(x) = Σ_j dist.log_density(x[j]) + len_dist.log_density(len(x))``.
+
+In Arrow a sequence is a ``list`` / ``large_list`` column: the encoder reads its offsets and the
+flattened values without copying (sliced arrays included), so all elements of a batch are scored in
+one vectorized call and summed back per row with ``np.bincount``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from mixle_spark.errors import DataTypeError, DataValueError, FieldError, SchemaError, SpecError
+from mixle_spark.stats._product import as_record_list
+from mixle_spark.stats._validate import first_true
+from mixle_spark.stats.base import (
+    Accumulator,
+    AccumulatorFactory,
+    Distribution,
+    Encoder,
+    Estimator,
+    RowRandom,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    distribution_from_dict,
+    drop_none,
+    estimator_from_dict,
+    register_distribution,
+    register_estimator,
+    seq_update_with_ll,
+)
+
+__all__ = [
+    "SequenceAccumulator",
+    "SequenceAccumulatorFactory",
+    "SequenceDistribution",
+    "SequenceEncoded",
+    "SequenceEncoder",
+    "SequenceEstimator",
+    "SequenceSampler",
+]
+
+
+class SequenceEncoded(NamedTuple):
+    """``n`` rows; ``lengths`` (int64, shape (n,)); ``owner`` (row of each element, shape (m,));
+    ``values`` the child encoding of all m elements; ``len_enc`` the length encoding or None."""
+
+    n: int
+    lengths: np.ndarray
+    owner: np.ndarray
+    values: Any
+    len_enc: Any
+
+
+def _row_sums(owner: np.ndarray, element_values: np.ndarray, n: int) -> np.ndarray:
+    return np.bincount(owner, weights=element_values, minlength=n).astype(np.float64, copy=False)
+
+
+@register_distribution("sequence")
+class SequenceDistribution(Distribution):
+    """Independent elements from ``dist``, and optionally a length model ``len_dist``.
+
+    Parameters
+    ----------
+    dist : Distribution
+        Model of each element.
+    len_dist : Distribution, optional
+        Model of the length (a count family, e.g. Poisson). Required for sampling.
+    """
+
+    def __init__(self, dist: Distribution, len_dist: Distribution | None = None) -> None:
+        check_parameter(
+            isinstance(dist, Distribution), "SequenceDistribution", "dist", dist, "a Distribution"
+        )
+        check_parameter(
+            len_dist is None or isinstance(len_dist, Distribution),
+            "SequenceDistribution",
+            "len_dist",
+            len_dist,
+            "a Distribution or None",
+        )
+        self.dist = dist
+        self.len_dist = len_dist
+
+    def log_density(self, x: Sequence[Any]) -> float:
+        total = 0.0
+        for value in x:
+            total += self.dist.log_density(value)
+        if self.len_dist is not None:
+            total += self.len_dist.log_density(len(x))
+        return total
+
+    def seq_log_density(self, enc: SequenceEncoded) -> np.ndarray:
+        out = _row_sums(enc.owner, self.dist.seq_log_density(enc.values), enc.n)
+        if self.len_dist is not None:
+            len_enc = (
+                enc.len_enc if enc.len_enc is not None else _encode_lengths(self.len_dist.encoder(), enc)
+            )
+            out += self.len_dist.seq_log_density(len_enc)
+        return out
+
+    def sampler(self, seed: int | None = None) -> SequenceSampler:
+        return SequenceSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> SequenceEstimator:
+        len_est = None if self.len_dist is None else self.len_dist.estimator(pseudo_count)
+        return SequenceEstimator(self.dist.estimator(pseudo_count), len_est)
+
+    def encoder(self) -> SequenceEncoder:
+        return SequenceEncoder(
+            self.dist.encoder(), None if self.len_dist is None else self.len_dist.encoder()
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family, "dist": self.dist.to_dict()}
+        if self.len_dist is not None:
+            spec["len_dist"] = self.len_dist.to_dict()
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> SequenceDistribution:
+        check_spec_keys(spec, "sequence", required=("dist",), optional=("len_dist",))
+        len_spec = spec.get("len_dist")
+        return cls(
+            distribution_from_dict(spec["dist"]),
+            None if len_spec is None else distribution_from_dict(len_spec),
+        )
+
+
+class SequenceSampler(Sampler):
+    """Draws a length from ``len_dist``, then that many elements; records are lists."""
+
+    def __init__(self, dist: SequenceDistribution, seed: int | None = None) -> None:
+        if dist.len_dist is None:
+            raise SpecError(
+                "SequenceDistribution: sampling needs len_dist (the distribution of the "
+                "sequence length), got None"
+            )
+        super().__init__(dist, seed)
+        self.lengths = dist.len_dist.sampler(self.new_seed())
+        self.elements = dist.dist.sampler(self.new_seed())
+
+    def _draw_lengths(self, size: int) -> np.ndarray:
+        raw = np.asarray(as_record_list(self.lengths.sample(size)), dtype=np.float64)
+        if len(raw) and (np.any(raw < 0) or np.any(raw != np.floor(raw))):
+            bad = raw[(raw < 0) | (raw != np.floor(raw))][0]
+            raise DataValueError("len_dist must draw non-negative integer lengths", value=float(bad))
+        return raw.astype(np.int64)
+
+    def sample(self, size: int | None = None) -> Any:
+        lengths = self._draw_lengths(1 if size is None else size)
+        total = int(lengths.sum())
+        values = as_record_list(self.elements.sample(total)) if total else []
+        ends = np.cumsum(lengths)
+        out = [values[e - k : e] for e, k in zip(ends.tolist(), lengths.tolist(), strict=True)]
+        return out[0] if size is None else out
+
+
+def _encode_lengths(len_encoder: Encoder, enc_or_lengths: Any) -> Any:
+    lengths = enc_or_lengths.lengths if isinstance(enc_or_lengths, SequenceEncoded) else enc_or_lengths
+    try:
+        return len_encoder.from_arrow(pa.array(lengths, type=pa.int64()))
+    except FieldError as err:
+        raise type(err)(
+            "sequence length: " + err.detail,
+            value=err.value,
+            row=err.row,
+            n_rows=err.n_rows,
+            count=err.count,
+            path=err.path,
+        ) from err
+
+
+class SequenceEncoder(Encoder):
+    """Reads lists / arrays of elements, or an Arrow ``list`` / ``large_list`` column."""
+
+    def __init__(self, child: Encoder, len_encoder: Encoder | None = None) -> None:
+        self.child = child
+        self.len_encoder = len_encoder
+
+    def _flatten(self, records: Sequence[Any]) -> tuple[int, np.ndarray, Any]:
+        n = len(records)
+        for i, r in enumerate(records):
+            if r is None:
+                raise DataValueError(
+                    "expected a sequence (a missing value needs OptionalEstimator)",
+                    value=None,
+                    row=i,
+                    n_rows=n,
+                )
+            if isinstance(r, (str, bytes, Mapping)) or not isinstance(r, (Sequence, np.ndarray)):
+                raise DataTypeError(
+                    "expected a sequence (list or array) of elements", value=r, row=i, n_rows=n
+                )
+        lengths = np.fromiter((len(r) for r in records), dtype=np.int64, count=n)
+        if n and all(isinstance(r, np.ndarray) and r.ndim == 1 for r in records):
+            values: Any = np.concatenate(records)
+        else:
+            values = list(itertools.chain.from_iterable(records))
+        return n, lengths, values
+
+    def _flatten_arrow(self, data: Any) -> tuple[int, np.ndarray, Any]:
+        array = data
+        if isinstance(data, (pa.Table, pa.RecordBatch)):
+            if data.num_columns != 1:
+                raise SchemaError(f"expected one list column for SequenceEstimator, got {data.schema.names}")
+            array = data.column(0)
+        if isinstance(array, pa.ChunkedArray):
+            array = array.chunk(0) if array.num_chunks == 1 else array.combine_chunks()
+        if not isinstance(array, (pa.ListArray, pa.LargeListArray)):
+            typ = getattr(array, "type", type(array).__name__)
+            raise SchemaError(f"expected a list column for SequenceEstimator, got Arrow type {typ}")
+        n = len(array)
+        if array.null_count:
+            mask = np.asarray(array.is_null().to_numpy(zero_copy_only=False))
+            raise DataValueError(
+                "expected a sequence (a missing list needs OptionalEstimator)",
+                value=None,
+                row=first_true(mask),
+                n_rows=n,
+                count=int(mask.sum()),
+            )
+        offsets = np.asarray(array.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+        start, stop = int(offsets[0]), int(offsets[-1])
+        # ``values`` ignores the slice of a sliced array; ``offsets`` do not, so cut the values to match.
+        values = array.values.slice(start, stop - start)
+        return n, np.diff(offsets), values
+
+    def _build(self, method: str, n: int, lengths: np.ndarray, values: Any) -> SequenceEncoded:
+        owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        try:
+            child = getattr(self.child, method)(values)
+        except FieldError as err:
+            raise err.in_rows(owner, n) from err
+        len_enc = None if self.len_encoder is None else _encode_lengths(self.len_encoder, lengths)
+        return SequenceEncoded(n, lengths, owner, child, len_enc)
+
+    def encode(self, records: Sequence[Any]) -> SequenceEncoded:
+        return self._build("encode", *self._flatten(records))
+
+    def from_arrow(self, data: Any) -> SequenceEncoded:
+        return self._build("from_arrow", *self._flatten_arrow(data))
+
+    def check_arrow_type(self, arrow_type: Any) -> None:
+        if not (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)):
+            raise SchemaError(f"expected a list column for SequenceEstimator, got Arrow type {arrow_type}")
+        try:
+            self.child.check_arrow_type(arrow_type.value_type)
+        except SchemaError as err:
+            raise SchemaError(f"list element: {err}") from err
+
+    def expected_arrow(self) -> str:
+        return f"a list column of ({self.child.expected_arrow()})"
+
+    @property
+    def needs_scan(self) -> bool:
+        return self.child.needs_scan or (self.len_encoder is not None and self.len_encoder.needs_scan)
+
+    def _scan(self, method: str, n: int, lengths: np.ndarray, values: Any) -> Any:
+        if not self.needs_scan:
+            return None
+        child_scan = None
+        if self.child.needs_scan:
+            try:
+                child_scan = getattr(self.child, method)(values)
+            except FieldError as err:
+                raise err.in_rows(np.repeat(np.arange(n), lengths), n) from err
+        len_scan = None
+        if self.len_encoder is not None and self.len_encoder.needs_scan:
+            len_scan = self.len_encoder.scan_arrow(pa.array(lengths, type=pa.int64()))
+        return (child_scan, len_scan)
+
+    def scan(self, records: Sequence[Any]) -> Any:
+        return self._scan("scan", *self._flatten(records))
+
+    def scan_arrow(self, data: Any) -> Any:
+        return self._scan("scan_arrow", *self._flatten_arrow(data))
+
+    def merge_scans(self, a: Any, b: Any) -> Any:
+        if a is None:
+            return b
+        if b is None:
+            return a
+
+        def merge(encoder: Encoder | None, x: Any, y: Any) -> Any:
+            return y if x is None else x if y is None else encoder.merge_scans(x, y)  # type: ignore[union-attr]
+
+        return (merge(self.child, a[0], b[0]), merge(self.len_encoder, a[1], b[1]))
+
+    def union(self, other: Encoder) -> Encoder:
+        if not isinstance(other, SequenceEncoder):
+            raise TypeError(f"cannot combine encoders {self!r} and {other!r}")
+        if self.len_encoder is None or other.len_encoder is None:
+            len_encoder = self.len_encoder or other.len_encoder
+        else:
+            len_encoder = self.len_encoder.union(other.len_encoder)
+        return SequenceEncoder(self.child.union(other.child), len_encoder)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, SequenceEncoder)
+            and other.child == self.child
+            and other.len_encoder == self.len_encoder
+        )
+
+    def __hash__(self) -> int:
+        return hash(("SequenceEncoder", hash(self.child)))
+
+    def __repr__(self) -> str:
+        return f"SequenceEncoder({self.child!r}, {self.len_encoder!r})"
+
+
+class SequenceAccumulator(Accumulator):
+    """Element statistics (each element weighted by its row's weight) and length statistics.
+
+    Value: ``(row_weight, element_weight, element_value, length_value or None)``.
+    """
+
+    def __init__(self, child: Accumulator, len_acc: Accumulator | None = None, keys: Any = None) -> None:
+        self.child = child
+        self.len_acc = len_acc
+        self.keys = keys
+        self.row_weight = 0.0
+        self.element_weight = 0.0
+
+    def _len_enc(self, enc: SequenceEncoded) -> Any:
+        if enc.len_enc is not None:
+            return enc.len_enc
+        return _encode_lengths(self.len_acc.make_encoder(), enc)  # type: ignore[union-attr]
+
+    def _count(self, enc: SequenceEncoded, weights: np.ndarray) -> np.ndarray:
+        self.row_weight += float(weights.sum())
+        self.element_weight += float(np.dot(weights, enc.lengths))
+        return weights[enc.owner]
+
+    def seq_update(self, enc: SequenceEncoded, weights: np.ndarray, estimate: Any) -> np.ndarray | None:
+        w_elem = self._count(enc, weights)
+        if estimate is None:
+            self.child.seq_update(enc.values, w_elem, None)
+            if self.len_acc is not None:
+                self.len_acc.seq_update(self._len_enc(enc), weights, None)
+            return None
+        ll = _row_sums(enc.owner, seq_update_with_ll(self.child, enc.values, w_elem, estimate.dist), enc.n)
+        if self.len_acc is not None:
+            len_enc = self._len_enc(enc)
+            if estimate.len_dist is not None:
+                ll += seq_update_with_ll(self.len_acc, len_enc, weights, estimate.len_dist)
+            else:
+                self.len_acc.seq_update(len_enc, weights, None)
+        elif estimate.len_dist is not None:
+            ll += estimate.len_dist.seq_log_density(_encode_lengths(estimate.len_dist.encoder(), enc))
+        return ll
+
+    def seq_initialize(self, enc: SequenceEncoded, weights: np.ndarray, rng: RowRandom) -> None:
+        w_elem = self._count(enc, weights)
+        self.child.seq_initialize(enc.values, w_elem, rng.expand(enc.lengths))
+        if self.len_acc is not None:
+            self.len_acc.seq_initialize(self._len_enc(enc), weights, rng.child("len"))
+
+    def combine(self, value: Any) -> SequenceAccumulator:
+        row_weight, element_weight, child_value, len_value = value
+        self.row_weight += float(row_weight)
+        self.element_weight += float(element_weight)
+        self.child.combine(child_value)
+        if self.len_acc is not None:
+            self.len_acc.combine(len_value)
+        return self
+
+    def value(self) -> tuple[float, float, Any, Any]:
+        len_value = None if self.len_acc is None else self.len_acc.value()
+        return (self.row_weight, self.element_weight, self.child.value(), len_value)
+
+    def from_value(self, value: Any) -> SequenceAccumulator:
+        row_weight, element_weight, child_value, len_value = value
+        self.row_weight, self.element_weight = float(row_weight), float(element_weight)
+        self.child.from_value(child_value)
+        if self.len_acc is not None:
+            self.len_acc.from_value(len_value)
+        return self
+
+    def make_encoder(self) -> SequenceEncoder:
+        return SequenceEncoder(
+            self.child.make_encoder(), None if self.len_acc is None else self.len_acc.make_encoder()
+        )
+
+    def key_merge(self, stats: dict[Any, Any]) -> None:
+        super().key_merge(stats)
+        self.child.key_merge(stats)
+        if self.len_acc is not None:
+            self.len_acc.key_merge(stats)
+
+    def key_replace(self, stats: dict[Any, Any]) -> None:
+        super().key_replace(stats)
+        self.child.key_replace(stats)
+        if self.len_acc is not None:
+            self.len_acc.key_replace(stats)
+
+
+class SequenceAccumulatorFactory(AccumulatorFactory):
+    def __init__(
+        self, child: AccumulatorFactory, len_factory: AccumulatorFactory | None = None, keys: Any = None
+    ) -> None:
+        self.child = child
+        self.len_factory = len_factory
+        self.keys = keys
+
+    def make(self) -> SequenceAccumulator:
+        return SequenceAccumulator(
+            self.child.make(), None if self.len_factory is None else self.len_factory.make(), self.keys
+        )
+
+
+@register_estimator("sequence")
+class SequenceEstimator(Estimator):
+    """Fits the element model to all elements (weighted by their row's weight) and, when given,
+    the length model to the lengths.
+
+    Parameters
+    ----------
+    estimator : Estimator
+        Element estimator.
+    len_estimator : Estimator, optional
+        Length estimator (a count family); without it the fitted model has ``len_dist=None``.
+    name, keys : str, optional
+    """
+
+    def __init__(
+        self,
+        estimator: Estimator,
+        len_estimator: Estimator | None = None,
+        name: str | None = None,
+        keys: str | None = None,
+    ) -> None:
+        check_parameter(
+            isinstance(estimator, Estimator), "SequenceEstimator", "estimator", estimator, "an Estimator"
+        )
+        check_parameter(
+            len_estimator is None or isinstance(len_estimator, Estimator),
+            "SequenceEstimator",
+            "len_estimator",
+            len_estimator,
+            "an Estimator or None",
+        )
+        self.estimator = estimator
+        self.len_estimator = len_estimator
+        self.name = name
+        self.keys = keys
+
+    def accumulator_factory(self) -> SequenceAccumulatorFactory:
+        len_factory = None if self.len_estimator is None else self.len_estimator.accumulator_factory()
+        return SequenceAccumulatorFactory(self.estimator.accumulator_factory(), len_factory, self.keys)
+
+    def estimate(self, nobs: float | None, value: Any) -> SequenceDistribution:
+        row_weight, element_weight, child_value, len_value = value
+        dist = self.estimator.estimate(element_weight, child_value)
+        len_dist = None if self.len_estimator is None else self.len_estimator.estimate(row_weight, len_value)
+        return SequenceDistribution(dist, len_dist)
+
+    def encoder(self) -> SequenceEncoder:
+        return SequenceEncoder(
+            self.estimator.encoder(), None if self.len_estimator is None else self.len_estimator.encoder()
+        )
+
+    def with_scan(self, scan: Any) -> SequenceEstimator:
+        if scan is None:
+            return self
+        child_scan, len_scan = scan
+        est = self.estimator if child_scan is None else self.estimator.with_scan(child_scan)
+        len_est = self.len_estimator
+        if len_scan is not None and len_est is not None:
+            len_est = len_est.with_scan(len_scan)
+        return SequenceEstimator(est, len_est, self.name, self.keys)
+
+    def min_rows(self) -> int:
+        return max(
+            self.estimator.min_rows(), 1 if self.len_estimator is None else self.len_estimator.min_rows()
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family, "estimator": self.estimator.to_dict()}
+        if self.len_estimator is not None:
+            spec["len_estimator"] = self.len_estimator.to_dict()
+        spec.update(drop_none(name=self.name, keys=self.keys))
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> SequenceEstimator:
+        check_spec_keys(spec, "sequence", required=("estimator",), optional=("len_estimator", "name", "keys"))
+        len_spec = spec.get("len_estimator")
+        return cls(
+            estimator_from_dict(spec["estimator"]),
+            None if len_spec is None else estimator_from_dict(len_spec),
+            spec.get("name"),
+            spec.get("keys"),
+        )

@@ -1,0 +1,171 @@
+"""The EM driver: determinism, stopping rules, monotonicity, restarts, progress and failures."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pytest
+
+from mixle_spark.errors import (
+    ConvergenceWarning,
+    EmptyDataError,
+    NonFiniteLikelihoodError,
+    TooFewRowsError,
+)
+from mixle_spark.estimation import best_of, initialize, iterate, optimize, trial_seeds
+from mixle_spark.parallel import LocalEncodedData, encoded_data
+from mixle_spark.stats import (
+    CategoricalDistribution,
+    CategoricalEstimator,
+    GaussianDistribution,
+    GaussianEstimator,
+    MixtureDistribution,
+    MixtureEstimator,
+)
+
+TRUE = MixtureDistribution(
+    [GaussianDistribution(-4.0, 1.0), GaussianDistribution(0.0, 0.5), GaussianDistribution(5.0, 2.0)],
+    [0.3, 0.3, 0.4],
+)
+
+
+@pytest.fixture(scope="module")
+def data() -> list[float]:
+    return list(TRUE.sampler(5).sample(3000))
+
+
+def _est(k: int = 3) -> MixtureEstimator:
+    return MixtureEstimator([GaussianEstimator()] * k)
+
+
+def _params(model: MixtureDistribution) -> np.ndarray:
+    return np.array([[w, c.mu, c.sigma2] for w, c in zip(model.w, model.components, strict=True)])
+
+
+def test_same_seed_gives_the_same_model(data: list[float]) -> None:
+    a = optimize(data, _est(), max_its=500, delta=1e-6, seed=7)
+    b = optimize(data, _est(), max_its=500, delta=1e-6, seed=7)
+    assert a == b
+    c = optimize(data, _est(), max_its=1, delta=None, seed=8)
+    assert c != optimize(data, _est(), max_its=1, delta=None, seed=7)
+
+
+def test_result_does_not_depend_on_chunking(data: list[float]) -> None:
+    whole = optimize(data, _est(), max_its=15, delta=None, seed=3)
+    chunked = optimize(data, _est(), max_its=15, delta=None, seed=3, chunk_size=137)
+    np.testing.assert_allclose(_params(chunked), _params(whole), rtol=1e-9)
+    init_whole = initialize(data, _est(), seed=3)
+    init_chunked = initialize(data, _est(), seed=3, num_chunks=7)
+    np.testing.assert_allclose(_params(init_chunked), _params(init_whole), rtol=1e-12)
+
+
+def test_recovers_the_mixture(data: list[float]) -> None:
+    _ll, model = best_of(data, _est(), trials=3, max_its=300, delta=1e-8, seed=1)
+    got = _params(model)[np.argsort([c.mu for c in model.components])]
+    want = _params(TRUE)
+    np.testing.assert_allclose(got[:, 0], want[:, 0], atol=0.03)
+    np.testing.assert_allclose(got[:, 1], want[:, 1], atol=0.15)
+    np.testing.assert_allclose(got[:, 2], want[:, 2], rtol=0.15)
+
+
+def test_log_likelihood_never_decreases(data: list[float]) -> None:
+    model = iterate(data, _est(), max_its=40, seed=2)
+    lls = [r.log_likelihood for r in model.fit_result.history]
+    assert len(lls) == 41
+    assert all(b >= a - 1e-9 * abs(a) for a, b in zip(lls, lls[1:], strict=False))
+
+
+def test_delta_none_runs_exactly_max_its(data: list[float]) -> None:
+    model = optimize(data, _est(), max_its=4, delta=None, seed=1)
+    assert model.fit_result.n_iter == 4
+    assert [r.iteration for r in model.fit_result.history] == [0, 1, 2, 3, 4]
+    assert not model.fit_result.converged
+
+
+def test_stops_when_gain_below_delta(data: list[float]) -> None:
+    model = optimize(data, GaussianEstimator(), max_its=50, delta=1e-6)
+    result = model.fit_result
+    assert result.converged and result.stopped_because == "converged"
+    assert result.n_iter <= 3
+    assert 0 <= result.history[-1].gain < 1e-6
+
+
+def test_not_converging_warns(data: list[float]) -> None:
+    with pytest.warns(ConvergenceWarning, match=r"did not converge in 2 iterations \(delta=1e-12"):
+        model = optimize(data, _est(), max_its=2, delta=1e-12, seed=1)
+    assert not model.fit_result.converged
+
+
+def test_prev_estimate_is_the_starting_model(data: list[float]) -> None:
+    start = initialize(data, _est(), seed=4)
+    handle = encoded_data(data, _est())
+    expected = handle.pysp_seq_estimate(_est(), start)
+    got = optimize(handle, _est(), max_its=1, delta=None, prev_estimate=start)
+    np.testing.assert_allclose(_params(got), _params(expected), rtol=1e-14)
+    assert got.fit_result.history[0].log_likelihood == pytest.approx(
+        handle.pysp_seq_log_density_sum(start)[1], rel=1e-12)
+
+
+def test_best_of_uses_distinct_seeds_and_returns_the_best(data: list[float]) -> None:
+    seeds = trial_seeds(5, 4)
+    assert len(set(seeds)) == 4 and trial_seeds(5, 4) == seeds
+    out = io.StringIO()
+    ll, model = best_of(data, _est(), trials=4, max_its=30, seed=5, out=out)
+    trial_lls = [float(line.rsplit(" ", 1)[1]) for line in out.getvalue().splitlines()
+                 if line.startswith("trial") and ": log-likelihood" in line]
+    assert len(trial_lls) == 4
+    assert ll == pytest.approx(max(trial_lls), rel=1e-10)
+    assert ll == model.fit_result.log_likelihood
+
+
+def test_progress_lines_go_to_out(data: list[float]) -> None:
+    out = io.StringIO()
+    optimize(data, _est(), max_its=3, delta=None, seed=1, out=out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 4
+    assert lines[1].startswith("iteration    1  log-likelihood -") and " gain " in lines[1]
+    assert lines[1].endswith("s")
+
+
+def test_weights_equal_duplicated_rows(data: list[float]) -> None:
+    w = np.ones(len(data))
+    w[:500] = 2.0
+    weighted = optimize(data, _est(), max_its=10, delta=None, seed=1, weights=w,
+                        prev_estimate=TRUE)
+    duplicated = optimize(data + data[:500], _est(), max_its=10, delta=None, seed=1,
+                          prev_estimate=TRUE)
+    np.testing.assert_allclose(_params(weighted), _params(duplicated), rtol=1e-10)
+
+
+def test_validation_data_selects_the_model(data: list[float]) -> None:
+    vdata = list(TRUE.sampler(99).sample(500))
+    model = optimize(data, _est(), max_its=10, delta=None, seed=1, vdata=vdata)
+    assert model.fit_result.validation_log_likelihood == pytest.approx(
+        LocalEncodedData(vdata, model=model).pysp_seq_log_density_sum(model)[1], rel=1e-12)
+
+
+def test_more_components_than_rows_is_an_error() -> None:
+    with pytest.raises(TooFewRowsError, match="needs at least 5 rows .* the data has 3"):
+        optimize([1.0, 2.0, 3.0], _est(5))
+
+
+def test_empty_data_is_an_error() -> None:
+    with pytest.raises(EmptyDataError, match="empty"):
+        optimize([], GaussianEstimator())
+
+
+def test_zero_density_start_names_iteration_and_row() -> None:
+    start = CategoricalDistribution({"a": 0.5, "b": 0.5})
+    with pytest.raises(NonFiniteLikelihoodError,
+                       match=r"log-likelihood is -inf at iteration 0.*row 3 has log-density -inf"):
+        optimize(["a", "b", "c", "a"], CategoricalEstimator(), prev_estimate=start)
+
+
+def test_initial_model_with_zero_density_rows_is_repaired() -> None:
+    # 2 of 400 rows carry a rare label the 10% initial sample is likely to miss.
+    data = ["a"] * 200 + ["b"] * 198 + ["rare"] * 2
+    model = optimize(data, MixtureEstimator([CategoricalEstimator()] * 2), max_its=20, seed=0)
+    assert math.isfinite(model.fit_result.log_likelihood)
+    assert model.log_density("rare") == pytest.approx(math.log(2 / 400), rel=1e-6)

@@ -1,0 +1,111 @@
+"""Model specs -> estimators, and models <-> JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mixle_spark.errors import ModelFormatError, SpecError, UnknownNameError
+from mixle_spark.spec import (
+    estimator_from_spec,
+    load_model,
+    load_spec,
+    model_from_json,
+    model_to_dict,
+    model_to_json,
+    save_model,
+)
+from mixle_spark.stats import (
+    GaussianDistribution,
+    MixtureDistribution,
+    MixtureEstimator,
+    RecordEstimator,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_customers_spec_builds_a_mixture_of_records() -> None:
+    spec = load_spec(ROOT / "conf" / "models" / "customers.json")
+    est = spec.estimator
+    assert isinstance(est, MixtureEstimator)
+    assert len(est.estimators) == 3
+    assert all(isinstance(e, RecordEstimator) for e in est.estimators)
+    assert list(est.estimators[0].fields) == ["amount", "channel", "n_items", "tags"]
+    assert spec.fit["max_its"] == 200
+
+
+def test_shorthand_expands_to_k_copies() -> None:
+    est = estimator_from_spec({"type": "mixture", "k": 4, "component": "gaussian"})
+    assert len(est.estimators) == 4
+    assert estimator_from_spec(est.to_dict()) == est
+
+
+def test_unknown_spec_key_is_named() -> None:
+    with pytest.raises(SpecError, match=r"unknown key 'sigma' in gaussian spec"):
+        estimator_from_spec({"type": "gaussian", "sigma": 1.0})
+
+
+def test_unknown_family_lists_the_valid_ones() -> None:
+    with pytest.raises(UnknownNameError, match=r"unknown estimator family 'gausian'; expected one of: .*gaussian"):
+        estimator_from_spec({"type": "gausian"})
+
+
+def test_bad_mixture_shorthand() -> None:
+    with pytest.raises(SpecError, match="k must be a positive integer, got 0"):
+        estimator_from_spec({"type": "mixture", "k": 0, "component": "gaussian"})
+
+
+def test_unknown_fit_option(tmp_path: Path) -> None:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"estimator": "gaussian", "fit": {"max_iter": 3}}))
+    with pytest.raises(SpecError, match=r"unknown fit option\(s\) \['max_iter'\]"):
+        load_spec(path)
+
+
+def test_float64_round_trips_exactly() -> None:
+    model = MixtureDistribution(
+        [GaussianDistribution(0.1 + 0.2, 1 / 3), GaussianDistribution(1e-300, 7e22)], [1 / 3, 2 / 3])
+    restored = model_from_json(model_to_json(model))
+    assert restored.components[0].mu == 0.1 + 0.2
+    assert restored.components[1].sigma2 == 7e22
+    assert restored.w[0] == model.w[0]
+    x = np.array([0.0, 1.5, -2.0])
+    np.testing.assert_array_equal(restored.seq_log_density(x), model.seq_log_density(x))
+
+
+def test_newer_format_version_is_refused() -> None:
+    payload = model_to_dict(GaussianDistribution(0.0, 1.0))
+    payload["format_version"] = 99
+    with pytest.raises(ModelFormatError, match="format version 99.*upgrade mixle_spark"):
+        model_from_json(json.dumps(payload))
+
+
+def test_not_a_model_file() -> None:
+    with pytest.raises(ModelFormatError, match="not a mixle_spark model"):
+        model_from_json('{"format": "something-else"}')
+    with pytest.raises(ModelFormatError, match="not valid JSON"):
+        model_from_json("{nope")
+
+
+def test_invalid_parameters_in_a_model_file_are_rejected() -> None:
+    payload = model_to_dict(GaussianDistribution(0.0, 1.0))
+    payload["model"]["sigma2"] = -1.0
+    with pytest.raises(ModelFormatError, match=r"sigma2 must be a positive finite number, got -1.0"):
+        model_from_json(json.dumps(payload))
+
+
+def test_save_and_load(tmp_path: Path) -> None:
+    model = GaussianDistribution(1.25, 4.0)
+    path = save_model(model, tmp_path / "m" / "model.json")
+    assert load_model(path) == model
+    with pytest.raises(FileExistsError, match="exists; pass overwrite=True"):
+        save_model(model, path)
+    save_model(GaussianDistribution(2.0, 1.0), path, overwrite=True)
+    assert load_model(path).mu == 2.0
+    assert [p.name for p in path.parent.iterdir()] == ["model.json"]  # no temporary left behind
+    with pytest.raises(FileNotFoundError, match="model file not found"):
+        load_model(tmp_path / "missing.json")
