@@ -79,9 +79,18 @@ def time_sklearn(x: np.ndarray, start: Any, diagonal: bool, its: int) -> tuple[f
     prec = 1.0 / np.array([np.diag(c) for c in covs]) if diagonal else np.linalg.inv(covs)
 
     def fit(max_iter: int) -> tuple[float, float]:
-        gm = GaussianMixture(len(w), covariance_type=kind, max_iter=max_iter, tol=0.0, reg_covar=REG,
-                             weights_init=w, means_init=means, precisions_init=prec,
-                             init_params="random_from_data", random_state=0)
+        gm = GaussianMixture(
+            len(w),
+            covariance_type=kind,
+            max_iter=max_iter,
+            tol=0.0,
+            reg_covar=REG,
+            weights_init=w,
+            means_init=means,
+            precisions_init=prec,
+            init_params="random_from_data",
+            random_state=0,
+        )
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
@@ -100,16 +109,24 @@ def run_local(rows: int, dim: int, k: int, its: int, seed: int) -> list[dict[str
     for diagonal, target in ((False, 5.0), (True, 2.0)):
         ours, ll_ours = time_mixle(x, start, diagonal, its)
         peer, ll_peer = time_sklearn(x, start, diagonal, its)
-        results.append({
-            "model": "diagonal" if diagonal else "full",
-            "mixle_s": ours, "sklearn_s": peer, "ratio": peer / ours, "target": target,
-            "ll_mixle": ll_ours, "ll_sklearn": ll_peer,
-        })
+        results.append(
+            {
+                "model": "diagonal" if diagonal else "full",
+                "mixle_s": ours,
+                "sklearn_s": peer,
+                "ratio": peer / ours,
+                "target": target,
+                "ll_mixle": ll_ours,
+                "ll_sklearn": ll_peer,
+            }
+        )
     return results
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--local", action="store_true", help="local backend vs scikit-learn")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--dim", type=int, default=10)
@@ -124,15 +141,21 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("benchmark: scikit-learn is not installed; pip install 'mixle-spark[bench]'", file=sys.stderr)
         return 2
-    print(f"local backend vs scikit-learn GaussianMixture: n={args.rows}, d={args.dim}, "
-          f"k={args.components}, {args.iterations} iterations from the same start")
-    print(f"{'covariance':<10} {'mixle s/it':>11} {'sklearn s/it':>13} {'speed-up':>9} {'target':>7} "
-          f"{'mean ll mixle':>15} {'mean ll sklearn':>16}")
+    print(
+        f"local backend vs scikit-learn GaussianMixture: n={args.rows}, d={args.dim}, "
+        f"k={args.components}, {args.iterations} iterations from the same start"
+    )
+    print(
+        f"{'covariance':<10} {'mixle s/it':>11} {'sklearn s/it':>13} {'speed-up':>9} {'target':>7} "
+        f"{'mean ll mixle':>15} {'mean ll sklearn':>16}"
+    )
     ok = True
     for r in run_local(args.rows, args.dim, args.components, args.iterations, args.seed):
         ok &= r["ratio"] >= r["target"]
-        print(f"{r['model']:<10} {r['mixle_s']:>11.3f} {r['sklearn_s']:>13.3f} {r['ratio']:>8.1f}x "
-              f"{r['target']:>6.0f}x {r['ll_mixle']:>15.8f} {r['ll_sklearn']:>16.8f}")
+        print(
+            f"{r['model']:<10} {r['mixle_s']:>11.3f} {r['sklearn_s']:>13.3f} {r['ratio']:>8.1f}x "
+            f"{r['target']:>6.0f}x {r['ll_mixle']:>15.8f} {r['ll_sklearn']:>16.8f}"
+        )
     print("targets met" if ok else "TARGET MISSED")
     return 0
 

@@ -86,8 +86,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     save_model(model, output, overwrite=args.overwrite)
     result = model.fit_result
     print(describe_model(model))
-    print(f"log-likelihood {ll:.6f} ({ll / table.num_rows:.4f} per row), "
-          f"{result.n_iter} iterations, converged={result.converged}, {seconds:.1f}s")
+    print(
+        f"log-likelihood {ll:.6f} ({ll / table.num_rows:.4f} per row), "
+        f"{result.n_iter} iterations, converged={result.converged}, {seconds:.1f}s"
+    )
     print(f"wrote {output}")
     return {"log_likelihood": ll, "rows": table.num_rows, "output": str(output)}
 

@@ -149,7 +149,9 @@ class FieldError(MixleError):
         )
 
 
-def _rebuild_field_error(cls: type, detail: str, value: Any, row: Any, n_rows: Any, count: Any, path: Any) -> Any:
+def _rebuild_field_error(
+    cls: type, detail: str, value: Any, row: Any, n_rows: Any, count: Any, path: Any
+) -> Any:
     return cls(detail, value=value, row=row, n_rows=n_rows, count=count, path=path)
 
 

@@ -84,14 +84,17 @@ def _check_rows(handle: Any, estimator: Estimator) -> None:
         )
 
 
-def initialize(data: Any, estimator: Estimator, *, seed: int | None = None, p: float = 0.1,
-               **backend_options: Any) -> Distribution:
+def initialize(
+    data: Any, estimator: Estimator, *, seed: int | None = None, p: float = 0.1, **backend_options: Any
+) -> Distribution:
     """An initial model: rows kept with probability ``p`` (by a hash of seed and row id) and
     randomised statistics (mixtures: random responsibilities) from the same row-keyed stream."""
     handle, owned = _handle(data, estimator, backend_options)
     try:
         _check_rows(handle, estimator)
-        return handle.pysp_seq_initialize(estimator, seed_to_int(seed), init_fraction(p, estimator, len(handle)))
+        return handle.pysp_seq_initialize(
+            estimator, seed_to_int(seed), init_fraction(p, estimator, len(handle))
+        )
     finally:
         if owned:
             handle.close()
@@ -129,8 +132,10 @@ def _nonfinite_error(iteration: int, ll: float, model: Distribution, handle: Any
     finder = getattr(handle, "first_nonfinite_row", None)
     found = finder(model) if finder is not None else None
     if found is not None:
-        parts.append(f"row {found[0] + 1} has log-density {found[1]} under the model "
-                     "(zero density under every component)")
+        parts.append(
+            f"row {found[0] + 1} has log-density {found[1]} under the model "
+            "(zero density under every component)"
+        )
     return NonFiniteLikelihoodError("; ".join(parts))
 
 
@@ -142,8 +147,10 @@ class _Progress:
 
     def __call__(self, rec: IterationRecord, note: str = "") -> None:
         gain = "" if rec.gain is None else f"  gain {rec.gain:.6g}"
-        line = (f"{self.label}iteration {rec.iteration:4d}  log-likelihood {rec.log_likelihood:.12g}"
-                f"{gain}  rows {rec.nobs:g}  {rec.seconds:.3f}s{note}")
+        line = (
+            f"{self.label}iteration {rec.iteration:4d}  log-likelihood {rec.log_likelihood:.12g}"
+            f"{gain}  rows {rec.nobs:g}  {rec.seconds:.3f}s{note}"
+        )
         logger.info(line)
         if self.out is not None and self.print_iter and (rec.iteration % self.print_iter == 0 or note):
             self.out.write(line + "\n")
@@ -203,8 +210,19 @@ def optimize(
     handle, owned = _handle(data, estimator, backend_options)
     vhandle, vowned = (None, False) if vdata is None else _handle(vdata, estimator, {})
     try:
-        return _fit(handle, vhandle, estimator, max_its, delta, init_p, seed_to_int(seed),
-                    prev_estimate, init_estimator, _Progress(out, print_iter), started)
+        return _fit(
+            handle,
+            vhandle,
+            estimator,
+            max_its,
+            delta,
+            init_p,
+            seed_to_int(seed),
+            prev_estimate,
+            init_estimator,
+            _Progress(out, print_iter),
+            started,
+        )
     finally:
         if owned:
             handle.close()
@@ -212,9 +230,19 @@ def optimize(
             vhandle.close()
 
 
-def _fit(handle: Any, vhandle: Any, estimator: Estimator, max_its: int, delta: float | None,
-         init_p: float, seed: int, prev_estimate: Distribution | None,
-         init_estimator: Estimator | None, progress: _Progress, started: float) -> Distribution:
+def _fit(
+    handle: Any,
+    vhandle: Any,
+    estimator: Estimator,
+    max_its: int,
+    delta: float | None,
+    init_p: float,
+    seed: int,
+    prev_estimate: Distribution | None,
+    init_estimator: Estimator | None,
+    progress: _Progress,
+    started: float,
+) -> Distribution:
     _check_rows(handle, estimator)
     model = prev_estimate
     if model is None:
@@ -245,7 +273,10 @@ def _fit(handle: Any, vhandle: Any, estimator: Estimator, max_its: int, delta: f
         if best is not None and delta is not None and _decreased(ll, best[1]) and vhandle is None:
             warnings.warn(
                 f"EM log-likelihood decreased at iteration {it} ({best[1]:.12g} -> {ll:.12g}); "
-                "returning the best model seen", ConvergenceWarning, stacklevel=4)
+                "returning the best model seen",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
             return False
         if best is None or sel >= best[0]:
             best = (sel, ll, mdl)
@@ -275,12 +306,22 @@ def _fit(handle: Any, vhandle: Any, estimator: Estimator, max_its: int, delta: f
         last_gain = history[-1].gain
         warnings.warn(
             f"EM did not converge in {max_its} iterations (delta={delta}, last gain={last_gain}); "
-            "raise max_its or delta", ConvergenceWarning, stacklevel=3)
+            "raise max_its or delta",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
     final.fit_result = FitResult(
-        converged=converged, n_iter=iteration, log_likelihood=final_ll, seed=seed, delta=delta,
-        max_its=max_its, history=history,
+        converged=converged,
+        n_iter=iteration,
+        log_likelihood=final_ll,
+        seed=seed,
+        delta=delta,
+        max_its=max_its,
+        history=history,
         validation_log_likelihood=None if vhandle is None else best[0],
-        seconds=time.perf_counter() - started, stopped_because=stopped)
+        seconds=time.perf_counter() - started,
+        stopped_because=stopped,
+    )
     return final
 
 
@@ -324,11 +365,24 @@ def best_of(
         for k, trial_seed in enumerate(trial_seeds(seed, trials)):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                model = _fit(handle, None, estimator, max_its, delta, init_p, trial_seed, None,
-                             init_estimator, _Progress(out, print_iter, f"trial {k}: "),
-                             time.perf_counter())
-            ll = model.fit_result.log_likelihood if vhandle is None else \
-                vhandle.pysp_seq_log_density_sum(model)[1]
+                model = _fit(
+                    handle,
+                    None,
+                    estimator,
+                    max_its,
+                    delta,
+                    init_p,
+                    trial_seed,
+                    None,
+                    init_estimator,
+                    _Progress(out, print_iter, f"trial {k}: "),
+                    time.perf_counter(),
+                )
+            ll = (
+                model.fit_result.log_likelihood
+                if vhandle is None
+                else vhandle.pysp_seq_log_density_sum(model)[1]
+            )
             line = f"trial {k}: {'validation ' if vhandle is not None else ''}log-likelihood {ll:.12g}"
             logger.info(line)
             if out is not None:

@@ -112,7 +112,9 @@ def load_spec(source: str | os.PathLike[str] | Mapping[str, Any]) -> ModelSpec:
     fit = dict(raw.get("fit") or {})
     bad = set(fit) - set(FIT_OPTIONS)
     if bad:
-        raise SpecError(f"{where}: unknown fit option(s) {sorted(bad)}; expected one of {', '.join(FIT_OPTIONS)}")
+        raise SpecError(
+            f"{where}: unknown fit option(s) {sorted(bad)}; expected one of {', '.join(FIT_OPTIONS)}"
+        )
     return ModelSpec(estimator_from_spec(raw["estimator"]), fit, str(raw.get("description", "")))
 
 

@@ -8,6 +8,7 @@ initialization, so results do not depend on the chunking.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,8 +45,10 @@ def initial_keep_weights(seed: int, row_ids: np.ndarray, p: float) -> np.ndarray
 
 def seed_from(rng: Any) -> int:
     """A 64-bit seed from an int, None, a numpy Generator or a RandomState."""
-    if rng is None or isinstance(rng, (int, np.integer, str)):
+    if rng is None or isinstance(rng, (int, str)):
         return seed_to_int(rng)
+    if isinstance(rng, np.integer):
+        return seed_to_int(int(rng))
     if isinstance(rng, np.random.Generator):
         return int(rng.integers(0, 2**63 - 1))
     if isinstance(rng, np.random.RandomState):
@@ -140,7 +143,7 @@ class LocalEncodedData:
             if size < 1:
                 raise ValueError(f"chunk_size must be >= 1, got {size}")
             edges = np.append(np.arange(0, n, size), n)
-        return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+        return [(int(a), int(b)) for a, b in itertools.pairwise(edges) if b > a]
 
     @staticmethod
     def _resolve_weights(weights: Any, table: pa.Table | None, n: int) -> np.ndarray:
@@ -180,20 +183,18 @@ class LocalEncodedData:
         state: Any = None
         for i, (start, stop) in enumerate(bounds):
             piece = source.slice(start, stop - start) if arrow else source[start:stop]
-            part = self._located(lambda: encoder.scan_arrow(piece) if arrow else encoder.scan(piece),
-                                 start, stop)
+            part = self._located(encoder.scan_arrow if arrow else encoder.scan, piece, start, stop)
             state = part if i == 0 else encoder.merge_scans(state, part)
         return state
 
     def _encode(self, piece: Any, start: int, stop: int, arrow: bool) -> Any:
-        return self._located(
-            lambda: self.encoder.from_arrow(piece) if arrow else self.encoder.encode(piece), start, stop
-        )
+        encode = self.encoder.from_arrow if arrow else self.encoder.encode
+        return self._located(encode, piece, start, stop)
 
-    def _located(self, fn: Any, start: int, stop: int) -> Any:
+    def _located(self, fn: Any, piece: Any, start: int, stop: int) -> Any:
         # Errors inside a chunk report the row within the whole data set.
         try:
-            return fn()
+            return fn(piece)
         except FieldError as err:
             rows = np.arange(start, stop)
             raise err.in_rows(rows, self.n) from None
@@ -229,7 +230,9 @@ class LocalEncodedData:
             )
         return bound
 
-    def pysp_em_step(self, estimator: Estimator, prev_estimate: Distribution) -> tuple[float, float, Distribution]:
+    def pysp_em_step(
+        self, estimator: Estimator, prev_estimate: Distribution
+    ) -> tuple[float, float, Distribution]:
         """One pass: (total weight, log-likelihood of ``prev_estimate``, next estimate)."""
         bound = self.bind(estimator)
         nobs, ll, acc = self._accumulate(bound, prev_estimate)

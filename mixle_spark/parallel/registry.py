@@ -88,8 +88,7 @@ def _resolve(backend: str | None, data: Any) -> str:
     key = backend.lower()
     if key not in _FACTORIES:
         raise ValueError(
-            f"unknown encoded-data backend {backend!r}; registered backends: "
-            f"{', '.join(sorted(_FACTORIES))}"
+            f"unknown encoded-data backend {backend!r}; registered backends: {', '.join(sorted(_FACTORIES))}"
         )
     return key
 

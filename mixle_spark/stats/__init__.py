@@ -14,21 +14,48 @@ from mixle_spark.stats.base import (
     registered_distributions,
     registered_estimators,
 )
-from mixle_spark.stats.gaussian import (
-    GaussianAccumulator,
-    GaussianAccumulatorFactory,
-    GaussianDistribution,
-    GaussianEncoder,
-    GaussianEstimator,
-    GaussianSampler,
+from mixle_spark.stats.bernoulli import (
+    BernoulliAccumulator,
+    BernoulliAccumulatorFactory,
+    BernoulliDistribution,
+    BernoulliEncoder,
+    BernoulliEstimator,
+    BernoulliSampler,
 )
-from mixle_spark.stats.log_gaussian import (
-    LogGaussianAccumulator,
-    LogGaussianAccumulatorFactory,
-    LogGaussianDistribution,
-    LogGaussianEncoder,
-    LogGaussianEstimator,
-    LogGaussianSampler,
+from mixle_spark.stats.binomial import (
+    BinomialAccumulator,
+    BinomialAccumulatorFactory,
+    BinomialDistribution,
+    BinomialEncoded,
+    BinomialEncoder,
+    BinomialEstimator,
+    BinomialSampler,
+)
+from mixle_spark.stats.categorical import (
+    CategoricalAccumulator,
+    CategoricalAccumulatorFactory,
+    CategoricalBatch,
+    CategoricalDistribution,
+    CategoricalEncoder,
+    CategoricalEstimator,
+    CategoricalSampler,
+    sorted_labels,
+)
+from mixle_spark.stats.composite import (
+    CompositeAccumulator,
+    CompositeAccumulatorFactory,
+    CompositeDistribution,
+    CompositeEncoder,
+    CompositeEstimator,
+    CompositeSampler,
+)
+from mixle_spark.stats.diagonal_gaussian import (
+    DiagonalGaussianAccumulator,
+    DiagonalGaussianAccumulatorFactory,
+    DiagonalGaussianDistribution,
+    DiagonalGaussianEncoder,
+    DiagonalGaussianEstimator,
+    DiagonalGaussianSampler,
 )
 from mixle_spark.stats.exponential import (
     ExponentialAccumulator,
@@ -47,30 +74,13 @@ from mixle_spark.stats.gamma import (
     GammaSampler,
     solve_shape,
 )
-from mixle_spark.stats.poisson import (
-    PoissonAccumulator,
-    PoissonAccumulatorFactory,
-    PoissonDistribution,
-    PoissonEncoder,
-    PoissonEstimator,
-    PoissonSampler,
-)
-from mixle_spark.stats.bernoulli import (
-    BernoulliAccumulator,
-    BernoulliAccumulatorFactory,
-    BernoulliDistribution,
-    BernoulliEncoder,
-    BernoulliEstimator,
-    BernoulliSampler,
-)
-from mixle_spark.stats.binomial import (
-    BinomialAccumulator,
-    BinomialAccumulatorFactory,
-    BinomialDistribution,
-    BinomialEncoded,
-    BinomialEncoder,
-    BinomialEstimator,
-    BinomialSampler,
+from mixle_spark.stats.gaussian import (
+    GaussianAccumulator,
+    GaussianAccumulatorFactory,
+    GaussianDistribution,
+    GaussianEncoder,
+    GaussianEstimator,
+    GaussianSampler,
 )
 from mixle_spark.stats.geometric import (
     GeometricAccumulator,
@@ -80,15 +90,13 @@ from mixle_spark.stats.geometric import (
     GeometricEstimator,
     GeometricSampler,
 )
-from mixle_spark.stats.categorical import (
-    CategoricalAccumulator,
-    CategoricalAccumulatorFactory,
-    CategoricalBatch,
-    CategoricalDistribution,
-    CategoricalEncoder,
-    CategoricalEstimator,
-    CategoricalSampler,
-    sorted_labels,
+from mixle_spark.stats.ignored import (
+    IgnoredAccumulator,
+    IgnoredAccumulatorFactory,
+    IgnoredDistribution,
+    IgnoredEncoder,
+    IgnoredEstimator,
+    IgnoredSampler,
 )
 from mixle_spark.stats.integer_categorical import (
     IntegerCategoricalAccumulator,
@@ -99,37 +107,13 @@ from mixle_spark.stats.integer_categorical import (
     IntegerCategoricalEstimator,
     IntegerCategoricalSampler,
 )
-from mixle_spark.stats.diagonal_gaussian import (
-    DiagonalGaussianAccumulator,
-    DiagonalGaussianAccumulatorFactory,
-    DiagonalGaussianDistribution,
-    DiagonalGaussianEncoder,
-    DiagonalGaussianEstimator,
-    DiagonalGaussianSampler,
-)
-from mixle_spark.stats.multivariate_gaussian import (
-    MultivariateGaussianAccumulator,
-    MultivariateGaussianAccumulatorFactory,
-    MultivariateGaussianDistribution,
-    MultivariateGaussianEncoder,
-    MultivariateGaussianEstimator,
-    MultivariateGaussianSampler,
-)
-from mixle_spark.stats.record import (
-    RecordAccumulator,
-    RecordAccumulatorFactory,
-    RecordDistribution,
-    RecordEncoder,
-    RecordEstimator,
-    RecordSampler,
-)
-from mixle_spark.stats.composite import (
-    CompositeAccumulator,
-    CompositeAccumulatorFactory,
-    CompositeDistribution,
-    CompositeEncoder,
-    CompositeEstimator,
-    CompositeSampler,
+from mixle_spark.stats.log_gaussian import (
+    LogGaussianAccumulator,
+    LogGaussianAccumulatorFactory,
+    LogGaussianDistribution,
+    LogGaussianEncoder,
+    LogGaussianEstimator,
+    LogGaussianSampler,
 )
 from mixle_spark.stats.mixture import (
     MixtureAccumulator,
@@ -138,6 +122,14 @@ from mixle_spark.stats.mixture import (
     MixtureEncoder,
     MixtureEstimator,
     MixtureSampler,
+)
+from mixle_spark.stats.multivariate_gaussian import (
+    MultivariateGaussianAccumulator,
+    MultivariateGaussianAccumulatorFactory,
+    MultivariateGaussianDistribution,
+    MultivariateGaussianEncoder,
+    MultivariateGaussianEstimator,
+    MultivariateGaussianSampler,
 )
 from mixle_spark.stats.optional import (
     OptionalAccumulator,
@@ -149,6 +141,22 @@ from mixle_spark.stats.optional import (
     OptionalSampler,
     is_missing,
 )
+from mixle_spark.stats.poisson import (
+    PoissonAccumulator,
+    PoissonAccumulatorFactory,
+    PoissonDistribution,
+    PoissonEncoder,
+    PoissonEstimator,
+    PoissonSampler,
+)
+from mixle_spark.stats.record import (
+    RecordAccumulator,
+    RecordAccumulatorFactory,
+    RecordDistribution,
+    RecordEncoder,
+    RecordEstimator,
+    RecordSampler,
+)
 from mixle_spark.stats.sequence import (
     SequenceAccumulator,
     SequenceAccumulatorFactory,
@@ -157,14 +165,6 @@ from mixle_spark.stats.sequence import (
     SequenceEncoder,
     SequenceEstimator,
     SequenceSampler,
-)
-from mixle_spark.stats.ignored import (
-    IgnoredAccumulator,
-    IgnoredAccumulatorFactory,
-    IgnoredDistribution,
-    IgnoredEncoder,
-    IgnoredEstimator,
-    IgnoredSampler,
 )
 
 __all__ = [

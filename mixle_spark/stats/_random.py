@@ -41,8 +41,9 @@ def seed_to_int(seed: int | str | None) -> int:
 
 
 def _combine(a: int, b: int | str) -> int:
-    return int(mix64(np.array([seed_to_int(a) ^ int(mix64(np.array([seed_to_int(b)]))[0])],
-                              dtype=np.uint64))[0])
+    return int(
+        mix64(np.array([seed_to_int(a) ^ int(mix64(np.array([seed_to_int(b)]))[0])], dtype=np.uint64))[0]
+    )
 
 
 class RowRandom:

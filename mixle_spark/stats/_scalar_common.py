@@ -71,8 +71,12 @@ class ScalarEncoder(Encoder):
     def check_arrow_type(self, arrow_type: Any) -> None:
         import pyarrow as pa
 
-        ok = pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_decimal(
-            arrow_type) or (self.accepts_bool and pa.types.is_boolean(arrow_type))
+        ok = (
+            pa.types.is_integer(arrow_type)
+            or pa.types.is_floating(arrow_type)
+            or pa.types.is_decimal(arrow_type)
+            or (self.accepts_bool and pa.types.is_boolean(arrow_type))
+        )
         if not ok:
             raise SchemaError(
                 f"expected {self.expected_arrow()} for {self.estimator_name}, got Arrow type {arrow_type}"

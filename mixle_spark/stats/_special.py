@@ -21,13 +21,24 @@ import numpy as np
 
 __all__ = ["digamma", "gammaln", "log_factorial", "log_minus_digamma", "trigamma"]
 
-_LANCZOS = np.array([
-    57.1562356658629235, -59.5979603554754912, 14.1360979747417471, -0.491913816097620199,
-    0.339946499848118887e-4, 0.465236289270485756e-4, -0.983744753048795646e-4,
-    0.158088703224912494e-3, -0.210264441724104883e-3, 0.217439618115212643e-3,
-    -0.164318106536763890e-3, 0.844182239838527433e-4, -0.261908384015814087e-4,
-    0.368991826595316234e-5,
-])
+_LANCZOS = np.array(
+    [
+        57.1562356658629235,
+        -59.5979603554754912,
+        14.1360979747417471,
+        -0.491913816097620199,
+        0.339946499848118887e-4,
+        0.465236289270485756e-4,
+        -0.983744753048795646e-4,
+        0.158088703224912494e-3,
+        -0.210264441724104883e-3,
+        0.217439618115212643e-3,
+        -0.164318106536763890e-3,
+        0.844182239838527433e-4,
+        -0.261908384015814087e-4,
+        0.368991826595316234e-5,
+    ]
+)
 _EULER = 0.57721566490153286061
 
 
@@ -38,8 +49,8 @@ def _zeta_values(kmax: int) -> np.ndarray:
     out = np.zeros(kmax + 1)
     big_n = float(n_terms)
     for k in range(2, kmax + 1):
-        head = float(np.sum(n ** -k))
-        tail = big_n ** (1 - k) / (k - 1) + 0.5 * big_n ** -k
+        head = float(np.sum(n**-k))
+        tail = big_n ** (1 - k) / (k - 1) + 0.5 * big_n**-k
         # Bernoulli-number corrections B2/2!, B4/4!, B6/6! times the rising factorials of k.
         tail += k * big_n ** (-k - 1) / 12.0
         tail -= k * (k + 1) * (k + 2) * big_n ** (-k - 3) / 720.0
@@ -159,8 +170,15 @@ def digamma(x: Any) -> Any:
         z[low] += 1.0
         low = z < _DIGAMMA_ASYMPTOTIC
     inv2 = 1.0 / (z * z)
-    series = inv2 * (1.0 / 12 - inv2 * (1.0 / 120 - inv2 * (1.0 / 252 - inv2 * (
-        1.0 / 240 - inv2 * (1.0 / 132 - inv2 * (691.0 / 32760 - inv2 / 12.0))))))
+    series = inv2 * (
+        1.0 / 12
+        - inv2
+        * (
+            1.0 / 120
+            - inv2
+            * (1.0 / 252 - inv2 * (1.0 / 240 - inv2 * (1.0 / 132 - inv2 * (691.0 / 32760 - inv2 / 12.0))))
+        )
+    )
     out = acc + np.log(z) - 0.5 / z - series
     out[bad] = np.nan
     return _out(out, True) if scalar else out.reshape(shape)
@@ -187,8 +205,19 @@ def trigamma(x: Any) -> Any:
         low = z < _DIGAMMA_ASYMPTOTIC
     inv = 1.0 / z
     inv2 = inv * inv
-    series = inv + inv2 * (0.5 + inv * (1.0 / 6 - inv2 * (1.0 / 30 - inv2 * (1.0 / 42 - inv2 * (
-        1.0 / 30 - inv2 * (5.0 / 66 - inv2 * (691.0 / 2730 - inv2 * 7.0 / 6)))))))
+    series = inv + inv2 * (
+        0.5
+        + inv
+        * (
+            1.0 / 6
+            - inv2
+            * (
+                1.0 / 30
+                - inv2
+                * (1.0 / 42 - inv2 * (1.0 / 30 - inv2 * (5.0 / 66 - inv2 * (691.0 / 2730 - inv2 * 7.0 / 6))))
+            )
+        )
+    )
     out = acc + series
     out[bad] = np.nan
     return _out(out, True) if scalar else out.reshape(shape)
@@ -210,6 +239,13 @@ def log_minus_digamma(x: Any) -> Any:
         out[small] = np.log(flat[small]) - digamma(flat[small])
     z = flat[large]
     inv2 = 1.0 / (z * z)
-    out[large] = 0.5 / z + inv2 * (1.0 / 12 - inv2 * (1.0 / 120 - inv2 * (1.0 / 252 - inv2 * (
-        1.0 / 240 - inv2 * (1.0 / 132 - inv2 * (691.0 / 32760 - inv2 / 12.0))))))
+    out[large] = 0.5 / z + inv2 * (
+        1.0 / 12
+        - inv2
+        * (
+            1.0 / 120
+            - inv2
+            * (1.0 / 252 - inv2 * (1.0 / 240 - inv2 * (1.0 / 132 - inv2 * (691.0 / 32760 - inv2 / 12.0))))
+        )
+    )
     return _out(out, True) if scalar else out.reshape(shape)

@@ -22,8 +22,8 @@ __all__ = [
     "check_finite",
     "check_integer",
     "check_range",
-    "float_values",
     "first_true",
+    "float_values",
 ]
 
 _NUMERIC_KINDS = "biuf"
@@ -86,8 +86,13 @@ def arrow_float_values(data: Any, expected: str) -> np.ndarray:
     """
     array = as_arrow_array(data)
     typ = array.type
-    if not (pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_boolean(typ)
-            or pa.types.is_decimal(typ) or pa.types.is_null(typ)):
+    if not (
+        pa.types.is_integer(typ)
+        or pa.types.is_floating(typ)
+        or pa.types.is_boolean(typ)
+        or pa.types.is_decimal(typ)
+        or pa.types.is_null(typ)
+    ):
         row, value = _first_valid(array)
         raise DataTypeError(f"{expected} (Arrow type {typ})", value=value, row=row, n_rows=len(array))
     if array.null_count:
@@ -115,7 +120,10 @@ def check_finite(x: np.ndarray, expected: str) -> None:
 
 
 def check_range(
-    x: np.ndarray, expected: str, low: float | None = None, high: float | None = None,
+    x: np.ndarray,
+    expected: str,
+    low: float | None = None,
+    high: float | None = None,
     low_open: bool = False,
 ) -> None:
     """Raise DataValueError for the first entry of ``x`` outside ``[low, high]`` (``(low, high]``)."""

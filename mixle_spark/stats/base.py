@@ -53,13 +53,13 @@ __all__ = [
     "Sampler",
     "check_parameter",
     "check_spec_keys",
-    "drop_none",
     "distribution_from_dict",
+    "drop_none",
     "estimator_from_dict",
-    "registered_distributions",
-    "registered_estimators",
     "register_distribution",
     "register_estimator",
+    "registered_distributions",
+    "registered_estimators",
     "seq_update_with_ll",
 ]
 
@@ -113,7 +113,7 @@ class Encoder(ABC):
         """The top-level columns a table-reading encoder (Record) reads; None for one-column models."""
         return None
 
-    def check_arrow_type(self, arrow_type: Any) -> None:
+    def check_arrow_type(self, arrow_type: Any) -> None:  # noqa: B027 (optional hook)
         """Raise :class:`~mixle_spark.errors.SchemaError` when a column of ``arrow_type`` cannot be
         read; the enclosing Record prefixes the column name. The default accepts anything."""
 
@@ -172,7 +172,9 @@ class Accumulator(ABC):
         self.seq_update(enc, np.array([float(weight)]), estimate)
 
     @abstractmethod
-    def seq_update(self, enc: Encoded, weights: np.ndarray, estimate: Distribution | None) -> np.ndarray | None:
+    def seq_update(
+        self, enc: Encoded, weights: np.ndarray, estimate: Distribution | None
+    ) -> np.ndarray | None:
         """Add a weighted encoded batch; ``weights`` has shape (n,).
 
         Returns the per-row log-density of ``estimate`` (shape (n,)) when computing it was a by-product

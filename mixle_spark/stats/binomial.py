@@ -259,10 +259,20 @@ class BinomialEstimator(Estimator):
         keys: str | None = None,
     ) -> None:
         check_parameter(n is None or _is_count(n), "BinomialEstimator", "n", n, "a non-negative integer")
-        check_parameter(pseudo_count is None or pseudo_count >= 0, "BinomialEstimator", "pseudo_count",
-                        pseudo_count, "a non-negative number")
-        check_parameter(suff_stat is None or 0.0 <= suff_stat <= 1.0, "BinomialEstimator", "suff_stat",
-                        suff_stat, "a probability in [0, 1]")
+        check_parameter(
+            pseudo_count is None or pseudo_count >= 0,
+            "BinomialEstimator",
+            "pseudo_count",
+            pseudo_count,
+            "a non-negative number",
+        )
+        check_parameter(
+            suff_stat is None or 0.0 <= suff_stat <= 1.0,
+            "BinomialEstimator",
+            "suff_stat",
+            suff_stat,
+            "a probability in [0, 1]",
+        )
         check_parameter(0.0 <= min_p < 0.5, "BinomialEstimator", "min_p", min_p, "in [0, 0.5)")
         self.n = None if n is None else int(n)
         self.pseudo_count = pseudo_count
@@ -298,14 +308,22 @@ class BinomialEstimator(Estimator):
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family}
-        spec.update(drop_none(n=self.n, pseudo_count=self.pseudo_count, suff_stat=self.suff_stat,
-                              name=self.name, keys=self.keys))
+        spec.update(
+            drop_none(
+                n=self.n,
+                pseudo_count=self.pseudo_count,
+                suff_stat=self.suff_stat,
+                name=self.name,
+                keys=self.keys,
+            )
+        )
         if self.min_p != DEFAULT_MIN_P:
             spec["min_p"] = self.min_p
         return spec
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> BinomialEstimator:
-        check_spec_keys(spec, "binomial",
-                        optional=("n", "pseudo_count", "suff_stat", "min_p", "name", "keys"))
+        check_spec_keys(
+            spec, "binomial", optional=("n", "pseudo_count", "suff_stat", "min_p", "name", "keys")
+        )
         return cls(**{k: v for k, v in spec.items() if k != "type"})

@@ -48,8 +48,13 @@ class ExponentialDistribution(Distribution):
     """
 
     def __init__(self, beta: float) -> None:
-        check_parameter(math.isfinite(beta) and beta > 0, "ExponentialDistribution", "beta", beta,
-                        "a positive finite number")
+        check_parameter(
+            math.isfinite(beta) and beta > 0,
+            "ExponentialDistribution",
+            "beta",
+            beta,
+            "a positive finite number",
+        )
         self.beta = float(beta)
         self._log_beta = math.log(self.beta)
 
@@ -148,10 +153,20 @@ class ExponentialEstimator(Estimator):
         name: str | None = None,
         keys: str | None = None,
     ) -> None:
-        check_parameter(pseudo_count is None or pseudo_count >= 0, "ExponentialEstimator", "pseudo_count",
-                        pseudo_count, "a non-negative number")
-        check_parameter(suff_stat is None or (math.isfinite(suff_stat) and suff_stat > 0),
-                        "ExponentialEstimator", "suff_stat", suff_stat, "a positive finite number")
+        check_parameter(
+            pseudo_count is None or pseudo_count >= 0,
+            "ExponentialEstimator",
+            "pseudo_count",
+            pseudo_count,
+            "a non-negative number",
+        )
+        check_parameter(
+            suff_stat is None or (math.isfinite(suff_stat) and suff_stat > 0),
+            "ExponentialEstimator",
+            "suff_stat",
+            suff_stat,
+            "a positive finite number",
+        )
         check_parameter(min_beta > 0, "ExponentialEstimator", "min_beta", min_beta, "positive")
         self.pseudo_count = pseudo_count
         self.suff_stat = None if suff_stat is None else float(suff_stat)
@@ -177,14 +192,18 @@ class ExponentialEstimator(Estimator):
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family}
-        spec.update(drop_none(pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name,
-                              keys=self.keys))
+        spec.update(
+            drop_none(
+                pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name, keys=self.keys
+            )
+        )
         if self.min_beta != DEFAULT_MIN_BETA:
             spec["min_beta"] = self.min_beta
         return spec
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> ExponentialEstimator:
-        check_spec_keys(spec, "exponential",
-                        optional=("pseudo_count", "suff_stat", "min_beta", "name", "keys"))
+        check_spec_keys(
+            spec, "exponential", optional=("pseudo_count", "suff_stat", "min_beta", "name", "keys")
+        )
         return cls(**{k: v for k, v in spec.items() if k != "type"})

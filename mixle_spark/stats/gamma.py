@@ -91,8 +91,13 @@ class GammaDistribution(Distribution):
 
     def __init__(self, k: float, theta: float) -> None:
         check_parameter(math.isfinite(k) and k > 0, "GammaDistribution", "k", k, "a positive finite number")
-        check_parameter(math.isfinite(theta) and theta > 0, "GammaDistribution", "theta", theta,
-                        "a positive finite number")
+        check_parameter(
+            math.isfinite(theta) and theta > 0,
+            "GammaDistribution",
+            "theta",
+            theta,
+            "a positive finite number",
+        )
         self.k = float(k)
         self.theta = float(theta)
         self._log_const = -gammaln(self.k) - self.k * math.log(self.theta)
@@ -237,13 +242,27 @@ class GammaEstimator(Estimator):
         name: str | None = None,
         keys: str | None = None,
     ) -> None:
-        check_parameter(pseudo_count is None or pseudo_count >= 0, "GammaEstimator", "pseudo_count",
-                        pseudo_count, "a non-negative number")
-        check_parameter(suff_stat is None or (len(suff_stat) == 2 and all(
-            math.isfinite(v) and v > 0 for v in suff_stat)), "GammaEstimator", "suff_stat", suff_stat,
-            "a pair (k0, theta0) of positive finite numbers")
-        check_parameter(0 < min_k < max_k < math.inf, "GammaEstimator", "(min_k, max_k)", (min_k, max_k),
-                        "positive with min_k < max_k")
+        check_parameter(
+            pseudo_count is None or pseudo_count >= 0,
+            "GammaEstimator",
+            "pseudo_count",
+            pseudo_count,
+            "a non-negative number",
+        )
+        check_parameter(
+            suff_stat is None or (len(suff_stat) == 2 and all(math.isfinite(v) and v > 0 for v in suff_stat)),
+            "GammaEstimator",
+            "suff_stat",
+            suff_stat,
+            "a pair (k0, theta0) of positive finite numbers",
+        )
+        check_parameter(
+            0 < min_k < max_k < math.inf,
+            "GammaEstimator",
+            "(min_k, max_k)",
+            (min_k, max_k),
+            "positive with min_k < max_k",
+        )
         self.pseudo_count = pseudo_count
         self.suff_stat = None if suff_stat is None else (float(suff_stat[0]), float(suff_stat[1]))
         self.min_k = float(min_k)
@@ -275,9 +294,14 @@ class GammaEstimator(Estimator):
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family}
-        spec.update(drop_none(pseudo_count=self.pseudo_count,
-                              suff_stat=None if self.suff_stat is None else list(self.suff_stat),
-                              name=self.name, keys=self.keys))
+        spec.update(
+            drop_none(
+                pseudo_count=self.pseudo_count,
+                suff_stat=None if self.suff_stat is None else list(self.suff_stat),
+                name=self.name,
+                keys=self.keys,
+            )
+        )
         if self.min_k != DEFAULT_MIN_K:
             spec["min_k"] = self.min_k
         if self.max_k != DEFAULT_MAX_K:
@@ -286,6 +310,7 @@ class GammaEstimator(Estimator):
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> GammaEstimator:
-        check_spec_keys(spec, "gamma",
-                        optional=("pseudo_count", "suff_stat", "min_k", "max_k", "name", "keys"))
+        check_spec_keys(
+            spec, "gamma", optional=("pseudo_count", "suff_stat", "min_k", "max_k", "name", "keys")
+        )
         return cls(**{k: v for k, v in spec.items() if k != "type"})

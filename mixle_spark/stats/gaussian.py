@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.errors import SchemaError
 from mixle_spark.stats._validate import arrow_float_values, check_finite, float_values
 from mixle_spark.stats.base import (
     Accumulator,
@@ -29,7 +30,6 @@ from mixle_spark.stats.base import (
     register_distribution,
     register_estimator,
 )
-from mixle_spark.errors import SchemaError
 
 __all__ = [
     "GaussianAccumulator",
@@ -63,7 +63,10 @@ class GaussianDistribution(Distribution):
     def __init__(self, mu: float, sigma2: float) -> None:
         check_parameter(math.isfinite(mu), "GaussianDistribution", "mu", mu, "a finite number")
         check_parameter(
-            math.isfinite(sigma2) and sigma2 > 0, "GaussianDistribution", "sigma2", sigma2,
+            math.isfinite(sigma2) and sigma2 > 0,
+            "GaussianDistribution",
+            "sigma2",
+            sigma2,
             "a positive finite number",
         )
         self.mu = float(mu)
@@ -116,6 +119,8 @@ def _center(enc: np.ndarray) -> float:
 
 
 class GaussianSampler(Sampler):
+    dist: GaussianDistribution
+
     def sample(self, size: int | None = None) -> Any:
         d = self.dist
         draws = self.rng.normal(d.mu, math.sqrt(d.sigma2), size=size)
@@ -148,8 +153,11 @@ class GaussianEncoder(Encoder):
     def check_arrow_type(self, arrow_type: Any) -> None:
         import pyarrow as pa
 
-        if not (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
-                or pa.types.is_decimal(arrow_type)):
+        if not (
+            pa.types.is_integer(arrow_type)
+            or pa.types.is_floating(arrow_type)
+            or pa.types.is_decimal(arrow_type)
+        ):
             raise SchemaError(f"expected a numeric column for {self.family}, got Arrow type {arrow_type}")
 
     def expected_arrow(self) -> str:
@@ -255,8 +263,13 @@ class GaussianEstimator(Estimator):
         name: str | None = None,
         keys: str | None = None,
     ) -> None:
-        check_parameter(pseudo_count is None or pseudo_count >= 0, "GaussianEstimator", "pseudo_count",
-                        pseudo_count, "a non-negative number")
+        check_parameter(
+            pseudo_count is None or pseudo_count >= 0,
+            "GaussianEstimator",
+            "pseudo_count",
+            pseudo_count,
+            "a non-negative number",
+        )
         check_parameter(min_var > 0, "GaussianEstimator", "min_var", min_var, "positive")
         self.pseudo_count = pseudo_count
         self.suff_stat = None if suff_stat is None else (float(suff_stat[0]), float(suff_stat[1]))
@@ -292,9 +305,14 @@ class GaussianEstimator(Estimator):
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family}
-        spec.update(drop_none(pseudo_count=self.pseudo_count,
-                              suff_stat=None if self.suff_stat is None else list(self.suff_stat),
-                              name=self.name, keys=self.keys))
+        spec.update(
+            drop_none(
+                pseudo_count=self.pseudo_count,
+                suff_stat=None if self.suff_stat is None else list(self.suff_stat),
+                name=self.name,
+                keys=self.keys,
+            )
+        )
         if self.min_var != 1e-8:
             spec["min_var"] = self.min_var
         return spec

@@ -158,10 +158,20 @@ class GeometricEstimator(Estimator):
         name: str | None = None,
         keys: str | None = None,
     ) -> None:
-        check_parameter(pseudo_count is None or pseudo_count >= 0, "GeometricEstimator", "pseudo_count",
-                        pseudo_count, "a non-negative number")
-        check_parameter(suff_stat is None or 0.0 < suff_stat <= 1.0, "GeometricEstimator", "suff_stat",
-                        suff_stat, "a probability in (0, 1]")
+        check_parameter(
+            pseudo_count is None or pseudo_count >= 0,
+            "GeometricEstimator",
+            "pseudo_count",
+            pseudo_count,
+            "a non-negative number",
+        )
+        check_parameter(
+            suff_stat is None or 0.0 < suff_stat <= 1.0,
+            "GeometricEstimator",
+            "suff_stat",
+            suff_stat,
+            "a probability in (0, 1]",
+        )
         check_parameter(0.0 <= min_p < 0.5, "GeometricEstimator", "min_p", min_p, "in [0, 0.5)")
         self.pseudo_count = pseudo_count
         self.suff_stat = None if suff_stat is None else float(suff_stat)
@@ -188,8 +198,11 @@ class GeometricEstimator(Estimator):
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family}
-        spec.update(drop_none(pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name,
-                              keys=self.keys))
+        spec.update(
+            drop_none(
+                pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name, keys=self.keys
+            )
+        )
         if self.min_p != DEFAULT_MIN_P:
             spec["min_p"] = self.min_p
         return spec

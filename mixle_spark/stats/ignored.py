@@ -143,8 +143,13 @@ class IgnoredEstimator(Estimator):
     uniform signature and have no effect (there is nothing to estimate or tie)."""
 
     def __init__(self, pseudo_count: float | None = None, name: str | None = None, keys: Any = None) -> None:
-        check_parameter(pseudo_count is None or pseudo_count >= 0, "IgnoredEstimator", "pseudo_count",
-                        pseudo_count, "a non-negative number")
+        check_parameter(
+            pseudo_count is None or pseudo_count >= 0,
+            "IgnoredEstimator",
+            "pseudo_count",
+            pseudo_count,
+            "a non-negative number",
+        )
         self.pseudo_count = pseudo_count
         self.name = name
         self.keys = keys

@@ -59,8 +59,13 @@ class LogGaussianDistribution(Distribution):
 
     def __init__(self, mu: float, sigma2: float) -> None:
         check_parameter(math.isfinite(mu), "LogGaussianDistribution", "mu", mu, "a finite number")
-        check_parameter(math.isfinite(sigma2) and sigma2 > 0, "LogGaussianDistribution", "sigma2", sigma2,
-                        "a positive finite number")
+        check_parameter(
+            math.isfinite(sigma2) and sigma2 > 0,
+            "LogGaussianDistribution",
+            "sigma2",
+            sigma2,
+            "a positive finite number",
+        )
         self.mu = float(mu)
         self.sigma2 = float(sigma2)
         self._log_const = -0.5 * (_LOG_2PI + math.log(self.sigma2))
@@ -184,8 +189,13 @@ class LogGaussianEstimator(Estimator):
         name: str | None = None,
         keys: str | None = None,
     ) -> None:
-        check_parameter(pseudo_count is None or pseudo_count >= 0, "LogGaussianEstimator", "pseudo_count",
-                        pseudo_count, "a non-negative number")
+        check_parameter(
+            pseudo_count is None or pseudo_count >= 0,
+            "LogGaussianEstimator",
+            "pseudo_count",
+            pseudo_count,
+            "a non-negative number",
+        )
         check_parameter(min_var > 0, "LogGaussianEstimator", "min_var", min_var, "positive")
         # The M-step is the Gaussian one on the log scale.
         self._gaussian = GaussianEstimator(pseudo_count=pseudo_count, suff_stat=suff_stat, min_var=min_var)
@@ -216,6 +226,7 @@ class LogGaussianEstimator(Estimator):
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> LogGaussianEstimator:
-        check_spec_keys(spec, "log_gaussian",
-                        optional=("pseudo_count", "suff_stat", "min_var", "name", "keys"))
+        check_spec_keys(
+            spec, "log_gaussian", optional=("pseudo_count", "suff_stat", "min_var", "name", "keys")
+        )
         return cls(**{k: v for k, v in spec.items() if k != "type"})

@@ -23,6 +23,12 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import NonFiniteLikelihoodError, SpecError
+from mixle_spark.stats._mixture_kernels import (
+    exp_normalize,
+    features_shared,
+    log_weights,
+    normalized_weights,
+)
 from mixle_spark.stats.base import (
     Accumulator,
     AccumulatorFactory,
@@ -48,98 +54,6 @@ __all__ = [
     "MixtureEstimator",
     "MixtureSampler",
 ]
-
-
-_LOG_FLOOR = -300.0
-_EXP_FLOOR = math.exp(_LOG_FLOOR)
-
-
-def _normalized_weights(w: Any, k: int, family: str) -> np.ndarray:
-    """Validate mixture weights and renormalise them so that ``math.fsum(w) == 1.0`` exactly.
-
-    Exactness makes renormalisation idempotent, so ``from_dict(to_dict())`` round-trips bit for bit.
-    """
-    try:
-        arr = np.array(w, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-        check_parameter(False, family, "w", w, f"a sequence of {k} numbers")
-    check_parameter(arr.size == k, family, "w", w, f"a sequence of {k} weights (one per component)")
-    check_parameter(bool(np.all(np.isfinite(arr))), family, "w", w, "finite")
-    check_parameter(bool(np.all(arr >= 0)), family, "w", w, "non-negative")
-    total = math.fsum(arr)
-    check_parameter(abs(total - 1.0) <= 1e-9, family, "w", w, "summing to 1 (within 1e-9)")
-    if total != 1.0:
-        arr = arr / total
-        j = int(np.argmax(arr))
-        for _ in range(8):  # push the rounding residual into the largest weight
-            residual = 1.0 - math.fsum(arr)
-            if residual == 0.0:
-                break
-            arr[j] = max(arr[j] + residual, 0.0)
-    return arr
-
-
-def _log_weights(w: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore"):
-        return np.log(w)
-
-
-def _exp_normalize(joint: np.ndarray, w: np.ndarray, components: Sequence[Distribution]) -> tuple[
-        np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """Turn ``joint`` (K, n) of ``log w_k + log p_k(x_i)`` into ``exp(joint - colmax)`` IN PLACE.
-
-    The matrix is component-major, (K, n), so every reduction over components is a contiguous
-    row-wise pass. Returns ``(ll, s, bad, bad_post)``: the per-row log-sum-exp (n,), the sums of
-    the exponentiated columns (1 on bad rows), the indices of rows whose maximum is not finite,
-    and the posteriors of those rows (len(bad), K). An impossible row (every component ``-inf``)
-    gets the prior weights ``w`` as its posterior (so it never produces NaN) and ``ll = -inf``; a
-    row where some component is ``+inf`` splits its posterior evenly among those components.
-    A NaN raises NonFiniteLikelihoodError naming the component.
-    """
-    m = joint.max(axis=0)
-    bad = bad_post = None
-    if not np.isfinite(m).all():
-        nan_rows = np.isnan(m)
-        if nan_rows.any():
-            i = int(np.flatnonzero(nan_rows)[0])
-            k = int(np.flatnonzero(np.isnan(joint[:, i]))[0])
-            raise NonFiniteLikelihoodError(
-                f"mixture component {k} gave a NaN log-density (row {i + 1} of {len(m)}, "
-                f"{int(nan_rows.sum())} such rows); non-finite parameters of the component: "
-                f"{components[k].nonfinite_parameters() or 'none'}"
-            )
-        bad = np.flatnonzero(~np.isfinite(m))
-        top = joint[:, bad].T == np.inf
-        bad_post = np.where(top.any(axis=1, keepdims=True), top.astype(np.float64), w[None, :])
-        bad_post /= bad_post.sum(axis=1, keepdims=True)
-        bad_m = m[bad]
-        m[bad] = 0.0
-        joint[:, bad] = 0.0
-    joint -= m
-    # exp is the costliest step and numpy's vectorised exp is several times slower when results
-    # underflow; terms below e^-300 of the row's largest are negligible (relative 1e-130), so clip
-    # there and subtract e^-300 back so that they are exactly 0 (w_k = 0 stays exactly 0).
-    np.maximum(joint, _LOG_FLOOR, out=joint)
-    np.exp(joint, out=joint)
-    joint -= _EXP_FLOOR
-    s = joint.sum(axis=0)
-    if bad is not None:
-        s[bad] = 1.0
-    ll = np.log(s)
-    ll += m
-    if bad is not None:
-        ll[bad] = bad_m
-    return ll, s, bad, bad_post
-
-
-def _features_shared(components: Sequence[Distribution], accumulators: Sequence[Accumulator] | None) -> bool:
-    """True when every component (and accumulator) supports the fast path with one feature map."""
-    if not all(hasattr(c, "feature_key") for c in components):
-        return False
-    if accumulators is not None and not all(hasattr(a, "add_feature_sums") for a in accumulators):
-        return False
-    first = components[0].feature_key()  # type: ignore[attr-defined]
-    return all(c.feature_key() == first for c in components[1:])  # type: ignore[attr-defined]
 
 
 def _unwrap(encoder: Encoder) -> Encoder:
@@ -170,14 +84,20 @@ class MixtureDistribution(Distribution):
 
     def __init__(self, components: Sequence[Distribution], w: Any) -> None:
         comps = list(components) if isinstance(components, (list, tuple)) else []
-        check_parameter(len(comps) > 0, "MixtureDistribution", "components",
-                        components, "a non-empty list of distributions")
+        check_parameter(
+            len(comps) > 0,
+            "MixtureDistribution",
+            "components",
+            components,
+            "a non-empty list of distributions",
+        )
         for k, c in enumerate(comps):
-            check_parameter(isinstance(c, Distribution), "MixtureDistribution", f"components[{k}]", c,
-                            "a Distribution")
+            check_parameter(
+                isinstance(c, Distribution), "MixtureDistribution", f"components[{k}]", c, "a Distribution"
+            )
         self.components = comps
-        self.w = _normalized_weights(w, len(comps), "MixtureDistribution")
-        self.log_w = _log_weights(self.w)
+        self.w = normalized_weights(w, len(comps), "MixtureDistribution")
+        self.log_w = log_weights(self.w)
 
     @property
     def num_components(self) -> int:
@@ -212,7 +132,7 @@ class MixtureDistribution(Distribution):
         if joint.shape[1] == 0:
             return np.zeros(0)
         joint += self.log_w[:, None]
-        return _exp_normalize(joint, self.w, self.components)[0]
+        return exp_normalize(joint, self.w, self.components)[0]
 
     def seq_posterior(self, enc: Any) -> np.ndarray:
         """Responsibilities of every row, shape (n, K); impossible rows get the weights ``w``."""
@@ -222,7 +142,7 @@ class MixtureDistribution(Distribution):
         if joint.shape[1] == 0:
             return joint
         joint += self.log_w[:, None]
-        _, s, bad, bad_post = _exp_normalize(joint, self.w, self.components)
+        _, s, bad, bad_post = exp_normalize(joint, self.w, self.components)
         joint /= s
         if bad is not None and bad_post is not None:
             joint[:, bad] = bad_post.T
@@ -237,8 +157,9 @@ class MixtureDistribution(Distribution):
         if pseudo_count is None:
             return MixtureEstimator([c.estimator() for c in self.components])
         k = len(self.components)
-        return MixtureEstimator([c.estimator(pseudo_count / k) for c in self.components],
-                                pseudo_count=pseudo_count)
+        return MixtureEstimator(
+            [c.estimator(pseudo_count / k) for c in self.components], pseudo_count=pseudo_count
+        )
 
     def encoder(self) -> MixtureEncoder:
         """The union of the component encoders (raises SpecError when they cannot be combined)."""
@@ -248,20 +169,30 @@ class MixtureDistribution(Distribution):
             try:
                 out = out.union(e)
             except TypeError as err:
-                raise SpecError(f"MixtureDistribution: component {k} reads {e!r}, which cannot be "
-                                f"combined with {out!r} of the earlier components") from err
+                raise SpecError(
+                    f"MixtureDistribution: component {k} reads {e!r}, which cannot be "
+                    f"combined with {out!r} of the earlier components"
+                ) from err
         return MixtureEncoder(out)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "components": [c.to_dict() for c in self.components],
-                "w": [float(v) for v in self.w]}
+        return {
+            "type": self.family,
+            "components": [c.to_dict() for c in self.components],
+            "w": [float(v) for v in self.w],
+        }
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> MixtureDistribution:
         check_spec_keys(spec, "mixture", required=("components", "w"))
         comps = spec["components"]
-        check_parameter(isinstance(comps, (list, tuple)), "MixtureDistribution", "components", comps,
-                        "a list of distribution specs")
+        check_parameter(
+            isinstance(comps, (list, tuple)),
+            "MixtureDistribution",
+            "components",
+            comps,
+            "a list of distribution specs",
+        )
         return cls([distribution_from_dict(c) for c in comps], spec["w"])
 
 
@@ -277,8 +208,11 @@ class MixtureSampler(Sampler):
         if size is None:
             return self.samplers[int(self.rng.choice(len(w), p=w))].sample()
         z = self.rng.choice(len(w), size=size, p=w)
-        draws = [(np.flatnonzero(z == k), s.sample(int((z == k).sum())))
-                 for k, s in enumerate(self.samplers) if (z == k).any()]
+        draws = [
+            (np.flatnonzero(z == k), s.sample(int((z == k).sum())))
+            for k, s in enumerate(self.samplers)
+            if (z == k).any()
+        ]
         if not draws:
             return self.samplers[0].sample(0)
         shapes = {d.shape[1:] for _, d in draws if isinstance(d, np.ndarray)}
@@ -370,16 +304,20 @@ class MixtureAccumulator(Accumulator):
         weight is spread by ``w`` rather than producing NaN); their log-likelihood is ``-inf``.
         """
         if not isinstance(estimate, MixtureDistribution):
-            raise SpecError("MixtureAccumulator.seq_update needs the current MixtureDistribution as "
-                            f"estimate (use seq_initialize for the first pass), got {estimate!r}")
+            raise SpecError(
+                "MixtureAccumulator.seq_update needs the current MixtureDistribution as "
+                f"estimate (use seq_initialize for the first pass), got {estimate!r}"
+            )
         comps = estimate.components
         if len(comps) != len(self.accumulators):
-            raise SpecError(f"MixtureAccumulator: the estimate has {len(comps)} components, the "
-                            f"accumulator {len(self.accumulators)}")
+            raise SpecError(
+                f"MixtureAccumulator: the estimate has {len(comps)} components, the "
+                f"accumulator {len(self.accumulators)}"
+            )
         weights = np.asarray(weights, dtype=np.float64)
         if weights.shape[0] == 0:
             return np.zeros(0)
-        fast = self.use_fast_path and _features_shared(comps, self.accumulators)
+        fast = self.use_fast_path and features_shared(comps, self.accumulators)
         if fast:
             # One product scores every component: (K, m) @ (m, n), component-major.
             phi = np.asarray(comps[0].seq_features(enc), dtype=np.float64)  # type: ignore[attr-defined]
@@ -388,7 +326,7 @@ class MixtureAccumulator(Accumulator):
         else:
             joint = estimate._component_matrix(enc)
         joint += estimate.log_w[:, None]
-        ll, s, bad, bad_post = _exp_normalize(joint, estimate.w, comps)
+        ll, s, bad, bad_post = exp_normalize(joint, estimate.w, comps)
         # joint becomes R = weights * posterior in place (no second (K, n) array).
         joint *= weights / s
         if bad is not None and bad_post is not None:
@@ -506,23 +444,44 @@ class MixtureEstimator(Estimator):
         init_rows_per_component: int | None = 20,
     ) -> None:
         ests = list(estimators) if isinstance(estimators, (list, tuple)) else []
-        check_parameter(len(ests) > 0, "MixtureEstimator", "estimators", estimators,
-                        "a non-empty list of estimators")
+        check_parameter(
+            len(ests) > 0, "MixtureEstimator", "estimators", estimators, "a non-empty list of estimators"
+        )
         for k, e in enumerate(ests):
-            check_parameter(isinstance(e, Estimator), "MixtureEstimator", f"estimators[{k}]", e,
-                            "an Estimator")
-        check_parameter(pseudo_count is None or (math.isfinite(pseudo_count) and pseudo_count >= 0),
-                        "MixtureEstimator", "pseudo_count", pseudo_count, "a non-negative number")
-        check_parameter(math.isfinite(w_min) and 0 <= w_min * len(ests) <= 1, "MixtureEstimator", "w_min",
-                        w_min, f"in [0, 1/K] = [0, {1 / len(ests)!r}]")
+            check_parameter(
+                isinstance(e, Estimator), "MixtureEstimator", f"estimators[{k}]", e, "an Estimator"
+            )
+        check_parameter(
+            pseudo_count is None or (math.isfinite(pseudo_count) and pseudo_count >= 0),
+            "MixtureEstimator",
+            "pseudo_count",
+            pseudo_count,
+            "a non-negative number",
+        )
+        check_parameter(
+            math.isfinite(w_min) and 0 <= w_min * len(ests) <= 1,
+            "MixtureEstimator",
+            "w_min",
+            w_min,
+            f"in [0, 1/K] = [0, {1 / len(ests)!r}]",
+        )
         if keys is not None:
-            check_parameter(isinstance(keys, (list, tuple)) and len(keys) == 2, "MixtureEstimator", "keys",
-                            keys, "a pair (weight_key, comp_key)")
+            check_parameter(
+                isinstance(keys, (list, tuple)) and len(keys) == 2,
+                "MixtureEstimator",
+                "keys",
+                keys,
+                "a pair (weight_key, comp_key)",
+            )
             keys = (keys[0], keys[1])
-        check_parameter(init_rows_per_component is None
-                        or (isinstance(init_rows_per_component, int) and init_rows_per_component >= 1),
-                        "MixtureEstimator", "init_rows_per_component", init_rows_per_component,
-                        "a positive integer or None")
+        check_parameter(
+            init_rows_per_component is None
+            or (isinstance(init_rows_per_component, int) and init_rows_per_component >= 1),
+            "MixtureEstimator",
+            "init_rows_per_component",
+            init_rows_per_component,
+            "a positive integer or None",
+        )
         self.estimators = ests
         self.pseudo_count = pseudo_count
         self.w_min = float(w_min)
@@ -547,13 +506,21 @@ class MixtureEstimator(Estimator):
         for k, e in enumerate(self.estimators[1:], start=1):
             other = _unwrap(e.encoder())
             if other != first:
-                raise SpecError(f"MixtureEstimator: all components must read one encoding, but "
-                                f"component 0 reads {first!r} and component {k} reads {other!r}")
+                raise SpecError(
+                    f"MixtureEstimator: all components must read one encoding, but "
+                    f"component 0 reads {first!r} and component {k} reads {other!r}"
+                )
         return MixtureEncoder(first)
 
     def with_scan(self, scan: Any) -> MixtureEstimator:
-        return MixtureEstimator([e.with_scan(scan) for e in self.estimators], self.pseudo_count,
-                                self.w_min, self.keys, self.name, self.init_rows_per_component)
+        return MixtureEstimator(
+            [e.with_scan(scan) for e in self.estimators],
+            self.pseudo_count,
+            self.w_min,
+            self.keys,
+            self.name,
+            self.init_rows_per_component,
+        )
 
     def estimate(self, nobs: float | None, value: Any) -> MixtureDistribution:
         counts, comp_values = value
@@ -570,14 +537,20 @@ class MixtureEstimator(Estimator):
         if self.w_min > 0:
             w = np.maximum(w, self.w_min)
             w /= w.sum()
-        comps = [e.estimate(float(c), v)
-                 for e, c, v in zip(self.estimators, counts, comp_values, strict=True)]
+        comps = [
+            e.estimate(float(c), v) for e, c, v in zip(self.estimators, counts, comp_values, strict=True)
+        ]
         return MixtureDistribution(comps, w)
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family, "components": [e.to_dict() for e in self.estimators]}
-        spec.update(drop_none(pseudo_count=self.pseudo_count,
-                              keys=None if self.keys is None else list(self.keys), name=self.name))
+        spec.update(
+            drop_none(
+                pseudo_count=self.pseudo_count,
+                keys=None if self.keys is None else list(self.keys),
+                name=self.name,
+            )
+        )
         if self.w_min != 0.0:
             spec["w_min"] = self.w_min
         if self.init_rows_per_component != 20:
@@ -586,10 +559,19 @@ class MixtureEstimator(Estimator):
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> MixtureEstimator:
-        check_spec_keys(spec, "mixture", required=("components",),
-                        optional=("pseudo_count", "w_min", "keys", "name", "init_rows_per_component"))
+        check_spec_keys(
+            spec,
+            "mixture",
+            required=("components",),
+            optional=("pseudo_count", "w_min", "keys", "name", "init_rows_per_component"),
+        )
         comps = spec["components"]
-        check_parameter(isinstance(comps, (list, tuple)), "MixtureEstimator", "components", comps,
-                        "a list of estimator specs")
+        check_parameter(
+            isinstance(comps, (list, tuple)),
+            "MixtureEstimator",
+            "components",
+            comps,
+            "a list of estimator specs",
+        )
         opts = {k: v for k, v in spec.items() if k not in ("type", "components")}
         return cls([estimator_from_dict(c) for c in comps], **opts)

@@ -58,8 +58,9 @@ class PoissonDistribution(Distribution):
     """
 
     def __init__(self, lam: float) -> None:
-        check_parameter(math.isfinite(lam) and lam > 0, "PoissonDistribution", "lam", lam,
-                        "a positive finite number")
+        check_parameter(
+            math.isfinite(lam) and lam > 0, "PoissonDistribution", "lam", lam, "a positive finite number"
+        )
         self.lam = float(lam)
         self._log_lam = math.log(self.lam)
 
@@ -167,10 +168,20 @@ class PoissonEstimator(Estimator):
         name: str | None = None,
         keys: str | None = None,
     ) -> None:
-        check_parameter(pseudo_count is None or pseudo_count >= 0, "PoissonEstimator", "pseudo_count",
-                        pseudo_count, "a non-negative number")
-        check_parameter(suff_stat is None or (math.isfinite(suff_stat) and suff_stat > 0),
-                        "PoissonEstimator", "suff_stat", suff_stat, "a positive finite number")
+        check_parameter(
+            pseudo_count is None or pseudo_count >= 0,
+            "PoissonEstimator",
+            "pseudo_count",
+            pseudo_count,
+            "a non-negative number",
+        )
+        check_parameter(
+            suff_stat is None or (math.isfinite(suff_stat) and suff_stat > 0),
+            "PoissonEstimator",
+            "suff_stat",
+            suff_stat,
+            "a positive finite number",
+        )
         check_parameter(min_lam > 0, "PoissonEstimator", "min_lam", min_lam, "positive")
         self.pseudo_count = pseudo_count
         self.suff_stat = None if suff_stat is None else float(suff_stat)
@@ -196,8 +207,11 @@ class PoissonEstimator(Estimator):
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family}
-        spec.update(drop_none(pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name,
-                              keys=self.keys))
+        spec.update(
+            drop_none(
+                pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name, keys=self.keys
+            )
+        )
         if self.min_lam != DEFAULT_MIN_LAM:
             spec["min_lam"] = self.min_lam
         return spec

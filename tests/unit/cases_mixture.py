@@ -14,8 +14,14 @@ CASES = [
     ),
     FamilyCase(
         "mixture-gaussian-3-wmin",
-        MixtureDistribution([GaussianDistribution(0.0, 1.0), GaussianDistribution(8.0, 2.0),
-                             GaussianDistribution(-8.0, 0.25)], [0.2, 0.5, 0.3]),
+        MixtureDistribution(
+            [
+                GaussianDistribution(0.0, 1.0),
+                GaussianDistribution(8.0, 2.0),
+                GaussianDistribution(-8.0, 0.25),
+            ],
+            [0.2, 0.5, 0.3],
+        ),
         MixtureEstimator([GaussianEstimator()] * 3, pseudo_count=1.0, w_min=1e-3),
         n=5000,
         em_its=80,

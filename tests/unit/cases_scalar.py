@@ -13,22 +13,33 @@ from tests.unit._cases import FamilyCase
 
 CASES = [
     FamilyCase("log_gaussian", LogGaussianDistribution(1.0, 0.5), LogGaussianEstimator()),
-    FamilyCase("log_gaussian-prior", LogGaussianDistribution(-2.0, 0.1),
-               LogGaussianEstimator(pseudo_count=1.0, suff_stat=(0.0, 1.0))),
+    FamilyCase(
+        "log_gaussian-prior",
+        LogGaussianDistribution(-2.0, 0.1),
+        LogGaussianEstimator(pseudo_count=1.0, suff_stat=(0.0, 1.0)),
+    ),
     FamilyCase("exponential", ExponentialDistribution(2.5), ExponentialEstimator()),
-    FamilyCase("exponential-prior", ExponentialDistribution(0.01),
-               ExponentialEstimator(pseudo_count=1.0, suff_stat=0.02)),
+    FamilyCase(
+        "exponential-prior",
+        ExponentialDistribution(0.01),
+        ExponentialEstimator(pseudo_count=1.0, suff_stat=0.02),
+    ),
     FamilyCase("gamma", GammaDistribution(2.5, 1.5), GammaEstimator()),
     FamilyCase("gamma-small-shape", GammaDistribution(0.5, 10.0), GammaEstimator()),
     FamilyCase("poisson", PoissonDistribution(3.5), PoissonEstimator()),
     FamilyCase("poisson-large", PoissonDistribution(250.0), PoissonEstimator(pseudo_count=1.0)),
     FamilyCase("bernoulli", BernoulliDistribution(0.3), BernoulliEstimator()),
-    FamilyCase("bernoulli-bool", BernoulliDistribution(0.8), BernoulliEstimator(),
-               to_arrow=lambda records: pa.array([bool(r) for r in records])),
+    FamilyCase(
+        "bernoulli-bool",
+        BernoulliDistribution(0.8),
+        BernoulliEstimator(),
+        to_arrow=lambda records: pa.array([bool(r) for r in records]),
+    ),
     FamilyCase("binomial", BinomialDistribution(0.3, 10), BinomialEstimator(n=10)),
     # n learned by the scan (max of the data): with p = 0.7 and n = 5 the maximum is reached.
     FamilyCase("binomial-scan", BinomialDistribution(0.7, 5), BinomialEstimator()),
     FamilyCase("geometric", GeometricDistribution(0.2), GeometricEstimator()),
-    FamilyCase("geometric-prior", GeometricDistribution(0.9),
-               GeometricEstimator(pseudo_count=1.0, suff_stat=0.5)),
+    FamilyCase(
+        "geometric-prior", GeometricDistribution(0.9), GeometricEstimator(pseudo_count=1.0, suff_stat=0.5)
+    ),
 ]

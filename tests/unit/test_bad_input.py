@@ -27,15 +27,19 @@ def _record(**fields):
 def test_string_in_a_numeric_column() -> None:
     df = pd.DataFrame({"spend_eur": ["1.0", "12.5x"], "channel": ["a", "b"]})
     est = _record(spend_eur=GaussianEstimator(), channel=CategoricalEstimator())
-    with pytest.raises(DataTypeError, match=r"column 'spend_eur': expected a .*number for GaussianEstimator.*'1.0'"):
+    with pytest.raises(
+        DataTypeError, match=r"column 'spend_eur': expected a .*number for GaussianEstimator.*'1.0'"
+    ):
         optimize(df, est)
 
 
 def test_string_in_python_records() -> None:
     rows = [{"spend_eur": 1.0}, {"spend_eur": "12.5x"}]
-    with pytest.raises(DataTypeError,
-                       match=r"column 'spend_eur': expected a finite number for GaussianEstimator, "
-                             r"got string '12.5x' \(row 2 of 2\)"):
+    with pytest.raises(
+        DataTypeError,
+        match=r"column 'spend_eur': expected a finite number for GaussianEstimator, "
+        r"got string '12.5x' \(row 2 of 2\)",
+    ):
         optimize(rows, RecordEstimator({"spend_eur": GaussianEstimator()}))
 
 

@@ -78,8 +78,14 @@ def _accumulate(est: Estimator, enc: Any, weights: np.ndarray, model: Distributi
     return acc
 
 
-def _split_value(est: Estimator, encoder: Any, records: list[Any], w: np.ndarray,
-                 model: Distribution | None, rng: np.random.Generator) -> Any:
+def _split_value(
+    est: Estimator,
+    encoder: Any,
+    records: list[Any],
+    w: np.ndarray,
+    model: Distribution | None,
+    rng: np.random.Generator,
+) -> Any:
     cuts = np.sort(rng.choice(np.arange(1, len(records)), size=3, replace=False))
     parts = np.split(np.arange(len(records)), cuts)
     rng.shuffle(parts)
@@ -143,8 +149,9 @@ def test_seq_initialize_is_independent_of_batching(case: FamilyCase) -> None:
     pieces = est.accumulator_factory().make()
     for start, stop in [(0, 37), (37, 100), (100, 120)]:
         acc = est.accumulator_factory().make()
-        acc.seq_initialize(encoder.encode(records[start:stop]), w[start:stop],
-                           RowRandom.for_rows(11, start, stop - start))
+        acc.seq_initialize(
+            encoder.encode(records[start:stop]), w[start:stop], RowRandom.for_rows(11, start, stop - start)
+        )
         pieces.combine(acc.value())
     _stats_equal(pieces.value(), whole.value())
 

@@ -17,8 +17,13 @@ SPEC = ROOT / "conf" / "models" / "customers.json"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "jobs" / "em_fit.py"), *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "em_fit.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
 
 
 def test_em_fit_recovers_the_sample_segments(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ def _sample(dist, n=N, seed=1):
 
 # -- recovery: within 4 standard errors --------------------------------------------------------
 
+
 def test_log_gaussian_recovery():
     fit, _ = _fit(LogGaussianEstimator(), _sample(LogGaussianDistribution(1.0, 0.5)))
     assert abs(fit.mu - 1.0) < 4 * math.sqrt(0.5 / N)
@@ -91,6 +92,7 @@ def test_geometric_recovery():
 
 # -- closed forms ------------------------------------------------------------------------------
 
+
 def test_poisson_log_pmf_closed_form():
     d = PoissonDistribution(4.2)
     for x in [0, 1, 7, 30, 2000]:
@@ -125,15 +127,18 @@ def test_seq_log_density_matches_log_density(dist):
     assert np.allclose(seq, one, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize(("dist", "outside"), [
-    (LogGaussianDistribution(0.0, 1.0), [0.0, -1.0, math.inf, math.nan]),
-    (ExponentialDistribution(1.0), [-1e-9, math.inf, math.nan]),
-    (GammaDistribution(0.5, 1.0), [0.0, -2.0, math.nan]),
-    (PoissonDistribution(2.0), [-1, 1.5, math.nan, math.inf]),
-    (BernoulliDistribution(0.5), [2, -1, 0.5, "yes", math.nan]),
-    (BinomialDistribution(0.5, 3), [4, -1, 1.5, math.nan]),
-    (GeometricDistribution(0.5), [0, -1, 2.5, math.nan]),
-])
+@pytest.mark.parametrize(
+    ("dist", "outside"),
+    [
+        (LogGaussianDistribution(0.0, 1.0), [0.0, -1.0, math.inf, math.nan]),
+        (ExponentialDistribution(1.0), [-1e-9, math.inf, math.nan]),
+        (GammaDistribution(0.5, 1.0), [0.0, -2.0, math.nan]),
+        (PoissonDistribution(2.0), [-1, 1.5, math.nan, math.inf]),
+        (BernoulliDistribution(0.5), [2, -1, 0.5, "yes", math.nan]),
+        (BinomialDistribution(0.5, 3), [4, -1, 1.5, math.nan]),
+        (GeometricDistribution(0.5), [0, -1, 2.5, math.nan]),
+    ],
+)
 def test_log_density_is_minus_inf_outside_the_support(dist, outside):
     for x in outside:
         assert dist.log_density(x) == -math.inf
@@ -165,6 +170,7 @@ def test_binomial_scores_batches_encoded_for_another_n():
 
 # -- estimators: pseudo-counts, floors, zero weight ---------------------------------------------
 
+
 def test_pseudo_counts_follow_their_documented_formulas():
     assert _fit(PoissonEstimator(pseudo_count=2.0, suff_stat=5.0), [1, 1])[0].lam == pytest.approx(3.0)
     assert _fit(PoissonEstimator(pseudo_count=2.0), [3, 3])[0].lam == pytest.approx(2.0)  # lam0 = 1
@@ -186,7 +192,10 @@ def test_gamma_pseudo_count_adds_prior_expected_statistics():
 
 def test_distribution_estimator_uses_parameters_as_prior():
     assert PoissonDistribution(7.0).estimator(pseudo_count=3.0).to_dict() == {
-        "type": "poisson", "pseudo_count": 3.0, "suff_stat": 7.0}
+        "type": "poisson",
+        "pseudo_count": 3.0,
+        "suff_stat": 7.0,
+    }
     assert BinomialDistribution(0.2, 9).estimator().n == 9
 
 
@@ -205,16 +214,19 @@ def test_floors_and_caps():
     assert _fit(GammaEstimator(max_k=1e3), [3.0, 3.0])[0].k == 1e3
 
 
-@pytest.mark.parametrize(("est", "expected"), [
-    (LogGaussianEstimator(), LogGaussianDistribution(0.0, 1.0)),
-    (ExponentialEstimator(), ExponentialDistribution(1.0)),
-    (GammaEstimator(), GammaDistribution(1.0, 1.0)),
-    (GammaEstimator(suff_stat=(2.0, 5.0)), GammaDistribution(2.0, 5.0)),
-    (PoissonEstimator(suff_stat=3.0), PoissonDistribution(3.0)),
-    (BernoulliEstimator(), BernoulliDistribution(0.5)),
-    (BinomialEstimator(n=4), BinomialDistribution(0.5, 4)),
-    (GeometricEstimator(), GeometricDistribution(0.5)),
-])
+@pytest.mark.parametrize(
+    ("est", "expected"),
+    [
+        (LogGaussianEstimator(), LogGaussianDistribution(0.0, 1.0)),
+        (ExponentialEstimator(), ExponentialDistribution(1.0)),
+        (GammaEstimator(), GammaDistribution(1.0, 1.0)),
+        (GammaEstimator(suff_stat=(2.0, 5.0)), GammaDistribution(2.0, 5.0)),
+        (PoissonEstimator(suff_stat=3.0), PoissonDistribution(3.0)),
+        (BernoulliEstimator(), BernoulliDistribution(0.5)),
+        (BinomialEstimator(n=4), BinomialDistribution(0.5, 4)),
+        (GeometricEstimator(), GeometricDistribution(0.5)),
+    ],
+)
 def test_zero_weight_fallback(est, expected):
     acc = est.accumulator_factory().make()
     assert est.estimate(0.0, acc.value()) == expected
@@ -235,6 +247,7 @@ def test_binomial_estimate_without_n_raises():
 
 
 # -- accumulators: weights, splits, combine ------------------------------------------------------
+
 
 def _estimator(dist):
     return dist.estimator()
@@ -280,6 +293,7 @@ def _single(est, x, w):
 
 # -- mixture fast path ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dist", FAST_PATH, ids=lambda d: repr(d))
 def test_fast_path_features_and_sums(dist):
     records = _sample(dist, 400, seed=11)
@@ -300,8 +314,11 @@ def test_fast_path_features_and_sums(dist):
 
 
 def test_fast_path_with_degenerate_probabilities_has_no_nan():
-    for dist, recs in [(BernoulliDistribution(1.0), [0, 1]), (BernoulliDistribution(0.0), [0, 1]),
-                       (GeometricDistribution(1.0), [1, 3])]:
+    for dist, recs in [
+        (BernoulliDistribution(1.0), [0, 1]),
+        (BernoulliDistribution(0.0), [0, 1]),
+        (GeometricDistribution(1.0), [1, 3]),
+    ]:
         enc = dist.encoder().encode(recs)
         ll = dist.seq_features(enc) @ dist.feature_coefficients(enc)
         exact = dist.seq_log_density(enc)
@@ -310,6 +327,7 @@ def test_fast_path_with_degenerate_probabilities_has_no_nan():
 
 
 # -- encoders: Arrow input and errors ----------------------------------------------------------
+
 
 @pytest.mark.parametrize("typ", [pa.int8(), pa.uint16(), pa.int32(), pa.int64(), pa.float32(), pa.float64()])
 def test_arrow_numeric_types_are_read(typ):
@@ -348,20 +366,33 @@ def test_poisson_errors_name_value_and_row():
         PoissonEncoder().from_arrow(pa.array([1, -3, 2]))
 
 
-@pytest.mark.parametrize(("encoder", "bad", "value"), [
-    (LogGaussianDistribution(0, 1).encoder(), [1.0, -2.0], r"-2.0 \(row 2 of 2\)"),
-    (LogGaussianDistribution(0, 1).encoder(), [0.0], r"0.0 \(row 1 of 1\)"),
-    (ExponentialDistribution(1).encoder(), [1.0, -0.5], r"-0.5 \(row 2 of 2\)"),
-    (ExponentialDistribution(1).encoder(), [math.inf], r"inf \(row 1 of 1\)"),
-    (GammaDistribution(1, 1).encoder(), [2.0, 0.0], r"0.0 \(row 2 of 2\)"),
-    (BernoulliEncoder(), [0, 1, 2],
-     r"expected 0, 1 or a boolean for BernoulliEstimator, got 2.0 \(row 3 of 3\)"),
-    (BinomialEncoder(10), [3, 11], r"expected an integer count in \[0, 10\] for BinomialEstimator, got 11.0"),
-    (BinomialEncoder(None), [3, -1], r"non-negative integer count for BinomialEstimator, got -1.0"),
-    (GeometricDistribution(0.5).encoder(), [1, 0],
-     r"integer >= 1 .*GeometricEstimator, got 0.0 \(row 2 of 2\)"),
-    (GeometricDistribution(0.5).encoder(), [1.5], r"got 1.5"),
-])
+@pytest.mark.parametrize(
+    ("encoder", "bad", "value"),
+    [
+        (LogGaussianDistribution(0, 1).encoder(), [1.0, -2.0], r"-2.0 \(row 2 of 2\)"),
+        (LogGaussianDistribution(0, 1).encoder(), [0.0], r"0.0 \(row 1 of 1\)"),
+        (ExponentialDistribution(1).encoder(), [1.0, -0.5], r"-0.5 \(row 2 of 2\)"),
+        (ExponentialDistribution(1).encoder(), [math.inf], r"inf \(row 1 of 1\)"),
+        (GammaDistribution(1, 1).encoder(), [2.0, 0.0], r"0.0 \(row 2 of 2\)"),
+        (
+            BernoulliEncoder(),
+            [0, 1, 2],
+            r"expected 0, 1 or a boolean for BernoulliEstimator, got 2.0 \(row 3 of 3\)",
+        ),
+        (
+            BinomialEncoder(10),
+            [3, 11],
+            r"expected an integer count in \[0, 10\] for BinomialEstimator, got 11.0",
+        ),
+        (BinomialEncoder(None), [3, -1], r"non-negative integer count for BinomialEstimator, got -1.0"),
+        (
+            GeometricDistribution(0.5).encoder(),
+            [1, 0],
+            r"integer >= 1 .*GeometricEstimator, got 0.0 \(row 2 of 2\)",
+        ),
+        (GeometricDistribution(0.5).encoder(), [1.5], r"got 1.5"),
+    ],
+)
 def test_out_of_support_values_are_data_value_errors(encoder, bad, value):
     with pytest.raises(DataValueError, match=value):
         encoder.encode(bad)
@@ -403,24 +434,28 @@ def test_binomial_scan_and_merge():
 
 # -- parameters and JSON -----------------------------------------------------------------------
 
-@pytest.mark.parametrize(("make", "match"), [
-    (lambda: LogGaussianDistribution(0.0, -1.0), "sigma2 must be a positive finite number, got -1.0"),
-    (lambda: ExponentialDistribution(0.0), "beta must be a positive finite number, got 0.0"),
-    (lambda: GammaDistribution(-2.0, 1.0), "k must be a positive finite number, got -2.0"),
-    (lambda: GammaDistribution(2.0, math.inf), "theta must be a positive finite number, got inf"),
-    (lambda: PoissonDistribution(-1.0), "lam must be a positive finite number, got -1.0"),
-    (lambda: BernoulliDistribution(1.5), "p must be a probability in \\[0, 1\\], got 1.5"),
-    (lambda: BinomialDistribution(0.5, -3), "n must be a non-negative integer, got -3"),
-    (lambda: BinomialDistribution(0.5, 2.5), "n must be a non-negative integer, got 2.5"),
-    (lambda: GeometricDistribution(0.0), "p must be a probability in \\(0, 1\\], got 0.0"),
-    (lambda: PoissonEstimator(pseudo_count=-1.0), "pseudo_count must be a non-negative number, got -1.0"),
-    (lambda: LogGaussianEstimator(pseudo_count=-2.0), "LogGaussianEstimator: pseudo_count .* got -2.0"),
-    (lambda: BernoulliEstimator(min_p=0.7), "min_p must be in \\[0, 0.5\\), got 0.7"),
-    (lambda: GammaEstimator(min_k=10.0, max_k=1.0), "got \\(10.0, 1.0\\)"),
-    (lambda: distribution_from_dict({"type": "poisson", "lam": 1.0, "mu": 2}), "unknown key 'mu'"),
-    (lambda: distribution_from_dict({"type": "gamma", "k": 1.0}), "missing required key 'theta'"),
-    (lambda: estimator_from_dict({"type": "binomial", "trials": 3}), "unknown key 'trials'"),
-])
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: LogGaussianDistribution(0.0, -1.0), "sigma2 must be a positive finite number, got -1.0"),
+        (lambda: ExponentialDistribution(0.0), "beta must be a positive finite number, got 0.0"),
+        (lambda: GammaDistribution(-2.0, 1.0), "k must be a positive finite number, got -2.0"),
+        (lambda: GammaDistribution(2.0, math.inf), "theta must be a positive finite number, got inf"),
+        (lambda: PoissonDistribution(-1.0), "lam must be a positive finite number, got -1.0"),
+        (lambda: BernoulliDistribution(1.5), "p must be a probability in \\[0, 1\\], got 1.5"),
+        (lambda: BinomialDistribution(0.5, -3), "n must be a non-negative integer, got -3"),
+        (lambda: BinomialDistribution(0.5, 2.5), "n must be a non-negative integer, got 2.5"),
+        (lambda: GeometricDistribution(0.0), "p must be a probability in \\(0, 1\\], got 0.0"),
+        (lambda: PoissonEstimator(pseudo_count=-1.0), "pseudo_count must be a non-negative number, got -1.0"),
+        (lambda: LogGaussianEstimator(pseudo_count=-2.0), "LogGaussianEstimator: pseudo_count .* got -2.0"),
+        (lambda: BernoulliEstimator(min_p=0.7), "min_p must be in \\[0, 0.5\\), got 0.7"),
+        (lambda: GammaEstimator(min_k=10.0, max_k=1.0), "got \\(10.0, 1.0\\)"),
+        (lambda: distribution_from_dict({"type": "poisson", "lam": 1.0, "mu": 2}), "unknown key 'mu'"),
+        (lambda: distribution_from_dict({"type": "gamma", "k": 1.0}), "missing required key 'theta'"),
+        (lambda: estimator_from_dict({"type": "binomial", "trials": 3}), "unknown key 'trials'"),
+    ],
+)
 def test_parameter_and_spec_errors(make, match):
     with pytest.raises(SpecError, match=match):
         make()
@@ -441,8 +476,13 @@ def test_estimator_specs_are_compact_and_keep_options():
     assert GammaEstimator(max_k=50.0).to_dict() == {"type": "gamma", "max_k": 50.0}
     assert BinomialEstimator(n=3, min_p=0.0).to_dict() == {"type": "binomial", "n": 3, "min_p": 0.0}
     spec = LogGaussianEstimator(pseudo_count=1.0, suff_stat=(0.0, 2.0), name="amount", keys="k").to_dict()
-    assert spec == {"type": "log_gaussian", "pseudo_count": 1.0, "suff_stat": [0.0, 2.0], "name": "amount",
-                    "keys": "k"}
+    assert spec == {
+        "type": "log_gaussian",
+        "pseudo_count": 1.0,
+        "suff_stat": [0.0, 2.0],
+        "name": "amount",
+        "keys": "k",
+    }
 
 
 @pytest.mark.parametrize("dist", DISTS, ids=lambda d: repr(d))

@@ -87,8 +87,10 @@ def test_em_recovers_three_gaussians_and_ll_never_decreases() -> None:
 def test_fast_path_equals_generic_path() -> None:
     rng = np.random.default_rng(5)
     x = np.concatenate([rng.normal(-3, 1, 4000), rng.normal(50, 3, 3000)])
-    comps = [GaussianDistribution(float(m), float(v))
-             for m, v in zip(np.linspace(-5, 55, 7), np.linspace(0.5, 9, 7), strict=True)]
+    comps = [
+        GaussianDistribution(float(m), float(v))
+        for m, v in zip(np.linspace(-5, 55, 7), np.linspace(0.5, 9, 7), strict=True)
+    ]
     w = rng.dirichlet(np.ones(7))
     w[3] = 0.0  # a zero-weight component stays exactly zero on both paths
     model = MixtureDistribution(comps, w / w.sum())
@@ -284,15 +286,21 @@ def test_other_spec_errors() -> None:
 
 def test_json_round_trip_is_exact() -> None:
     w = np.array([0.1, 0.2, 0.7000000000000002])  # sums to 1 + 2 ulp: renormalised exactly once
-    mix = MixtureDistribution([GaussianDistribution(0.1, 0.3), GaussianDistribution(1e6, 0.25),
-                               GaussianDistribution(-2.0, 4.0)], w)
+    mix = MixtureDistribution(
+        [GaussianDistribution(0.1, 0.3), GaussianDistribution(1e6, 0.25), GaussianDistribution(-2.0, 4.0)], w
+    )
     spec = json.loads(json.dumps(mix.to_dict()))
     assert spec["type"] == "mixture" and len(spec["components"]) == 3
     again = distribution_from_dict(spec)
     assert again == mix
     np.testing.assert_array_equal(again.w, mix.w)
-    est = MixtureEstimator([GaussianEstimator(min_var=1e-3), GaussianEstimator()], pseudo_count=2.0,
-                           w_min=0.01, keys=("wk", "ck"), name="seg")
+    est = MixtureEstimator(
+        [GaussianEstimator(min_var=1e-3), GaussianEstimator()],
+        pseudo_count=2.0,
+        w_min=0.01,
+        keys=("wk", "ck"),
+        name="seg",
+    )
     assert estimator_from_dict(json.loads(json.dumps(est.to_dict()))) == est
     assert estimator_from_dict({"type": "mixture", "components": ["gaussian", "gaussian"]}).min_rows() == 2
     nested = MixtureDistribution([mix, GaussianDistribution(0.0, 1.0)], [0.5, 0.5])
@@ -366,8 +374,9 @@ def test_estimator_from_distribution_and_nested_mixture_encoders() -> None:
     nested = MixtureDistribution([mix, GaussianDistribution(0.0, 1.0)], [0.5, 0.5])
     assert nested.encoder() == mix.encoder() == MixtureEncoder(GaussianDistribution(0.0, 1.0).encoder())
     x = np.asarray(nested.sampler(3).sample(100))
-    np.testing.assert_allclose(nested.seq_log_density(nested.encoder().encode(x)),
-                               [nested.log_density(v) for v in x], rtol=1e-12)
+    np.testing.assert_allclose(
+        nested.seq_log_density(nested.encoder().encode(x)), [nested.log_density(v) for v in x], rtol=1e-12
+    )
     acc = MixtureEstimator([_est(), GaussianEstimator()]).accumulator_factory().make()
     ll = acc.seq_update(nested.encoder().encode(x), np.ones(100), nested)
     np.testing.assert_allclose(ll, nested.seq_log_density(x), rtol=1e-12)

@@ -50,7 +50,9 @@ def test_unknown_spec_key_is_named() -> None:
 
 
 def test_unknown_family_lists_the_valid_ones() -> None:
-    with pytest.raises(UnknownNameError, match=r"unknown estimator family 'gausian'; expected one of: .*gaussian"):
+    with pytest.raises(
+        UnknownNameError, match=r"unknown estimator family 'gausian'; expected one of: .*gaussian"
+    ):
         estimator_from_spec({"type": "gausian"})
 
 
@@ -68,7 +70,8 @@ def test_unknown_fit_option(tmp_path: Path) -> None:
 
 def test_float64_round_trips_exactly() -> None:
     model = MixtureDistribution(
-        [GaussianDistribution(0.1 + 0.2, 1 / 3), GaussianDistribution(1e-300, 7e22)], [1 / 3, 2 / 3])
+        [GaussianDistribution(0.1 + 0.2, 1 / 3), GaussianDistribution(1e-300, 7e22)], [1 / 3, 2 / 3]
+    )
     restored = model_from_json(model_to_json(model))
     assert restored.components[0].mu == 0.1 + 0.2
     assert restored.components[1].sigma2 == 7e22
@@ -80,7 +83,7 @@ def test_float64_round_trips_exactly() -> None:
 def test_newer_format_version_is_refused() -> None:
     payload = model_to_dict(GaussianDistribution(0.0, 1.0))
     payload["format_version"] = 99
-    with pytest.raises(ModelFormatError, match="format version 99.*upgrade mixle_spark"):
+    with pytest.raises(ModelFormatError, match=r"format version 99.*upgrade mixle_spark"):
         model_from_json(json.dumps(payload))
 
 

@@ -1,0 +1,104 @@
+"""Numerical kernels of the mixture E-step: weight validation and the in-place log-sum-exp."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.errors import NonFiniteLikelihoodError
+from mixle_spark.stats.base import Accumulator, Distribution, check_parameter
+
+_LOG_FLOOR = -300.0
+_EXP_FLOOR = math.exp(_LOG_FLOOR)
+
+
+def normalized_weights(w: Any, k: int, family: str) -> np.ndarray:
+    """Validate mixture weights and renormalise them so that ``math.fsum(w) == 1.0`` exactly.
+
+    Exactness makes renormalisation idempotent, so ``from_dict(to_dict())`` round-trips bit for bit.
+    """
+    try:
+        arr = np.array(w, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        check_parameter(False, family, "w", w, f"a sequence of {k} numbers")
+    check_parameter(arr.size == k, family, "w", w, f"a sequence of {k} weights (one per component)")
+    check_parameter(bool(np.all(np.isfinite(arr))), family, "w", w, "finite")
+    check_parameter(bool(np.all(arr >= 0)), family, "w", w, "non-negative")
+    total = math.fsum(arr)
+    check_parameter(abs(total - 1.0) <= 1e-9, family, "w", w, "summing to 1 (within 1e-9)")
+    if total != 1.0:
+        arr = arr / total
+        j = int(np.argmax(arr))
+        for _ in range(8):  # push the rounding residual into the largest weight
+            residual = 1.0 - math.fsum(arr)
+            if residual == 0.0:
+                break
+            arr[j] = max(arr[j] + residual, 0.0)
+    return arr
+
+
+def log_weights(w: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.log(w)
+
+
+def exp_normalize(
+    joint: np.ndarray, w: np.ndarray, components: Sequence[Distribution]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Turn ``joint`` (K, n) of ``log w_k + log p_k(x_i)`` into ``exp(joint - colmax)`` IN PLACE.
+
+    The matrix is component-major, (K, n), so every reduction over components is a contiguous
+    row-wise pass. Returns ``(ll, s, bad, bad_post)``: the per-row log-sum-exp (n,), the sums of
+    the exponentiated columns (1 on bad rows), the indices of rows whose maximum is not finite,
+    and the posteriors of those rows (len(bad), K). An impossible row (every component ``-inf``)
+    gets the prior weights ``w`` as its posterior (so it never produces NaN) and ``ll = -inf``; a
+    row where some component is ``+inf`` splits its posterior evenly among those components.
+    A NaN raises NonFiniteLikelihoodError naming the component.
+    """
+    m = joint.max(axis=0)
+    bad = bad_post = None
+    if not np.isfinite(m).all():
+        nan_rows = np.isnan(m)
+        if nan_rows.any():
+            i = int(np.flatnonzero(nan_rows)[0])
+            k = int(np.flatnonzero(np.isnan(joint[:, i]))[0])
+            raise NonFiniteLikelihoodError(
+                f"mixture component {k} gave a NaN log-density (row {i + 1} of {len(m)}, "
+                f"{int(nan_rows.sum())} such rows); non-finite parameters of the component: "
+                f"{components[k].nonfinite_parameters() or 'none'}"
+            )
+        bad = np.flatnonzero(~np.isfinite(m))
+        top = joint[:, bad].T == np.inf
+        bad_post = np.where(top.any(axis=1, keepdims=True), top.astype(np.float64), w[None, :])
+        bad_post /= bad_post.sum(axis=1, keepdims=True)
+        bad_m = m[bad]
+        m[bad] = 0.0
+        joint[:, bad] = 0.0
+    joint -= m
+    # exp is the costliest step and numpy's vectorised exp is several times slower when results
+    # underflow; terms below e^-300 of the row's largest are negligible (relative 1e-130), so clip
+    # there and subtract e^-300 back so that they are exactly 0 (w_k = 0 stays exactly 0).
+    np.maximum(joint, _LOG_FLOOR, out=joint)
+    np.exp(joint, out=joint)
+    joint -= _EXP_FLOOR
+    s = joint.sum(axis=0)
+    if bad is not None:
+        s[bad] = 1.0
+    ll = np.log(s)
+    ll += m
+    if bad is not None:
+        ll[bad] = bad_m
+    return ll, s, bad, bad_post
+
+
+def features_shared(components: Sequence[Distribution], accumulators: Sequence[Accumulator] | None) -> bool:
+    """True when every component (and accumulator) supports the fast path with one feature map."""
+    if not all(hasattr(c, "feature_key") for c in components):
+        return False
+    if accumulators is not None and not all(hasattr(a, "add_feature_sums") for a in accumulators):
+        return False
+    first = components[0].feature_key()  # type: ignore[attr-defined]
+    return all(c.feature_key() == first for c in components[1:])  # type: ignore[attr-defined]
