@@ -33,14 +33,13 @@ from mixle_spark.stats._vector import (
     moments_about_mean,
     parameter_vector,
 )
+from mixle_spark.stats._vector_estimator import VectorGaussianEstimator
 from mixle_spark.stats.base import (
     AccumulatorFactory,
     Distribution,
-    Estimator,
     Sampler,
     check_parameter,
     check_spec_keys,
-    drop_none,
     register_distribution,
     register_estimator,
 )
@@ -196,7 +195,7 @@ class MultivariateGaussianAccumulatorFactory(AccumulatorFactory):
 
 
 @register_estimator("multivariate_gaussian")
-class MultivariateGaussianEstimator(Estimator):
+class MultivariateGaussianEstimator(VectorGaussianEstimator):
     """Maximum-likelihood (or, with ``pseudo_count``, MAP-like) full-covariance Gaussian fit.
 
     Parameters
@@ -216,73 +215,9 @@ class MultivariateGaussianEstimator(Estimator):
         Tie this Gaussian's parameters to every other site with the same key.
     """
 
-    def __init__(
-        self,
-        pseudo_count: float | None = None,
-        suff_stat: tuple[Any, Any] | None = None,
-        min_covar: float = 1e-8,
-        ridge: float = 1e-6,
-        dim: int | None = None,
-        center: Sequence[float] | np.ndarray | None = None,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        fam = type(self).__name__
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            fam,
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
-        check_parameter(min_covar > 0, fam, "min_covar", min_covar, "positive")
-        check_parameter(ridge >= 0, fam, "ridge", ridge, "non-negative")
-        check_parameter(
-            dim is None or (isinstance(dim, int) and dim > 0), fam, "dim", dim, "a positive integer"
-        )
-        self.pseudo_count = pseudo_count
-        self.suff_stat = None
-        if suff_stat is not None:
-            prior = MultivariateGaussianDistribution(suff_stat[0], suff_stat[1])
-            self.suff_stat = (prior.mu, prior.covar)
-            dim = prior.dim if dim is None else dim
-            check_parameter(prior.dim == dim, fam, "suff_stat", suff_stat, f"of dimension {dim}")
-        self.center = None if center is None else parameter_vector(center, fam, "center")
-        if self.center is not None:
-            dim = len(self.center) if dim is None else dim
-            check_parameter(len(self.center) == dim, fam, "center", center, f"of length {dim}")
-        self.dim = dim
-        self.min_covar = float(min_covar)
-        self.ridge = float(ridge)
-        self.name = name
-        self.keys = keys
-
-    def accumulator_factory(self) -> MultivariateGaussianAccumulatorFactory:
-        return MultivariateGaussianAccumulatorFactory(self.dim, self.keys)
-
-    def encoder(self) -> MultivariateGaussianEncoder:
-        return MultivariateGaussianEncoder(self.dim, self.center)
-
-    def with_scan(self, scan: Any) -> MultivariateGaussianEstimator:
-        if scan is None:
-            return self
-        count, total = scan
-        center = np.asarray(total, dtype=np.float64) / float(count)
-        return MultivariateGaussianEstimator(
-            self.pseudo_count,
-            self.suff_stat,
-            self.min_covar,
-            self.ridge,
-            len(center),
-            center,
-            self.name,
-            self.keys,
-        )
-
-    def _fallback_center(self, d: int, value_center: np.ndarray) -> np.ndarray:
-        if len(value_center) == d:
-            return value_center
-        return self.center if self.center is not None else np.zeros(d)
+    distribution_class = MultivariateGaussianDistribution
+    factory_class = MultivariateGaussianAccumulatorFactory
+    encoder_class = MultivariateGaussianEncoder
 
     def estimate(self, nobs: float | None, value: Any) -> MultivariateGaussianDistribution:
         sw, mean_y, scatter, c = moments_about_mean(value)
@@ -293,9 +228,7 @@ class MultivariateGaussianEstimator(Estimator):
             )
         pc = self.pseudo_count or 0.0
         if sw <= 0.0 and (pc == 0.0 or self.suff_stat is None):
-            if self.suff_stat is not None:
-                return MultivariateGaussianDistribution(*self.suff_stat)
-            return MultivariateGaussianDistribution(self._fallback_center(d, c), np.eye(d))
+            return self.fallback(d, c, np.eye(d))  # type: ignore[return-value]
         if self.suff_stat is not None and pc > 0:
             mu0, covar0 = self.suff_stat
             d0 = mu0 - c
@@ -319,32 +252,3 @@ class MultivariateGaussianEstimator(Estimator):
                 return candidate
             eps *= 10.0
         return np.diag(np.maximum(np.diag(covar), eps))
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        prior = None if self.suff_stat is None else [self.suff_stat[0].tolist(), self.suff_stat[1].tolist()]
-        center = None if self.center is None else self.center.tolist()
-        spec.update(
-            drop_none(
-                pseudo_count=self.pseudo_count,
-                suff_stat=prior,
-                dim=self.dim,
-                center=center,
-                name=self.name,
-                keys=self.keys,
-            )
-        )
-        if self.min_covar != 1e-8:
-            spec["min_covar"] = self.min_covar
-        if self.ridge != 1e-6:
-            spec["ridge"] = self.ridge
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> MultivariateGaussianEstimator:
-        check_spec_keys(
-            spec,
-            "multivariate_gaussian",
-            optional=("pseudo_count", "suff_stat", "min_covar", "ridge", "dim", "center", "name", "keys"),
-        )
-        return cls(**{k: v for k, v in spec.items() if k != "type"})
