@@ -174,3 +174,61 @@ def test_initial_model_with_zero_density_rows_is_repaired() -> None:
     model = optimize(data, MixtureEstimator([CategoricalEstimator()] * 2), max_its=20, seed=0)
     assert math.isfinite(model.fit_result.log_likelihood)
     assert model.log_density("rare") == pytest.approx(math.log(2 / 400), rel=1e-6)
+
+
+def test_recovers_a_mixture_of_mixed_type_records() -> None:
+    from mixle_spark.stats import (
+        LogGaussianDistribution,
+        OptionalDistribution,
+        PoissonDistribution,
+        RecordDistribution,
+        RecordEstimator,
+        SequenceDistribution,
+    )
+    from mixle_spark.spec import estimator_from_spec
+
+    def segment(mu: float, channels: dict, lam: float, tags: dict, p_missing: float) -> RecordDistribution:
+        return RecordDistribution(
+            {
+                "amount": LogGaussianDistribution(mu, 0.25),
+                "channel": CategoricalDistribution(channels),
+                "n_items": OptionalDistribution(PoissonDistribution(lam), p_missing),
+                "tags": SequenceDistribution(CategoricalDistribution(tags), PoissonDistribution(2.0)),
+            }
+        )
+
+    truth = MixtureDistribution(
+        [
+            segment(2.0, {"web": 0.8, "store": 0.2}, 1.0, {"a": 0.7, "b": 0.3}, 0.1),
+            segment(3.5, {"web": 0.1, "store": 0.6, "app": 0.3}, 5.0, {"b": 0.2, "c": 0.8}, 0.3),
+            segment(5.0, {"app": 0.9, "web": 0.1}, 10.0, {"a": 0.5, "d": 0.5}, 0.0),
+        ],
+        [0.5, 0.3, 0.2],
+    )
+    rows = truth.sampler(11).sample(6000)
+    est = estimator_from_spec(
+        {
+            "type": "mixture",
+            "k": 3,
+            "component": {
+                "type": "record",
+                "fields": {
+                    "amount": "log_gaussian",
+                    "channel": "categorical",
+                    "n_items": {"type": "optional", "estimator": "poisson"},
+                    "tags": {"type": "sequence", "estimator": "categorical", "len_estimator": "poisson"},
+                },
+            },
+        }
+    )
+    assert isinstance(est.estimators[0], RecordEstimator)
+    _ll, model = best_of(rows, est, trials=3, max_its=200, delta=1e-7, seed=2)
+    order = np.argsort([c.fields["amount"].mu for c in model.components])
+    fitted = [model.components[i] for i in order]
+    np.testing.assert_allclose(np.asarray(model.w)[order], [0.5, 0.3, 0.2], atol=0.03)
+    for got, want in zip(fitted, truth.components, strict=True):
+        assert got.fields["amount"].mu == pytest.approx(want.fields["amount"].mu, abs=0.05)
+        assert got.fields["n_items"].dist.lam == pytest.approx(want.fields["n_items"].dist.lam, rel=0.06)
+        assert got.fields["n_items"].p == pytest.approx(want.fields["n_items"].p, abs=0.03)
+        for label, prob in want.fields["channel"].pmap.items():
+            assert got.fields["channel"].pmap[label] == pytest.approx(prob, abs=0.04)
