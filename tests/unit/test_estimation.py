@@ -177,6 +177,7 @@ def test_initial_model_with_zero_density_rows_is_repaired() -> None:
 
 
 def test_recovers_a_mixture_of_mixed_type_records() -> None:
+    from mixle_spark.spec import estimator_from_spec
     from mixle_spark.stats import (
         LogGaussianDistribution,
         OptionalDistribution,
@@ -185,7 +186,6 @@ def test_recovers_a_mixture_of_mixed_type_records() -> None:
         RecordEstimator,
         SequenceDistribution,
     )
-    from mixle_spark.spec import estimator_from_spec
 
     def segment(mu: float, channels: dict, lam: float, tags: dict, p_missing: float) -> RecordDistribution:
         return RecordDistribution(
