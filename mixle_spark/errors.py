@@ -131,6 +131,10 @@ class FieldError(MixleError):
         """The same error, one field further out (``field`` is prepended to the path)."""
         return self._copy(path=(str(field), *self.path))
 
+    def located(self, row: int | None, n_rows: int | None, count: int | None = None) -> FieldError:
+        """The same error at another row / batch size (and, optionally, bad-row count)."""
+        return self._copy(row=row, n_rows=n_rows, count=self.count if count is None else count)
+
     def in_rows(self, row_index: np.ndarray | None, n_rows: int) -> FieldError:
         """Re-express the row of this error in the enclosing batch.
 

@@ -298,6 +298,12 @@ def _fit(
         nobs, ll = handle.pysp_seq_log_density_sum(model)
         if not score(ll, nobs, time.perf_counter() - t0, iteration, model):
             stopped = "decrease"
+        elif not converged and delta is not None:
+            # The last model's gain is known too: a run that reached max_its exactly as the
+            # gain fell below delta has converged.
+            last_gain = history[-1].gain
+            if last_gain is not None and 0 <= last_gain < delta:
+                converged, stopped = True, "converged"
     if best is None:  # only the initial model was scored and it had -inf rows
         raise _nonfinite_error(iteration, history[-1].log_likelihood, model, handle)
     final = best[2] if (delta is not None or vhandle is not None) else model

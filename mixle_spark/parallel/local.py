@@ -16,44 +16,22 @@ import numpy as np
 import pyarrow as pa
 
 from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
-from mixle_spark.stats._random import RowRandom, seed_to_int
+from mixle_spark.parallel._handle import (
+    bind_estimator,
+    fold_key_passes,
+    initial_keep_weights,
+    one_column_error,
+    seed_from,
+    weighted_sum,
+)
+from mixle_spark.stats._random import RowRandom
 from mixle_spark.stats.base import Distribution, Encoder, Estimator, seq_update_with_ll
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "LocalEncodedData", "fold_key_passes", "initial_keep_weights"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "LocalEncodedData", "make_local"]
 
 DEFAULT_CHUNK_SIZE = 262_144
 """Rows per encoded chunk: large enough for efficient matrix products, small enough that the
 n x k temporaries of a mixture E-step stay in memory comfortably."""
-
-
-def fold_key_passes(acc: Any) -> Any:
-    """Run the tying passes once over a fully merged accumulator tree (never per shard)."""
-    stats: dict[Any, Any] = {}
-    acc.key_merge(stats)
-    acc.key_replace(stats)
-    return acc
-
-
-def initial_keep_weights(seed: int, row_ids: np.ndarray, p: float) -> np.ndarray:
-    """1.0 for rows selected into the initial sample (each with probability p), else 0.0.
-
-    The draw is a hash of (seed, row id): the same rows are selected on every backend.
-    """
-    u = RowRandom(seed, row_ids).child("init-select").uniform()
-    return (u < p).astype(np.float64)
-
-
-def seed_from(rng: Any) -> int:
-    """A 64-bit seed from an int, None, a numpy Generator or a RandomState."""
-    if rng is None or isinstance(rng, (int, str)):
-        return seed_to_int(rng)
-    if isinstance(rng, np.integer):
-        return seed_to_int(int(rng))
-    if isinstance(rng, np.random.Generator):
-        return int(rng.integers(0, 2**63 - 1))
-    if isinstance(rng, np.random.RandomState):
-        return int(rng.randint(0, 2**31 - 1))
-    raise TypeError(f"rng must be an int seed, None, a numpy Generator or RandomState, got {rng!r}")
 
 
 def _as_table(data: Any) -> pa.Table | None:
@@ -171,13 +149,10 @@ class LocalEncodedData:
         if column is not None:
             if column not in table.column_names:
                 raise SchemaError(f"column {column!r} not found; the data has columns {table.column_names}")
-            return table.select([column])
+            return table.column(column)
         if table.num_columns != 1:
-            raise SchemaError(
-                f"the model reads one column but the data has {table.num_columns}: "
-                f"{table.column_names}; pass column=NAME or use a RecordEstimator"
-            )
-        return table
+            raise one_column_error(table.column_names)
+        return table.column(0)
 
     def _run_scan(self, encoder: Encoder, source: Any, bounds: list[tuple[int, int]], arrow: bool) -> Any:
         state: Any = None
@@ -222,13 +197,7 @@ class LocalEncodedData:
 
     def bind(self, estimator: Estimator) -> Estimator:
         """``estimator`` with this data's scanned vocabularies / ranges fixed."""
-        bound = estimator.with_scan(self._scan) if self._scan is not None else estimator
-        if bound.encoder() != self.encoder:
-            raise ValueError(
-                f"{type(estimator).__name__} encodes data differently from the estimator this handle "
-                "was built for; build a new handle with encoded_data(data, estimator)"
-            )
-        return bound
+        return bind_estimator(estimator, self._scan, self.encoder)
 
     def pysp_em_step(
         self, estimator: Estimator, prev_estimate: Distribution
@@ -246,7 +215,7 @@ class LocalEncodedData:
         for _ids, enc, w in self._iter_chunks():
             acc = factory.make()
             rows_ll = seq_update_with_ll(acc, enc, w, model)
-            ll += _weighted_sum(w, rows_ll)
+            ll += weighted_sum(w, rows_ll)
             nobs += float(w.sum())
             total = acc if total is None else total.combine(acc.value())
         return nobs, ll, total
@@ -265,7 +234,7 @@ class LocalEncodedData:
         nobs = 0.0
         ll = 0.0
         for _ids, enc, w in self._iter_chunks():
-            ll += _weighted_sum(w, estimate.seq_log_density(enc))
+            ll += weighted_sum(w, estimate.seq_log_density(enc))
             nobs += float(w.sum())
         return nobs, ll
 
@@ -303,13 +272,6 @@ class LocalEncodedData:
                 i = int(np.flatnonzero(bad)[0])
                 return int(ids[i]), float(ll[i])
         return None
-
-
-def _weighted_sum(w: np.ndarray, rows_ll: np.ndarray) -> float:
-    used = w > 0
-    if used.all():
-        return float(np.dot(w, rows_ll))
-    return float(np.dot(w[used], rows_ll[used]))
 
 
 def make_local(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> LocalEncodedData:

@@ -1,0 +1,531 @@
+"""The ``spark`` backend: encoded data as a persisted, Arrow-read Spark DataFrame.
+
+Building a handle (:class:`SparkEncodedData`) runs **one** distributed pass over the selected columns
+that learns vocabularies / ranges (the encoders' scans), validates every value with a batch-local
+encoder (so a string in a numeric column, a null without Optional, NaN, a negative count... are
+reported before any EM iteration, with the column, the value, the global row and the count of bad
+rows) and counts rows per input partition. The same pass fills the persisted cache
+(``MEMORY_AND_DISK``), so the data is read from its source once.
+
+Each EM iteration is one Spark job: the model travels as a broadcast (or, under Spark Connect,
+inside the function's closure); ``mapInArrow`` runs the E-step over every Arrow batch of a
+partition and yields one small payload (total weight, log-likelihood of the current model,
+statistics); payloads merge with ``treeAggregate`` (``depth``, default 2) or, without RDDs
+(Spark Connect, or ``merge="dataframe"``), with rounds of ``repartition`` + ``mapInArrow`` merges
+whose last few rows are collected. Only statistics reach the driver. The E-step has no side
+effects, so task retries and speculative execution do not change the result.
+
+Rows keep a stable global id (their index in the input DataFrame's order, from
+``monotonically_increasing_id`` and per-partition counts), so initialization selects the same rows
+and draws the same random responsibilities as the local backend for one seed, whatever
+``num_chunks`` is.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.broadcast import Broadcast
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from mixle_spark.errors import DataValueError, EmptyDataError, FieldError, SchemaError
+from mixle_spark.parallel._handle import (
+    Payload,
+    bind_estimator,
+    fold_key_passes,
+    initial_keep_weights,
+    merge_payloads,
+    one_column_error,
+    seed_from,
+    weighted_sum,
+)
+from mixle_spark.stats._random import RowRandom
+from mixle_spark.stats.base import Distribution, Encoder, Estimator, seq_update_with_ll
+
+__all__ = ["ROW_ID_COLUMN", "WEIGHT_COLUMN", "SparkEncodedData", "is_spark_connect", "make_spark", "score"]
+
+ROW_ID_COLUMN = "__mixle_mid"
+WEIGHT_COLUMN = "__mixle_weight"
+_PAYLOAD_SCHEMA = "payload binary"
+_SCAN_SCHEMA = "payload binary"
+_LOW_BITS = (1 << 33) - 1  # monotonically_increasing_id = (partition index << 33) + offset
+
+
+def is_spark_connect(df: Any) -> bool:
+    """True for a Spark Connect DataFrame (no RDDs, broadcasts or SparkContext)."""
+    return type(df).__module__.startswith("pyspark.sql.connect")
+
+
+def _dumps(value: Any) -> bytes:
+    return pickle.dumps(value, protocol=5)
+
+
+def _payload_batch(value: Any) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"payload": pa.array([_dumps(value)], pa.binary())})
+
+
+def _vector_columns_to_arrays(df: DataFrame, columns: list[str]) -> DataFrame:
+    """ML Vector columns become array<double> once, at encoding (Arrow cannot carry the UDT cheaply)."""
+    try:
+        from pyspark.ml.functions import vector_to_array
+        from pyspark.ml.linalg import VectorUDT
+    except ImportError:  # pragma: no cover - pyspark.ml needs numpy, which we require
+        return df
+    for name in columns:
+        if isinstance(df.schema[name].dataType, VectorUDT):
+            df = df.withColumn(name, vector_to_array(F.col(name)))
+    return df
+
+
+def _data_columns(df: DataFrame, encoder: Encoder, column: str | None, weights: str | None) -> list[str]:
+    names = encoder.column_names()
+    available = [c for c in df.columns if c != weights]
+    if names is not None:
+        for name in names:
+            if name not in df.columns:
+                raise SchemaError(f"column {name!r} not found; the DataFrame has columns {df.columns}")
+        return list(names)
+    if column is not None:
+        if column not in df.columns:
+            raise SchemaError(f"column {column!r} not found; the DataFrame has columns {df.columns}")
+        return [column]
+    if len(available) != 1:
+        raise one_column_error(available)
+    return available
+
+
+def _check_schema(df: DataFrame, encoder: Encoder, columns: list[str]) -> None:
+    """Check the Arrow types the columns will arrive as before any job runs."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        schema = to_arrow_schema(df.select(*columns).schema)
+    except Exception as err:  # a type Arrow cannot carry
+        raise SchemaError(f"columns {columns}: cannot be read through Arrow: {err}") from None
+    if encoder.column_names() is not None:
+        encoder.check_arrow_type(schema)
+        return
+    try:
+        encoder.check_arrow_type(schema.field(0).type)
+    except SchemaError as err:
+        raise SchemaError(f"column {columns[0]!r}: {err}") from None
+
+
+def _reader(columns: list[str], reads_table: bool) -> Callable[[pa.RecordBatch], Any]:
+    """What an encoder's from_arrow reads out of a batch: the record columns, or one column."""
+    if reads_table:
+        return lambda batch: batch.select(columns)
+    return lambda batch: batch.column(columns[0])
+
+
+def _row_ids(batch: pa.RecordBatch, offsets: np.ndarray) -> np.ndarray:
+    mid = batch.column(ROW_ID_COLUMN).to_numpy().astype(np.int64)
+    return (offsets[mid >> 33] + (mid & _LOW_BITS)).astype(np.uint64)
+
+
+def _weights(batch: pa.RecordBatch, has_weights: bool) -> np.ndarray:
+    if has_weights:
+        return np.asarray(batch.column(WEIGHT_COLUMN).to_numpy(zero_copy_only=False), dtype=np.float64)
+    return np.ones(batch.num_rows)
+
+
+class SparkEncodedData:
+    """Encoded data held by Spark; implements the encoded-data handle contract.
+
+    Parameters
+    ----------
+    data : pyspark.sql.DataFrame
+        The records. A Record model reads the columns its fields name (nested Record = struct
+        column); any other model reads a DataFrame of one column, or the one named by ``column``.
+    estimator : Estimator, optional
+        What will be fitted (its encoders' scans run in the encoding pass).
+    model : Distribution, optional
+        Encode for scoring with this model instead.
+    num_chunks : int, optional
+        Repartition the encoded data into this many partitions (row ids are assigned before).
+    weights : str, optional
+        Name of a non-negative weight column.
+    depth : int
+        ``treeAggregate`` depth for merging partition payloads (>= 1).
+    merge : {"auto", "tree", "dataframe"}
+        ``tree`` uses ``treeAggregate`` (needs RDDs), ``dataframe`` rounds of repartition +
+        ``mapInArrow`` merges (works under Spark Connect); ``auto`` picks ``dataframe`` under
+        Spark Connect and ``tree`` otherwise.
+    storage_level : pyspark.StorageLevel
+        How the encoded DataFrame is persisted (default ``MEMORY_AND_DISK``).
+    """
+
+    def __init__(
+        self,
+        data: DataFrame,
+        estimator: Estimator | None = None,
+        model: Distribution | None = None,
+        *,
+        num_chunks: int | None = None,
+        column: str | None = None,
+        weights: str | None = None,
+        depth: int = 2,
+        merge: str = "auto",
+        storage_level: StorageLevel | None = None,
+        encoder: Encoder | None = None,
+    ) -> None:
+        if estimator is None and model is None and encoder is None:
+            raise TypeError("SparkEncodedData needs an estimator, a model or an encoder")
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+        if merge not in ("auto", "tree", "dataframe"):
+            raise ValueError(f"merge must be 'auto', 'tree' or 'dataframe', got {merge!r}")
+        if num_chunks is not None and (not isinstance(num_chunks, int) or num_chunks < 1):
+            raise ValueError(f"num_chunks must be a positive integer, got {num_chunks!r}")
+        self.connect = is_spark_connect(data)
+        if merge == "tree" and self.connect:
+            raise ValueError("merge='tree' needs RDDs, which Spark Connect does not have; use 'dataframe'")
+        self.merge = ("dataframe" if self.connect else "tree") if merge == "auto" else merge
+        self.depth = depth
+        self._broadcasts: list[Any] = []
+        self._closed = False
+        base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
+        if weights is not None and weights not in data.columns:
+            raise SchemaError(
+                f"weight column {weights!r} not found; the DataFrame has columns {data.columns}"
+            )
+        self.columns = _data_columns(data, base, column, weights)
+        self.reads_table = base.column_names() is not None
+        selected = _vector_columns_to_arrays(data, self.columns)
+        _check_schema(selected, base, self.columns)
+        cols = [F.col(c) for c in self.columns]
+        if weights is not None:
+            cols.append(F.col(weights).cast("double").alias(WEIGHT_COLUMN))
+        self.has_weights = weights is not None
+        self.weight_name = weights or ""
+        frame = selected.select(*cols, F.monotonically_increasing_id().alias(ROW_ID_COLUMN))
+        if num_chunks is not None:
+            frame = frame.repartition(num_chunks)
+        self.frame = frame.persist(storage_level or StorageLevel.MEMORY_AND_DISK)
+        try:
+            self._scan, self.offsets, self.n, self.num_partitions = self._scan_pass(base, estimator)
+        except BaseException:
+            self.frame.unpersist()
+            raise
+        self.encoder = (
+            estimator.with_scan(self._scan).encoder() if estimator is not None and base.needs_scan else base
+        )
+
+    # -- the encoding pass --------------------------------------------------------------------
+    def _scan_pass(self, encoder: Encoder, estimator: Estimator | None) -> tuple[Any, np.ndarray, int, int]:
+        read = _reader(self.columns, self.reads_table)
+        needs_scan = estimator is not None and encoder.needs_scan
+        has_weights, weight_name = self.has_weights, self.weight_name
+
+        def scan_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            state: Any = None
+            seen: dict[int, int] = {}
+            error: tuple[int, FieldError] | None = None
+            bad = 0
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                mid = batch.column(ROW_ID_COLUMN).to_numpy().astype(np.int64)
+                parts = mid >> 33
+                for p in np.unique(parts):
+                    seen[int(p)] = max(seen.get(int(p), 0), int((mid[parts == p] & _LOW_BITS).max()) + 1)
+                data = read(batch)
+                try:
+                    if has_weights:
+                        w = batch.column(WEIGHT_COLUMN).to_numpy(zero_copy_only=False)
+                        if np.any(~np.isfinite(w) | (w < 0)) or batch.column(WEIGHT_COLUMN).null_count:
+                            raise DataValueError(
+                                "weights must be finite and non-negative", path=(weight_name,)
+                            )
+                    local = encoder.scan_arrow(data) if needs_scan else None
+                    checker = estimator.with_scan(local).encoder() if needs_scan else encoder  # type: ignore[union-attr]
+                    checker.from_arrow(data)
+                except FieldError as err:
+                    bad += err.count or 1
+                    if error is None:
+                        row = err.row if err.row is not None else 0
+                        error = (int(mid[min(row, len(mid) - 1)]), err)
+                    continue
+                state = local if state is None else encoder.merge_scans(state, local)
+            yield _payload_batch((state, seen, error, bad))
+
+        rows = self.frame.mapInArrow(scan_partition, _SCAN_SCHEMA).collect()
+        payloads = [pickle.loads(r[0]) for r in rows]
+        counts: dict[int, int] = {}
+        for _state, seen, _error, _bad in payloads:
+            for p, c in seen.items():
+                counts[p] = max(counts.get(p, 0), c)
+        top = max(counts) + 1 if counts else 0
+        sizes = np.zeros(top, dtype=np.int64)
+        for p, c in counts.items():
+            sizes[p] = c
+        offsets = (
+            np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if top else np.zeros(1, np.int64)
+        )
+        n = int(sizes.sum())
+        if n == 0:
+            raise EmptyDataError("no rows to encode: the DataFrame is empty")
+        errors = [(e, b) for _s, _seen, e, b in payloads if e is not None]
+        if errors:
+            total_bad = sum(b for _e, b in errors)
+            (mid, err), _b = min(errors, key=lambda eb: _global_row(eb[0][0], offsets))
+            raise err.located(_global_row(mid, offsets), n, total_bad) from None
+        state: Any = None
+        for s, *_rest in payloads:
+            if s is not None:
+                state = s if state is None else encoder.merge_scans(state, s)
+        return state, offsets, n, len(payloads)
+
+    # -- the handle contract ------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.n
+
+    def __enter__(self) -> SparkEncodedData:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Unpersist the encoded DataFrame and drop broadcasts (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._release_broadcasts()
+            self.frame.unpersist()
+
+    def _release_broadcasts(self) -> None:
+        for bc in self._broadcasts:
+            bc.unpersist()
+        self._broadcasts = []
+
+    def bind(self, estimator: Estimator) -> Estimator:
+        """``estimator`` with this data's scanned vocabularies / ranges fixed."""
+        return bind_estimator(estimator, self._scan, self.encoder)
+
+    def _ship(self, model: Any) -> Any:
+        """A reference to ``model`` for executors: a broadcast, or the model itself under Connect."""
+        if self.merge == "dataframe" or self.connect:
+            return model
+        bc = self.frame.sparkSession.sparkContext.broadcast(model)
+        self._broadcasts.append(bc)
+        return bc
+
+    def _run(
+        self, partition_fn: Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]], factory: Any
+    ) -> Payload:
+        """One Spark job: ``partition_fn`` over every partition, payloads merged to the driver."""
+        if self._closed:
+            raise ValueError("this encoded-data handle is closed")
+        payloads = self.frame.mapInArrow(partition_fn, _PAYLOAD_SCHEMA)
+        try:
+            if self.merge == "tree":
+                merged = payloads.rdd.map(lambda row: row[0]).treeAggregate(
+                    None,
+                    lambda acc, blob: merge_payloads(factory, acc, pickle.loads(blob)),
+                    lambda a, b: merge_payloads(factory, a, b),
+                    depth=self.depth,
+                )
+            else:
+                merged = _merge_with_dataframes(payloads, factory, self.num_partitions, self.depth)
+        finally:
+            self._release_broadcasts()
+        if merged is None:
+            raise EmptyDataError("no rows: every partition of the encoded data is empty")
+        return merged  # type: ignore[no-any-return]
+
+    def _estep(
+        self, factory: Any, model: Distribution | None, initialize: tuple[int, float] | None
+    ) -> Payload:
+        ref = self._ship(model)
+        encoder, read, has_weights, offsets = (
+            self.encoder,
+            _reader(self.columns, self.reads_table),
+            self.has_weights,
+            self.offsets,
+        )
+
+        def estep_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            current = ref.value if isinstance(ref, Broadcast) else ref
+            acc = None if factory is None else factory.make()
+            touched = False
+            nobs = ll = 0.0
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                touched = True
+                enc = encoder.from_arrow(read(batch))
+                w = _weights(batch, has_weights)
+                if acc is None:
+                    ll += weighted_sum(w, current.seq_log_density(enc))
+                elif initialize is not None:
+                    seed, p = initialize
+                    ids = _row_ids(batch, offsets)
+                    w = w * initial_keep_weights(seed, ids, p)
+                    acc.seq_initialize(enc, w, RowRandom(seed, ids).child("init"))
+                else:
+                    ll += weighted_sum(w, seq_update_with_ll(acc, enc, w, current))
+                nobs += float(w.sum())
+            yield _payload_batch((nobs, ll, acc.value() if acc is not None and touched else None))
+
+        return self._run(estep_partition, factory)
+
+    def pysp_em_step(
+        self, estimator: Estimator, prev_estimate: Distribution
+    ) -> tuple[float, float, Distribution]:
+        """One Spark job: (total weight, log-likelihood of ``prev_estimate``, next estimate)."""
+        bound = self.bind(estimator)
+        factory = bound.accumulator_factory()
+        nobs, ll, value = self._estep(factory, prev_estimate, None)
+        return nobs, ll, bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
+
+    def pysp_seq_estimate(self, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
+        """The next EM estimate from ``prev_estimate``."""
+        return self.pysp_em_step(estimator, prev_estimate)[2]
+
+    def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
+        """The E-step fold without the M-step: (total weight, merged statistics value)."""
+        factory = self.bind(estimator).accumulator_factory()
+        nobs, _ll, value = self._estep(factory, model, None)
+        return nobs, fold_key_passes(factory.make().from_value(value)).value()
+
+    def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
+        """(total weight, weighted total log-likelihood of ``estimate``): one Spark job."""
+        nobs, ll, _ = self._estep(None, estimate, None)
+        return nobs, ll
+
+    def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
+        """An initial model from rows kept with probability ``p`` (a hash of seed and global row id)
+        and row-keyed random statistics: the same model as the local backend for one seed."""
+        bound = self.bind(estimator)
+        seed = seed_from(rng)
+        p = 1.0 if p is None or p >= 1.0 else (0.1 if p <= 0.0 else float(p))
+        factory = bound.accumulator_factory()
+        nobs, _ll, value = self._estep(factory, None, (seed, p))
+        if nobs < max(bound.min_rows(), 1) and p < 1.0:
+            nobs, _ll, value = self._estep(factory, None, (seed, 1.0))
+        return bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
+
+    def first_nonfinite_row(self, estimate: Distribution) -> tuple[int, float] | None:
+        """(global row index, value) of the first row whose log-density is NaN or infinite, if any."""
+        encoder, read, offsets = self.encoder, _reader(self.columns, self.reads_table), self.offsets
+        has_weights = self.has_weights
+
+        def find(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            best: tuple[int, float] | None = None
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                ll = estimate.seq_log_density(encoder.from_arrow(read(batch)))
+                bad = ~np.isfinite(ll) & (_weights(batch, has_weights) > 0)
+                if bad.any():
+                    ids = _row_ids(batch, offsets)[bad]
+                    i = int(np.argmin(ids))
+                    if best is None or int(ids[i]) < best[0]:
+                        best = (int(ids[i]), float(ll[bad][i]))
+            yield _payload_batch(best)
+
+        found = [pickle.loads(r[0]) for r in self.frame.mapInArrow(find, _PAYLOAD_SCHEMA).collect()]
+        found = [f for f in found if f is not None]
+        return min(found) if found else None
+
+
+def _global_row(mid: int, offsets: np.ndarray) -> int:
+    part = mid >> 33
+    return int(offsets[part]) + (mid & _LOW_BITS) if part < len(offsets) else mid & _LOW_BITS
+
+
+def _merge_with_dataframes(payloads: DataFrame, factory: Any, parts: int, depth: int) -> Payload | None:
+    """Merge payload rows without RDDs: rounds of repartition + mapInArrow, the last rows collected."""
+
+    def merge_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        merged = None
+        for batch in batches:
+            for blob in batch.column(0).to_pylist():
+                merged = merge_payloads(factory, merged, pickle.loads(blob))
+        yield _payload_batch(merged)
+
+    scale = max(math.ceil(parts ** (1.0 / depth)), 2)
+    frame = payloads
+    while parts > scale:
+        parts = math.ceil(parts / scale)
+        frame = frame.repartition(parts).mapInArrow(merge_partition, _PAYLOAD_SCHEMA)
+    merged: Payload | None = None
+    for row in frame.collect():
+        merged = merge_payloads(factory, merged, pickle.loads(row[0]))
+    return merged
+
+
+def make_spark(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> SparkEncodedData:
+    """Registry factory of the ``spark`` backend."""
+    return SparkEncodedData(data, estimator=estimator, model=model, **options)
+
+
+def score(
+    model: Distribution,
+    df: DataFrame,
+    *,
+    column: str | None = None,
+    log_likelihood_col: str = "log_likelihood",
+    prediction_col: str | None = "prediction",
+    probability_col: str | None = "probability",
+) -> DataFrame:
+    """Add per-row scores to ``df`` lazily, through ``mapInArrow``, keeping every input column.
+
+    Adds ``log_likelihood_col`` (double); for mixture models also ``prediction_col`` (int, the most
+    probable component) and ``probability_col`` (array<double>, the posterior over components).
+    Pass None to skip the mixture columns. ML Vector input columns are read as array<double>
+    (and returned as such).
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import ArrayType, DoubleType, IntegerType, StructField, StructType
+
+    encoder = model.encoder()
+    columns = (
+        _data_columns(df, encoder, column, None)
+        if encoder.column_names() is None
+        else list(encoder.column_names() or [])
+    )
+    if encoder.column_names() is not None:
+        _data_columns(df, encoder, None, None)
+    df = _vector_columns_to_arrays(df, columns)
+    _check_schema(df, encoder, columns)
+    mixture = hasattr(model, "seq_posterior")
+    added = [StructField(log_likelihood_col, DoubleType(), False)]
+    if mixture and prediction_col:
+        added.append(StructField(prediction_col, IntegerType(), False))
+    if mixture and probability_col:
+        added.append(StructField(probability_col, ArrayType(DoubleType(), False), False))
+    for field in added:
+        if field.name in df.columns:
+            raise SchemaError(f"column {field.name!r} already exists; choose another output column name")
+    out_schema = StructType(list(df.schema.fields) + added)
+    arrow_schema = to_arrow_schema(out_schema)
+    read = _reader(columns, encoder.column_names() is not None)
+    with_prediction, with_probability = mixture and bool(prediction_col), mixture and bool(probability_col)
+
+    def score_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            arrays = list(batch.columns)
+            if batch.num_rows == 0:
+                yield pa.RecordBatch.from_pylist([], schema=arrow_schema)
+                continue
+            enc = encoder.from_arrow(read(batch))
+            arrays.append(pa.array(model.seq_log_density(enc), pa.float64()))
+            if with_prediction or with_probability:
+                post = model.seq_posterior(enc)  # type: ignore[attr-defined]
+                if with_prediction:
+                    arrays.append(pa.array(post.argmax(axis=1).astype(np.int32), pa.int32()))
+                if with_probability:
+                    k = post.shape[1]
+                    offsets = pa.array(np.arange(0, (len(post) + 1) * k, k, dtype=np.int32), pa.int32())
+                    arrays.append(pa.ListArray.from_arrays(offsets, pa.array(post.ravel(), pa.float64())))
+            yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+    return df.mapInArrow(score_partition, out_schema)

@@ -1,0 +1,205 @@
+"""The spark backend equals the local backend: every family, 1 / 2 / 7 partitions, depths 1-3, both
+merge paths; initialization, bad input, weights, scoring."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from mixle_spark.errors import DataTypeError, DataValueError, EmptyDataError, SchemaError
+from mixle_spark.estimation import initialize, optimize
+from mixle_spark.parallel import LocalEncodedData, encoded_data
+from mixle_spark.stats import (
+    CategoricalEstimator,
+    GaussianDistribution,
+    GaussianEstimator,
+    MixtureDistribution,
+    MixtureEstimator,
+    OptionalEstimator,
+    PoissonEstimator,
+    RecordEstimator,
+)
+from tests.unit.test_contracts import CASES, IDS
+
+pytestmark = pytest.mark.spark
+
+MIX = MixtureDistribution([GaussianDistribution(-3.0, 1.0), GaussianDistribution(2.0, 0.5)], [0.4, 0.6])
+
+
+def _table(case: Any, n: int, seed: int) -> pa.Table:
+    records = list(case.dist.sampler(seed).sample(n))
+    arrow = case.to_arrow(records) if case.to_arrow is not None else pa.array(records)
+    if isinstance(arrow, pa.RecordBatch):
+        arrow = pa.Table.from_batches([arrow])
+    if isinstance(arrow, pa.StructArray) and case.estimator.encoder().column_names() is not None:
+        arrow = pa.Table.from_struct_array(arrow)  # a Record reads top-level columns
+    if not isinstance(arrow, pa.Table):
+        arrow = pa.table({"value": arrow})
+    return arrow
+
+
+def _numbers(model: Any) -> np.ndarray:
+    out: list[float] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            for key in sorted(v, key=str):
+                walk(v[key])
+        elif isinstance(v, (list, tuple)):
+            for item in v:
+                walk(item)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out.append(float(v))
+
+    walk(model.to_dict())
+    return np.array(out)
+
+
+def _assert_models_close(a: Any, b: Any, rtol: float = 1e-9) -> None:
+    x, y = _numbers(a), _numbers(b)
+    assert x.shape == y.shape
+    np.testing.assert_allclose(x, y, rtol=rtol, atol=rtol * max(1.0, float(np.abs(y).max(initial=0))))
+
+
+LAYOUTS = [(1, 1, "tree"), (2, 2, "tree"), (7, 3, "tree"), (7, 2, "dataframe")]
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_em_step_equals_local_for_every_family(spark: Any, case: Any) -> None:
+    table = _table(case, 300, seed=21)
+    local = LocalEncodedData(table, estimator=case.estimator)
+    want_n, want_ll, want = local.pysp_em_step(case.estimator, case.dist)
+    df = spark.createDataFrame(table)
+    for parts, depth, merge in LAYOUTS:
+        with encoded_data(df, case.estimator, num_chunks=parts, depth=depth, merge=merge) as handle:
+            assert len(handle) == 300
+            n, ll, got = handle.pysp_em_step(case.estimator, case.dist)
+            assert n == want_n
+            assert ll == pytest.approx(want_ll, rel=1e-9)
+            _assert_models_close(got, want)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.em_its], ids=[c.id for c in CASES if c.em_its])
+def test_initialization_equals_local(spark: Any, case: Any) -> None:
+    table = _table(case, 400, seed=22)
+    want = initialize(table, case.estimator, seed=9, p=0.3)
+    df = spark.createDataFrame(table)
+    for parts in (1, 7):
+        got = initialize(df, case.estimator, seed=9, p=0.3, num_chunks=parts)
+        _assert_models_close(got, want, rtol=1e-10)
+
+
+def test_optimize_picks_spark_for_a_dataframe_and_matches_local(spark: Any) -> None:
+    x = np.asarray(MIX.sampler(3).sample(2000))
+    df = spark.createDataFrame(pa.table({"x": x}))
+    handle = encoded_data(df, MixtureEstimator([GaussianEstimator()] * 2))
+    assert type(handle).__name__ == "SparkEncodedData"
+    handle.close()
+    handle.close()  # idempotent
+    est = MixtureEstimator([GaussianEstimator()] * 2)
+    got = optimize(df, est, max_its=8, delta=None, seed=4, num_chunks=3)
+    want = optimize(list(x), est, max_its=8, delta=None, seed=4)
+    _assert_models_close(got, want)
+    assert got.fit_result.history[-1].log_likelihood == pytest.approx(
+        want.fit_result.history[-1].log_likelihood, rel=1e-10
+    )
+
+
+def test_weights_column(spark: Any) -> None:
+    x = np.asarray(MIX.sampler(4).sample(500))
+    w = np.random.default_rng(0).uniform(0.0, 3.0, len(x))
+    df = spark.createDataFrame(pa.table({"x": x, "w": w}))
+    est = MixtureEstimator([GaussianEstimator()] * 2)
+    got = optimize(df, est, max_its=3, delta=None, prev_estimate=MIX, weights="w", column="x")
+    want = optimize(list(x), est, max_its=3, delta=None, prev_estimate=MIX, weights=w)
+    _assert_models_close(got, want)
+
+
+def test_string_in_a_numeric_column_is_a_schema_error(spark: Any) -> None:
+    df = spark.createDataFrame([("1.0",), ("12.5x",)], "spend string")
+    with pytest.raises(
+        SchemaError,
+        match=r"column 'spend': expected a numeric column for GaussianEstimator, "
+        r"got Arrow type string",
+    ):
+        encoded_data(df, RecordEstimator({"spend": GaussianEstimator()}))
+
+
+def test_nulls_without_optional_name_the_row_and_count(spark: Any) -> None:
+    values = [1.0] * 50
+    values[17] = None
+    values[40] = None
+    df = spark.createDataFrame(pa.table({"x": pa.array(values, pa.float64())}))
+    with pytest.raises(
+        DataValueError,
+        match=r"column 'x': .*OptionalEstimator.*got null \(2 bad rows, first at row 18 of 50\)",
+    ):
+        encoded_data(df, RecordEstimator({"x": GaussianEstimator()}), num_chunks=4)
+    model = optimize(df, RecordEstimator({"x": OptionalEstimator(GaussianEstimator())}), max_its=2)
+    assert model.fields["x"].p == pytest.approx(2 / 50, rel=1e-9)
+
+
+def test_negative_count_reports_global_row(spark: Any) -> None:
+    counts = list(range(100))
+    counts[73] = -2
+    df = spark.createDataFrame(pa.table({"n": pa.array(counts, pa.int64())})).repartition(1)
+    with pytest.raises(DataValueError, match=r"column 'n': .*-2.*row 74 of 100"):
+        encoded_data(df, RecordEstimator({"n": PoissonEstimator()}), num_chunks=3)
+
+
+def test_empty_table_and_unknown_column(spark: Any) -> None:
+    empty = spark.createDataFrame([], "x double")
+    with pytest.raises(EmptyDataError, match="empty"):
+        encoded_data(empty, GaussianEstimator())
+    df = spark.createDataFrame([(1.0,)], "x double")
+    with pytest.raises(SchemaError, match=r"column 'amount' not found; the DataFrame has columns \['x'\]"):
+        encoded_data(df, RecordEstimator({"amount": GaussianEstimator()}))
+    with pytest.raises((SchemaError, DataTypeError), match="weight column 'w' not found"):
+        encoded_data(df, GaussianEstimator(), weights="w")
+
+
+def test_categorical_labels_learned_in_one_pass(spark: Any) -> None:
+    rows = [{"c": c} for c in ["b", "a", "c", "a", "b", "a"] * 20]
+    df = spark.createDataFrame(pa.Table.from_pylist(rows))
+    est = RecordEstimator({"c": CategoricalEstimator()})
+    model = optimize(df, est, max_its=2, num_chunks=4)
+    assert model.fields["c"].pmap == pytest.approx({"a": 0.5, "b": 1 / 3, "c": 1 / 6})
+
+
+def test_score_adds_columns_lazily_and_keeps_inputs(spark: Any) -> None:
+    from chispa import assert_approx_df_equality
+
+    from mixle_spark.parallel.spark import score
+
+    x = np.asarray(MIX.sampler(8).sample(40))
+    df = spark.createDataFrame(pa.table({"id": np.arange(40), "x": x}))
+    scored = score(MIX, df, column="x")
+    assert scored.columns == ["id", "x", "log_likelihood", "prediction", "probability"]
+    post = MIX.seq_posterior(x)
+    expected = spark.createDataFrame(
+        pa.table(
+            {
+                "id": np.arange(40),
+                "x": x,
+                "log_likelihood": MIX.seq_log_density(x),
+                "prediction": pa.array(post.argmax(axis=1).astype(np.int32)),
+                "probability": pa.array(list(post)),
+            }
+        ),
+        schema=scored.schema,
+    )
+    assert_approx_df_equality(scored, expected, precision=1e-12, ignore_nullable=True)
+
+
+def test_first_nonfinite_row(spark: Any) -> None:
+    df = spark.createDataFrame(pa.table({"c": ["a", "b", "z", "a"]}))
+    from mixle_spark.stats import CategoricalDistribution
+
+    handle = encoded_data(df, CategoricalEstimator())
+    row = handle.first_nonfinite_row(CategoricalDistribution({"a": 0.5, "b": 0.5}))
+    assert row is not None and row[0] == 2 and math.isinf(row[1])
+    handle.close()
