@@ -19,9 +19,8 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## Create .venv and install the package with the spark, test, dev and bench extras
 
-demo: $(STAMP) ## Fit the sample customer model on the bundled data and print a summary
-	$(PY) jobs/em_fit.py --input data/customers_sample.parquet --model conf/models/customers.json \
-		--output output/customers_model.json --overwrite
+demo: $(STAMP) ## Fit conf/models/sample.json to the bundled sample with Spark; writes output/sample_fit/
+	$(PY) jobs/em_fit.py
 
 test: $(STAMP) ## Run the whole test suite (unit, spark, slow)
 	$(PY) -m pytest -q

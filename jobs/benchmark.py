@@ -2,6 +2,7 @@
 
     python jobs/benchmark.py --local                 # n=1e6, d=10, k=16 (DESIGN.md's reference size)
     python jobs/benchmark.py --local --rows 200000   # quicker
+    python jobs/benchmark.py --spark                 # Spark backend vs MLlib, vs local, driver memory
 
 ``--local``: the local backend against scikit-learn's ``GaussianMixture`` (full and diagonal
 covariance), both started from the same model (weights, means, covariances) on the same data, with the
@@ -9,6 +10,11 @@ same covariance regularisation (sklearn ``reg_covar`` = our absolute ``min_covar
 Reports seconds per iteration, the speed-up ratio, and the log-likelihood both reach after the same
 number of iterations (they follow the same EM path, so these agree closely). Absolute times on a
 2-core machine are noise; the ratios are the result. scikit-learn is needed only here (extra ``bench``).
+
+``--spark``: on ``local[2]``, one cached DataFrame with an ML Vector column, the Spark backend against
+``pyspark.ml.clustering.GaussianMixture`` (full covariance) per iteration, the Spark backend against
+the local backend on the same data and start, and the driver's memory (Python process RSS) after
+fits at growing ``n`` with data generated inside Spark (it must not grow with ``n``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from mixle_spark.estimation import iterate
 from mixle_spark.parallel import LocalEncodedData
@@ -123,6 +130,92 @@ def run_local(rows: int, dim: int, k: int, its: int, seed: int) -> list[dict[str
     return results
 
 
+def _rss_mib() -> float:
+    """Resident memory of this (driver) Python process, MiB."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def _mixture_start(start: Any) -> MixtureDistribution:
+    w, means, covs = start
+    comps = [MultivariateGaussianDistribution(m, c) for m, c in zip(means, covs, strict=True)]
+    return MixtureDistribution(comps, w)
+
+
+def run_spark(
+    rows: int, dim: int, k: int, its: int, seed: int, partitions: int, memory_sizes: list[int]
+) -> None:
+    from pyspark.ml.clustering import GaussianMixture as MLlibGaussianMixture
+    from pyspark.ml.functions import array_to_vector
+    from pyspark.sql import functions as F
+
+    from mixle_spark.io import spark_session
+    from mixle_spark.parallel.spark import SparkEncodedData
+
+    spark = spark_session(
+        "mixle-benchmark",
+        master="local[2]",
+        conf={"spark.driver.memory": "12g", "spark.sql.shuffle.partitions": str(partitions)},
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    x, _ = make_data(rows, dim, k, seed)
+    start = starting_point(x, k, seed)
+    est = MixtureEstimator([MultivariateGaussianEstimator(min_covar=REG, ridge=0.0)] * k)
+    flat = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), dim)
+    df = (
+        spark.createDataFrame(pa.table({"features": flat.cast(pa.list_(pa.float64()))}))
+        .repartition(partitions)
+        .select(array_to_vector("features").alias("features"))
+        .cache()
+    )
+    df.count()
+
+    def mllib(max_iter: int) -> tuple[float, float]:
+        gm = MLlibGaussianMixture(k=k, maxIter=max_iter, tol=0.0, seed=seed)
+        t0 = time.perf_counter()
+        model = gm.fit(df)
+        return time.perf_counter() - t0, model.summary.logLikelihood / rows
+
+    t1, _ = mllib(1)
+    tn, ll_mllib = mllib(its)
+    per_mllib = (tn - t1) / (its - 1)
+    with SparkEncodedData(df, estimator=est) as handle:
+        model = iterate(handle, est, max_its=its, prev_estimate=_mixture_start(start))
+    hist = model.fit_result.history
+    per_spark = statistics.median(r.seconds for r in hist[1:its])
+    per_local, _ll = time_mixle(x, start, False, its)
+    print(f"n={rows}, d={dim}, k={k}, local[2], {partitions} partitions, full covariance, {its} iterations")
+    print(f"{'engine':<22} {'s/iteration':>12} {'ratio':>22}")
+    print(f"{'MLlib GaussianMixture':<22} {per_mllib:>12.3f}")
+    print(
+        f"{'mixle spark backend':<22} {per_spark:>12.3f} {per_mllib / per_spark:>8.1f}x MLlib/ours (10)"
+    )
+    print(
+        f"{'mixle local backend':<22} {per_local:>12.3f} {per_spark / per_local:>8.2f}x ours/local (1.5)"
+    )
+    print(
+        f"mean log-likelihood: mixle {hist[its - 1].log_likelihood / rows:.6f} (same start as local), "
+        f"MLlib {ll_mllib:.6f} (its own start)"
+    )
+    df.unpersist()
+    print(f"\ndriver memory (Python RSS) with data generated in Spark, {its} iterations each:")
+    for n in memory_sizes:
+        gen = spark.range(n, numPartitions=partitions).select(
+            F.array(*[F.randn(seed + j) * 2.0 + F.lit(float(j)) for j in range(dim)]).alias("x")
+        )
+        before = _rss_mib()
+        with SparkEncodedData(gen, estimator=est) as handle:
+            model = iterate(handle, est, max_its=its, prev_estimate=_mixture_start(start))
+        print(
+            f"  n={n:>9}: RSS {before:8.1f} MiB -> {_rss_mib():8.1f} MiB, "
+            f"{statistics.median(r.seconds for r in model.fit_result.history[1:its]):.3f} s/iteration"
+        )
+    spark.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -133,9 +226,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--components", type=int, default=16)
     parser.add_argument("--iterations", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--spark", action="store_true", help="Spark backend vs MLlib and vs local")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument(
+        "--memory-sizes",
+        default="100000,1000000,4000000",
+        help="comma-separated n for the driver-memory check (--spark)",
+    )
     args = parser.parse_args(argv)
-    if not args.local:
-        parser.error("choose a benchmark: --local")
+    if not (args.local or args.spark):
+        parser.error("choose a benchmark: --local and/or --spark")
+    if args.spark:
+        sizes = [int(v) for v in args.memory_sizes.split(",") if v]
+        run_spark(args.rows, args.dim, args.components, args.iterations, args.seed, args.partitions, sizes)
+        if not args.local:
+            return 0
     try:
         import sklearn  # noqa: F401
     except ImportError:

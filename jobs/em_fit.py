@@ -1,108 +1,343 @@
-"""Fit a model spec to a table by EM and write the fitted model as JSON.
+"""Fit a model spec to a table by EM; write the fitted model and a run summary.
 
-    python jobs/em_fit.py --input data/customers_sample.parquet \
-        --model conf/models/customers.json --output output/customers_model.json
+    python jobs/em_fit.py                      # the bundled sample, see "No arguments" below
+    python jobs/em_fit.py --input TABLE --model conf/models/sample.json --output DIR [options]
+    spark-submit --packages io.delta:delta-spark_2.13:4.0.1 jobs/em_fit.py --input ... (same options)
 
-Input: a Parquet file or directory, a CSV file, or a JSON-lines file. The model spec is a JSON file
-(see ``conf/models/``); its ``fit`` section gives defaults that command-line options override.
-Exit code 0 only on success; on failure nothing is written and the error is printed in one line.
-(This job runs on the local backend; the Spark backend plugs in through ``--backend`` when present.)
+``--input`` is a Delta table path, a Parquet file or directory, a CSV file (header row, types
+inferred), a JSON(-lines) file, or a metastore table name (see ``mixle_spark.io.read_table``).
+``--model`` is a spec file (``conf/models/*.json``) whose ``fit`` section gives defaults that the
+options override. ``--output`` is a directory that receives ``model.json`` (the fitted model, read
+back with ``mixle_spark.spec.load_model``) and ``summary.json`` (rows, iterations, convergence,
+log-likelihood history, free parameters, BIC / AIC, timings). Both are written to a staging
+directory that is renamed into place, so a failed run leaves no output and an existing output is
+replaced (``--overwrite``) only by a complete one.
+
+Per-iteration progress (iteration, log-likelihood, gain, rows, seconds, rows/s) goes to stderr
+(``--quiet`` turns it off); the fitted model's description goes to stdout.
+
+No arguments: the bundled sample ``data/customers_sample.parquet`` is copied once into the local
+Delta table ``output/customers_sample_delta`` and fitted with ``conf/models/sample.json`` on
+``local[*]``; the result replaces ``output/sample_fit/`` (``$MIXLE_SPARK_OUTPUT`` moves ``output/``).
+Options (``--output``, ``--master``, ``--backend local``, ``--max-its``, ...) still apply;
+``--input`` and ``--model`` go together.
+
+``--backend local`` fits in this process with numpy, without starting Spark (Parquet, CSV and
+JSON-lines inputs only).
+
+Exit codes: 0 success; 2 bad arguments or bad input (an unknown option, a missing input or spec, a
+spec or data error such as a string in a numeric column or an empty table, an output that exists
+without ``--overwrite``); 1 any other failure. A failure prints one line on stderr
+(``MIXLE_SPARK_TRACEBACK=1`` adds the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import json
+import math
+import os
 import sys
 import time
+import warnings
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
-from mixle_spark.errors import MixleError
+from mixle_spark._cli import JobArgumentParser, ProgressStream, atomic_directory, check_output_free, run_job
+from mixle_spark._version import __version__
+from mixle_spark.errors import ConvergenceWarning
 from mixle_spark.estimation import best_of, optimize
-from mixle_spark.spec import load_spec, save_model
-from mixle_spark.summary import describe_model
+from mixle_spark.parallel import encoded_data
+from mixle_spark.spec import ModelSpec, load_spec, save_model
+from mixle_spark.summary import count_free_parameters, describe_model, information_criteria
+
+PROG = "em_fit"
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_DATA = ROOT / "data" / "customers_sample.parquet"
+SAMPLE_SPEC = ROOT / "conf" / "models" / "sample.json"
+OUTPUT_ROOT = Path(os.environ.get("MIXLE_SPARK_OUTPUT") or ROOT / "output")
+SAMPLE_TABLE = OUTPUT_ROOT / "customers_sample_delta"
+SAMPLE_OUTPUT = OUTPUT_ROOT / "sample_fit"
+SUMMARY_FORMAT = "mixle_spark.fit_summary"
 
 
-def read_table(path: str) -> pa.Table:
-    """Read a Parquet file/directory, CSV or JSON-lines file into an Arrow table."""
-    source = Path(path)
-    if not source.exists():
-        raise FileNotFoundError(f"input not found: {source}")
-    suffix = source.suffix.lower()
-    if suffix == ".csv":
-        import pyarrow.csv as pacsv
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
 
-        return pacsv.read_csv(source)
-    if suffix in (".json", ".jsonl", ".ndjson"):
-        import pyarrow.json as pajson
 
-        return pajson.read_json(source)
-    import pyarrow.parquet as pq
-
-    return pq.read_table(source)
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="Fit a mixle_spark model spec to a table by EM.")
-    parser.add_argument("--input", required=True, help="Parquet file/directory, CSV or JSON-lines file")
-    parser.add_argument("--model", required=True, help="model spec JSON (see conf/models/)")
-    parser.add_argument("--output", required=True, help="where to write the fitted model (JSON)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
-    parser.add_argument("--backend", default="local", help="encoded-data backend (default: local)")
-    parser.add_argument("--max-its", type=int, help="most EM iterations (default: the spec's fit.max_its)")
-    parser.add_argument("--delta", type=float, help="stop when the log-likelihood gain is below this")
-    parser.add_argument("--seed", type=int, help="initialization seed")
-    parser.add_argument("--init-p", type=float, help="fraction of rows used for the initial model")
-    parser.add_argument("--trials", type=int, help="random restarts (best log-likelihood wins)")
-    parser.add_argument("--quiet", action="store_true", help="no per-iteration progress")
+    """The command line (see the module docstring)."""
+    parser = JobArgumentParser(
+        prog=PROG,
+        description="Fit a mixle_spark model spec to a table by EM; write model.json and summary.json.",
+        epilog="With no arguments: fit conf/models/sample.json to the bundled sample on local[*].",
+    )
+    io = parser.add_argument_group("input and output")
+    io.add_argument("--input", help="Delta/Parquet/CSV/JSON path or metastore table name")
+    io.add_argument("--model", help="model spec JSON (conf/models/*.json)")
+    io.add_argument("--output", help="output directory for model.json and summary.json")
+    io.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    fit = parser.add_argument_group("fit (defaults: the spec's fit section)")
+    fit.add_argument("--max-its", type=_positive_int, help="most EM iterations")
+    fit.add_argument(
+        "--delta", type=_non_negative_float, help="stop when the log-likelihood gain is below this"
+    )
+    fit.add_argument("--seed", type=int, help="initialization seed")
+    fit.add_argument("--init-p", type=float, help="fraction of rows used for the initial model")
+    fit.add_argument("--trials", type=_positive_int, help="random restarts (the best log-likelihood wins)")
+    fit.add_argument("--print-iter", type=int, help="print progress every N iterations")
+    run = parser.add_argument_group("execution")
+    run.add_argument("--backend", choices=("spark", "local"), default="spark", help="default: spark")
+    run.add_argument("--partitions", type=_positive_int, help="repartition the encoded data (num_chunks)")
+    run.add_argument("--depth", type=_positive_int, help="treeAggregate depth (spark; default 2)")
+    run.add_argument("--master", help="Spark master (default: spark-submit's, $MASTER or local[*])")
+    run.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)"
+    )
+    run.add_argument("--quiet", action="store_true", help="no per-iteration progress on stderr")
     return parser
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Fit and save; returns a small summary dict."""
-    output = Path(args.output)
-    if output.exists() and not args.overwrite:
-        raise FileExistsError(f"output {output} exists; pass --overwrite to replace it")
-    spec = load_spec(args.model)
-    fit = dict(spec.fit)
-    for key in ("max_its", "delta", "seed", "init_p", "trials"):
+def resolve_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse ``argv`` and fill in the sample defaults; argument conflicts exit with code 2."""
+    args = parser.parse_args(argv)
+    if (args.input is None) != (args.model is None):
+        parser.error("--input and --model go together (give neither to fit the bundled sample)")
+    args.sample = args.input is None
+    if args.sample:
+        args.model = str(SAMPLE_SPEC)
+        if args.output is None:
+            args.output, args.overwrite = str(SAMPLE_OUTPUT), True
+    elif args.output is None:
+        parser.error("--output is required with --input")
+    if args.backend == "local":
+        given = [f"--{n}" for n in ("depth", "master") if getattr(args, n) is not None]
+        given += ["--conf"] if args.conf else []
+        if given:
+            parser.error(
+                f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to --backend spark"
+            )
+    try:
+        from mixle_spark.io import parse_conf
+
+        args.spark_conf = parse_conf(args.conf)
+    except ValueError as err:
+        parser.error(str(err))
+    return args
+
+
+def fit_options(args: argparse.Namespace, spec: ModelSpec) -> dict[str, Any]:
+    """The spec's fit options overridden by the command line."""
+    options = dict(spec.fit)
+    for key in ("max_its", "delta", "seed", "init_p", "trials", "print_iter"):
         value = getattr(args, key)
         if value is not None:
-            fit[key] = value
-    trials = int(fit.pop("trials", 1))
-    table = read_table(args.input)
-    out = None if args.quiet else sys.stdout
-    started = time.perf_counter()
-    print(f"fitting {args.model} to {args.input} ({table.num_rows} rows, backend {args.backend})")
-    if trials > 1:
-        ll, model = best_of(table, spec.estimator, trials=trials, out=out, backend=args.backend, **fit)
-    else:
-        model = optimize(table, spec.estimator, out=out, backend=args.backend, **fit)
-        ll = model.fit_result.log_likelihood
-    seconds = time.perf_counter() - started
-    save_model(model, output, overwrite=args.overwrite)
+            options[key] = value
+    return options
+
+
+def read_local_input(source: str) -> Any:
+    """A pyarrow Table from a Parquet file/directory, CSV or JSON-lines file (``--backend local``)."""
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file or directory: {source!r}")
+    if (path / "_delta_log").is_dir():
+        raise FileNotFoundError(f"{source} is a Delta table; read it with --backend spark")
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        import pyarrow.csv as pacsv
+
+        return pacsv.read_csv(path)
+    if suffix in (".json", ".jsonl", ".ndjson"):
+        import pyarrow.json as pajson
+
+        return pajson.read_json(path)
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path)
+
+
+def sample_table(spark: Any) -> str:
+    """The bundled sample as a local Delta table, written on first use (idempotent)."""
+    from mixle_spark.io import read_table, write_table
+
+    if not (SAMPLE_TABLE / "_delta_log").is_dir():
+        print(f"{PROG}: writing the bundled sample to the Delta table {SAMPLE_TABLE}", file=sys.stderr)
+        write_table(read_table(spark, str(SAMPLE_DATA)), SAMPLE_TABLE, mode="overwrite")
+    return str(SAMPLE_TABLE)
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _count(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def build_summary(
+    args: argparse.Namespace,
+    model: Any,
+    log_likelihood: float,
+    options: dict[str, Any],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """The run summary written as summary.json."""
     result = model.fit_result
+    rows = result.history[-1].nobs
+    n_params = count_free_parameters(model)
+    return {
+        "format": SUMMARY_FORMAT,
+        "format_version": 1,
+        "mixle_spark_version": __version__,
+        "input": args.input,
+        "model_spec": args.model,
+        "backend": args.backend,
+        "rows": _count(rows),
+        "iterations": result.n_iter,
+        "converged": result.converged,
+        "stopped_because": result.stopped_because,
+        "log_likelihood": log_likelihood,
+        "log_likelihood_per_row": log_likelihood / rows,
+        "free_parameters": n_params,
+        **information_criteria(log_likelihood, n_params, rows),
+        "seed": result.seed,
+        "fit_options": options,
+        "history": [
+            {
+                "iteration": rec.iteration,
+                "log_likelihood": _finite(rec.log_likelihood),
+                "gain": _finite(rec.gain),
+                "rows": _count(rec.nobs),
+                "seconds": rec.seconds,
+            }
+            for rec in result.history
+        ],
+        **extra,
+    }
+
+
+def _report_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    ours = []
+    for w in caught:
+        if issubclass(w.category, ConvergenceWarning) or "mixle_spark" in str(w.filename):
+            ours.append(str(w.message))
+            print(f"{PROG}: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return ours
+
+
+def open_input(args: argparse.Namespace, extra: dict[str, Any]) -> tuple[Any, Any, bool]:
+    """``(data, spark session or None, whether this job owns the session)`` for ``args.input``."""
+    if args.backend != "spark":
+        if args.sample:
+            args.input = str(SAMPLE_DATA)
+        return read_local_input(args.input), None, False
+    from pyspark.sql import SparkSession
+
+    from mixle_spark.io import read_table, spark_session
+
+    owned = SparkSession.getActiveSession() is None  # never stop a session we were given
+    spark = spark_session("mixle_spark em_fit", master=args.master, conf=args.spark_conf)
+    try:
+        spark.sparkContext.setLogLevel("ERROR")
+        extra["spark"] = {"master": spark.conf.get("spark.master"), "version": spark.version}
+        if args.sample:
+            args.input = sample_table(spark)
+        return read_table(spark, args.input), spark, owned
+    except BaseException:
+        if owned:
+            spark.stop()
+        raise
+
+
+def fit_model(
+    data: Any,
+    spec: ModelSpec,
+    options: dict[str, Any],
+    trials: int,
+    backend_options: dict[str, Any],
+    out: Any,
+) -> tuple[Any, float, dict[str, float], list[str]]:
+    """Encode once, run EM (``trials`` restarts: ``best_of``); ``(model, ll, timings, warnings)``."""
+    t0 = time.perf_counter()
+    with encoded_data(data, spec.estimator, **backend_options) as handle:
+        t1 = time.perf_counter()
+        print(f"{PROG}: encoded {len(handle)} rows in {t1 - t0:.1f}s", file=sys.stderr)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            if trials > 1:
+                ll, model = best_of(handle, spec.estimator, trials=trials, out=out, **options)
+            else:
+                model = optimize(handle, spec.estimator, out=out, **options)
+                ll = model.fit_result.log_likelihood
+    timings = {"encode": t1 - t0, "em": time.perf_counter() - t1}
+    return model, ll, timings, _report_warnings(caught)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Fit and write; returns the summary."""
+    t_start = time.perf_counter()
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    output = Path(args.output)
+    check_output_free(output, args.overwrite)
+    spec = load_spec(args.model)
+    options = fit_options(args, spec)
+    trials = int(options.pop("trials", 1))
+    backend_options: dict[str, Any] = {"backend": args.backend}
+    if args.partitions is not None:
+        backend_options["num_chunks"] = args.partitions
+    if args.depth is not None:
+        backend_options["depth"] = args.depth
+    extra: dict[str, Any] = {}
+    data, spark, owned = open_input(args, extra)
+    try:
+        t_read = time.perf_counter()
+        print(f"{PROG}: fitting {args.model} to {args.input} (backend {args.backend})", file=sys.stderr)
+        out = None if args.quiet else ProgressStream(sys.stderr)
+        model, ll, timings, caught = fit_model(data, spec, options, trials, backend_options, out)
+        extra["warnings"] = caught
+        summary = build_summary(args, model, ll, {**options, "trials": trials}, extra)
+        with atomic_directory(output, overwrite=args.overwrite) as staging:
+            save_model(model, staging / "model.json")
+            (staging / "model.json").chmod(staging.stat().st_mode & 0o666)  # as umask allows, not 0600
+            summary["timings"] = {
+                "start_and_read": t_read - t_start,
+                **timings,
+                "total": time.perf_counter() - t_start,
+            }
+            summary["started_at"] = started_at
+            summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            (staging / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    finally:
+        if spark is not None and owned:
+            spark.stop()
     print(describe_model(model))
     print(
-        f"log-likelihood {ll:.6f} ({ll / table.num_rows:.4f} per row), "
-        f"{result.n_iter} iterations, converged={result.converged}, {seconds:.1f}s"
+        f"rows {summary['rows']}, log-likelihood {ll:.6f} ({summary['log_likelihood_per_row']:.4f} per row), "
+        f"BIC {summary['bic']:.1f}, {summary['iterations']} iterations, converged={summary['converged']}, "
+        f"{summary['timings']['total']:.1f}s"
     )
-    print(f"wrote {output}")
-    return {"log_likelihood": ll, "rows": table.num_rows, "output": str(output)}
+    print(f"wrote {output / 'model.json'} and {output / 'summary.json'}")
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        run(args)
-    except (MixleError, FileNotFoundError, FileExistsError, ValueError, TypeError) as err:
-        print(f"em_fit: error: {err}", file=sys.stderr)
-        return 1
-    return 0
+    """Entry point: parse, run, map failures to exit codes (see the module docstring)."""
+    args = resolve_args(build_parser(), argv)
+    return run_job(PROG, lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ Rules (see ``FitResult``):
   sample can miss a rare label), every later model must not: a NaN / -inf log-likelihood raises
   :class:`~mixle_spark.errors.NonFiniteLikelihoodError` naming the iteration, the non-finite
   parameters (and so the component) and a row with zero density;
-* EM stops when ``0 <= gain < delta``; ``delta=None`` runs exactly ``max_its`` iterations;
+* EM stops when ``0 <= gain < delta``, where a drop within rounding (``DECREASE_RTOL``) counts as a
+  gain of 0 (pseudo-counts make the M-step MAP, whose plain log-likelihood can dip by ~1e-10
+  relative near the optimum); ``delta=None`` runs exactly ``max_its`` iterations;
 * a decrease beyond rounding (``1e-9`` relative) stops the run and the best model seen is returned;
 * not converging within ``max_its`` emits a :class:`~mixle_spark.errors.ConvergenceWarning`.
 """
@@ -157,6 +159,11 @@ class _Progress:
             self.out.flush()
 
 
+def _converged(gain: float | None, ll: float, delta: float) -> bool:
+    """``0 <= gain < delta``, a drop within rounding counting as 0."""
+    return gain is not None and -DECREASE_RTOL * max(1.0, abs(ll)) <= gain < delta
+
+
 def _decreased(ll: float, best_ll: float) -> bool:
     return ll < best_ll - DECREASE_RTOL * max(1.0, abs(best_ll))
 
@@ -290,7 +297,7 @@ def _fit(
             break
         gain = history[-1].gain
         model, iteration = nxt, iteration + 1
-        if delta is not None and gain is not None and 0 <= gain < delta:
+        if delta is not None and _converged(gain, history[-1].log_likelihood, delta):
             converged, stopped = True, "converged"
             break
     if stopped != "decrease":
@@ -302,7 +309,7 @@ def _fit(
             # The last model's gain is known too: a run that reached max_its exactly as the
             # gain fell below delta has converged.
             last_gain = history[-1].gain
-            if last_gain is not None and 0 <= last_gain < delta:
+            if _converged(last_gain, history[-1].log_likelihood, delta):
                 converged, stopped = True, "converged"
     if best is None:  # only the initial model was scored and it had -inf rows
         raise _nonfinite_error(iteration, history[-1].log_likelihood, model, handle)

@@ -23,6 +23,7 @@ and draws the same random responsibilities as the local backend for one seed, wh
 
 from __future__ import annotations
 
+import logging
 import math
 import pickle
 from collections.abc import Callable, Iterable, Iterator
@@ -56,6 +57,7 @@ WEIGHT_COLUMN = "__mixle_weight"
 _PAYLOAD_SCHEMA = "payload binary"
 _SCAN_SCHEMA = "payload binary"
 _LOW_BITS = (1 << 33) - 1  # monotonically_increasing_id = (partition index << 33) + offset
+logger = logging.getLogger("mixle_spark.parallel.spark")
 
 
 def is_spark_connect(df: Any) -> bool:
@@ -154,6 +156,11 @@ class SparkEncodedData:
         Name of a non-negative weight column.
     depth : int
         ``treeAggregate`` depth for merging partition payloads (>= 1).
+    resident : bool, optional
+        Keep decoded partitions in long-lived tasks for the whole fit (one barrier job, E-steps
+        requested over a socket; see :mod:`mixle_spark.parallel._spark_resident`). None (default)
+        uses them when the session allows it (classic Spark, partitions <= task slots) and falls
+        back to one job per iteration otherwise or on failure; True requires them; False never.
     merge : {"auto", "tree", "dataframe"}
         ``tree`` uses ``treeAggregate`` (needs RDDs), ``dataframe`` rounds of repartition +
         ``mapInArrow`` merges (works under Spark Connect); ``auto`` picks ``dataframe`` under
@@ -175,6 +182,7 @@ class SparkEncodedData:
         merge: str = "auto",
         storage_level: StorageLevel | None = None,
         encoder: Encoder | None = None,
+        resident: bool | None = None,
     ) -> None:
         if estimator is None and model is None and encoder is None:
             raise TypeError("SparkEncodedData needs an estimator, a model or an encoder")
@@ -189,6 +197,12 @@ class SparkEncodedData:
             raise ValueError("merge='tree' needs RDDs, which Spark Connect does not have; use 'dataframe'")
         self.merge = ("dataframe" if self.connect else "tree") if merge == "auto" else merge
         self.depth = depth
+        if resident and self.connect:
+            raise ValueError(
+                "resident=True needs a classic Spark session (Spark Connect has no SparkContext)"
+            )
+        self._resident_mode = resident
+        self._resident: Any = None
         self._broadcasts: list[Any] = []
         self._closed = False
         base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
@@ -297,6 +311,9 @@ class SparkEncodedData:
         """Unpersist the encoded DataFrame and drop broadcasts (idempotent)."""
         if not self._closed:
             self._closed = True
+            if self._resident is not None:
+                self._resident.stop()
+                self._resident = None
             self._release_broadcasts()
             self.frame.unpersist()
 
@@ -343,38 +360,62 @@ class SparkEncodedData:
     def _estep(
         self, factory: Any, model: Distribution | None, initialize: tuple[int, float] | None
     ) -> Payload:
+        request = (factory, model, initialize)
+        if self._resident_mode is not False and not self.connect:
+            merged = self._resident_estep(request)
+            if merged is not None:
+                return merged
         ref = self._ship(model)
-        encoder, read, has_weights, offsets = (
-            self.encoder,
-            _reader(self.columns, self.reads_table),
-            self.has_weights,
-            self.offsets,
-        )
+        encoder, read = self.encoder, _reader(self.columns, self.reads_table)
+        has_weights, offsets = self.has_weights, self.offsets
 
         def estep_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             current = ref.value if isinstance(ref, Broadcast) else ref
-            acc = None if factory is None else factory.make()
-            touched = False
-            nobs = ll = 0.0
-            for batch in batches:
-                if batch.num_rows == 0:
-                    continue
-                touched = True
-                enc = encoder.from_arrow(read(batch))
-                w = _weights(batch, has_weights)
-                if acc is None:
-                    ll += weighted_sum(w, current.seq_log_density(enc))
-                elif initialize is not None:
-                    seed, p = initialize
-                    ids = _row_ids(batch, offsets)
-                    w = w * initial_keep_weights(seed, ids, p)
-                    acc.seq_initialize(enc, w, RowRandom(seed, ids).child("init"))
-                else:
-                    ll += weighted_sum(w, seq_update_with_ll(acc, enc, w, current))
-                nobs += float(w.sum())
-            yield _payload_batch((nobs, ll, acc.value() if acc is not None and touched else None))
+            chunks = (
+                (
+                    encoder.from_arrow(read(b)),
+                    _weights(b, has_weights),
+                    _row_ids(b, offsets) if initialize is not None else None,
+                )
+                for b in batches
+                if b.num_rows
+            )
+            yield _payload_batch(accumulate_chunks(chunks, (factory, current, initialize)))
 
         return self._run(estep_partition, factory)
+
+    def _resident_estep(self, request: Any) -> Payload | None:
+        """The E-step through resident tasks, or None when they cannot serve (then a job runs)."""
+        from mixle_spark.parallel._spark_resident import ResidentSession, ResidentUnavailable
+
+        try:
+            if self._resident is None:
+                encoder, read = self.encoder, _reader(self.columns, self.reads_table)
+                has_weights, offsets = self.has_weights, self.offsets
+
+                def encode(batch: pa.RecordBatch) -> Any:
+                    return (
+                        encoder.from_arrow(read(batch)),
+                        _weights(batch, has_weights),
+                        _row_ids(batch, offsets),
+                    )
+
+                session = ResidentSession(self.frame, self.num_partitions, encode, accumulate_chunks)
+                session.start()
+                self._resident = session
+            merged: Payload | None = None
+            for payload in self._resident.request(request):
+                merged = merge_payloads(request[0], merged, payload)
+            if merged is None:
+                raise EmptyDataError("no rows: every partition of the encoded data is empty")
+            return merged
+        except ResidentUnavailable as err:
+            if self._resident_mode is True:
+                raise ValueError(f"resident=True, but resident E-steps are unavailable: {err}") from err
+            logger.info("resident E-steps off (%s); running one Spark job per iteration", err)
+            self._resident_mode = False
+            self._resident = None
+            return None
 
     def pysp_em_step(
         self, estimator: Estimator, prev_estimate: Distribution
@@ -434,6 +475,31 @@ class SparkEncodedData:
         found = [pickle.loads(r[0]) for r in self.frame.mapInArrow(find, _PAYLOAD_SCHEMA).collect()]
         found = [f for f in found if f is not None]
         return min(found) if found else None
+
+
+def accumulate_chunks(chunks: Iterable[tuple[Any, np.ndarray, Any]], request: Any) -> Payload:
+    """One partition's payload: ``request = (factory, model, initialize)``.
+
+    ``factory`` None scores ``model`` only; ``initialize = (seed, p)`` runs the row-keyed initial
+    selection; otherwise an E-step from ``model``. ``chunks`` are ``(encoded, weights, row ids)``.
+    """
+    factory, model, initialize = request
+    acc = None if factory is None else factory.make()
+    touched = False
+    nobs = ll = 0.0
+    for enc, w, ids in chunks:
+        touched = True
+        if acc is None:
+            ll += weighted_sum(w, model.seq_log_density(enc))
+        elif initialize is not None:
+            seed, p = initialize
+            kept = w * initial_keep_weights(seed, ids, p)
+            acc.seq_initialize(enc, kept, RowRandom(seed, ids).child("init"))
+            w = kept
+        else:
+            ll += weighted_sum(w, seq_update_with_ll(acc, enc, w, model))
+        nobs += float(w.sum())
+    return (nobs, ll, acc.value() if acc is not None and touched else None)
 
 
 def _global_row(mid: int, offsets: np.ndarray) -> int:

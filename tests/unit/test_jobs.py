@@ -1,7 +1,9 @@
-"""jobs/em_fit.py on the bundled sample: fits, writes the model, recovers the segments; fails cleanly."""
+"""jobs/em_fit.py with --backend local (no Spark): fits the sample, writes model + summary, fails cleanly."""
 
 from __future__ import annotations
 
+import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +15,13 @@ from mixle_spark.spec import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "customers_sample.parquet"
-SPEC = ROOT / "conf" / "models" / "customers.json"
+SPEC = ROOT / "conf" / "models" / "sample.json"
+FAST = ("--trials", "1", "--seed", "7")  # seed 7 reaches the true segments in 16 iterations
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "em_fit.py"), *args],
+        [sys.executable, str(ROOT / "jobs" / "em_fit.py"), "--backend", "local", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -26,39 +29,118 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_em_fit_recovers_the_sample_segments(tmp_path: Path) -> None:
-    out = tmp_path / "model.json"
-    proc = _run("--input", str(SAMPLE), "--model", str(SPEC), "--output", str(out), "--quiet")
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("em_fit: error:")]
+
+
+def test_em_fit_local_recovers_the_sample_and_writes_a_summary(tmp_path: Path) -> None:
+    out = tmp_path / "fit"
+    proc = _run(
+        "--input", str(SAMPLE), "--model", str(SPEC), "--output", str(out), *FAST, "--print-iter", "5"
+    )
     assert proc.returncode == 0, proc.stderr
-    assert "converged=True" in proc.stdout and f"wrote {out}" in proc.stdout
-    model = load_model(out)
+    assert sorted(p.name for p in out.iterdir()) == ["model.json", "summary.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["fit"]  # no staging directory left behind
+    progress = [line for line in proc.stderr.splitlines() if line.startswith("iteration")]
+    assert progress[0].startswith("iteration    0  log-likelihood")
+    assert all(line.endswith("rows/s") and "rows 5000" in line for line in progress)
+
+    model = load_model(out / "model.json")
     truth = load_model(SAMPLE.with_suffix(".truth.json"))
     got = sorted((c.fields["amount"].mu, w) for c, w in zip(model.components, model.w, strict=True))
     want = sorted((c.fields["amount"].mu, w) for c, w in zip(truth.components, truth.w, strict=True))
     np.testing.assert_allclose([g[0] for g in got], [t[0] for t in want], atol=0.1)
     np.testing.assert_allclose([g[1] for g in got], [t[1] for t in want], atol=0.03)
 
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rows"] == 5000 and summary["backend"] == "local"
+    assert summary["converged"] is True and summary["seed"] == 7
+    assert summary["iterations"] == len(summary["history"]) - 1 == 16
+    ll, k = summary["log_likelihood"], summary["free_parameters"]
+    assert ll == pytest.approx(summary["history"][-1]["log_likelihood"], rel=1e-12)
+    assert summary["bic"] == pytest.approx(k * math.log(5000) - 2 * ll)
+    assert summary["aic"] == pytest.approx(2 * k - 2 * ll)
+    # 3 components x (amount 2 + channel 2 + n_items 1 + tags 5 + tag count 1) + 2 weights
+    assert k == 35
+    assert summary["fit_options"] == {
+        "max_its": 200,
+        "delta": 1e-06,
+        "init_p": 0.1,
+        "seed": 7,
+        "print_iter": 5,
+        "trials": 1,
+    }
+    assert set(summary["timings"]) == {"start_and_read", "encode", "em", "total"}
+    assert "wrote" in proc.stdout and "component 0" in proc.stdout
 
-def test_em_fit_refuses_to_overwrite(tmp_path: Path) -> None:
-    out = tmp_path / "model.json"
-    out.write_text("keep me")
-    proc = _run("--input", str(SAMPLE), "--model", str(SPEC), "--output", str(out))
-    assert proc.returncode == 1
-    assert "exists; pass --overwrite" in proc.stderr
-    assert out.read_text() == "keep me"
+
+def test_em_fit_refuses_an_existing_output_and_overwrites_on_request(tmp_path: Path) -> None:
+    out = tmp_path / "fit"
+    out.mkdir()
+    (out / "keep.txt").write_text("keep me")
+    args = ("--input", str(SAMPLE), "--model", str(SPEC), "--output", str(out), *FAST, "--quiet")
+    proc = _run(*args)
+    assert proc.returncode == 2
+    assert _error_lines(proc.stderr) == [
+        f"em_fit: error: output {out} exists; pass --overwrite to replace it"
+    ]
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+    proc = _run(*args, "--overwrite", "--max-its", "3", "--delta", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["model.json", "summary.json"]
+    assert json.loads((out / "summary.json").read_text())["iterations"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fit"]
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--input", "nope.parquet"), "input not found: nope.parquet"),
+        (("--input", "nope.parquet"), "no such file or directory: 'nope.parquet'"),
         (("--model", "nope.json"), "model spec file not found: nope.json"),
     ],
 )
 def test_em_fit_bad_paths(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
-    base = {"--input": str(SAMPLE), "--model": str(SPEC), "--output": str(tmp_path / "m.json")}
+    base = {"--input": str(SAMPLE), "--model": str(SPEC), "--output": str(tmp_path / "fit")}
     base.update(dict(zip(args[::2], args[1::2], strict=True)))
     proc = _run(*[x for kv in base.items() for x in kv])
-    assert proc.returncode == 1
-    assert message in proc.stderr
-    assert not (tmp_path / "m.json").exists()
+    assert proc.returncode == 2
+    assert _error_lines(proc.stderr) == [f"em_fit: error: {message}"]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--input", "x.parquet"), "--input and --model go together"),
+        (("--input", "x", "--model", "y"), "--output is required with --input"),
+        (("--depth", "2", "--conf", "a=b"), "--depth, --conf only apply to --backend spark"),
+        (("--max-its", "0"), "argument --max-its: expected a positive integer, got 0"),
+        (("--delta", "-1"), "argument --delta: expected a number >= 0, got -1"),
+        (("--backend", "dask"), "argument --backend: invalid choice: 'dask'"),
+    ],
+)
+def test_em_fit_bad_arguments_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:
+    proc = _run(*args)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("em_fit: error: ") and message in lines[0]
+
+
+def test_em_fit_bad_data_exits_2_naming_the_column(tmp_path: Path) -> None:
+    data = tmp_path / "bad.csv"
+    data.write_text("amount,channel,n_items\n12.5,web,1\n12.5x,app,2\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "type": "record",
+                "fields": {"amount": "gaussian", "channel": "categorical", "n_items": "poisson"},
+            }
+        )
+    )
+    proc = _run("--input", str(data), "--model", str(spec), "--output", str(tmp_path / "fit"))
+    assert proc.returncode == 2
+    [line] = _error_lines(proc.stderr)
+    assert "column 'amount': expected a finite number" in line and "got string" in line
+    assert not (tmp_path / "fit").exists()

@@ -28,8 +28,8 @@ from mixle_spark.stats import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_customers_spec_builds_a_mixture_of_records() -> None:
-    spec = load_spec(ROOT / "conf" / "models" / "customers.json")
+def test_sample_spec_builds_a_mixture_of_records() -> None:
+    spec = load_spec(ROOT / "conf" / "models" / "sample.json")
     est = spec.estimator
     assert isinstance(est, MixtureEstimator)
     assert len(est.estimators) == 3

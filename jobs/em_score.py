@@ -1,0 +1,100 @@
+"""Score a table with a fitted model; write the scores to a Delta table in one transaction.
+
+    python jobs/em_score.py --input TABLE --model output/sample_fit/model.json --output SCORES [options]
+    spark-submit --packages io.delta:delta-spark_2.13:4.0.1 jobs/em_score.py --input ... (same options)
+
+``--input`` is read as by ``jobs/em_fit.py`` (Delta, Parquet, CSV, JSON path, or a metastore table).
+``--model`` is a fitted model written by em_fit (``model.json``). The output Delta table holds every
+input column plus ``log_likelihood`` (double, the row's log-density under the model) and, for
+mixture models, ``prediction`` (int, the most probable component) and ``probability``
+(array<double>, the posterior over components). The table is written in one Delta commit: a
+failed run leaves no table (or the previous one, with ``--mode overwrite``).
+
+Exit codes: 0 success; 2 bad arguments or bad input (a missing input or model, a model that does
+not match the table's columns or types, an output table that exists with ``--mode error``); 1 any
+other failure. A failure prints one line on stderr (``MIXLE_SPARK_TRACEBACK=1`` adds the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mixle_spark._cli import JobArgumentParser, run_job
+from mixle_spark.spec import load_model
+
+PROG = "em_score"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (see the module docstring)."""
+    parser = JobArgumentParser(
+        prog=PROG, description="Score a table with a fitted mixle_spark model into a Delta table."
+    )
+    parser.add_argument("--input", required=True, help="Delta/Parquet/CSV/JSON path or metastore table name")
+    parser.add_argument("--model", required=True, help="fitted model JSON (em_fit's model.json)")
+    parser.add_argument("--output", required=True, help="path of the Delta table to write")
+    parser.add_argument(
+        "--mode",
+        choices=("error", "overwrite"),
+        default="error",
+        help="error (default): refuse an existing table; overwrite: replace it in one commit",
+    )
+    parser.add_argument("--master", help="Spark master (default: spark-submit's, $MASTER or local[*])")
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)"
+    )
+    return parser
+
+
+def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
+    """Read, score, write; returns a small report."""
+    from mixle_spark.io import read_table, spark_session, write_table
+
+    started = time.perf_counter()
+    model = load_model(args.model)
+    output = args.output
+    local = Path(output) if "://" not in output else None
+    if args.mode == "error" and local is not None and local.exists():  # fail before starting Spark
+        if local.is_file() or any(local.iterdir()):
+            raise FileExistsError(f"output {output} exists; pass --mode overwrite to replace it")
+    from pyspark.sql import SparkSession
+
+    owned = SparkSession.getActiveSession() is None  # never stop a session we were given
+    spark = spark_session("mixle_spark em_score", master=args.master, conf=spark_conf)
+    try:
+        spark.sparkContext.setLogLevel("ERROR")
+        from mixle_spark.parallel.spark import score
+
+        scored = score(model, read_table(spark, args.input))
+        print(f"{PROG}: scoring {args.input} with {args.model} into {output}", file=sys.stderr)
+        write_table(scored, output, mode=args.mode)
+        written = read_table(spark, output, format="delta")
+        rows = written.count()
+        columns = written.columns
+    finally:
+        if owned:
+            spark.stop()
+    print(f"wrote {rows} rows to the Delta table {output} ({', '.join(columns)})")
+    print(f"{time.perf_counter() - started:.1f}s")
+    return {"rows": rows, "columns": columns}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: parse, run, map failures to exit codes (see the module docstring)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from mixle_spark.io import parse_conf
+
+    try:
+        spark_conf = parse_conf(args.conf)
+    except ValueError as err:
+        parser.error(str(err))
+    return run_job(PROG, lambda: run(args, spark_conf))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,163 @@
+"""What the command-line jobs (``jobs/em_fit.py``, ``jobs/em_score.py``) share.
+
+Exit codes: 0 success; 2 bad arguments or bad input (an unknown option, a missing input, an output
+that exists without ``--overwrite``, a spec or data error from :mod:`mixle_spark.errors`); 1 any
+other failure. A failure prints one line on stderr, ``PROG: error: MESSAGE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, NoReturn
+
+from mixle_spark.errors import MixleError, NonFiniteLikelihoodError
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILURE",
+    "EXIT_OK",
+    "JobArgumentParser",
+    "ProgressStream",
+    "atomic_directory",
+    "check_output_free",
+    "error_line",
+    "exit_code",
+    "run_job",
+]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+
+# Bad input that reached the driver from a Spark task shows up as text inside another exception.
+_REMOTE_INPUT_ERROR = re.compile(
+    r"\b(?:mixle_spark\.errors\.)?((?:DataType|DataValue|Data|UnseenLabel|Schema|EmptyData|TooFewRows|Spec)"
+    r"Error): ([^\n]+)"
+)
+
+
+class JobArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr (and exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def exit_code(err: BaseException) -> int:
+    """2 for bad arguments or input, 1 for any other failure."""
+    if isinstance(err, NonFiniteLikelihoodError):
+        return EXIT_FAILURE
+    if isinstance(err, MixleError | FileNotFoundError | FileExistsError | NotADirectoryError):
+        return EXIT_BAD_INPUT
+    if _REMOTE_INPUT_ERROR.search(str(err)):
+        return EXIT_BAD_INPUT
+    return EXIT_FAILURE
+
+
+def error_line(err: BaseException) -> str:
+    """One line describing ``err``: our own messages as they are, others prefixed by their type."""
+    if isinstance(err, MixleError | OSError):
+        return _first_line(str(err)) or type(err).__name__
+    remote = _REMOTE_INPUT_ERROR.search(str(err))
+    if remote is not None:
+        return remote.group(2).strip()
+    java = getattr(err, "java_exception", None)
+    text = _first_line(str(java.getMessage()) if java is not None else str(err))
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def run_job(prog: str, body: Callable[[], Any], stderr: IO[str] | None = None) -> int:
+    """Run ``body``; map its exception (if any) to an exit code and one line on stderr."""
+    stream = stderr or sys.stderr
+    try:
+        body()
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=stream)
+        return 130
+    except Exception as err:
+        print(f"{prog}: error: {error_line(err)}", file=stream)
+        if os.environ.get("MIXLE_SPARK_TRACEBACK"):
+            import traceback
+
+            traceback.print_exc(file=stream)
+        return exit_code(err)
+    return EXIT_OK
+
+
+def check_output_free(target: Path, overwrite: bool, flag: str = "--overwrite") -> None:
+    """Raise FileExistsError when ``target`` exists (and is not an empty directory) without ``overwrite``."""
+    if overwrite or not target.exists():
+        return
+    if target.is_dir() and not any(target.iterdir()):
+        return
+    raise FileExistsError(f"output {target} exists; pass {flag} to replace it")
+
+
+@contextmanager
+def atomic_directory(target: str | os.PathLike[str], overwrite: bool = False) -> Iterator[Path]:
+    """Yield an empty staging directory beside ``target``; on success it becomes ``target``.
+
+    On an exception the staging directory is removed and ``target`` is untouched. A replaced
+    ``target`` is moved aside first and deleted only once the new one is in place.
+    """
+    final = Path(target).resolve()
+    check_output_free(final, overwrite)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex}")
+    staging.mkdir()
+    try:
+        yield staging
+        check_output_free(final, overwrite)
+        retired = None
+        if final.exists():
+            retired = final.with_name(f".{final.name}.old-{uuid.uuid4().hex}")
+            os.replace(final, retired)
+        os.replace(staging, final)
+        if retired is not None:
+            shutil.rmtree(retired) if retired.is_dir() else retired.unlink()
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
+_ITERATION_LINE = re.compile(r"rows (?P<rows>[\d.e+]+)\s+(?P<secs>[\d.]+)s")
+
+
+class ProgressStream:
+    """A text stream for ``optimize(out=...)`` that adds rows per second to each iteration line."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        while "\n" in self._pending:
+            line, self._pending = self._pending.split("\n", 1)
+            self.stream.write(self._annotate(line) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    @staticmethod
+    def _annotate(line: str) -> str:
+        match = _ITERATION_LINE.search(line)
+        if match is None:
+            return line
+        rows, secs = float(match["rows"]), float(match["secs"])
+        rate = f"{rows / secs:,.0f} rows/s" if secs > 0 else "- rows/s"
+        return f"{line}  {rate}"

@@ -1,0 +1,312 @@
+"""jobs/em_fit.py and jobs/em_score.py on Spark.
+
+End to end in subprocesses (each starts a JVM, so there are few): em_fit with explicit arguments on
+the sample, em_score (through spark-submit) on its model, a bad CSV, and the no-argument default
+(slow). The other failure paths run in-process through the jobs' ``main`` on the shared session:
+the same code, without a JVM start each.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.spark
+
+pyspark = pytest.importorskip("pyspark")
+chispa = pytest.importorskip("chispa")
+
+from mixle_spark.io import read_table, write_table  # noqa: E402
+from mixle_spark.spec import load_model  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "data" / "customers_sample.parquet"
+SPEC = ROOT / "conf" / "models" / "sample.json"
+SAMPLE_COLUMNS = ["amount", "channel", "n_items", "tags"]
+SPARK_ARGS = ("--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2")
+
+
+def _job(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"_job_{name}", ROOT / "jobs" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        SPARK_HOME=str(Path(pyspark.__file__).parent),
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        **extra,
+    )
+    return env
+
+
+def _python(job: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / f"{job}.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(**env),
+        timeout=1200,
+    )
+
+
+def _spark_submit(job: str, *args: str) -> subprocess.CompletedProcess[str]:
+    from mixle_spark.io import delta_package
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    return subprocess.run(
+        [
+            str(submit),
+            "--master",
+            "local[2]",
+            "--packages",
+            delta_package(),
+            str(ROOT / "jobs" / f"{job}.py"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(),
+        timeout=1200,
+    )
+
+
+def _error_lines(stderr: str, prog: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith(f"{prog}: error:")]
+
+
+def _assert_recovers_truth(model: Any) -> None:
+    truth = load_model(SAMPLE.with_suffix(".truth.json"))
+    got = sorted((c.fields["amount"].mu, w) for c, w in zip(model.components, model.w, strict=True))
+    want = sorted((c.fields["amount"].mu, w) for c, w in zip(truth.components, truth.w, strict=True))
+    np.testing.assert_allclose([g[0] for g in got], [t[0] for t in want], atol=0.1)
+    np.testing.assert_allclose([g[1] for g in got], [t[1] for t in want], atol=0.03)
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """em_fit (python, Spark backend) on the sample with explicit arguments."""
+    out = tmp_path_factory.mktemp("em_fit") / "fit"
+    proc = _python(
+        "em_fit",
+        *("--input", str(SAMPLE), "--model", str(SPEC), "--output", str(out)),
+        *(
+            "--trials",
+            "1",
+            "--seed",
+            "7",
+            "--print-iter",
+            "1",
+            "--partitions",
+            "2",
+            "--depth",
+            "1",
+            *SPARK_ARGS,
+        ),
+    )
+    return proc, out
+
+
+def test_em_fit_on_spark_writes_model_and_summary(fitted: tuple[Any, Path]) -> None:
+    proc, out = fitted
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["model.json", "summary.json"]
+    assert [p.name for p in out.parent.iterdir()] == ["fit"]  # no staging directory left
+    progress = [line for line in proc.stderr.splitlines() if line.startswith("iteration")]
+    assert len(progress) >= 10 and all("rows 5000" in p and p.endswith("rows/s") for p in progress)
+    _assert_recovers_truth(load_model(out / "model.json"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["backend"] == "spark" and summary["spark"]["master"] == "local[2]"
+    assert summary["rows"] == 5000 and summary["converged"] is True and summary["seed"] == 7
+    assert summary["iterations"] == len(summary["history"]) - 1
+    # the Spark backend starts from the same model as the local one for one seed: same path
+    assert summary["iterations"] == 16
+    assert summary["log_likelihood"] == pytest.approx(-56519.613108, abs=1e-4)
+    assert summary["free_parameters"] == 35 and summary["bic"] > summary["aic"]
+
+
+def test_em_score_writes_delta_scores_and_refuses_to_overwrite(
+    spark: Any, fitted: tuple[Any, Path], tmp_path: Path
+) -> None:
+    proc, out = fitted
+    assert proc.returncode == 0
+    scores = tmp_path / "scores"
+    args = ("--input", str(SAMPLE), "--model", str(out / "model.json"), "--output", str(scores))
+    done = _spark_submit("em_score", *args, "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=1000")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "wrote 5000 rows to the Delta table" in done.stdout
+    written = read_table(spark, str(scores))
+    assert (scores / "_delta_log").is_dir()
+    assert written.columns == [*SAMPLE_COLUMNS, "log_likelihood", "prediction", "probability"]
+    assert written.dtypes[-3:] == [
+        ("log_likelihood", "double"),
+        ("prediction", "int"),
+        ("probability", "array<double>"),
+    ]
+
+    from mixle_spark.parallel.spark import score
+
+    model = load_model(out / "model.json")
+    expected = score(model, read_table(spark, str(SAMPLE)))
+    chispa.assert_df_equality(written, expected, ignore_row_order=True, ignore_nullable=True)
+    total = written.agg({"log_likelihood": "sum"}).first()[0]
+    assert total == pytest.approx(json.loads((out / "summary.json").read_text())["log_likelihood"], rel=1e-9)
+
+    commits = sorted(p.name for p in (scores / "_delta_log").glob("*.json"))
+    again = _python("em_score", *args)  # refused before Spark starts
+    assert again.returncode == 2
+    assert _error_lines(again.stderr, "em_score") == [
+        f"em_score: error: output {scores} exists; pass --mode overwrite to replace it"
+    ]
+    assert sorted(p.name for p in (scores / "_delta_log").glob("*.json")) == commits
+
+
+def test_em_fit_bad_csv_exits_2_naming_the_column(tmp_path: Path) -> None:
+    data = tmp_path / "orders.csv"
+    data.write_text("amount,channel,n_items\n12.5,web,1\n12.5x,app,2\n30.0,store,3\n")
+    spec = tmp_path / "spec.json"
+    fields = {"amount": "gaussian", "channel": "categorical", "n_items": "poisson"}
+    spec.write_text(json.dumps({"type": "record", "fields": fields}))
+    proc = _python(
+        "em_fit", "--input", str(data), "--model", str(spec), "--output", str(tmp_path / "fit"), *SPARK_ARGS
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    [line] = _error_lines(proc.stderr, "em_fit")
+    assert "column 'amount'" in line and "string" in line
+    assert proc.stderr.strip().splitlines()[-1] == line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["orders.csv", "spec.json"]
+
+
+# -- in-process: the jobs' main() on the shared session ------------------------------------------
+
+
+def _fit_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = _job("em_fit").main([*args, "--quiet"])
+    return code, capsys.readouterr().err
+
+
+RECORD = {"amount": "gaussian", "channel": "categorical", "n_items": "poisson"}
+
+
+@pytest.mark.parametrize(
+    ("csv", "fields", "message"),
+    [
+        (
+            "amount,channel,n_items\n12.5,web,1\n,app,2\n",
+            RECORD,
+            "column 'amount': expected a finite number for GaussianEstimator (a missing value needs "
+            "OptionalEstimator), got null (row 2 of 2)",
+        ),
+        (
+            "amount,channel,n_items\n12.5,web,1\n",
+            {**RECORD, "loyalty": "gaussian"},
+            "column 'loyalty' not found; the DataFrame has columns ['amount', 'channel', 'n_items']",
+        ),
+    ],
+    ids=["null-without-optional", "unknown-column"],
+)
+def test_em_fit_bad_input_exits_2_and_writes_nothing(
+    spark: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    csv: str,
+    fields: dict[str, str],
+    message: str,
+) -> None:
+    data, spec = tmp_path / "orders.csv", tmp_path / "spec.json"
+    data.write_text(csv)
+    spec.write_text(json.dumps({"type": "record", "fields": fields}))
+    code, err = _fit_in_process(
+        capsys, "--input", str(data), "--model", str(spec), "--output", str(tmp_path / "o")
+    )
+    assert code == 2
+    assert _error_lines(err, "em_fit") == [f"em_fit: error: {message}"]
+    assert not (tmp_path / "o").exists()
+
+
+def test_em_fit_empty_delta_table_exits_2(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty"
+    write_table(read_table(spark, str(SAMPLE)).limit(0), empty)
+    code, err = _fit_in_process(
+        capsys, "--input", str(empty), "--model", str(SPEC), "--output", str(tmp_path / "o")
+    )
+    assert code == 2
+    assert _error_lines(err, "em_fit") == ["em_fit: error: no rows to encode: the DataFrame is empty"]
+    assert not (tmp_path / "o").exists()
+
+
+def test_em_fit_keeps_an_existing_output(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "model.json").write_text("keep me")
+    code, err = _fit_in_process(capsys, "--input", str(SAMPLE), "--model", str(SPEC), "--output", str(out))
+    assert code == 2
+    assert _error_lines(err, "em_fit") == [
+        f"em_fit: error: output {out} exists; pass --overwrite to replace it"
+    ]
+    assert [p.name for p in out.iterdir()] == ["model.json"] and (out / "model.json").read_text() == "keep me"
+
+
+def test_em_score_model_mismatch_exits_2(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mixle_spark.spec import save_model
+    from mixle_spark.stats import GaussianDistribution, RecordDistribution
+
+    model = tmp_path / "model.json"
+    save_model(RecordDistribution({"loyalty": GaussianDistribution(0.0, 1.0)}), model)
+    out = tmp_path / "scores"
+    code = _job("em_score").main(["--input", str(SAMPLE), "--model", str(model), "--output", str(out)])
+    assert code == 2
+    assert _error_lines(capsys.readouterr().err, "em_score") == [
+        "em_score: error: column 'loyalty' not found; the DataFrame has columns "
+        "['amount', 'channel', 'n_items', 'tags']"
+    ]
+    assert not out.exists()
+
+
+def test_sample_table_is_written_once(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = _job("em_fit")
+    monkeypatch.setattr(job, "SAMPLE_TABLE", tmp_path / "sample_delta")
+    assert job.sample_table(spark) == str(tmp_path / "sample_delta")
+    assert job.sample_table(spark) == str(tmp_path / "sample_delta")
+    assert [p.name for p in (tmp_path / "sample_delta" / "_delta_log").glob("*.json")] == [
+        "00000000000000000000.json"
+    ]
+    chispa.assert_df_equality(
+        read_table(spark, str(tmp_path / "sample_delta")),
+        read_table(spark, str(SAMPLE)),
+        ignore_row_order=True,
+    )
+
+
+@pytest.mark.slow
+def test_em_fit_without_arguments_fits_the_bundled_sample(tmp_path: Path) -> None:
+    proc = _python("em_fit", MIXLE_SPARK_OUTPUT=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "customers_sample_delta" / "_delta_log").is_dir()
+    assert sorted(p.name for p in (tmp_path / "sample_fit").iterdir()) == ["model.json", "summary.json"]
+    _assert_recovers_truth(load_model(tmp_path / "sample_fit" / "model.json"))
+    summary = json.loads((tmp_path / "sample_fit" / "summary.json").read_text())
+    assert summary["input"] == str(tmp_path / "customers_sample_delta")
+    assert summary["spark"]["master"] == "local[*]" and summary["fit_options"]["trials"] == 2

@@ -1,0 +1,102 @@
+"""Resident E-steps (one barrier job per fit) give the per-iteration path's estimates, and fall back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from mixle_spark.estimation import initialize, optimize
+from mixle_spark.parallel.spark import SparkEncodedData
+from mixle_spark.stats import (
+    GaussianAccumulator,
+    GaussianAccumulatorFactory,
+    GaussianDistribution,
+    GaussianEstimator,
+    MixtureDistribution,
+    MixtureEstimator,
+)
+
+pytestmark = pytest.mark.spark
+
+START = MixtureDistribution([GaussianDistribution(-3.0, 1.0), GaussianDistribution(2.0, 0.5)], [0.4, 0.6])
+EST = MixtureEstimator([GaussianEstimator()] * 2)
+
+
+@pytest.fixture(scope="module")
+def frame(spark: Any) -> Any:
+    x = np.asarray(START.sampler(12).sample(3000))
+    return spark.createDataFrame(pa.table({"x": x})), list(x)
+
+
+def _params(m: MixtureDistribution) -> np.ndarray:
+    return np.array([[w, c.mu, c.sigma2] for w, c in zip(m.w, m.components, strict=True)])
+
+
+def test_resident_equals_per_iteration_jobs_and_local(frame: Any) -> None:
+    df, x = frame
+    fits = []
+    for resident in (True, False):
+        with SparkEncodedData(df, estimator=EST, num_chunks=2, resident=resident) as handle:
+            fits.append(optimize(handle, EST, max_its=6, delta=None, seed=3))
+            assert (handle._resident is not None) == resident
+            init = initialize(handle, EST, seed=5)
+            np.testing.assert_allclose(_params(init), _params(initialize(x, EST, seed=5)), rtol=1e-12)
+    local = optimize(x, EST, max_its=6, delta=None, seed=3)
+    for fit in fits:
+        np.testing.assert_allclose(_params(fit), _params(local), rtol=1e-10)
+        assert fit.fit_result.log_likelihood == pytest.approx(local.fit_result.log_likelihood, rel=1e-12)
+
+
+def test_more_partitions_than_slots(frame: Any) -> None:
+    df, x = frame
+    with SparkEncodedData(df, estimator=EST, num_chunks=5) as handle:  # auto: falls back quietly
+        fit = optimize(handle, EST, max_its=2, delta=None, prev_estimate=START)
+        assert handle._resident is None
+    np.testing.assert_allclose(
+        _params(fit), _params(optimize(x, EST, max_its=2, delta=None, prev_estimate=START)), rtol=1e-10
+    )
+    with (
+        SparkEncodedData(df, estimator=EST, num_chunks=5, resident=True) as handle,
+        pytest.raises(ValueError, match=r"resident=True, but .*5 partitions but 2 task slots"),
+    ):
+        handle.pysp_seq_log_density_sum(START)
+
+
+def _fail_if_resident() -> None:
+    from pyspark import BarrierTaskContext, TaskContext
+
+    if isinstance(TaskContext.get(), BarrierTaskContext):
+        raise RuntimeError("injected failure in a resident task")
+
+
+class _FailsWhenResident(GaussianAccumulator):
+    def seq_update(self, enc: Any, weights: Any, estimate: Any) -> Any:
+        _fail_if_resident()
+        return super().seq_update(enc, weights, estimate)
+
+    def add_feature_sums(self, sums: Any, enc: Any, estimate: Any) -> None:
+        _fail_if_resident()  # the mixture's fast path calls this instead of seq_update
+        super().add_feature_sums(sums, enc, estimate)
+
+
+class _Factory(GaussianAccumulatorFactory):
+    def make(self) -> _FailsWhenResident:
+        return _FailsWhenResident(self.keys)
+
+
+class _Estimator(GaussianEstimator):
+    def accumulator_factory(self) -> _Factory:
+        return _Factory(self.keys)
+
+
+def test_a_failing_resident_task_falls_back_without_changing_estimates(frame: Any) -> None:
+    df, x = frame
+    est = MixtureEstimator([_Estimator()] * 2)
+    with SparkEncodedData(df, estimator=est, num_chunks=2) as handle:
+        fit = optimize(handle, est, max_its=3, delta=None, prev_estimate=START)
+        assert handle._resident is None and handle._resident_mode is False
+    want = optimize(x, EST, max_its=3, delta=None, prev_estimate=START)
+    np.testing.assert_allclose(_params(fit), _params(want), rtol=1e-10)

@@ -1,0 +1,101 @@
+"""The jobs' shared helpers: exit codes, one-line errors, atomic output directories, progress lines."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from mixle_spark import _cli
+from mixle_spark.errors import (
+    DataTypeError,
+    EmptyDataError,
+    NonFiniteLikelihoodError,
+    SchemaError,
+    SpecError,
+)
+
+
+@pytest.mark.parametrize(
+    ("err", "code"),
+    [
+        (DataTypeError("expected a number", value="x", row=0, n_rows=1).at("amount"), 2),
+        (SchemaError("column 'x' not found"), 2),
+        (EmptyDataError("no rows"), 2),
+        (SpecError("unknown key"), 2),
+        (FileNotFoundError("no such file"), 2),
+        (FileExistsError("exists"), 2),
+        (NonFiniteLikelihoodError("log-likelihood is nan"), 1),
+        (RuntimeError("boom"), 1),
+        (RuntimeError("Traceback ...\nmixle_spark.errors.DataValueError: column 'n': negative count\n"), 2),
+    ],
+)
+def test_exit_codes(err: BaseException, code: int) -> None:
+    assert _cli.exit_code(err) == code
+
+
+def test_error_lines_are_one_line() -> None:
+    err = DataTypeError("expected a number", value="x", row=0, n_rows=1).at("amount")
+    assert _cli.error_line(err) == "column 'amount': expected a number, got string 'x' (row 1 of 1)"
+    remote = RuntimeError("An error occurred\n  File x\nDataTypeError: column 'a': bad value\n  more")
+    assert _cli.error_line(remote) == "column 'a': bad value"
+    assert _cli.error_line(RuntimeError("first\nsecond")) == "RuntimeError: first"
+
+
+def test_run_job_reports_one_line() -> None:
+    stream = io.StringIO()
+
+    def fail() -> None:
+        raise SchemaError("column 'x' not found")
+
+    assert _cli.run_job("prog", fail, stderr=stream) == 2
+    assert stream.getvalue() == "prog: error: column 'x' not found\n"
+    assert _cli.run_job("prog", lambda: None, stderr=stream) == 0
+
+
+def test_atomic_directory_commits_only_on_success(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="half-way"), _cli.atomic_directory(target) as staging:
+        (staging / "model.json").write_text("{}")
+        raise RuntimeError("half-way")
+    assert list(tmp_path.iterdir()) == []  # no target, no staging directory
+
+    with _cli.atomic_directory(target) as staging:
+        (staging / "model.json").write_text("new")
+    assert (target / "model.json").read_text() == "new"
+
+    with pytest.raises(FileExistsError, match=r"output .*out exists; pass --overwrite to replace it"):
+        with _cli.atomic_directory(target):
+            pass
+    with _cli.atomic_directory(target, overwrite=True) as staging:
+        (staging / "summary.json").write_text("newer")
+    assert sorted(p.name for p in target.iterdir()) == ["summary.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_an_empty_output_directory_is_free(tmp_path: Path) -> None:
+    _cli.check_output_free(tmp_path, overwrite=False)
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(FileExistsError, match="pass --overwrite"):
+        _cli.check_output_free(tmp_path, overwrite=False)
+
+
+def test_progress_stream_adds_rows_per_second() -> None:
+    sink = io.StringIO()
+    stream = _cli.ProgressStream(sink)
+    stream.write("iteration    3  log-likelihood -1.5  gain 0.25  rows 5000  0.500s\ntrial 0: log-")
+    stream.write("likelihood -1.5\n")
+    assert sink.getvalue().splitlines() == [
+        "iteration    3  log-likelihood -1.5  gain 0.25  rows 5000  0.500s  10,000 rows/s",
+        "trial 0: log-likelihood -1.5",
+    ]
+
+
+def test_argument_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = _cli.JobArgumentParser(prog="prog")
+    parser.add_argument("--n", type=int)
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(["--n", "x"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "prog: error: argument --n: invalid int value: 'x' (see --help)\n"
