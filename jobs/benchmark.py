@@ -190,12 +190,8 @@ def run_spark(
     print(f"n={rows}, d={dim}, k={k}, local[2], {partitions} partitions, full covariance, {its} iterations")
     print(f"{'engine':<22} {'s/iteration':>12} {'ratio':>22}")
     print(f"{'MLlib GaussianMixture':<22} {per_mllib:>12.3f}")
-    print(
-        f"{'mixle spark backend':<22} {per_spark:>12.3f} {per_mllib / per_spark:>8.1f}x MLlib/ours (10)"
-    )
-    print(
-        f"{'mixle local backend':<22} {per_local:>12.3f} {per_spark / per_local:>8.2f}x ours/local (1.5)"
-    )
+    print(f"{'mixle spark backend':<22} {per_spark:>12.3f} {per_mllib / per_spark:>8.1f}x MLlib/ours (10)")
+    print(f"{'mixle local backend':<22} {per_local:>12.3f} {per_spark / per_local:>8.2f}x ours/local (1.5)")
     print(
         f"mean log-likelihood: mixle {hist[its - 1].log_likelihood / rows:.6f} (same start as local), "
         f"MLlib {ll_mllib:.6f} (its own start)"
