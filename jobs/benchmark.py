@@ -223,7 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--spark", action="store_true", help="Spark backend vs MLlib and vs local")
-    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument(
+        "--partitions", type=int, default=2, help="partitions (<= task slots keeps E-steps resident)"
+    )
     parser.add_argument(
         "--memory-sizes",
         default="100000,1000000,4000000",

@@ -77,6 +77,18 @@ def _handle(data: Any, estimator: Estimator | None, options: dict[str, Any]) -> 
     return encoded_data(data, estimator, **options), True
 
 
+def _release(handle: Any, owned: bool) -> None:
+    """Close a handle this call built; otherwise let it free any long-lived workers between fits."""
+    if handle is None:
+        return
+    if owned:
+        handle.close()
+    else:
+        release = getattr(handle, "release_workers", None)
+        if release is not None:
+            release()
+
+
 def _check_rows(handle: Any, estimator: Estimator) -> None:
     need = estimator.min_rows()
     if len(handle) < need:
@@ -98,8 +110,7 @@ def initialize(
             estimator, seed_to_int(seed), init_fraction(p, estimator, len(handle))
         )
     finally:
-        if owned:
-            handle.close()
+        _release(handle, owned)
 
 
 def init_fraction(init_p: float | None, estimator: Estimator, n: int) -> float:
@@ -231,10 +242,8 @@ def optimize(
             started,
         )
     finally:
-        if owned:
-            handle.close()
-        if vowned and vhandle is not None:
-            vhandle.close()
+        _release(handle, owned)
+        _release(vhandle, vowned)
 
 
 def _fit(
@@ -403,9 +412,7 @@ def best_of(
             if best is None or ll > best[0]:
                 best = (ll, model)
     finally:
-        if owned:
-            handle.close()
-        if vowned and vhandle is not None:
-            vhandle.close()
+        _release(handle, owned)
+        _release(vhandle, vowned)
     assert best is not None
     return best

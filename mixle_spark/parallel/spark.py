@@ -203,6 +203,8 @@ class SparkEncodedData:
             )
         self._resident_mode = resident
         self._resident: Any = None
+        self.resident_steps = 0
+        """How many E-steps resident tasks served (the rest ran as one Spark job each)."""
         self._broadcasts: list[Any] = []
         self._closed = False
         base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
@@ -311,11 +313,17 @@ class SparkEncodedData:
         """Unpersist the encoded DataFrame and drop broadcasts (idempotent)."""
         if not self._closed:
             self._closed = True
-            if self._resident is not None:
-                self._resident.stop()
-                self._resident = None
+            self.release_workers()
             self._release_broadcasts()
             self.frame.unpersist()
+
+    def release_workers(self) -> None:
+        """End the resident tasks, if any, freeing their task slots for other Spark jobs (they start
+        again on the next E-step). The EM driver calls this when a fit ends; while resident tasks run
+        they hold every task slot, so other jobs on the session would wait."""
+        if self._resident is not None:
+            self._resident.stop()
+            self._resident = None
 
     def _release_broadcasts(self) -> None:
         for bc in self._broadcasts:
@@ -340,6 +348,7 @@ class SparkEncodedData:
         """One Spark job: ``partition_fn`` over every partition, payloads merged to the driver."""
         if self._closed:
             raise ValueError("this encoded-data handle is closed")
+        self.release_workers()  # a job needs task slots that resident tasks would hold
         payloads = self.frame.mapInArrow(partition_fn, _PAYLOAD_SCHEMA)
         try:
             if self.merge == "tree":
@@ -404,6 +413,7 @@ class SparkEncodedData:
                 session.start()
                 self._resident = session
             merged: Payload | None = None
+            self.resident_steps += 1
             for payload in self._resident.request(request):
                 merged = merge_payloads(request[0], merged, payload)
             if merged is None:
@@ -472,6 +482,7 @@ class SparkEncodedData:
                         best = (int(ids[i]), float(ll[bad][i]))
             yield _payload_batch(best)
 
+        self.release_workers()
         found = [pickle.loads(r[0]) for r in self.frame.mapInArrow(find, _PAYLOAD_SCHEMA).collect()]
         found = [f for f in found if f is not None]
         return min(found) if found else None

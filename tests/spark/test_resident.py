@@ -41,7 +41,9 @@ def test_resident_equals_per_iteration_jobs_and_local(frame: Any) -> None:
     for resident in (True, False):
         with SparkEncodedData(df, estimator=EST, num_chunks=2, resident=resident) as handle:
             fits.append(optimize(handle, EST, max_its=6, delta=None, seed=3))
-            assert (handle._resident is not None) == resident
+            assert handle.resident_steps == (8 if resident else 0)  # init + 6 steps + final score
+            assert handle._resident is None  # released when the fit ended: the session is free
+            assert handle.frame.sparkSession.range(3).count() == 3
             init = initialize(handle, EST, seed=5)
             np.testing.assert_allclose(_params(init), _params(initialize(x, EST, seed=5)), rtol=1e-12)
     local = optimize(x, EST, max_its=6, delta=None, seed=3)
@@ -54,7 +56,7 @@ def test_more_partitions_than_slots(frame: Any) -> None:
     df, x = frame
     with SparkEncodedData(df, estimator=EST, num_chunks=5) as handle:  # auto: falls back quietly
         fit = optimize(handle, EST, max_its=2, delta=None, prev_estimate=START)
-        assert handle._resident is None
+        assert handle.resident_steps == 0
     np.testing.assert_allclose(
         _params(fit), _params(optimize(x, EST, max_its=2, delta=None, prev_estimate=START)), rtol=1e-10
     )
@@ -97,6 +99,6 @@ def test_a_failing_resident_task_falls_back_without_changing_estimates(frame: An
     est = MixtureEstimator([_Estimator()] * 2)
     with SparkEncodedData(df, estimator=est, num_chunks=2) as handle:
         fit = optimize(handle, est, max_its=3, delta=None, prev_estimate=START)
-        assert handle._resident is None and handle._resident_mode is False
+        assert handle.resident_steps == 1 and handle._resident_mode is False
     want = optimize(x, EST, max_its=3, delta=None, prev_estimate=START)
     np.testing.assert_allclose(_params(fit), _params(want), rtol=1e-10)
