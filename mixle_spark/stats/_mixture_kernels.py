@@ -94,9 +94,19 @@ def exp_normalize(
     return ll, s, bad, bad_post
 
 
+def _defining_class(cls: type, name: str) -> type | None:
+    return next((k for k in cls.__mro__ if name in vars(k)), None)
+
+
+def _features_match_density(cls: type) -> bool:
+    """False when a subclass overrides ``seq_log_density`` but inherits the feature protocol:
+    the features would then describe the parent's density, not the subclass's."""
+    return _defining_class(cls, "seq_log_density") is _defining_class(cls, "feature_coefficients")
+
+
 def features_shared(components: Sequence[Distribution], accumulators: Sequence[Accumulator] | None) -> bool:
     """True when every component (and accumulator) supports the fast path with one feature map."""
-    if not all(hasattr(c, "feature_key") for c in components):
+    if not all(hasattr(c, "feature_key") and _features_match_density(type(c)) for c in components):
         return False
     if accumulators is not None and not all(hasattr(a, "add_feature_sums") for a in accumulators):
         return False

@@ -116,7 +116,13 @@ class MixtureDistribution(Distribution):
         return self._posterior_from(joint)[:, 0]
 
     def _component_matrix(self, enc: Any) -> np.ndarray:
-        """``log p_k(x_i)`` component-major, shape (K, n) (the layout the E-step works in)."""
+        """``log p_k(x_i)`` component-major, shape (K, n) (the layout the E-step works in).
+
+        With the feature protocol (see :mod:`mixle_spark.stats.base`), one matrix product."""
+        if features_shared(self.components, None):
+            phi = np.asarray(self.components[0].seq_features(enc), dtype=np.float64)  # type: ignore[attr-defined]
+            coef = np.array([c.feature_coefficients(enc) for c in self.components], dtype=np.float64)  # type: ignore[attr-defined]
+            return coef @ phi.T
         rows = [np.asarray(c.seq_log_density(enc), dtype=np.float64) for c in self.components]
         out = np.empty((len(rows), rows[0].shape[0]))
         for k, r in enumerate(rows):
