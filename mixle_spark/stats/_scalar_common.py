@@ -4,21 +4,38 @@
   family's support check (errors name the value and row), then packs the encoded form.
 * :class:`SumAccumulator` - the statistics ``(sw, sx) = (Σw, Σw x)`` that every family here with a
   one-parameter exponential-family likelihood in ``x`` needs; merging is addition.
+* :class:`OneParameterEstimator` - options, floor, estimate and spec of those families' estimators.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from mixle_spark.errors import SchemaError
 from mixle_spark.stats._validate import arrow_float_values, check_integer, check_range, float_values
-from mixle_spark.stats.base import Accumulator, AccumulatorFactory, Encoder
+from mixle_spark.stats.base import (
+    Accumulator,
+    AccumulatorFactory,
+    Distribution,
+    Encoder,
+    Estimator,
+    check_parameter,
+    check_spec_keys,
+    drop_none,
+)
 
-__all__ = ["ScalarEncoder", "SumAccumulator", "SumAccumulatorFactory", "check_counts", "safe_log"]
+__all__ = [
+    "OneParameterEstimator",
+    "ScalarEncoder",
+    "SumAccumulator",
+    "SumAccumulatorFactory",
+    "check_counts",
+    "safe_log",
+]
 
 IMPOSSIBLE_LOG = -1e300
 """Stand-in for log(0) in fast-path coefficients: 0 * -inf would be NaN in a matrix product."""
@@ -140,3 +157,97 @@ class SumAccumulatorFactory(AccumulatorFactory):
 
     def make(self) -> SumAccumulator:
         return self.accumulator_class(self.keys)
+
+
+class OneParameterEstimator(Estimator):
+    """Base of the estimators of one scalar parameter from ``(Σw, Σw x)`` with a scalar prior.
+
+    Subclasses keep their own constructor signature (the floor keyword is named for the
+    parameter: ``min_lam``, ``min_beta``, ``min_p``) and define the point estimate; the options'
+    validation, the floor, the factory, the encoder and the spec round-trip are shared.
+    """
+
+    distribution_class: ClassVar[Any]
+    factory_class: ClassVar[Any]
+    encoder_class: ClassVar[Any]
+    floor_name: ClassVar[str]
+    floor_default: ClassVar[float]
+    floor_expected: ClassVar[str] = "positive"
+    prior_default: ClassVar[float]
+    prior_expected: ClassVar[str] = "a positive finite number"
+
+    def __init__(
+        self,
+        pseudo_count: float | None,
+        suff_stat: float | None,
+        floor: float,
+        name: str | None,
+        keys: str | None,
+    ) -> None:
+        fam = type(self).__name__
+        check_parameter(
+            pseudo_count is None or pseudo_count >= 0,
+            fam,
+            "pseudo_count",
+            pseudo_count,
+            "a non-negative number",
+        )
+        check_parameter(
+            suff_stat is None or self._prior_ok(suff_stat), fam, "suff_stat", suff_stat, self.prior_expected
+        )
+        check_parameter(self._floor_ok(floor), fam, self.floor_name, floor, self.floor_expected)
+        self.pseudo_count = pseudo_count
+        self.suff_stat = None if suff_stat is None else float(suff_stat)
+        setattr(self, self.floor_name, float(floor))
+        self.name = name
+        self.keys = keys
+
+    @property
+    def floor(self) -> float:
+        return float(getattr(self, self.floor_name))
+
+    def _prior_ok(self, value: float) -> bool:
+        return math.isfinite(value) and value > 0
+
+    def _floor_ok(self, value: float) -> bool:
+        return value > 0
+
+    def point_estimate(self, sw: float, sx: float, pc: float, prior: float) -> float:
+        """The parameter from the sums and the prior (before the floor); NaN / inf -> the prior."""
+        total = sw + pc
+        return (sx + pc * prior) / total if total > 0 else prior
+
+    def apply_floor(self, value: float) -> float:
+        return max(value, self.floor)
+
+    def accumulator_factory(self) -> AccumulatorFactory:
+        return self.factory_class(self.keys)  # type: ignore[no-any-return]
+
+    def encoder(self) -> Encoder:
+        return self.encoder_class()  # type: ignore[no-any-return]
+
+    def estimate(self, nobs: float | None, value: Any) -> Distribution:
+        sw, sx = value
+        prior = self.prior_default if self.suff_stat is None else self.suff_stat
+        point = self.point_estimate(sw, sx, self.pseudo_count or 0.0, prior)
+        if not math.isfinite(point):
+            point = prior
+        return self.distribution_class(self.apply_floor(point))  # type: ignore[no-any-return]
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family}
+        spec.update(
+            drop_none(
+                pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name, keys=self.keys
+            )
+        )
+        if self.floor != self.floor_default:
+            spec[self.floor_name] = self.floor
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> Estimator:
+        check_spec_keys(
+            spec, cls.family, optional=("pseudo_count", "suff_stat", cls.floor_name, "name", "keys")
+        )
+        return cls(**{k: v for k, v in spec.items() if k != "type"})

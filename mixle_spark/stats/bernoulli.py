@@ -13,15 +13,19 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import DataValueError
-from mixle_spark.stats._scalar_common import ScalarEncoder, SumAccumulator, SumAccumulatorFactory, safe_log
+from mixle_spark.stats._scalar_common import (
+    OneParameterEstimator,
+    ScalarEncoder,
+    SumAccumulator,
+    SumAccumulatorFactory,
+    safe_log,
+)
 from mixle_spark.stats._validate import check_finite, first_true
 from mixle_spark.stats.base import (
     Distribution,
-    Estimator,
     Sampler,
     check_parameter,
     check_spec_keys,
-    drop_none,
     register_distribution,
     register_estimator,
 )
@@ -137,7 +141,7 @@ class BernoulliAccumulatorFactory(SumAccumulatorFactory):
 
 
 @register_estimator("bernoulli")
-class BernoulliEstimator(Estimator):
+class BernoulliEstimator(OneParameterEstimator):
     """Maximum-likelihood Bernoulli fit ``p = Σw x / Σw``, clipped to ``[min_p, 1 - min_p]``.
 
     Parameters
@@ -156,6 +160,26 @@ class BernoulliEstimator(Estimator):
     With zero total weight the estimate is ``suff_stat`` (or 0.5).
     """
 
+    distribution_class = BernoulliDistribution
+    factory_class = BernoulliAccumulatorFactory
+    encoder_class = BernoulliEncoder
+    floor_name = "min_p"
+    min_p: float
+    floor_default = DEFAULT_MIN_P
+    prior_default = 0.5
+
+    floor_expected = "in [0, 0.5)"
+    prior_expected = "a probability in [0, 1]"
+
+    def _prior_ok(self, value: float) -> bool:
+        return 0.0 <= value <= 1.0
+
+    def _floor_ok(self, value: float) -> bool:
+        return 0.0 <= value < 0.5
+
+    def apply_floor(self, value: float) -> float:
+        return min(max(value, self.floor), 1.0 - self.floor)
+
     def __init__(
         self,
         pseudo_count: float | None = None,
@@ -164,55 +188,4 @@ class BernoulliEstimator(Estimator):
         name: str | None = None,
         keys: str | None = None,
     ) -> None:
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            "BernoulliEstimator",
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
-        check_parameter(
-            suff_stat is None or 0.0 <= suff_stat <= 1.0,
-            "BernoulliEstimator",
-            "suff_stat",
-            suff_stat,
-            "a probability in [0, 1]",
-        )
-        check_parameter(0.0 <= min_p < 0.5, "BernoulliEstimator", "min_p", min_p, "in [0, 0.5)")
-        self.pseudo_count = pseudo_count
-        self.suff_stat = None if suff_stat is None else float(suff_stat)
-        self.min_p = float(min_p)
-        self.name = name
-        self.keys = keys
-
-    def accumulator_factory(self) -> BernoulliAccumulatorFactory:
-        return BernoulliAccumulatorFactory(self.keys)
-
-    def encoder(self) -> BernoulliEncoder:
-        return BernoulliEncoder()
-
-    def estimate(self, nobs: float | None, value: Any) -> BernoulliDistribution:
-        sw, sx = value
-        pc = self.pseudo_count or 0.0
-        p0 = 0.5 if self.suff_stat is None else self.suff_stat
-        total = sw + pc
-        p = (sx + pc * p0) / total if total > 0 else p0
-        if not math.isfinite(p):
-            p = p0
-        return BernoulliDistribution(min(max(p, self.min_p), 1.0 - self.min_p))
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(
-            drop_none(
-                pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name, keys=self.keys
-            )
-        )
-        if self.min_p != DEFAULT_MIN_P:
-            spec["min_p"] = self.min_p
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> BernoulliEstimator:
-        check_spec_keys(spec, "bernoulli", optional=("pseudo_count", "suff_stat", "min_p", "name", "keys"))
-        return cls(**{k: v for k, v in spec.items() if k != "type"})
+        super().__init__(pseudo_count, suff_stat, min_p, name, keys)

@@ -12,15 +12,18 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.stats._scalar_common import ScalarEncoder, SumAccumulator, SumAccumulatorFactory
+from mixle_spark.stats._scalar_common import (
+    OneParameterEstimator,
+    ScalarEncoder,
+    SumAccumulator,
+    SumAccumulatorFactory,
+)
 from mixle_spark.stats._validate import check_range
 from mixle_spark.stats.base import (
     Distribution,
-    Estimator,
     Sampler,
     check_parameter,
     check_spec_keys,
-    drop_none,
     register_distribution,
     register_estimator,
 )
@@ -127,7 +130,7 @@ class ExponentialAccumulatorFactory(SumAccumulatorFactory):
 
 
 @register_estimator("exponential")
-class ExponentialEstimator(Estimator):
+class ExponentialEstimator(OneParameterEstimator):
     """Maximum-likelihood exponential fit ``beta = Σw x / Σw``.
 
     Parameters
@@ -145,6 +148,14 @@ class ExponentialEstimator(Estimator):
     With zero total weight the estimate is ``suff_stat`` (or 1.0).
     """
 
+    distribution_class = ExponentialDistribution
+    factory_class = ExponentialAccumulatorFactory
+    encoder_class = ExponentialEncoder
+    floor_name = "min_beta"
+    min_beta: float
+    floor_default = DEFAULT_MIN_BETA
+    prior_default = 1.0
+
     def __init__(
         self,
         pseudo_count: float | None = None,
@@ -153,57 +164,4 @@ class ExponentialEstimator(Estimator):
         name: str | None = None,
         keys: str | None = None,
     ) -> None:
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            "ExponentialEstimator",
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
-        check_parameter(
-            suff_stat is None or (math.isfinite(suff_stat) and suff_stat > 0),
-            "ExponentialEstimator",
-            "suff_stat",
-            suff_stat,
-            "a positive finite number",
-        )
-        check_parameter(min_beta > 0, "ExponentialEstimator", "min_beta", min_beta, "positive")
-        self.pseudo_count = pseudo_count
-        self.suff_stat = None if suff_stat is None else float(suff_stat)
-        self.min_beta = float(min_beta)
-        self.name = name
-        self.keys = keys
-
-    def accumulator_factory(self) -> ExponentialAccumulatorFactory:
-        return ExponentialAccumulatorFactory(self.keys)
-
-    def encoder(self) -> ExponentialEncoder:
-        return ExponentialEncoder()
-
-    def estimate(self, nobs: float | None, value: Any) -> ExponentialDistribution:
-        sw, sx = value
-        pc = self.pseudo_count or 0.0
-        beta0 = 1.0 if self.suff_stat is None else self.suff_stat
-        total = sw + pc
-        beta = (sx + pc * beta0) / total if total > 0 else beta0
-        if not math.isfinite(beta):
-            beta = beta0
-        return ExponentialDistribution(max(beta, self.min_beta))
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(
-            drop_none(
-                pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name, keys=self.keys
-            )
-        )
-        if self.min_beta != DEFAULT_MIN_BETA:
-            spec["min_beta"] = self.min_beta
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> ExponentialEstimator:
-        check_spec_keys(
-            spec, "exponential", optional=("pseudo_count", "suff_stat", "min_beta", "name", "keys")
-        )
-        return cls(**{k: v for k, v in spec.items() if k != "type"})
+        super().__init__(pseudo_count, suff_stat, min_beta, name, keys)

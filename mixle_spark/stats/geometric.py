@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.stats._scalar_common import (
+    OneParameterEstimator,
     ScalarEncoder,
     SumAccumulator,
     SumAccumulatorFactory,
@@ -20,11 +21,9 @@ from mixle_spark.stats._scalar_common import (
 )
 from mixle_spark.stats.base import (
     Distribution,
-    Estimator,
     Sampler,
     check_parameter,
     check_spec_keys,
-    drop_none,
     register_distribution,
     register_estimator,
 )
@@ -131,7 +130,7 @@ class GeometricAccumulatorFactory(SumAccumulatorFactory):
 
 
 @register_estimator("geometric")
-class GeometricEstimator(Estimator):
+class GeometricEstimator(OneParameterEstimator):
     """Maximum-likelihood geometric fit ``p = Σw / Σw x``, clipped to ``[min_p, 1 - min_p]``.
 
     Parameters
@@ -150,6 +149,16 @@ class GeometricEstimator(Estimator):
     With zero total weight the estimate is ``suff_stat`` (or 0.5).
     """
 
+    distribution_class = GeometricDistribution
+    factory_class = GeometricAccumulatorFactory
+    encoder_class = GeometricEncoder
+    floor_name = "min_p"
+    min_p: float
+    floor_default = DEFAULT_MIN_P
+    floor_expected = "in [0, 0.5)"
+    prior_default = 0.5
+    prior_expected = "a probability in (0, 1]"
+
     def __init__(
         self,
         pseudo_count: float | None = None,
@@ -158,56 +167,19 @@ class GeometricEstimator(Estimator):
         name: str | None = None,
         keys: str | None = None,
     ) -> None:
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            "GeometricEstimator",
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
-        check_parameter(
-            suff_stat is None or 0.0 < suff_stat <= 1.0,
-            "GeometricEstimator",
-            "suff_stat",
-            suff_stat,
-            "a probability in (0, 1]",
-        )
-        check_parameter(0.0 <= min_p < 0.5, "GeometricEstimator", "min_p", min_p, "in [0, 0.5)")
-        self.pseudo_count = pseudo_count
-        self.suff_stat = None if suff_stat is None else float(suff_stat)
-        self.min_p = float(min_p)
-        self.name = name
-        self.keys = keys
+        super().__init__(pseudo_count, suff_stat, min_p, name, keys)
 
-    def accumulator_factory(self) -> GeometricAccumulatorFactory:
-        return GeometricAccumulatorFactory(self.keys)
+    def _prior_ok(self, value: float) -> bool:
+        return 0.0 < value <= 1.0
 
-    def encoder(self) -> GeometricEncoder:
-        return GeometricEncoder()
+    def _floor_ok(self, value: float) -> bool:
+        return 0.0 <= value < 0.5
 
-    def estimate(self, nobs: float | None, value: Any) -> GeometricDistribution:
-        sw, sx = value
-        pc = self.pseudo_count or 0.0
-        p0 = 0.5 if self.suff_stat is None else self.suff_stat
-        trials = sx + pc / p0
-        p = (sw + pc) / trials if sw + pc > 0 and trials > 0 else p0
-        if not math.isfinite(p):
-            p = p0
+    def point_estimate(self, sw: float, sx: float, pc: float, prior: float) -> float:
+        # pc pseudo-observations with mean 1 / prior trials each.
+        trials = sx + pc / prior
+        return (sw + pc) / trials if sw + pc > 0 and trials > 0 else prior
+
+    def apply_floor(self, value: float) -> float:
         # The clip keeps p > 0 even with min_p = 0 (the constructor needs p > 0).
-        return GeometricDistribution(min(max(p, self.min_p, 1e-300), 1.0 - self.min_p))
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(
-            drop_none(
-                pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name, keys=self.keys
-            )
-        )
-        if self.min_p != DEFAULT_MIN_P:
-            spec["min_p"] = self.min_p
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> GeometricEstimator:
-        check_spec_keys(spec, "geometric", optional=("pseudo_count", "suff_stat", "min_p", "name", "keys"))
-        return cls(**{k: v for k, v in spec.items() if k != "type"})
+        return min(max(value, self.floor, 1e-300), 1.0 - self.floor)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.stats._scalar_common import (
+    OneParameterEstimator,
     ScalarEncoder,
     SumAccumulator,
     SumAccumulatorFactory,
@@ -22,11 +23,9 @@ from mixle_spark.stats._scalar_common import (
 from mixle_spark.stats._special import log_factorial
 from mixle_spark.stats.base import (
     Distribution,
-    Estimator,
     Sampler,
     check_parameter,
     check_spec_keys,
-    drop_none,
     register_distribution,
     register_estimator,
 )
@@ -141,7 +140,7 @@ class PoissonAccumulatorFactory(SumAccumulatorFactory):
 
 
 @register_estimator("poisson")
-class PoissonEstimator(Estimator):
+class PoissonEstimator(OneParameterEstimator):
     """Maximum-likelihood Poisson fit ``lam = Σw x / Σw``.
 
     Parameters
@@ -160,6 +159,14 @@ class PoissonEstimator(Estimator):
     With zero total weight the estimate is ``suff_stat`` (or 1.0).
     """
 
+    distribution_class = PoissonDistribution
+    factory_class = PoissonAccumulatorFactory
+    encoder_class = PoissonEncoder
+    floor_name = "min_lam"
+    min_lam: float
+    floor_default = DEFAULT_MIN_LAM
+    prior_default = 1.0
+
     def __init__(
         self,
         pseudo_count: float | None = None,
@@ -168,55 +175,4 @@ class PoissonEstimator(Estimator):
         name: str | None = None,
         keys: str | None = None,
     ) -> None:
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            "PoissonEstimator",
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
-        check_parameter(
-            suff_stat is None or (math.isfinite(suff_stat) and suff_stat > 0),
-            "PoissonEstimator",
-            "suff_stat",
-            suff_stat,
-            "a positive finite number",
-        )
-        check_parameter(min_lam > 0, "PoissonEstimator", "min_lam", min_lam, "positive")
-        self.pseudo_count = pseudo_count
-        self.suff_stat = None if suff_stat is None else float(suff_stat)
-        self.min_lam = float(min_lam)
-        self.name = name
-        self.keys = keys
-
-    def accumulator_factory(self) -> PoissonAccumulatorFactory:
-        return PoissonAccumulatorFactory(self.keys)
-
-    def encoder(self) -> PoissonEncoder:
-        return PoissonEncoder()
-
-    def estimate(self, nobs: float | None, value: Any) -> PoissonDistribution:
-        sw, sx = value
-        pc = self.pseudo_count or 0.0
-        lam0 = 1.0 if self.suff_stat is None else self.suff_stat
-        total = sw + pc
-        lam = (sx + pc * lam0) / total if total > 0 else lam0
-        if not math.isfinite(lam):
-            lam = lam0
-        return PoissonDistribution(max(lam, self.min_lam))
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(
-            drop_none(
-                pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name, keys=self.keys
-            )
-        )
-        if self.min_lam != DEFAULT_MIN_LAM:
-            spec["min_lam"] = self.min_lam
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> PoissonEstimator:
-        check_spec_keys(spec, "poisson", optional=("pseudo_count", "suff_stat", "min_lam", "name", "keys"))
-        return cls(**{k: v for k, v in spec.items() if k != "type"})
+        super().__init__(pseudo_count, suff_stat, min_lam, name, keys)
