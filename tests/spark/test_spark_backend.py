@@ -213,7 +213,13 @@ def test_score_adds_columns_lazily_and_keeps_inputs(spark: Any) -> None:
         ),
         schema=scored.schema,
     )
-    assert_approx_df_equality(scored, expected, precision=1e-12, ignore_nullable=True)
+    # chispa compares array columns exactly; posteriors agree to rounding (batches are centred
+    # separately), so they are compared with a tolerance below.
+    assert_approx_df_equality(
+        scored.drop("probability"), expected.drop("probability"), precision=1e-12, ignore_nullable=True
+    )
+    got = np.array([row.probability for row in scored.orderBy("id").collect()])
+    np.testing.assert_allclose(got, post, rtol=1e-12, atol=1e-15)
 
 
 def test_first_nonfinite_row(spark: Any) -> None:
