@@ -73,20 +73,27 @@ def _handle(data: Any, estimator: Estimator | None, options: dict[str, Any]) -> 
     from mixle_spark.parallel import encoded_data, is_encoded_data_handle
 
     if is_encoded_data_handle(data):
-        return encoded_data(data, **options), False
-    return encoded_data(data, estimator, **options), True
+        return _begin(encoded_data(data, **options)), False
+    return _begin(encoded_data(data, estimator, **options)), True
+
+
+def _begin(handle: Any) -> Any:
+    """Tell a handle a fit starts (backends may then keep long-lived workers, e.g. resident tasks)."""
+    begin = getattr(handle, "begin_fit", None)
+    if begin is not None:
+        begin()
+    return handle
 
 
 def _release(handle: Any, owned: bool) -> None:
-    """Close a handle this call built; otherwise let it free any long-lived workers between fits."""
+    """Tell a handle the fit ended (freeing long-lived workers); close it if this call built it."""
     if handle is None:
         return
+    end = getattr(handle, "end_fit", None)
+    if end is not None:
+        end()
     if owned:
         handle.close()
-    else:
-        release = getattr(handle, "release_workers", None)
-        if release is not None:
-            release()
 
 
 def _check_rows(handle: Any, estimator: Estimator) -> None:

@@ -159,8 +159,11 @@ class SparkEncodedData:
     resident : bool, optional
         Keep decoded partitions in long-lived tasks for the whole fit (one barrier job, E-steps
         requested over a socket; see :mod:`mixle_spark.parallel._spark_resident`). None (default)
-        uses them when the session allows it (classic Spark, partitions <= task slots) and falls
-        back to one job per iteration otherwise or on failure; True requires them; False never.
+        uses them during fits run by :mod:`mixle_spark.estimation` when the session allows it
+        (classic Spark, partitions <= task slots) and falls back to one job per iteration otherwise
+        or on failure; direct ``pysp_*`` calls then run ordinary jobs, so resident tasks never hold
+        the session's task slots outside a fit. True requires them for every E-step (until
+        ``release_workers`` / ``close``); False never uses them.
     merge : {"auto", "tree", "dataframe"}
         ``tree`` uses ``treeAggregate`` (needs RDDs), ``dataframe`` rounds of repartition +
         ``mapInArrow`` merges (works under Spark Connect); ``auto`` picks ``dataframe`` under
@@ -204,6 +207,7 @@ class SparkEncodedData:
         self._resident_mode = resident
         self._resident: Any = None
         self.resident_steps = 0
+        self._fitting = 0
         """How many E-steps resident tasks served (the rest ran as one Spark job each)."""
         self._broadcasts: list[Any] = []
         self._closed = False
@@ -317,6 +321,16 @@ class SparkEncodedData:
             self._release_broadcasts()
             self.frame.unpersist()
 
+    def begin_fit(self) -> None:
+        """Called by the EM driver when a fit starts: E-steps may now use resident tasks."""
+        self._fitting += 1
+
+    def end_fit(self) -> None:
+        """Called by the EM driver when a fit ends: resident tasks are released."""
+        self._fitting = max(self._fitting - 1, 0)
+        if self._fitting == 0:
+            self.release_workers()
+
     def release_workers(self) -> None:
         """End the resident tasks, if any, freeing their task slots for other Spark jobs (they start
         again on the next E-step). The EM driver calls this when a fit ends; while resident tasks run
@@ -370,7 +384,8 @@ class SparkEncodedData:
         self, factory: Any, model: Distribution | None, initialize: tuple[int, float] | None
     ) -> Payload:
         request = (factory, model, initialize)
-        if self._resident_mode is not False and not self.connect:
+        use_resident = self._resident_mode is True or (self._resident_mode is None and self._fitting > 0)
+        if use_resident and not self.connect:
             merged = self._resident_estep(request)
             if merged is not None:
                 return merged

@@ -102,3 +102,11 @@ def test_a_failing_resident_task_falls_back_without_changing_estimates(frame: An
         assert handle.resident_steps == 1 and handle._resident_mode is False
     want = optimize(x, EST, max_its=3, delta=None, prev_estimate=START)
     np.testing.assert_allclose(_params(fit), _params(want), rtol=1e-10)
+
+
+def test_direct_calls_outside_a_fit_use_ordinary_jobs(frame: Any) -> None:
+    df, _x = frame
+    with SparkEncodedData(df, estimator=EST, num_chunks=2) as handle:
+        handle.pysp_em_step(EST, START)
+        assert handle.resident_steps == 0 and handle._resident is None
+        assert df.sparkSession.range(5).count() == 5  # the task slots are free
