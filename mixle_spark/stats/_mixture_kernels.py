@@ -11,8 +11,15 @@ import numpy as np
 from mixle_spark.errors import NonFiniteLikelihoodError
 from mixle_spark.stats.base import Accumulator, Distribution, check_parameter
 
-_LOG_FLOOR = -300.0
+_LOG_FLOOR = -50.0
+"""Terms below ``e^-50`` of a row's largest are dropped (set exactly to 0): with fewer than ~10^5
+components their total is below one rounding unit of the row's sum, so the log-likelihood is unchanged,
+and responsibilities under ``1e-21`` become 0."""
 _EXP_FLOOR = math.exp(_LOG_FLOOR)
+_SPARSE_FRACTION = 0.3
+"""Below this fraction of surviving terms, only the survivors are exponentiated (gather / scatter)."""
+BLOCK_ROWS = 8192
+"""Rows per block of the fused E-step: a (K, 8192) block stays in a core's L2 cache between passes."""
 
 
 def normalized_weights(w: Any, k: int, family: str) -> np.ndarray:
@@ -78,12 +85,7 @@ def exp_normalize(
         m[bad] = 0.0
         joint[:, bad] = 0.0
     joint -= m
-    # exp is the costliest step and numpy's vectorised exp is several times slower when results
-    # underflow; terms below e^-300 of the row's largest are negligible (relative 1e-130), so clip
-    # there and subtract e^-300 back so that they are exactly 0 (w_k = 0 stays exactly 0).
-    np.maximum(joint, _LOG_FLOOR, out=joint)
-    np.exp(joint, out=joint)
-    joint -= _EXP_FLOOR
+    exp_shifted(joint)
     s = joint.sum(axis=0)
     if bad is not None:
         s[bad] = 1.0
@@ -92,6 +94,29 @@ def exp_normalize(
     if bad is not None:
         ll[bad] = bad_m
     return ll, s, bad, bad_post
+
+
+def exp_shifted(joint: np.ndarray) -> None:
+    """``exp(joint) - e^-50`` where ``joint > -50``, exactly 0 elsewhere, in place (``joint <= 0``).
+
+    exp is the costliest step of the E-step (numpy's float64 exp is scalar on CPUs without AVX-512,
+    and several times slower again for results that underflow). Once a model has separated its
+    components most terms of a row are far below its largest, so when fewer than 30% survive only
+    those are exponentiated. Both branches give identical values (w_k = 0 stays exactly 0).
+    """
+    keep = joint > _LOG_FLOOR
+    if joint.flags.c_contiguous and np.count_nonzero(keep) < _SPARSE_FRACTION * joint.size:
+        flat = joint.reshape(-1)
+        idx = np.flatnonzero(keep)
+        vals = flat[idx]
+        np.exp(vals, out=vals)
+        vals -= _EXP_FLOOR
+        flat.fill(0.0)
+        flat[idx] = vals
+    else:
+        np.maximum(joint, _LOG_FLOOR, out=joint)
+        np.exp(joint, out=joint)
+        joint -= _EXP_FLOOR
 
 
 def _defining_class(cls: type, name: str) -> type | None:

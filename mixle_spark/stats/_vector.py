@@ -10,6 +10,7 @@ and mixture fast-path features, so a mixture builds them once per batch, not onc
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -47,6 +48,15 @@ def parameter_vector(value: Any, family: str, name: str) -> np.ndarray:
         "a non-empty 1-D sequence of finite numbers",
     )
     return v  # type: ignore[return-value]
+
+
+@cache
+def triangle_indices(dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(dim)`` computed once per dimension (read-only: the E-step asks per component)."""
+    iu, ju = np.triu_indices(dim)
+    iu.flags.writeable = False
+    ju.flags.writeable = False
+    return iu, ju
 
 
 class VectorBatch:
@@ -395,7 +405,7 @@ class MomentAccumulator(Accumulator):
         if self.diagonal:
             s2 = np.array(sums[d + 1 :], dtype=np.float64)
         else:
-            iu, ju = np.triu_indices(d)
+            iu, ju = triangle_indices(d)
             s2 = np.empty((d, d))
             s2[iu, ju] = sums[d + 1 :]
             s2[ju, iu] = sums[d + 1 :]

@@ -24,6 +24,7 @@ import numpy as np
 
 from mixle_spark.errors import NonFiniteLikelihoodError, SpecError
 from mixle_spark.stats._mixture_kernels import (
+    BLOCK_ROWS,
     exp_normalize,
     features_shared,
     log_weights,
@@ -323,28 +324,54 @@ class MixtureAccumulator(Accumulator):
         weights = np.asarray(weights, dtype=np.float64)
         if weights.shape[0] == 0:
             return np.zeros(0)
-        fast = self.use_fast_path and features_shared(comps, self.accumulators)
-        if fast:
-            # One product scores every component: (K, m) @ (m, n), component-major.
-            phi = np.asarray(comps[0].seq_features(enc), dtype=np.float64)  # type: ignore[attr-defined]
-            coef = np.array([c.feature_coefficients(enc) for c in comps], dtype=np.float64)  # type: ignore[attr-defined]
-            joint = coef @ phi.T
-        else:
-            joint = estimate._component_matrix(enc)
+        if self.use_fast_path and features_shared(comps, self.accumulators):
+            return self._fused_update(enc, weights, estimate)
+        joint = estimate._component_matrix(enc)
         joint += estimate.log_w[:, None]
-        ll, s, bad, bad_post = exp_normalize(joint, estimate.w, comps)
-        # joint becomes R = weights * posterior in place (no second (K, n) array).
+        ll = self._responsibilities(joint, weights, estimate)
+        self.counts += joint.sum(axis=1)
+        for k, (acc, comp) in enumerate(zip(self.accumulators, comps, strict=True)):
+            acc.seq_update(enc, joint[k], comp)
+        return ll
+
+    @staticmethod
+    def _responsibilities(
+        joint: np.ndarray, weights: np.ndarray, estimate: MixtureDistribution
+    ) -> np.ndarray:
+        """Turn ``joint`` (K, n) of ``log w_k + log p_k(x_i)`` into ``weights * posterior`` in place
+        (no second (K, n) array); returns the per-row log-likelihood."""
+        ll, s, bad, bad_post = exp_normalize(joint, estimate.w, estimate.components)
         joint *= weights / s
         if bad is not None and bad_post is not None:
             joint[:, bad] = (bad_post * weights[bad, None]).T
-        self.counts += joint.sum(axis=1)
-        if fast:
-            sums = joint @ phi  # (K, m): every component's Σ r w φ(x) in one product
-            for k, (acc, comp) in enumerate(zip(self.accumulators, comps, strict=True)):
-                acc.add_feature_sums(sums[k], enc, comp)  # type: ignore[attr-defined]
-        else:
-            for k, (acc, comp) in enumerate(zip(self.accumulators, comps, strict=True)):
-                acc.seq_update(enc, joint[k], comp)
+        return ll
+
+    def _fused_update(self, enc: Any, weights: np.ndarray, estimate: MixtureDistribution) -> np.ndarray:
+        """The feature-protocol E-step, fused over blocks of rows that stay in cache.
+
+        Per block: one product scores every component ((K, m) @ (m, b), component-major), the
+        log-sum-exp turns the block into responsibilities in place, and a second product adds every
+        component's ``Σ r w φ(x)`` at once. Each (K, b) block is reused, so the K x n matrix never
+        exists and its passes (max, shift, exp, sum, scale) run from L2 instead of memory.
+        """
+        comps = estimate.components
+        phi = np.asarray(comps[0].seq_features(enc), dtype=np.float64)  # type: ignore[attr-defined]
+        coef = np.array([c.feature_coefficients(enc) for c in comps], dtype=np.float64)  # type: ignore[attr-defined]
+        n, k = phi.shape[0], len(comps)
+        ll = np.empty(n)
+        sums = np.zeros((k, phi.shape[1]))
+        block = np.empty(k * min(n, BLOCK_ROWS))
+        log_w = estimate.log_w[:, None]
+        for a in range(0, n, BLOCK_ROWS):
+            b = min(n, a + BLOCK_ROWS)
+            joint = block[: k * (b - a)].reshape(k, b - a)  # C-contiguous for the sparse exp
+            np.matmul(coef, phi[a:b].T, out=joint)
+            joint += log_w
+            ll[a:b] = self._responsibilities(joint, weights[a:b], estimate)
+            self.counts += joint.sum(axis=1)
+            sums += joint @ phi[a:b]
+        for j, (acc, comp) in enumerate(zip(self.accumulators, comps, strict=True)):
+            acc.add_feature_sums(sums[j], enc, comp)  # type: ignore[attr-defined]
         return ll
 
     def seq_initialize(self, enc: Any, weights: np.ndarray, rng: RowRandom) -> None:

@@ -32,6 +32,7 @@ from mixle_spark.stats._vector import (
     VectorEncoder,
     moments_about_mean,
     parameter_vector,
+    triangle_indices,
 )
 from mixle_spark.stats._vector_estimator import VectorGaussianEstimator
 from mixle_spark.stats.base import (
@@ -134,8 +135,8 @@ class MultivariateGaussianDistribution(Distribution):
         m = self.mu - enc.c
         pm = p @ m
         quad = -p.copy()
-        quad[np.diag_indices(self.dim)] *= 0.5  # y_i^2 appears once, y_i y_j (i < j) stands for two terms
-        iu, ju = np.triu_indices(self.dim)
+        quad.flat[:: self.dim + 1] *= 0.5  # y_i^2 appears once, y_i y_j (i < j) stands for two terms
+        iu, ju = triangle_indices(self.dim)
         return np.concatenate(([self._log_const - 0.5 * float(m @ pm)], pm, quad[iu, ju]))
 
     def sampler(self, seed: int | None = None) -> MultivariateGaussianSampler:
