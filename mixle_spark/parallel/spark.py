@@ -48,6 +48,7 @@ from mixle_spark.parallel._handle import (
     weighted_sum,
 )
 from mixle_spark.stats._random import RowRandom
+from mixle_spark.stats._validate import as_arrow_array
 from mixle_spark.stats.base import Distribution, Encoder, Estimator, seq_update_with_ll
 
 __all__ = ["ROW_ID_COLUMN", "WEIGHT_COLUMN", "SparkEncodedData", "is_spark_connect", "make_spark", "score"]
@@ -237,6 +238,8 @@ class SparkEncodedData:
         self.encoder = (
             estimator.with_scan(self._scan).encoder() if estimator is not None and base.needs_scan else base
         )
+        if self.encoder.compacts:
+            self.frame = self._compacted(self.frame, storage_level or StorageLevel.MEMORY_AND_DISK)
 
     # -- the encoding pass --------------------------------------------------------------------
     def _scan_pass(self, encoder: Encoder, estimator: Estimator | None) -> tuple[Any, np.ndarray, int, int]:
@@ -302,6 +305,37 @@ class SparkEncodedData:
             if s is not None:
                 state = s if state is None else encoder.merge_scans(state, s)
         return state, offsets, n, len(payloads)
+
+    def _compacted(self, frame: DataFrame, level: StorageLevel) -> DataFrame:
+        """The cache in the encoder's compact form (labels -> int32 codes), built from the first
+        cache in one more pass (no second read of the source), which is then released."""
+        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+        encoder, read, columns = self.encoder, _reader(self.columns, self.reads_table), self.columns
+        reads_table = self.reads_table
+
+        def compact(batch: pa.RecordBatch) -> pa.RecordBatch:
+            data = encoder.compact_arrow(read(batch))
+            new = {c: data.column(c) for c in columns} if reads_table else {columns[0]: data}
+            arrays = [as_arrow_array(new.get(name, batch.column(name))) for name in batch.schema.names]
+            return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+        schema = compact(pa.RecordBatch.from_pylist([], schema=to_arrow_schema(frame.schema))).schema
+
+        def compact_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                if batch.num_rows:
+                    yield compact(batch)
+
+        out = frame.mapInArrow(compact_partition, from_arrow_schema(schema)).persist(level)
+        try:
+            out.count()
+        except BaseException:
+            out.unpersist()
+            frame.unpersist()
+            raise
+        frame.unpersist()
+        return out
 
     # -- the handle contract ------------------------------------------------------------------
     def __len__(self) -> int:

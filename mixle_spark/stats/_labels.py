@@ -32,6 +32,16 @@ __all__ = [
 EXPECTED_LABEL = "expected a label for CategoricalEstimator"
 
 
+CODES_FIELD = "__mixle_codes"
+"""The one field of the struct column that carries label codes in a compact cache."""
+
+
+def is_codes_array(array: Any) -> bool:
+    """True for ``struct<__mixle_codes: int>``: label codes made by ``compact_arrow``."""
+    typ = array.type
+    return bool(pa.types.is_struct(typ) and typ.num_fields == 1 and typ.field(0).name == CODES_FIELD)
+
+
 def normalize_label(label: Any) -> Any:
     """numpy scalars -> Python scalars (so np.str_('a') and 'a' are one label with one sort key)."""
     return label.item() if isinstance(label, np.generic) else label

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from mixle_spark.errors import FieldError, SchemaError
+from mixle_spark.stats._validate import as_arrow_array
 from mixle_spark.stats.base import (
     Accumulator,
     AccumulatorFactory,
@@ -72,6 +74,10 @@ class ProductEncoder(Encoder):
     def _arrow_columns(self, data: Any) -> list[Any]:
         raise NotImplementedError
 
+    def _arrow_names(self, data: Any) -> list[str]:
+        """The names of the columns / struct fields that ``_arrow_columns(data)`` returns."""
+        raise NotImplementedError
+
     def _pack_scan(self, scans: list[Any]) -> Any:
         raise NotImplementedError
 
@@ -95,6 +101,28 @@ class ProductEncoder(Encoder):
 
     def from_arrow(self, data: Any) -> tuple[Any, ...]:
         return tuple(self._each("from_arrow", self._arrow_columns(data)))
+
+    @property
+    def compacts(self) -> bool:
+        return any(child.compacts for child in self.children)
+
+    def compact_arrow(self, data: Any) -> Any:
+        """The same table / struct with every field in its child's compact form."""
+        if not self.compacts:
+            return data
+        columns = self._arrow_columns(data)
+        out = []
+        for label, child, column in zip(self.labels, self.children, columns, strict=True):
+            try:
+                out.append(as_arrow_array(child.compact_arrow(column) if child.compacts else column))
+            except (FieldError, SchemaError) as err:
+                raise reraise_at(err, label) from err
+        names = self._arrow_names(data)
+        if isinstance(data, pa.Table):
+            return pa.Table.from_arrays(out, names=names)
+        if isinstance(data, pa.RecordBatch):
+            return pa.RecordBatch.from_arrays(out, names=names)
+        return pa.StructArray.from_arrays(out, names=names)
 
     @property
     def needs_scan(self) -> bool:

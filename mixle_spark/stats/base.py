@@ -139,6 +139,17 @@ class Encoder(ABC):
         """Merge two scan results (associative and commutative)."""
         return None
 
+    # -- compact Arrow form: data encoded once and read every iteration (e.g. a Spark cache) ------
+    @property
+    def compacts(self) -> bool:
+        """True when :meth:`compact_arrow` gives a cheaper column than its input (labels -> codes)."""
+        return False
+
+    def compact_arrow(self, data: Any) -> Any:
+        """``data`` (already accepted by :meth:`from_arrow`) in a compact Arrow form that
+        :meth:`from_arrow` reads back to the same encoding; the default returns it unchanged."""
+        return data
+
     def union(self, other: Encoder) -> Encoder:
         """An encoder that can encode whatever ``self`` and ``other`` can (used by mixtures of models
         whose vocabularies differ). The default requires the two to be equal."""

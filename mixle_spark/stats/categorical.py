@@ -33,9 +33,11 @@ from mixle_spark.errors import (
     SpecError,
 )
 from mixle_spark.stats._labels import (
+    CODES_FIELD,
     EXPECTED_LABEL,
     align_counts,
     hashable_label,
+    is_codes_array,
     lookup_label,
     no_vocabulary_error,
     normalize_label,
@@ -242,6 +244,8 @@ class CategoricalEncoder(Encoder):
     def from_arrow(self, data: Any) -> CategoricalBatch:
         array = as_arrow_array(data)
         n = len(array)
+        if is_codes_array(array):
+            return self._from_codes(array)
         self._check_array(array)
         if array.null_count:
             mask = np.asarray(array.is_null().to_numpy(zero_copy_only=False))
@@ -257,6 +261,37 @@ class CategoricalEncoder(Encoder):
             i = first_true(bad)
             raise unseen_label_error(array[i].as_py(), vocab, i, n, int(bad.sum()))
         return CategoricalBatch(codes, vocab)
+
+    @property
+    def compacts(self) -> bool:
+        return self.labels is not None
+
+    def compact_arrow(self, data: Any) -> Any:
+        """Labels -> their int32 codes in this encoder's vocabulary, as ``struct<__mixle_codes: int>``
+        (the struct tells codes from integer labels; Spark stores it, unlike Arrow dictionaries)."""
+        if self.labels is None or is_codes_array(as_arrow_array(data)):
+            return data
+        codes = pa.array(self.from_arrow(data).codes.astype(np.int32), type=pa.int32())
+        return pa.StructArray.from_arrays([codes], names=[CODES_FIELD])
+
+    def _from_codes(self, array: pa.StructArray) -> CategoricalBatch:
+        n = len(array)
+        if self.labels is None:
+            raise no_vocabulary_error()
+        if array.null_count:
+            mask = np.asarray(array.is_null().to_numpy(zero_copy_only=False))
+            raise null_label_error(first_true(mask), n, int(mask.sum()))
+        codes = np.asarray(array.field(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        k = len(self.labels)
+        if n and (codes.max() >= k or codes.min() < -1):
+            raise SpecError(
+                f"CategoricalEncoder: label codes outside [-1, {k}) for a vocabulary of {k} labels; "
+                "the codes were made with another vocabulary (re-encode the data)"
+            )
+        if self.unseen == "error" and n and (codes < 0).any():
+            bad = codes < 0
+            raise unseen_label_error("<unseen label>", self.labels, first_true(bad), n, int(bad.sum()))
+        return CategoricalBatch(codes, self.labels)
 
     @staticmethod
     def _codes(array: pa.Array, vocab: tuple[Any, ...], check: bool) -> np.ndarray:

@@ -168,6 +168,12 @@ class CompositeEncoder(ProductEncoder):
             )
         return [data.field(j) for j in range(k)]
 
+    def _arrow_names(self, data: Any) -> list[str]:
+        k = len(self.children)
+        if isinstance(data, (pa.Table, pa.RecordBatch)):
+            return list(data.schema.names[:k])
+        return [as_arrow_array(data).type.field(j).name for j in range(k)]
+
     def check_arrow_type(self, arrow_type: Any) -> None:
         if not isinstance(arrow_type, (pa.Schema, pa.StructType)):
             raise SchemaError(

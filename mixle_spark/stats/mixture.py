@@ -262,6 +262,13 @@ class MixtureEncoder(Encoder):
         return self.inner.expected_arrow()
 
     @property
+    def compacts(self) -> bool:
+        return self.inner.compacts
+
+    def compact_arrow(self, data: Any) -> Any:
+        return self.inner.compact_arrow(data)
+
+    @property
     def needs_scan(self) -> bool:
         return self.inner.needs_scan
 

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from mixle_spark.errors import FieldError
 from mixle_spark.stats._product import as_record_list
+from mixle_spark.stats._validate import as_arrow_array
 from mixle_spark.stats.base import (
     Accumulator,
     AccumulatorFactory,
@@ -194,6 +195,24 @@ class OptionalEncoder(Encoder):
     def from_arrow(self, data: Any) -> OptionalEncoded:
         n, present, values = self._split_arrow(data)
         return OptionalEncoded(n, present, self._child_call("from_arrow", n, present, values))
+
+    @property
+    def compacts(self) -> bool:
+        return self.child.compacts
+
+    def compact_arrow(self, data: Any) -> Any:
+        """The child's compact form of the present values, with nulls where values are missing."""
+        if not self.child.compacts or isinstance(data, (pa.Table, pa.RecordBatch)):
+            return self.child.compact_arrow(data) if self.child.compacts else data
+        n, present, values = self._split_arrow(data)
+        compact = as_arrow_array(self._child_call("compact_arrow", n, present, values))
+        if len(present) == n:
+            return compact
+        index = np.zeros(n, dtype=np.int64)
+        index[present] = np.arange(len(present))
+        missing = np.ones(n, dtype=bool)
+        missing[present] = False
+        return compact.take(pa.array(index, mask=missing))
 
     def column_names(self) -> list[str] | None:
         # A table row is never missing as a whole, so an Optional record reads its child's columns.

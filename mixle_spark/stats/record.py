@@ -198,6 +198,9 @@ class RecordEncoder(ProductEncoder):
                 raise schema_error((name,), f"not found; available fields: {', '.join(available)}")
         return [data.field(name) for name in self.labels]
 
+    def _arrow_names(self, data: Any) -> list[str]:
+        return list(self.labels)
+
     def column_names(self) -> list[str]:
         """The columns this record reads from a table (extra columns are ignored)."""
         return list(self.labels)

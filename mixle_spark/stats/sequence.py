@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from mixle_spark.errors import DataTypeError, DataValueError, FieldError, SchemaError, SpecError
 from mixle_spark.stats._product import as_record_list
-from mixle_spark.stats._validate import first_true
+from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import (
     Accumulator,
     AccumulatorFactory,
@@ -249,6 +249,28 @@ class SequenceEncoder(Encoder):
 
     def from_arrow(self, data: Any) -> SequenceEncoded:
         return self._build("from_arrow", *self._flatten_arrow(data))
+
+    @property
+    def compacts(self) -> bool:
+        return self.child.compacts
+
+    def compact_arrow(self, data: Any) -> Any:
+        """The same lists with their elements in the child's compact form."""
+        if not self.child.compacts:
+            return data
+        n, lengths, values = self._flatten_arrow(data)
+        try:
+            compact = as_arrow_array(self.child.compact_arrow(values))
+        except FieldError as err:
+            raise err.in_rows(np.repeat(np.arange(n), lengths), n) from err
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+        out = pa.LargeListArray if len(compact) > np.iinfo(np.int32).max else pa.ListArray
+        lists = out.from_arrays(
+            pa.array(offsets, pa.int64() if out is pa.LargeListArray else pa.int32()), compact
+        )
+        if isinstance(data, (pa.Table, pa.RecordBatch)):
+            return type(data).from_arrays([lists], names=[data.schema.names[0]])
+        return lists
 
     def check_arrow_type(self, arrow_type: Any) -> None:
         if not (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)):

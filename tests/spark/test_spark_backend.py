@@ -22,6 +22,7 @@ from mixle_spark.stats import (
     OptionalEstimator,
     PoissonEstimator,
     RecordEstimator,
+    SequenceEstimator,
 )
 from tests.unit.test_contracts import CASES, IDS
 
@@ -189,6 +190,39 @@ def test_categorical_labels_learned_in_one_pass(spark: Any) -> None:
     est = RecordEstimator({"c": CategoricalEstimator()})
     model = optimize(df, est, max_its=2, num_chunks=4)
     assert model.fields["c"].pmap == pytest.approx({"a": 0.5, "b": 1 / 3, "c": 1 / 6})
+
+
+def test_the_cache_holds_label_codes_not_strings(spark: Any) -> None:
+    rows = [
+        {"c": c, "tags": tags, "x": float(i)}
+        for i, (c, tags) in enumerate(
+            [("b", ["u", "v"]), (None, []), ("a", ["v"]), ("c", ["u", "u", "w"])] * 30
+        )
+    ]
+    table = pa.Table.from_pylist(rows)
+    est = MixtureEstimator(
+        [
+            RecordEstimator(
+                {
+                    "c": OptionalEstimator(CategoricalEstimator()),
+                    "tags": SequenceEstimator(CategoricalEstimator()),
+                    "x": GaussianEstimator(),
+                }
+            )
+        ]
+        * 2
+    )
+    with encoded_data(spark.createDataFrame(table), est, num_chunks=3) as handle:
+        types = {f.name: f.dataType.simpleString() for f in handle.frame.schema.fields}
+        assert types["c"] == "struct<__mixle_codes:int>"
+        assert types["tags"] == "array<struct<__mixle_codes:int>>"
+        assert types["x"] == "double"
+        start = initialize(handle, est, seed=3)
+        local = LocalEncodedData(table, estimator=est)
+        assert local.pysp_em_step(est, start)[1] == pytest.approx(
+            handle.pysp_em_step(est, start)[1], rel=1e-12
+        )
+        _assert_models_close(handle.pysp_em_step(est, start)[2], local.pysp_em_step(est, start)[2])
 
 
 def test_score_adds_columns_lazily_and_keeps_inputs(spark: Any) -> None:
