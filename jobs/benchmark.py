@@ -3,6 +3,7 @@
     python jobs/benchmark.py --local                 # n=1e6, d=10, k=16 (DESIGN.md's reference size)
     python jobs/benchmark.py --local --rows 200000   # quicker
     python jobs/benchmark.py --spark                 # Spark backend vs MLlib, vs local, driver memory
+    python jobs/benchmark.py --model-parallel        # component threading: 2 workers vs 1
 
 ``--local``: the local backend against scikit-learn's ``GaussianMixture`` (full and diagonal
 covariance), both started from the same model (weights, means, covariances) on the same data, with the
@@ -15,12 +16,19 @@ number of iterations (they follow the same EM path, so these agree closely). Abs
 ``pyspark.ml.clustering.GaussianMixture`` (full covariance) per iteration, the Spark backend against
 the local backend on the same data and start, and the driver's memory (Python process RSS) after
 fits at growing ``n`` with data generated inside Spark (it must not grow with ``n``).
+
+``--model-parallel``: a 64-component full-covariance mixture on d=20 (an E-step bound by the
+components, not the rows): the E-step through ``ModelParallelEstimator`` with 2 threads against 1
+(the M-step is the same serial driver code for both), with one BLAS thread per process as in a Spark
+task, and a check that the models estimated from the two E-steps are bit-identical.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
 import time
 import warnings
@@ -223,6 +231,46 @@ def run_spark(
     spark.stop()
 
 
+def run_model_parallel(rows: int, seed: int, rounds: int) -> int:
+    """2 threads vs 1 on a component-bound E-step (re-executed with one BLAS thread per process)."""
+    if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        cmd = [sys.executable, os.path.abspath(__file__), "--model-parallel", "--mp-rows", str(rows)]
+        return subprocess.call([*cmd, "--seed", str(seed), "--rounds", str(rounds)], env=env)
+    from mixle_spark.parallel import ModelParallelEstimator
+
+    k, d = 64, 20
+    rng = np.random.default_rng(seed)
+    comps = [
+        MultivariateGaussianDistribution(rng.normal(0.0, 3.0, d), np.diag(rng.uniform(0.5, 2.0, d)))
+        for _ in range(k)
+    ]
+    model = MixtureDistribution(comps, np.full(k, 1.0 / k))
+    x = np.asarray(model.sampler(seed).sample(rows))
+    est = MixtureEstimator([MultivariateGaussianEstimator(dim=d, min_covar=REG, ridge=0.0)] * k)
+    handle = LocalEncodedData(x, estimator=est, chunk_size=65_536)
+    handle.pysp_em_step(est, model)  # builds the cached features once
+
+    def estep(workers: int) -> tuple[float, Any]:
+        t0 = time.perf_counter()
+        nobs, value = handle.pysp_stream_accumulate(ModelParallelEstimator(est, num_workers=workers), model)
+        return time.perf_counter() - t0, est.estimate(nobs, value)
+
+    print(f"model-parallel E-step: n={rows}, d={d}, k={k}, one BLAS thread, {rounds} rounds")
+    print(f"{'round':<6} {'1 worker s':>11} {'2 workers s':>12} {'speed-up':>9}")
+    ratios = []
+    for r in range(rounds):
+        t1, one = estep(1)
+        t2, two = estep(2)
+        if one.to_dict() != two.to_dict():
+            print("RESULTS DIFFER between 1 and 2 workers", file=sys.stderr)
+            return 1
+        ratios.append(t1 / t2)
+        print(f"{r + 1:<6} {t1:>11.3f} {t2:>12.3f} {ratios[-1]:>8.2f}x")
+    print(f"median speed-up {statistics.median(ratios):.2f}x (target 1.6x); models bit-identical")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -237,15 +285,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--partitions", type=int, default=2, help="partitions (<= task slots keeps E-steps resident)"
     )
-    parser.add_argument("--rounds", type=int, default=3, help="alternating MLlib/mixle rounds (--spark)")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="measurement rounds (--spark, --model-parallel)"
+    )
+    parser.add_argument(
+        "--model-parallel", action="store_true", help="component threading: 2 workers vs 1 (k=64, d=20)"
+    )
+    parser.add_argument("--mp-rows", type=int, default=200_000, help="rows for --model-parallel")
     parser.add_argument(
         "--memory-sizes",
         default="100000,1000000,4000000",
         help="comma-separated n for the driver-memory check (--spark)",
     )
     args = parser.parse_args(argv)
-    if not (args.local or args.spark):
-        parser.error("choose a benchmark: --local and/or --spark")
+    if not (args.local or args.spark or args.model_parallel):
+        parser.error("choose a benchmark: --local, --spark and/or --model-parallel")
+    if args.model_parallel:
+        status = run_model_parallel(args.mp_rows, args.seed, args.rounds)
+        if status or not (args.local or args.spark):
+            return status
     if args.spark:
         sizes = [int(v) for v in args.memory_sizes.split(",") if v]
         run_spark(

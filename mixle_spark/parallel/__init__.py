@@ -1,10 +1,42 @@
-"""Planning and backends: importing this namespace registers the built-in encoded-data backends."""
+"""Planning and backends: importing this namespace registers the built-in encoded-data backends.
+
+The names follow the reference API page (``mixle.utils.parallel``): resources and advisory plans
+(:mod:`~mixle_spark.parallel.planner`), the encoded-data registry, model-parallel E-steps
+(:mod:`~mixle_spark.parallel.model_parallel`), model decomposition and balance plans.
+"""
 
 from typing import Any
 
+from mixle_spark.parallel.balance import (
+    BalancePlan,
+    UnrealizedModelPlacementError,
+    auto_balanced_estimator,
+    balance_plan,
+)
 from mixle_spark.parallel.local import LocalEncodedData, make_local
+from mixle_spark.parallel.model_decomposition import ModelDecomposition, decompose_model
+from mixle_spark.parallel.model_parallel import (
+    ComponentParallelEncodedData,
+    ComponentParallelEstimator,
+    ModelParallelEncodedData,
+    ModelParallelEstimator,
+    auto_parallel_estimator,
+    component_parallel_fold,
+    make_model_parallel,
+    model_parallel_fold,
+)
+from mixle_spark.parallel.planner import (
+    DeviceSpec,
+    ModelShard,
+    Placement,
+    PlacementShard,
+    Resources,
+    model_sharding_plan,
+    plan,
+)
 from mixle_spark.parallel.registry import (
     EncodedDataControlConflictError,
+    UnsupportedControlError,
     available_encoded_data_backends,
     encoded_data,
     is_encoded_data_handle,
@@ -12,6 +44,9 @@ from mixle_spark.parallel.registry import (
 )
 
 register_encoded_data_backend("local", make_local, aliases=("serial", "numpy"))
+register_encoded_data_backend(
+    "model_parallel", make_model_parallel, aliases=("component_parallel", "mp_model")
+)
 
 
 def _make_spark(data: Any, **options: Any) -> Any:
@@ -29,10 +64,31 @@ def _is_spark_dataframe(data: Any) -> bool:
 register_encoded_data_backend("spark", _make_spark, aliases=("pyspark",), default_for=_is_spark_dataframe)
 
 __all__ = [
+    "BalancePlan",
+    "ComponentParallelEncodedData",
+    "ComponentParallelEstimator",
+    "DeviceSpec",
     "EncodedDataControlConflictError",
     "LocalEncodedData",
+    "ModelDecomposition",
+    "ModelParallelEncodedData",
+    "ModelParallelEstimator",
+    "ModelShard",
+    "Placement",
+    "PlacementShard",
+    "Resources",
+    "UnrealizedModelPlacementError",
+    "UnsupportedControlError",
+    "auto_balanced_estimator",
+    "auto_parallel_estimator",
     "available_encoded_data_backends",
+    "balance_plan",
+    "component_parallel_fold",
+    "decompose_model",
     "encoded_data",
     "is_encoded_data_handle",
+    "model_parallel_fold",
+    "model_sharding_plan",
+    "plan",
     "register_encoded_data_backend",
 ]

@@ -95,3 +95,14 @@ def one_column_error(columns: list[str]) -> SchemaError:
         f"the model reads one column but the data has {len(columns)}: {columns}; "
         "pass column=NAME or use a RecordEstimator"
     )
+
+
+def check_engine_and_precision(backend: str, engine: Any, precision: Any) -> None:
+    """Our backends compute with numpy in float64: any other engine or precision is refused."""
+    if engine is not None and str(engine).lower() != "numpy":
+        raise ValueError(f"the {backend!r} backend computes with numpy; engine={engine!r} is not available")
+    if precision is not None and precision not in ("auto", "float64", "fp64", np.float64):
+        raise ValueError(
+            f"the {backend!r} backend computes in float64; precision={precision!r} cannot be honoured "
+            "(results must agree across backends to 1e-9)"
+        )

@@ -9,6 +9,7 @@ initialization, so results do not depend on the chunking.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,20 +19,28 @@ import pyarrow as pa
 from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
 from mixle_spark.parallel._handle import (
     bind_estimator,
+    check_engine_and_precision,
     fold_key_passes,
     initial_keep_weights,
     one_column_error,
     seed_from,
     weighted_sum,
 )
+from mixle_spark.parallel.registry import CONTROL_DEFAULTS, refuse_controls
 from mixle_spark.stats._random import RowRandom
 from mixle_spark.stats.base import Distribution, Encoder, Estimator, seq_update_with_ll
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "LocalEncodedData", "make_local"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "LOCAL_CONTROLS", "LocalEncodedData", "make_local"]
 
 DEFAULT_CHUNK_SIZE = 262_144
 """Rows per encoded chunk: large enough for efficient matrix products, small enough that the
 n x k temporaries of a mixture E-step stay in memory comfortably."""
+
+
+def _split(start: int, stop: int, pieces: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` cut into ``pieces`` near-equal contiguous ranges (empty ones dropped)."""
+    edges = np.linspace(start, stop, pieces + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in itertools.pairwise(edges) if b > a]
 
 
 def _as_table(data: Any) -> pa.Table | None:
@@ -80,9 +89,23 @@ class LocalEncodedData:
         weights: Any = None,
         column: str | None = None,
         encoder: Encoder | None = None,
+        sub_chunks: int = 1,
+        placement: Any = None,
+        resources: Any = None,
+        parallel_chunks: bool = False,
+        chunk_workers: int | None = None,
+        num_workers: int | None = None,
     ) -> None:
         if estimator is None and model is None and encoder is None:
             raise TypeError("LocalEncodedData needs an estimator, a model or an encoder")
+        if type(parallel_chunks) is not bool:
+            raise TypeError(f"parallel_chunks must be True or False, got {parallel_chunks!r}")
+        for name, value in (("sub_chunks", sub_chunks), ("chunk_workers", chunk_workers)):
+            if value is not None and (type(value) is not int or value < 1):
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        self.chunk_workers = chunk_workers if parallel_chunks else None
+        self.parallel_chunks = parallel_chunks
+        self.num_workers = num_workers
         self._closed = False
         table = _as_table(data)
         if table is None and isinstance(data, pa.ChunkedArray | pa.Array):
@@ -94,7 +117,23 @@ class LocalEncodedData:
         self._weights = self._resolve_weights(weights, table, n)
         if table is not None and isinstance(weights, str):
             table = table.drop_columns([weights])
-        bounds = self._chunk_bounds(n, chunk_size, num_chunks)
+        if placement is None and resources is not None:
+            from mixle_spark.parallel.planner import plan
+
+            placement = plan(
+                data, model=model, estimator=estimator, encoder=encoder, resources=resources,
+                num_chunks=num_chunks, sub_chunks=sub_chunks,
+            )  # fmt: skip
+        if placement is not None:
+            if chunk_size is not None or num_chunks is not None:
+                raise ValueError("pass a placement (or resources) or chunk_size / num_chunks, not both")
+            placement.validate(total_rows=n, resources=resources)
+            shards = [(s.start, s.stop, s.sub_chunks) for s in placement.shards]
+            bounds = [piece for a, b, k in shards for piece in _split(a, b, k)]
+        else:
+            whole = self._chunk_bounds(n, chunk_size, num_chunks)
+            bounds = [piece for a, b in whole for piece in _split(a, b, sub_chunks)]
+        self.placement = placement
         base_encoder = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
         source = self._column_source(base_encoder, table, column) if table is not None else data
         self._scan: Any = None
@@ -196,8 +235,29 @@ class LocalEncodedData:
             yield np.arange(start, stop, dtype=np.uint64), enc, self._weights[start:stop]
 
     def bind(self, estimator: Estimator) -> Estimator:
-        """``estimator`` with this data's scanned vocabularies / ranges fixed."""
-        return bind_estimator(estimator, self._scan, self.encoder)
+        """``estimator`` with this data's scanned vocabularies / ranges fixed (and its E-step
+        threaded over ``num_workers`` threads when that was asked for)."""
+        bound = bind_estimator(estimator, self._scan, self.encoder)
+        if self.num_workers is None:
+            return bound
+        from mixle_spark.parallel.model_parallel import ModelParallelEstimator
+
+        return (
+            bound
+            if isinstance(bound, ModelParallelEstimator)
+            else ModelParallelEstimator(bound, self.num_workers)
+        )
+
+    def _map_chunks(self, fn: Any) -> Iterator[Any]:
+        """``fn`` over the chunks in order; threaded when ``parallel_chunks`` (results in order)."""
+        chunks = list(self._iter_chunks())
+        if not self.parallel_chunks or len(chunks) < 2:
+            return map(fn, chunks)
+        from concurrent.futures import ThreadPoolExecutor
+
+        workers = self.chunk_workers or min(len(chunks), os.cpu_count() or 1)
+        with ThreadPoolExecutor(workers, thread_name_prefix="mixle-chunks") as pool:
+            return iter(list(pool.map(fn, chunks)))
 
     def pysp_em_step(
         self, estimator: Estimator, prev_estimate: Distribution
@@ -209,14 +269,18 @@ class LocalEncodedData:
 
     def _accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, float, Any]:
         factory = estimator.accumulator_factory()
+
+        def fold(chunk: tuple[np.ndarray, Any, np.ndarray]) -> tuple[Any, float, float]:
+            _ids, enc, w = chunk
+            acc = factory.make()
+            return acc, weighted_sum(w, seq_update_with_ll(acc, enc, w, model)), float(w.sum())
+
         total: Any = None
         nobs = 0.0
         ll = 0.0
-        for _ids, enc, w in self._iter_chunks():
-            acc = factory.make()
-            rows_ll = seq_update_with_ll(acc, enc, w, model)
-            ll += weighted_sum(w, rows_ll)
-            nobs += float(w.sum())
+        for acc, chunk_ll, chunk_n in self._map_chunks(fold):  # merged in chunk order, always
+            ll += chunk_ll
+            nobs += chunk_n
             total = acc if total is None else total.combine(acc.value())
         return nobs, ll, total
 
@@ -233,9 +297,11 @@ class LocalEncodedData:
         """(total weight, weighted total log-likelihood of ``estimate``)."""
         nobs = 0.0
         ll = 0.0
-        for _ids, enc, w in self._iter_chunks():
-            ll += weighted_sum(w, estimate.seq_log_density(enc))
-            nobs += float(w.sum())
+        for chunk_ll, chunk_n in self._map_chunks(
+            lambda c: (weighted_sum(c[2], estimate.seq_log_density(c[1])), float(c[2].sum()))
+        ):
+            ll += chunk_ll
+            nobs += chunk_n
         return nobs, ll
 
     def seq_log_density(self, estimate: Distribution) -> np.ndarray:
@@ -274,6 +340,24 @@ class LocalEncodedData:
         return None
 
 
+LOCAL_CONTROLS = (
+    "encoder",
+    "num_chunks",
+    "sub_chunks",
+    "placement",
+    "resources",
+    "engine",
+    "precision",
+    "parallel_chunks",
+    "chunk_workers",
+    "num_workers",
+)
+
+
 def make_local(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> LocalEncodedData:
-    """Registry factory of the ``local`` backend."""
-    return LocalEncodedData(data, estimator=estimator, model=model, **options)
+    """Registry factory of the ``local`` backend: honours :data:`LOCAL_CONTROLS` and refuses the
+    other controls of ``encoded_data`` (``engine`` only ``"numpy"``, ``precision`` only float64)."""
+    controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
+    refuse_controls("local", controls, LOCAL_CONTROLS)
+    check_engine_and_precision("local", controls.pop("engine", None), controls.pop("precision", None))
+    return LocalEncodedData(data, estimator=estimator, model=model, **controls, **options)

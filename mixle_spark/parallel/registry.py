@@ -11,10 +11,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
+    "CONTROL_DEFAULTS",
     "EncodedDataControlConflictError",
+    "UnsupportedControlError",
     "available_encoded_data_backends",
     "encoded_data",
     "is_encoded_data_handle",
+    "refuse_controls",
     "register_encoded_data_backend",
 ]
 
@@ -54,6 +57,10 @@ def register_encoded_data_backend(
     ValueError naming the owner unless ``override=True``. ``default_for(data)`` (optional) makes this
     backend the default for data it accepts when ``backend=None``.
     """
+    if not callable(factory):
+        raise TypeError(f"backend factory must be callable, got {factory!r}")
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a backend needs a non-empty name, got {name!r}")
     canonical = name.lower()
     names = [canonical, *(a.lower() for a in aliases)]
     for key in names:
@@ -85,7 +92,12 @@ def _resolve(backend: str | None, data: Any) -> str:
         return "local"
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a name (str) or None, got {backend!r}")
-    key = backend.lower()
+    key = backend.strip().lower()
+    if not key:
+        raise ValueError(
+            "backend must be a non-empty name (or None for the default); registered backends: "
+            f"{', '.join(sorted(_FACTORIES))}"
+        )
     if key not in _FACTORIES:
         raise ValueError(
             f"unknown encoded-data backend {backend!r}; registered backends: {', '.join(sorted(_FACTORIES))}"
@@ -93,29 +105,108 @@ def _resolve(backend: str | None, data: Any) -> str:
     return key
 
 
+# The controls of ``encoded_data`` and the value that means "not asked for".
+CONTROL_DEFAULTS: dict[str, Any] = {
+    "encoder": None,
+    "placement": None,
+    "resources": None,
+    "engine": None,
+    "precision": None,
+    "num_chunks": None,
+    "sub_chunks": 1,
+    "backend": None,
+    "num_workers": None,
+    "client": None,
+    "comm": None,
+    "root": 0,
+    "root_only": False,
+    "parallel_chunks": False,
+    "chunk_workers": None,
+    "batch_size": None,
+    "shuffle": None,
+    "seed": None,
+}
+
+
+class UnsupportedControlError(ValueError):
+    """A backend was asked for a control it cannot honour (it is refused, never silently ignored)."""
+
+
+def refuse_controls(backend: str, controls: dict[str, Any], honoured: Iterable[str]) -> None:
+    """Raise :class:`UnsupportedControlError` for any control in ``controls`` not in ``honoured``."""
+    honoured = set(honoured)
+    refused = [k for k in controls if k not in honoured]
+    if refused:
+        asked = ", ".join(f"{k}={controls[k]!r}" for k in refused)
+        raise UnsupportedControlError(
+            f"the {backend!r} backend cannot honour {asked}; it honours: {', '.join(sorted(honoured))}"
+        )
+
+
 def encoded_data(
     data: Any,
     estimator: Any = None,
     model: Any = None,
-    *,
+    encoder: Any = None,
+    placement: Any = None,
+    resources: Any = None,
+    engine: Any = None,
+    precision: Any = None,
+    num_chunks: int | None = None,
+    sub_chunks: int = 1,
     backend: str | None = None,
+    num_workers: int | None = None,
+    client: Any = None,
+    comm: Any = None,
+    root: int = 0,
+    root_only: bool = False,
+    parallel_chunks: bool = False,
+    chunk_workers: int | None = None,
+    batch_size: int | None = None,
+    shuffle: bool | None = None,
+    seed: int | None = None,
     **options: Any,
 ) -> Any:
     """Encode ``data`` for ``estimator`` (or for scoring with ``model``) with the chosen backend.
 
-    An existing handle is returned unchanged when no option asks for a change; any control passed
-    with a handle raises :class:`EncodedDataControlConflictError` (it could not be honoured).
-    Unknown options are rejected by the backend's factory, never silently dropped.
+    Parameters
+    ----------
+    data : records, numpy array, pandas / pyarrow table, Spark DataFrame, or an encoded handle
+    estimator, model, encoder : what the data is encoded for (the encoder is resolved from them)
+    placement, resources, engine, precision, num_chunks, sub_chunks : placement controls (see
+        :func:`mixle_spark.parallel.planner.plan`)
+    backend : str, optional
+        A registered backend name or alias (case-insensitive); None picks the default for the
+        data (``spark`` for a Spark DataFrame, else ``local``).
+    num_workers, client, comm, root, root_only, parallel_chunks, chunk_workers, batch_size,
+    shuffle, seed : backend controls, as in the reference API.
+    **options : backend-specific options (e.g. ``column``, ``weights``, ``depth`` for Spark).
+
+    Only the controls that differ from their defaults reach the backend's factory, which honours
+    them or raises :class:`UnsupportedControlError` naming them. An existing handle is returned
+    unchanged when no control is given; otherwise :class:`EncodedDataControlConflictError`.
     """
+    controls = _controls(locals())
     if is_encoded_data_handle(data):
-        asked = {k: v for k, v in options.items() if v is not None}
-        if backend is not None:
-            asked["backend"] = backend
+        asked = [k for k, v in (("estimator", estimator), ("model", model)) if v is not None]
+        asked += [*controls, *sorted(options)]
         if asked:
             raise EncodedDataControlConflictError(
-                f"data is already an encoded-data handle ({type(data).__name__}); the controls "
-                f"{sorted(asked)} would change its encoding: build a new handle from the raw data instead"
+                f"existing encoded handle ({type(data).__name__}) cannot apply control(s): "
+                f"{', '.join(asked)}; omit controls to reuse it unchanged"
             )
         return data
     name = _resolve(backend, data)
-    return _FACTORIES[name](data, estimator=estimator, model=model, **options)
+    controls.pop("backend", None)
+    return _FACTORIES[name](data, estimator=estimator, model=model, **controls, **options)
+
+
+def _controls(scope: dict[str, Any]) -> dict[str, Any]:
+    """The controls in ``scope`` that differ from their defaults (ints and bools compared exactly)."""
+    out = {}
+    for name, default in CONTROL_DEFAULTS.items():
+        value = scope[name]
+        if value is default or (type(value) is type(default) and value == default):
+            continue
+        out[name] = value
+    return out

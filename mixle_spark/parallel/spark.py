@@ -40,6 +40,7 @@ from mixle_spark.errors import DataValueError, EmptyDataError, FieldError, Schem
 from mixle_spark.parallel._handle import (
     Payload,
     bind_estimator,
+    check_engine_and_precision,
     fold_key_passes,
     initial_keep_weights,
     merge_payloads,
@@ -47,6 +48,7 @@ from mixle_spark.parallel._handle import (
     seed_from,
     weighted_sum,
 )
+from mixle_spark.parallel.registry import CONTROL_DEFAULTS, refuse_controls
 from mixle_spark.stats._random import RowRandom
 from mixle_spark.stats._validate import as_arrow_array
 from mixle_spark.stats.base import Distribution, Encoder, Estimator, seq_update_with_ll
@@ -171,6 +173,9 @@ class SparkEncodedData:
         Spark Connect and ``tree`` otherwise.
     storage_level : pyspark.StorageLevel
         How the encoded DataFrame is persisted (default ``MEMORY_AND_DISK``).
+    num_workers : int, optional
+        Thread each task's E-step over this many threads (a mixture's components or row blocks, a
+        record's fields; see :mod:`mixle_spark.parallel.model_parallel`), e.g. ``spark.task.cpus``.
     """
 
     def __init__(
@@ -187,6 +192,7 @@ class SparkEncodedData:
         storage_level: StorageLevel | None = None,
         encoder: Encoder | None = None,
         resident: bool | None = None,
+        num_workers: int | None = None,
     ) -> None:
         if estimator is None and model is None and encoder is None:
             raise TypeError("SparkEncodedData needs an estimator, a model or an encoder")
@@ -196,10 +202,13 @@ class SparkEncodedData:
             raise ValueError(f"merge must be 'auto', 'tree' or 'dataframe', got {merge!r}")
         if num_chunks is not None and (not isinstance(num_chunks, int) or num_chunks < 1):
             raise ValueError(f"num_chunks must be a positive integer, got {num_chunks!r}")
+        if num_workers is not None and (type(num_workers) is not int or num_workers < 1):
+            raise ValueError(f"num_workers must be None or an integer >= 1, got {num_workers!r}")
         self.connect = is_spark_connect(data)
         if merge == "tree" and self.connect:
             raise ValueError("merge='tree' needs RDDs, which Spark Connect does not have; use 'dataframe'")
         self.merge = ("dataframe" if self.connect else "tree") if merge == "auto" else merge
+        self.num_workers = num_workers
         self.depth = depth
         if resident and self.connect:
             raise ValueError(
@@ -379,8 +388,16 @@ class SparkEncodedData:
         self._broadcasts = []
 
     def bind(self, estimator: Estimator) -> Estimator:
-        """``estimator`` with this data's scanned vocabularies / ranges fixed."""
-        return bind_estimator(estimator, self._scan, self.encoder)
+        """``estimator`` with this data's scanned vocabularies / ranges fixed (its E-step threaded
+        over ``num_workers`` threads per task when that was asked for)."""
+        bound = bind_estimator(estimator, self._scan, self.encoder)
+        if self.num_workers is None:
+            return bound
+        from mixle_spark.parallel.model_parallel import ModelParallelEstimator
+
+        if isinstance(bound, ModelParallelEstimator):
+            return bound
+        return ModelParallelEstimator(bound, self.num_workers)
 
     def _ship(self, model: Any) -> Any:
         """A reference to ``model`` for executors: a broadcast, or the model itself under Connect."""
@@ -588,9 +605,24 @@ def _merge_with_dataframes(payloads: DataFrame, factory: Any, parts: int, depth:
     return merged
 
 
+SPARK_CONTROLS = ("encoder", "num_chunks", "resources", "engine", "precision", "num_workers")
+
+
 def make_spark(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> SparkEncodedData:
-    """Registry factory of the ``spark`` backend."""
-    return SparkEncodedData(data, estimator=estimator, model=model, **options)
+    """Registry factory of the ``spark`` backend.
+
+    Honours :data:`SPARK_CONTROLS`: ``num_chunks`` repartitions; ``resources`` (without
+    ``num_chunks``) asks for one partition per resource slot; ``num_workers`` threads each task's
+    E-step (:class:`~mixle_spark.parallel.model_parallel.ModelParallelEstimator`). Row placements
+    and ``sub_chunks`` are Spark's to decide (Arrow batches split partitions), so they are refused.
+    """
+    controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
+    refuse_controls("spark", controls, SPARK_CONTROLS)
+    check_engine_and_precision("spark", controls.pop("engine", None), controls.pop("precision", None))
+    resources = controls.pop("resources", None)
+    if resources is not None and controls.get("num_chunks") is None:
+        controls["num_chunks"] = len(resources.devices)
+    return SparkEncodedData(data, estimator=estimator, model=model, **controls, **options)
 
 
 def score(

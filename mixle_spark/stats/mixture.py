@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,9 @@ from mixle_spark.stats.base import (
     register_distribution,
     register_estimator,
 )
+
+MapFunction = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]
+"""``map``, or an executor's ordered ``map``: how a batch's independent work items run."""
 
 __all__ = [
     "MixtureAccumulator",
@@ -317,6 +321,18 @@ class MixtureAccumulator(Accumulator):
         Rows impossible under every component get the prior weights as responsibilities (so their
         weight is spread by ``w`` rather than producing NaN); their log-likelihood is ``-inf``.
         """
+        return self.threaded_update(enc, weights, estimate, map)
+
+    def threaded_update(
+        self, enc: Any, weights: np.ndarray, estimate: Distribution | None, map_fn: MapFunction
+    ) -> np.ndarray:
+        """:meth:`seq_update` with its independent work items mapped by ``map_fn`` (``map``, or a
+        thread pool's ordered ``map``; numpy releases the GIL in the products and ufuncs).
+
+        The work items are the fused kernel's row blocks, or else the components (scoring, then each
+        component's statistics). Results are combined in item order, so every ``map_fn`` gives
+        bit-identical statistics.
+        """
         if not isinstance(estimate, MixtureDistribution):
             raise SpecError(
                 "MixtureAccumulator.seq_update needs the current MixtureDistribution as "
@@ -332,13 +348,17 @@ class MixtureAccumulator(Accumulator):
         if weights.shape[0] == 0:
             return np.zeros(0)
         if self.use_fast_path and features_shared(comps, self.accumulators):
-            return self._fused_update(enc, weights, estimate)
-        joint = estimate._component_matrix(enc)
+            return self._fused_update(enc, weights, estimate, map_fn)
+        rows = list(map_fn(lambda c: np.asarray(c.seq_log_density(enc), dtype=np.float64), comps))
+        joint = np.empty((len(rows), rows[0].shape[0]))
+        for k, r in enumerate(rows):
+            joint[k] = r
         joint += estimate.log_w[:, None]
         ll = self._responsibilities(joint, weights, estimate)
         self.counts += joint.sum(axis=1)
-        for k, (acc, comp) in enumerate(zip(self.accumulators, comps, strict=True)):
-            acc.seq_update(enc, joint[k], comp)
+        work = zip(self.accumulators, joint, comps, strict=True)
+        for _ in map_fn(lambda item: item[0].seq_update(enc, item[1], item[2]), work):
+            pass
         return ll
 
     @staticmethod
@@ -353,30 +373,40 @@ class MixtureAccumulator(Accumulator):
             joint[:, bad] = (bad_post * weights[bad, None]).T
         return ll
 
-    def _fused_update(self, enc: Any, weights: np.ndarray, estimate: MixtureDistribution) -> np.ndarray:
+    def _fused_update(
+        self, enc: Any, weights: np.ndarray, estimate: MixtureDistribution, map_fn: MapFunction
+    ) -> np.ndarray:
         """The feature-protocol E-step, fused over blocks of rows that stay in cache.
 
         Per block: one product scores every component ((K, m) @ (m, b), component-major), the
-        log-sum-exp turns the block into responsibilities in place, and a second product adds every
-        component's ``Σ r w φ(x)`` at once. Each (K, b) block is reused, so the K x n matrix never
-        exists and its passes (max, shift, exp, sum, scale) run from L2 instead of memory.
+        log-sum-exp turns the block into responsibilities in place, and a second product gives every
+        component's ``Σ r w φ(x)`` at once. The (K, b) block buffer is reused (one per thread), so
+        the K x n matrix never exists and its passes (max, shift, exp, sum, scale) run from L2.
+        Block statistics are added in block order, whatever ran them.
         """
         comps = estimate.components
         phi = np.asarray(comps[0].seq_features(enc), dtype=np.float64)  # type: ignore[attr-defined]
         coef = np.array([c.feature_coefficients(enc) for c in comps], dtype=np.float64)  # type: ignore[attr-defined]
         n, k = phi.shape[0], len(comps)
         ll = np.empty(n)
-        sums = np.zeros((k, phi.shape[1]))
-        block = np.empty(k * min(n, BLOCK_ROWS))
         log_w = estimate.log_w[:, None]
-        for a in range(0, n, BLOCK_ROWS):
+        buffers = threading.local()
+
+        def block(a: int) -> tuple[np.ndarray, np.ndarray]:
             b = min(n, a + BLOCK_ROWS)
-            joint = block[: k * (b - a)].reshape(k, b - a)  # C-contiguous for the sparse exp
+            buf = getattr(buffers, "joint", None)
+            if buf is None:
+                buf = buffers.joint = np.empty(k * min(n, BLOCK_ROWS))
+            joint = buf[: k * (b - a)].reshape(k, b - a)  # C-contiguous for the sparse exp
             np.matmul(coef, phi[a:b].T, out=joint)
             joint += log_w
             ll[a:b] = self._responsibilities(joint, weights[a:b], estimate)
-            self.counts += joint.sum(axis=1)
-            sums += joint @ phi[a:b]
+            return joint.sum(axis=1), joint @ phi[a:b]
+
+        sums = np.zeros((k, phi.shape[1]))
+        for counts, block_sums in map_fn(block, range(0, n, BLOCK_ROWS)):
+            self.counts += counts
+            sums += block_sums
         for j, (acc, comp) in enumerate(zip(self.accumulators, comps, strict=True)):
             acc.add_feature_sums(sums[j], enc, comp)  # type: ignore[attr-defined]
         return ll

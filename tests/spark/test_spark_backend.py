@@ -12,7 +12,14 @@ import pytest
 
 from mixle_spark.errors import DataTypeError, DataValueError, EmptyDataError, SchemaError
 from mixle_spark.estimation import initialize, optimize
-from mixle_spark.parallel import LocalEncodedData, encoded_data
+from mixle_spark.parallel import (
+    LocalEncodedData,
+    ModelParallelEstimator,
+    Resources,
+    UnsupportedControlError,
+    encoded_data,
+    plan,
+)
 from mixle_spark.stats import (
     CategoricalEstimator,
     GaussianDistribution,
@@ -264,3 +271,45 @@ def test_first_nonfinite_row(spark: Any) -> None:
     row = handle.first_nonfinite_row(CategoricalDistribution({"a": 0.5, "b": 0.5}))
     assert row is not None and row[0] == 2 and math.isinf(row[1])
     handle.close()
+
+
+def test_model_parallel_estimator_on_spark_equals_the_plain_local_fit(spark: Any) -> None:
+    model = MixtureDistribution(
+        [GaussianDistribution(-3.0, 1.0), GaussianDistribution(0.0, 0.5), GaussianDistribution(4.0, 2.0)],
+        [0.3, 0.3, 0.4],
+    )
+    x = np.asarray(model.sampler(8).sample(20_000))
+    est = MixtureEstimator([GaussianEstimator()] * 3)
+    want = optimize(x, est, max_its=4, delta=None, seed=2, print_iter=0)
+    df = spark.createDataFrame(pa.table({"value": x}))
+    wrapped = ModelParallelEstimator(est, num_workers=2)
+    for options in ({"num_chunks": 2}, {"num_chunks": 3, "resident": False}):
+        got = optimize(df, wrapped, max_its=4, delta=None, seed=2, print_iter=0, **options)
+        _assert_models_close(got, want, rtol=1e-10)
+    via_control = optimize(df, est, max_its=4, delta=None, seed=2, print_iter=0, num_workers=2, num_chunks=2)
+    _assert_models_close(via_control, want, rtol=1e-10)
+
+
+def test_spark_refuses_controls_it_cannot_honour_and_uses_resources(spark: Any) -> None:
+    df = spark.createDataFrame(pa.table({"value": np.arange(40.0)}))
+    with pytest.raises(UnsupportedControlError, match=r"'spark' backend cannot honour sub_chunks=2"):
+        encoded_data(df, GaussianEstimator(), sub_chunks=2)
+    with pytest.raises(UnsupportedControlError, match=r"comm='world'"):
+        encoded_data(df, GaussianEstimator(), comm="world")
+    with pytest.raises(ValueError, match=r"precision='bf16' cannot be honoured"):
+        encoded_data(df, GaussianEstimator(), precision="bf16")
+    resources = Resources.from_spark(spark.sparkContext)
+    assert len(resources) == spark.sparkContext.defaultParallelism == 2
+    with encoded_data(df, GaussianEstimator(), resources=Resources.local(3)) as handle:
+        assert handle.frame.rdd.getNumPartitions() == 3
+
+
+def test_plan_measures_a_spark_dataframe(spark: Any) -> None:
+    df = spark.createDataFrame(pa.table({"x": np.arange(500.0), "c": ["a", "b"] * 250}))
+    est = RecordEstimator({"x": GaussianEstimator(), "c": CategoricalEstimator()})
+    placement = plan(df, estimator=est, resources=Resources.local(2), num_chunks=4)
+    assert placement.backend == "spark"
+    assert placement.total_rows == 500
+    assert placement.num_chunks == 4
+    assert placement.encoded_row_bytes > 8
+    assert placement.fits
