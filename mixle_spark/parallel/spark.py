@@ -24,7 +24,6 @@ and draws the same random responsibilities as the local backend for one seed, wh
 from __future__ import annotations
 
 import logging
-import math
 import pickle
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -42,103 +41,34 @@ from mixle_spark.parallel._handle import (
     bind_estimator,
     check_engine_and_precision,
     fold_key_passes,
-    initial_keep_weights,
     merge_payloads,
-    one_column_error,
     seed_from,
-    weighted_sum,
+)
+from mixle_spark.parallel._spark_common import (
+    _LOW_BITS,
+    _PAYLOAD_SCHEMA,
+    _SCAN_SCHEMA,
+    ROW_ID_COLUMN,
+    WEIGHT_COLUMN,
+    _check_schema,
+    _data_columns,
+    _global_row,
+    _merge_with_dataframes,
+    _payload_batch,
+    _reader,
+    _row_ids,
+    _vector_columns_to_arrays,
+    _weights,
+    accumulate_chunks,
+    is_spark_connect,
 )
 from mixle_spark.parallel.registry import CONTROL_DEFAULTS, refuse_controls
-from mixle_spark.stats._random import RowRandom
 from mixle_spark.stats._validate import as_arrow_array
-from mixle_spark.stats.base import Distribution, Encoder, Estimator, seq_update_with_ll
+from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
 __all__ = ["ROW_ID_COLUMN", "WEIGHT_COLUMN", "SparkEncodedData", "is_spark_connect", "make_spark", "score"]
 
-ROW_ID_COLUMN = "__mixle_mid"
-WEIGHT_COLUMN = "__mixle_weight"
-_PAYLOAD_SCHEMA = "payload binary"
-_SCAN_SCHEMA = "payload binary"
-_LOW_BITS = (1 << 33) - 1  # monotonically_increasing_id = (partition index << 33) + offset
 logger = logging.getLogger("mixle_spark.parallel.spark")
-
-
-def is_spark_connect(df: Any) -> bool:
-    """True for a Spark Connect DataFrame (no RDDs, broadcasts or SparkContext)."""
-    return type(df).__module__.startswith("pyspark.sql.connect")
-
-
-def _dumps(value: Any) -> bytes:
-    return pickle.dumps(value, protocol=5)
-
-
-def _payload_batch(value: Any) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({"payload": pa.array([_dumps(value)], pa.binary())})
-
-
-def _vector_columns_to_arrays(df: DataFrame, columns: list[str]) -> DataFrame:
-    """ML Vector columns become array<double> once, at encoding (Arrow cannot carry the UDT cheaply)."""
-    try:
-        from pyspark.ml.functions import vector_to_array
-        from pyspark.ml.linalg import VectorUDT
-    except ImportError:  # pragma: no cover - pyspark.ml needs numpy, which we require
-        return df
-    for name in columns:
-        if isinstance(df.schema[name].dataType, VectorUDT):
-            df = df.withColumn(name, vector_to_array(F.col(name)))
-    return df
-
-
-def _data_columns(df: DataFrame, encoder: Encoder, column: str | None, weights: str | None) -> list[str]:
-    names = encoder.column_names()
-    available = [c for c in df.columns if c != weights]
-    if names is not None:
-        for name in names:
-            if name not in df.columns:
-                raise SchemaError(f"column {name!r} not found; the DataFrame has columns {df.columns}")
-        return list(names)
-    if column is not None:
-        if column not in df.columns:
-            raise SchemaError(f"column {column!r} not found; the DataFrame has columns {df.columns}")
-        return [column]
-    if len(available) != 1:
-        raise one_column_error(available)
-    return available
-
-
-def _check_schema(df: DataFrame, encoder: Encoder, columns: list[str]) -> None:
-    """Check the Arrow types the columns will arrive as before any job runs."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    try:
-        schema = to_arrow_schema(df.select(*columns).schema)
-    except Exception as err:  # a type Arrow cannot carry
-        raise SchemaError(f"columns {columns}: cannot be read through Arrow: {err}") from None
-    if encoder.column_names() is not None:
-        encoder.check_arrow_type(schema)
-        return
-    try:
-        encoder.check_arrow_type(schema.field(0).type)
-    except SchemaError as err:
-        raise SchemaError(f"column {columns[0]!r}: {err}") from None
-
-
-def _reader(columns: list[str], reads_table: bool) -> Callable[[pa.RecordBatch], Any]:
-    """What an encoder's from_arrow reads out of a batch: the record columns, or one column."""
-    if reads_table:
-        return lambda batch: batch.select(columns)
-    return lambda batch: batch.column(columns[0])
-
-
-def _row_ids(batch: pa.RecordBatch, offsets: np.ndarray) -> np.ndarray:
-    mid = batch.column(ROW_ID_COLUMN).to_numpy().astype(np.int64)
-    return (offsets[mid >> 33] + (mid & _LOW_BITS)).astype(np.uint64)
-
-
-def _weights(batch: pa.RecordBatch, has_weights: bool) -> np.ndarray:
-    if has_weights:
-        return np.asarray(batch.column(WEIGHT_COLUMN).to_numpy(zero_copy_only=False), dtype=np.float64)
-    return np.ones(batch.num_rows)
 
 
 class SparkEncodedData:
@@ -552,57 +482,6 @@ class SparkEncodedData:
         found = [pickle.loads(r[0]) for r in self.frame.mapInArrow(find, _PAYLOAD_SCHEMA).collect()]
         found = [f for f in found if f is not None]
         return min(found) if found else None
-
-
-def accumulate_chunks(chunks: Iterable[tuple[Any, np.ndarray, Any]], request: Any) -> Payload:
-    """One partition's payload: ``request = (factory, model, initialize)``.
-
-    ``factory`` None scores ``model`` only; ``initialize = (seed, p)`` runs the row-keyed initial
-    selection; otherwise an E-step from ``model``. ``chunks`` are ``(encoded, weights, row ids)``.
-    """
-    factory, model, initialize = request
-    acc = None if factory is None else factory.make()
-    touched = False
-    nobs = ll = 0.0
-    for enc, w, ids in chunks:
-        touched = True
-        if acc is None:
-            ll += weighted_sum(w, model.seq_log_density(enc))
-        elif initialize is not None:
-            seed, p = initialize
-            kept = w * initial_keep_weights(seed, ids, p)
-            acc.seq_initialize(enc, kept, RowRandom(seed, ids).child("init"))
-            w = kept
-        else:
-            ll += weighted_sum(w, seq_update_with_ll(acc, enc, w, model))
-        nobs += float(w.sum())
-    return (nobs, ll, acc.value() if acc is not None and touched else None)
-
-
-def _global_row(mid: int, offsets: np.ndarray) -> int:
-    part = mid >> 33
-    return int(offsets[part]) + (mid & _LOW_BITS) if part < len(offsets) else mid & _LOW_BITS
-
-
-def _merge_with_dataframes(payloads: DataFrame, factory: Any, parts: int, depth: int) -> Payload | None:
-    """Merge payload rows without RDDs: rounds of repartition + mapInArrow, the last rows collected."""
-
-    def merge_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        merged = None
-        for batch in batches:
-            for blob in batch.column(0).to_pylist():
-                merged = merge_payloads(factory, merged, pickle.loads(blob))
-        yield _payload_batch(merged)
-
-    scale = max(math.ceil(parts ** (1.0 / depth)), 2)
-    frame = payloads
-    while parts > scale:
-        parts = math.ceil(parts / scale)
-        frame = frame.repartition(parts).mapInArrow(merge_partition, _PAYLOAD_SCHEMA)
-    merged: Payload | None = None
-    for row in frame.collect():
-        merged = merge_payloads(factory, merged, pickle.loads(row[0]))
-    return merged
 
 
 SPARK_CONTROLS = ("encoder", "num_chunks", "resources", "engine", "precision", "num_workers")
