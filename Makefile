@@ -3,10 +3,13 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-EXTRAS ?= spark,test,dev,bench
+EXTRAS ?= spark,test,dev,bench,mpi
+# The mpich wheel (extra `mpi`) puts mpiexec beside the venv's python; mpi4py finds its libmpi itself.
+MPIEXEC ?= $(VENV)/bin/mpiexec
+MPI_PYTEST := $(PY) -m pytest tests/mpi -m mpi -q -p no:cacheprovider
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-fast lint format bench sample-data clean
+.PHONY: help setup demo test test-mpi test-fast lint format bench sample-data clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -17,13 +20,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
-setup: $(STAMP) ## Create .venv and install the package with the spark, test, dev and bench extras
+setup: $(STAMP) ## Create .venv and install the package with the spark, test, dev, bench and mpi extras
 
 demo: $(STAMP) ## Fit conf/models/sample.json to the bundled sample with Spark; writes output/sample_fit/
 	$(PY) jobs/em_fit.py
 
-test: $(STAMP) ## Run the whole test suite (unit, spark, slow)
+test: $(STAMP) ## Run the whole test suite (unit, spark, slow, then the MPI tests under mpiexec)
 	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory test-mpi
+
+test-mpi: $(STAMP) ## Run the MPI backend's SPMD tests under mpiexec with 2 and 3 ranks
+	OMP_NUM_THREADS=1 timeout 600 $(MPIEXEC) -n 2 $(MPI_PYTEST)
+	OMP_NUM_THREADS=1 timeout 600 $(MPIEXEC) -n 3 $(MPI_PYTEST)
 
 test-fast: $(STAMP) ## Run the tests not marked slow
 	$(PY) -m pytest -q -m "not slow"

@@ -4,6 +4,7 @@
     python jobs/benchmark.py --local --rows 200000   # quicker
     python jobs/benchmark.py --spark                 # Spark backend vs MLlib, vs local, driver memory
     python jobs/benchmark.py --model-parallel        # component threading: 2 workers vs 1
+    python jobs/benchmark.py --mp                    # mp backend: 2 worker processes vs 1
 
 ``--local``: the local backend against scikit-learn's ``GaussianMixture`` (full and diagonal
 covariance), both started from the same model (weights, means, covariances) on the same data, with the
@@ -21,6 +22,10 @@ fits at growing ``n`` with data generated inside Spark (it must not grow with ``
 components, not the rows): the E-step through ``ModelParallelEstimator`` with 2 threads against 1
 (the M-step is the same serial driver code for both), with one BLAS thread per process as in a Spark
 task, and a check that the models estimated from the two E-steps are bit-identical.
+
+``--mp``: the ``mp`` backend (worker processes holding their shards) with 2 workers against 1 on the
+full-covariance mixture at ``--rows`` (default 1e6), seconds per iteration after the first, and the
+log-likelihood both reach (equal to the local backend's).
 """
 
 from __future__ import annotations
@@ -271,6 +276,36 @@ def run_model_parallel(rows: int, seed: int, rounds: int) -> int:
     return 0
 
 
+def run_mp(rows: int, dim: int, k: int, its: int, seed: int, rounds: int) -> int:
+    """mp backend: throughput of 2 worker processes against 1 (and the local backend's result)."""
+    from mixle_spark.parallel import MPEncodedData
+
+    x, _ = make_data(rows, dim, k, seed)
+    start = starting_point(x, k, seed)
+    est = MixtureEstimator([MultivariateGaussianEstimator(min_covar=REG, ridge=0.0)] * k)
+    per_it: dict[int, list[float]] = {1: [], 2: []}
+    lls: dict[int, float] = {}
+    print(f"mp backend: n={rows}, d={dim}, k={k}, full covariance, {its} iterations, {rounds} rounds")
+    print(f"{'round':<6} {'1 worker s/it':>14} {'2 workers s/it':>15} {'throughput ratio':>17}")
+    handles = {w: MPEncodedData(x, est, num_workers=w) for w in (1, 2)}
+    try:
+        for r in range(rounds):
+            for w, handle in handles.items():
+                model = iterate(handle, est, max_its=its, prev_estimate=_mixture_start(start))
+                hist = model.fit_result.history
+                per_it[w].append(statistics.median(h.seconds for h in hist[1:its]))
+                lls[w] = hist[its - 1].log_likelihood / rows
+            one, two = per_it[1][-1], per_it[2][-1]
+            print(f"{r + 1:<6} {one:>14.3f} {two:>15.3f} {one / two:>16.2f}x")
+    finally:
+        for handle in handles.values():
+            handle.close()
+    ratio = statistics.median(a / b for a, b in zip(per_it[1], per_it[2], strict=True))
+    print(f"median throughput ratio 2 workers / 1: {ratio:.2f}x (target 1.7x)")
+    print(f"mean log-likelihood after {its} iterations: 1 worker {lls[1]:.8f}, 2 workers {lls[2]:.8f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -292,17 +327,22 @@ def main(argv: list[str] | None = None) -> int:
         "--model-parallel", action="store_true", help="component threading: 2 workers vs 1 (k=64, d=20)"
     )
     parser.add_argument("--mp-rows", type=int, default=200_000, help="rows for --model-parallel")
+    parser.add_argument("--mp", action="store_true", help="mp backend: 2 worker processes vs 1")
     parser.add_argument(
         "--memory-sizes",
         default="100000,1000000,4000000",
         help="comma-separated n for the driver-memory check (--spark)",
     )
     args = parser.parse_args(argv)
-    if not (args.local or args.spark or args.model_parallel):
-        parser.error("choose a benchmark: --local, --spark and/or --model-parallel")
+    if not (args.local or args.spark or args.model_parallel or args.mp):
+        parser.error("choose a benchmark: --local, --spark, --model-parallel and/or --mp")
+    if args.mp:
+        run_mp(args.rows, args.dim, args.components, args.iterations, args.seed, min(args.rounds, 3))
+        if not (args.local or args.spark or args.model_parallel):
+            return 0
     if args.model_parallel:
         status = run_model_parallel(args.mp_rows, args.seed, args.rounds)
-        if status or not (args.local or args.spark):
+        if status or not (args.local or args.spark or args.mp):
             return status
     if args.spark:
         sizes = [int(v) for v in args.memory_sizes.split(",") if v]

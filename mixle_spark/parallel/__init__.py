@@ -25,6 +25,7 @@ from mixle_spark.parallel.model_parallel import (
     make_model_parallel,
     model_parallel_fold,
 )
+from mixle_spark.parallel.multiprocessing import MPEncodedData, make_mp
 from mixle_spark.parallel.planner import (
     DeviceSpec,
     ModelShard,
@@ -42,8 +43,29 @@ from mixle_spark.parallel.registry import (
     is_encoded_data_handle,
     register_encoded_data_backend,
 )
+from mixle_spark.parallel.training_contracts import (
+    BackendCapabilities,
+    CollectiveKind,
+    DistributedUpdate,
+    ParallelAxis,
+    ParallelPlan,
+    ParameterLayout,
+    PayloadKind,
+    StateLayout,
+    StepReceipt,
+    available_training_backends,
+    get_training_backend,
+    register_training_backend,
+)
+from mixle_spark.parallel.training_launchers import (
+    LightningFabricLauncher,
+    RayTrainLauncher,
+    WorkerTopologyAttestation,
+    attest_worker_coordinate,
+)
 
 register_encoded_data_backend("local", make_local, aliases=("serial", "numpy"))
+register_encoded_data_backend("mp", make_mp, aliases=("multiprocessing",))
 register_encoded_data_backend(
     "model_parallel", make_model_parallel, aliases=("component_parallel", "mp_model")
 )
@@ -56,39 +78,65 @@ def _make_spark(data: Any, **options: Any) -> Any:
     return make_spark(data, **options)
 
 
+def _make_mpi(data: Any, **options: Any) -> Any:
+    # Imported on first use: mpi4py is an optional extra (and ``python -m ...mpi`` must not find
+    # the module already imported).
+    from mixle_spark.parallel.mpi import make_mpi
+
+    return make_mpi(data, **options)
+
+
 def _is_spark_dataframe(data: Any) -> bool:
     cls = type(data)
     return cls.__name__ == "DataFrame" and cls.__module__.startswith("pyspark.sql")
 
 
+register_encoded_data_backend("mpi", _make_mpi, aliases=("mpi4py",))
 register_encoded_data_backend("spark", _make_spark, aliases=("pyspark",), default_for=_is_spark_dataframe)
 
 __all__ = [
+    "BackendCapabilities",
     "BalancePlan",
+    "CollectiveKind",
     "ComponentParallelEncodedData",
     "ComponentParallelEstimator",
     "DeviceSpec",
+    "DistributedUpdate",
     "EncodedDataControlConflictError",
+    "LightningFabricLauncher",
     "LocalEncodedData",
+    "MPEncodedData",
     "ModelDecomposition",
     "ModelParallelEncodedData",
     "ModelParallelEstimator",
     "ModelShard",
+    "ParallelAxis",
+    "ParallelPlan",
+    "ParameterLayout",
+    "PayloadKind",
     "Placement",
     "PlacementShard",
+    "RayTrainLauncher",
     "Resources",
+    "StateLayout",
+    "StepReceipt",
     "UnrealizedModelPlacementError",
     "UnsupportedControlError",
+    "WorkerTopologyAttestation",
+    "attest_worker_coordinate",
     "auto_balanced_estimator",
     "auto_parallel_estimator",
     "available_encoded_data_backends",
+    "available_training_backends",
     "balance_plan",
     "component_parallel_fold",
     "decompose_model",
     "encoded_data",
+    "get_training_backend",
     "is_encoded_data_handle",
     "model_parallel_fold",
     "model_sharding_plan",
     "plan",
     "register_encoded_data_backend",
+    "register_training_backend",
 ]

@@ -3,16 +3,26 @@ row-keyed initial selection, the tying pass, weighted log-likelihood sums, mergi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from mixle_spark.errors import SchemaError
 from mixle_spark.stats._random import RowRandom, seed_to_int
-from mixle_spark.stats.base import Accumulator, AccumulatorFactory, Encoder, Estimator
+from mixle_spark.stats.base import (
+    Accumulator,
+    AccumulatorFactory,
+    Distribution,
+    Encoder,
+    Estimator,
+    seq_update_with_ll,
+)
 
 __all__ = [
     "Payload",
+    "PayloadHandle",
+    "accumulate_chunks",
     "bind_estimator",
     "fold_key_passes",
     "initial_keep_weights",
@@ -106,3 +116,81 @@ def check_engine_and_precision(backend: str, engine: Any, precision: Any) -> Non
             f"the {backend!r} backend computes in float64; precision={precision!r} cannot be honoured "
             "(results must agree across backends to 1e-9)"
         )
+
+
+def accumulate_chunks(chunks: Iterable[tuple[Any, np.ndarray, Any]], request: Any) -> Payload:
+    """One partition's payload: ``request = (factory, model, initialize)``.
+
+    ``factory`` None scores ``model`` only; ``initialize = (seed, p)`` runs the row-keyed initial
+    selection; otherwise an E-step from ``model``. ``chunks`` are ``(encoded, weights, row ids)``.
+    """
+    factory, model, initialize = request
+    acc = None if factory is None else factory.make()
+    touched = False
+    nobs = ll = 0.0
+    for enc, w, ids in chunks:
+        touched = True
+        if acc is None:
+            ll += weighted_sum(w, model.seq_log_density(enc))
+        elif initialize is not None:
+            seed, p = initialize
+            kept = w * initial_keep_weights(seed, ids, p)
+            acc.seq_initialize(enc, kept, RowRandom(seed, ids).child("init"))
+            w = kept
+        else:
+            ll += weighted_sum(w, seq_update_with_ll(acc, enc, w, model))
+        nobs += float(w.sum())
+    return (nobs, ll, acc.value() if acc is not None and touched else None)
+
+
+class PayloadHandle:
+    """The handle contract for backends whose workers each fold their chunks into one payload.
+
+    A subclass provides ``bind(estimator)`` and ``_estep(factory, model, initialize) -> Payload``:
+    every worker runs :func:`accumulate_chunks` over its chunks with ``(factory, model, initialize)``
+    and the payloads are merged (:func:`merge_payloads`); the M-step runs here, once.
+    """
+
+    def bind(self, estimator: Estimator) -> Estimator:
+        raise NotImplementedError
+
+    def _estep(
+        self, factory: Any, model: Distribution | None, initialize: tuple[int, float] | None
+    ) -> Payload:
+        raise NotImplementedError
+
+    def pysp_em_step(
+        self, estimator: Estimator, prev_estimate: Distribution
+    ) -> tuple[float, float, Distribution]:
+        """One pass: (total weight, log-likelihood of ``prev_estimate``, next estimate)."""
+        bound = self.bind(estimator)
+        factory = bound.accumulator_factory()
+        nobs, ll, value = self._estep(factory, prev_estimate, None)
+        return nobs, ll, bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
+
+    def pysp_seq_estimate(self, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
+        """The next EM estimate from ``prev_estimate``."""
+        return self.pysp_em_step(estimator, prev_estimate)[2]
+
+    def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
+        """The E-step fold without the M-step: (total weight, merged statistics value)."""
+        factory = self.bind(estimator).accumulator_factory()
+        nobs, _ll, value = self._estep(factory, model, None)
+        return nobs, fold_key_passes(factory.make().from_value(value)).value()
+
+    def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
+        """(total weight, weighted total log-likelihood of ``estimate``)."""
+        nobs, ll, _ = self._estep(None, estimate, None)
+        return nobs, ll
+
+    def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
+        """An initial model from rows kept with probability ``p`` (a hash of seed and global row id)
+        and row-keyed random statistics: the same model as the local backend for one seed."""
+        bound = self.bind(estimator)
+        seed = seed_from(rng)
+        p = 1.0 if p is None or p >= 1.0 else (0.1 if p <= 0.0 else float(p))
+        factory = bound.accumulator_factory()
+        nobs, _ll, value = self._estep(factory, None, (seed, p))
+        if nobs < max(bound.min_rows(), 1) and p < 1.0:
+            nobs, _ll, value = self._estep(factory, None, (seed, 1.0))
+        return bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())

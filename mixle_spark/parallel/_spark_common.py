@@ -17,13 +17,10 @@ from pyspark.sql import functions as F
 from mixle_spark.errors import SchemaError
 from mixle_spark.parallel._handle import (
     Payload,
-    initial_keep_weights,
     merge_payloads,
     one_column_error,
-    weighted_sum,
 )
-from mixle_spark.stats._random import RowRandom
-from mixle_spark.stats.base import Encoder, seq_update_with_ll
+from mixle_spark.stats.base import Encoder
 
 ROW_ID_COLUMN = "__mixle_mid"
 WEIGHT_COLUMN = "__mixle_weight"
@@ -108,31 +105,6 @@ def _weights(batch: pa.RecordBatch, has_weights: bool) -> np.ndarray:
     if has_weights:
         return np.asarray(batch.column(WEIGHT_COLUMN).to_numpy(zero_copy_only=False), dtype=np.float64)
     return np.ones(batch.num_rows)
-
-
-def accumulate_chunks(chunks: Iterable[tuple[Any, np.ndarray, Any]], request: Any) -> Payload:
-    """One partition's payload: ``request = (factory, model, initialize)``.
-
-    ``factory`` None scores ``model`` only; ``initialize = (seed, p)`` runs the row-keyed initial
-    selection; otherwise an E-step from ``model``. ``chunks`` are ``(encoded, weights, row ids)``.
-    """
-    factory, model, initialize = request
-    acc = None if factory is None else factory.make()
-    touched = False
-    nobs = ll = 0.0
-    for enc, w, ids in chunks:
-        touched = True
-        if acc is None:
-            ll += weighted_sum(w, model.seq_log_density(enc))
-        elif initialize is not None:
-            seed, p = initialize
-            kept = w * initial_keep_weights(seed, ids, p)
-            acc.seq_initialize(enc, kept, RowRandom(seed, ids).child("init"))
-            w = kept
-        else:
-            ll += weighted_sum(w, seq_update_with_ll(acc, enc, w, model))
-        nobs += float(w.sum())
-    return (nobs, ll, acc.value() if acc is not None and touched else None)
 
 
 def _global_row(mid: int, offsets: np.ndarray) -> int:

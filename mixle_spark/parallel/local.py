@@ -76,6 +76,9 @@ class LocalEncodedData:
         Per-row non-negative weights, or the name of a weight column.
     column : str, optional
         The column a non-Record model reads from a multi-column table.
+    encode : bool
+        False validates the weights and runs the scan but encodes nothing: ``source`` then holds
+        the rows (or the column) for another process to encode (the ``mp`` backend).
     """
 
     def __init__(
@@ -95,6 +98,7 @@ class LocalEncodedData:
         parallel_chunks: bool = False,
         chunk_workers: int | None = None,
         num_workers: int | None = None,
+        encode: bool = True,
     ) -> None:
         if estimator is None and model is None and encoder is None:
             raise TypeError("LocalEncodedData needs an estimator, a model or an encoder")
@@ -142,7 +146,8 @@ class LocalEncodedData:
             base_encoder = estimator.with_scan(self._scan).encoder()
         self.encoder = base_encoder
         self.chunks: list[tuple[int, int, Any]] = []
-        for start, stop in bounds:
+        self.source: Any = None if encode else source
+        for start, stop in bounds if encode else ():
             piece = source.slice(start, stop - start) if table is not None else source[start:stop]
             self.chunks.append((start, stop, self._encode(piece, start, stop, table is not None)))
 

@@ -38,11 +38,11 @@ from pyspark.sql import functions as F
 from mixle_spark.errors import DataValueError, EmptyDataError, FieldError, SchemaError
 from mixle_spark.parallel._handle import (
     Payload,
+    PayloadHandle,
+    accumulate_chunks,
     bind_estimator,
     check_engine_and_precision,
-    fold_key_passes,
     merge_payloads,
-    seed_from,
 )
 from mixle_spark.parallel._spark_common import (
     _LOW_BITS,
@@ -59,7 +59,6 @@ from mixle_spark.parallel._spark_common import (
     _row_ids,
     _vector_columns_to_arrays,
     _weights,
-    accumulate_chunks,
     is_spark_connect,
 )
 from mixle_spark.parallel.registry import CONTROL_DEFAULTS, refuse_controls
@@ -71,7 +70,7 @@ __all__ = ["ROW_ID_COLUMN", "WEIGHT_COLUMN", "SparkEncodedData", "is_spark_conne
 logger = logging.getLogger("mixle_spark.parallel.spark")
 
 
-class SparkEncodedData:
+class SparkEncodedData(PayloadHandle):
     """Encoded data held by Spark; implements the encoded-data handle contract.
 
     Parameters
@@ -422,42 +421,6 @@ class SparkEncodedData:
             self._resident_mode = False
             self._resident = None
             return None
-
-    def pysp_em_step(
-        self, estimator: Estimator, prev_estimate: Distribution
-    ) -> tuple[float, float, Distribution]:
-        """One Spark job: (total weight, log-likelihood of ``prev_estimate``, next estimate)."""
-        bound = self.bind(estimator)
-        factory = bound.accumulator_factory()
-        nobs, ll, value = self._estep(factory, prev_estimate, None)
-        return nobs, ll, bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
-
-    def pysp_seq_estimate(self, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
-        """The next EM estimate from ``prev_estimate``."""
-        return self.pysp_em_step(estimator, prev_estimate)[2]
-
-    def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
-        """The E-step fold without the M-step: (total weight, merged statistics value)."""
-        factory = self.bind(estimator).accumulator_factory()
-        nobs, _ll, value = self._estep(factory, model, None)
-        return nobs, fold_key_passes(factory.make().from_value(value)).value()
-
-    def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
-        """(total weight, weighted total log-likelihood of ``estimate``): one Spark job."""
-        nobs, ll, _ = self._estep(None, estimate, None)
-        return nobs, ll
-
-    def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
-        """An initial model from rows kept with probability ``p`` (a hash of seed and global row id)
-        and row-keyed random statistics: the same model as the local backend for one seed."""
-        bound = self.bind(estimator)
-        seed = seed_from(rng)
-        p = 1.0 if p is None or p >= 1.0 else (0.1 if p <= 0.0 else float(p))
-        factory = bound.accumulator_factory()
-        nobs, _ll, value = self._estep(factory, None, (seed, p))
-        if nobs < max(bound.min_rows(), 1) and p < 1.0:
-            nobs, _ll, value = self._estep(factory, None, (seed, 1.0))
-        return bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
 
     def first_nonfinite_row(self, estimate: Distribution) -> tuple[int, float] | None:
         """(global row index, value) of the first row whose log-density is NaN or infinite, if any."""

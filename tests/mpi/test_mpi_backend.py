@@ -1,0 +1,246 @@
+"""The mpi backend under mpiexec (SPMD: every rank runs every test, in the same order).
+
+Each test fits on every rank with the local backend and with the mpi backend from the same data and
+seed, and requires the same estimates to 1e-9 relative (the local fit is the reference).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mixle_spark.errors import DataTypeError, SchemaError
+from mixle_spark.estimation import initialize, optimize
+from mixle_spark.parallel.local import LocalEncodedData
+from mixle_spark.parallel.mpi import MPIEncodedData, make_mpi
+from mixle_spark.parallel.registry import UnsupportedControlError
+from mixle_spark.stats import (
+    CategoricalEstimator,
+    GaussianEstimator,
+    MixtureEstimator,
+    MultivariateGaussianEstimator,
+    RecordEstimator,
+)
+from tests.mpi._launch import spmd
+
+pytestmark = [pytest.mark.mpi, spmd]
+
+RTOL = 1e-9
+
+
+def _flat(value: Any, path: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{path}.{k}"))
+        return out
+    if isinstance(value, list | tuple | np.ndarray):
+        out = {}
+        for i, v in enumerate(value):
+            out.update(_flat(v, f"{path}[{i}]"))
+        return out
+    return {path: value}
+
+
+def assert_same_model(a: Any, b: Any, rtol: float = RTOL) -> None:
+    fa, fb = _flat(a.to_dict()), _flat(b.to_dict())
+    assert fa.keys() == fb.keys()
+    for key, va in fa.items():
+        vb = fb[key]
+        if isinstance(va, float | int) and not isinstance(va, bool):
+            assert vb == pytest.approx(va, rel=rtol, abs=1e-12), key
+        else:
+            assert va == vb, key
+
+
+def _gaussian_data(n: int = 1500) -> list[float]:
+    rng = np.random.default_rng(11)
+    return list(np.concatenate([rng.normal(-3, 1, n // 2), rng.normal(3, 0.7, n - n // 2)]))
+
+
+def _records(n: int = 1200) -> pa.Table:
+    rng = np.random.default_rng(5)
+    z = rng.integers(0, 2, n)
+    labels = np.where(z == 0, rng.choice(["a", "b", "c"], n), rng.choice(["c", "d", "e"], n))
+    order = np.argsort(labels, kind="stable")  # ranks see different vocabularies
+    return pa.table({"amount": rng.normal(np.where(z == 0, -2.0, 2.0))[order], "channel": labels[order]})
+
+
+def _record_estimator() -> MixtureEstimator:
+    component = RecordEstimator(
+        {"amount": GaussianEstimator(), "channel": CategoricalEstimator(pseudo_count=0.5)}
+    )
+    return MixtureEstimator([component] * 2)
+
+
+def test_gaussian_mixture_equals_local(comm: Any) -> None:
+    data, est = _gaussian_data(), MixtureEstimator([GaussianEstimator()] * 3)
+    local = optimize(data, est, max_its=15, delta=None, seed=3)
+    with MPIEncodedData(data, est, comm=comm, chunk_size=97, sub_chunks=2) as handle:
+        assert len(handle) == len(data)
+        assert comm.allgather(handle.offset) == [
+            len(data) * r // comm.Get_size() for r in range(comm.Get_size())
+        ]
+        model = optimize(handle, est, max_its=15, delta=None, seed=3)
+    assert_same_model(local, model)
+    assert model.fit_result.log_likelihood == pytest.approx(local.fit_result.log_likelihood, rel=RTOL)
+    assert len({repr(m) for m in comm.allgather(model.to_dict())}) == 1  # the same model on every rank
+
+
+def test_initialization_equals_local_for_a_seed(comm: Any) -> None:
+    data, est = _gaussian_data(), MixtureEstimator([GaussianEstimator()] * 4)
+    for seed in (0, 9):
+        with MPIEncodedData(data, est, comm=comm, num_chunks=3) as handle:
+            assert_same_model(initialize(data, est, seed=seed), initialize(handle, est, seed=seed))
+
+
+def test_record_with_categorical_merges_vocabularies_across_ranks(comm: Any) -> None:
+    table, est = _records(), _record_estimator()
+    local = optimize(table, est, max_its=12, delta=None, seed=1)
+    with MPIEncodedData(table, est, comm=comm) as handle:
+        seen = comm.allgather(
+            sorted(
+                set(table.column("channel").to_pylist()[handle.offset : handle.offset + handle.local_rows])
+            )
+        )
+        assert seen[0] != seen[-1]
+        model = optimize(handle, est, max_its=12, delta=None, seed=1)
+    assert_same_model(local, model)
+
+
+def test_full_covariance_mixture_from_a_starting_model(comm: Any) -> None:
+    rng = np.random.default_rng(2)
+    cov = np.array([[1.0, 0.5, 0.0], [0.5, 2.0, -0.3], [0.0, -0.3, 0.7]])
+    x = np.concatenate([rng.multivariate_normal(m, cov, 400) for m in ([0, 0, 0], [3, -2, 1])])
+    data = [row for row in x]
+    est = MixtureEstimator([MultivariateGaussianEstimator()] * 2)
+    start = initialize(data, est, seed=4)
+    local = optimize(data, est, max_its=10, delta=None, prev_estimate=start)
+    with MPIEncodedData(data, est, comm=comm, chunk_size=64) as handle:
+        model = optimize(handle, est, max_its=10, delta=None, prev_estimate=start)
+    assert_same_model(local, model)
+
+
+def test_weights_and_root_only_scatter(comm: Any) -> None:
+    data, est = _gaussian_data(600), MixtureEstimator([GaussianEstimator()] * 2)
+    w = np.random.default_rng(8).uniform(0.2, 3.0, len(data))
+    with LocalEncodedData(data, est, weights=w) as handle:
+        local = optimize(handle, est, max_its=8, delta=None, seed=2)
+    root = comm.Get_size() - 1
+    mine = (data, w) if comm.Get_rank() == root else (None, None)
+    with MPIEncodedData(mine[0], est, comm=comm, root=root, root_only=True, weights=mine[1]) as handle:
+        assert comm.allreduce(handle.local_rows) == len(data)
+        model = optimize(handle, est, max_its=8, delta=None, seed=2)
+    assert_same_model(local, model)
+    assert model.fit_result.history[-1].nobs == pytest.approx(w.sum(), rel=1e-12)
+
+
+def test_parquet_directory_read_in_shares(comm: Any, shared_dir: Path) -> None:
+    table, est = _records(), _record_estimator()
+    weights = np.linspace(0.5, 1.5, table.num_rows)
+    table = table.append_column("w", pa.array(weights))
+    if comm.Get_rank() == 0:
+        pq.write_table(table.slice(0, 500), shared_dir / "part-0.parquet", row_group_size=128)
+        pq.write_table(table.slice(500), shared_dir / "part-1.parquet", row_group_size=300)
+        (shared_dir / "_SUCCESS").write_text("")
+    comm.Barrier()
+    with LocalEncodedData(table, est, weights="w") as handle:
+        local = optimize(handle, est, max_its=10, delta=None, seed=6)
+    with make_mpi(str(shared_dir), est, comm=comm, weights="w") as handle:
+        assert handle.local_rows < table.num_rows
+        model = optimize(handle, est, max_its=10, delta=None, seed=6)
+    assert_same_model(local, model)
+
+
+def test_delta_table_snapshot_is_read_without_spark(comm: Any, shared_dir: Path) -> None:
+    import json
+
+    data, est = _gaussian_data(900), MixtureEstimator([GaussianEstimator()] * 2)
+    table = pa.table({"x": data})
+    if comm.Get_rank() == 0:
+        log = shared_dir / "_delta_log"
+        log.mkdir()
+        for i, (a, b) in enumerate(((0, 400), (400, 900), (0, 50))):
+            pq.write_table(table.slice(a, b - a), shared_dir / f"part-{i}.parquet")
+        meta = {
+            "metaData": {
+                "id": "t",
+                "format": {"provider": "parquet"},
+                "schemaString": "{}",
+                "partitionColumns": [],
+            }
+        }
+        commits = [
+            [
+                {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+                meta,
+                {"add": {"path": "part-0.parquet"}},
+            ],
+            [{"add": {"path": "part-2.parquet"}}, {"add": {"path": "part-1.parquet"}}],
+            [{"remove": {"path": "part-2.parquet"}}],
+        ]
+        for v, actions in enumerate(commits):
+            (log / f"{v:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    comm.Barrier()
+    local = optimize(data, est, max_its=6, delta=None, seed=1)
+    with MPIEncodedData(str(shared_dir), est, comm=comm) as handle:
+        assert len(handle) == 900
+        model = optimize(handle, est, max_its=6, delta=None, seed=1)
+    assert_same_model(local, model)
+
+
+def test_bad_value_on_one_rank_raises_the_same_error_everywhere(comm: Any) -> None:
+    data: list[Any] = _gaussian_data(300)
+    data[-1] = "12.5x"  # only the last rank's share holds it
+    est = GaussianEstimator()
+    with pytest.raises(DataTypeError) as local_err:
+        LocalEncodedData(data, est)
+    with pytest.raises(DataTypeError, match=r"12\.5x.*row 300 of 300") as mpi_err:
+        MPIEncodedData(data, est, comm=comm)
+    assert str(mpi_err.value) == str(local_err.value)
+    assert mpi_err.value.mpi_rank == comm.Get_size() - 1
+
+
+def test_an_e_step_failure_on_one_rank_is_raised_everywhere(comm: Any) -> None:
+    data, est = _gaussian_data(200), GaussianEstimator()
+    real = optimize(data, est, max_its=2, delta=None)
+
+    class FailsOnRankOne:  # a model whose log-density fails on one rank only
+        def seq_log_density(self, enc: Any) -> Any:
+            if comm.Get_rank() == 1:
+                raise SchemaError("boom on rank 1")
+            return real.seq_log_density(enc)
+
+    with MPIEncodedData(data, est, comm=comm) as handle:
+        with pytest.raises(SchemaError, match="boom on rank 1"):
+            handle.pysp_seq_log_density_sum(FailsOnRankOne())  # type: ignore[arg-type]
+        nobs, ll = handle.pysp_seq_log_density_sum(real)  # the handle still works afterwards
+    assert nobs == 200
+    assert ll == pytest.approx(real.fit_result.log_likelihood, rel=RTOL)
+
+
+def test_refused_controls_are_named(comm: Any) -> None:
+    with pytest.raises(UnsupportedControlError, match="placement='p'"):
+        make_mpi([1.0], GaussianEstimator(), comm=comm, placement="p")
+    with pytest.raises(ValueError, match="root must be a rank"):
+        MPIEncodedData([1.0], GaussianEstimator(), comm=comm, root=comm.Get_size())
+
+
+def test_model_parallel_estimator_over_mpi_equals_the_plain_local_fit() -> None:
+    from mixle_spark.parallel import ModelParallelEstimator
+
+    est = MixtureEstimator([GaussianEstimator()] * 2)
+    data = _gaussian_data()
+    want = optimize(data, est, max_its=5, delta=None, seed=3, print_iter=0)
+    wrapped = ModelParallelEstimator(est, num_workers=2)
+    got = optimize(data, wrapped, max_its=5, delta=None, seed=3, print_iter=0, backend="mpi")
+    assert_same_model(got, want)
+    via_control = optimize(
+        data, est, max_its=5, delta=None, seed=3, print_iter=0, backend="mpi", num_workers=2
+    )
+    assert_same_model(via_control, want)
