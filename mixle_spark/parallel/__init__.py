@@ -86,12 +86,19 @@ def _make_mpi(data: Any, **options: Any) -> Any:
     return make_mpi(data, **options)
 
 
+def _make_torchrun(data: Any, **options: Any) -> Any:
+    from mixle_spark.parallel.torchrun import make_torchrun  # torch is an optional extra
+
+    return make_torchrun(data, **options)
+
+
 def _is_spark_dataframe(data: Any) -> bool:
     cls = type(data)
     return cls.__name__ == "DataFrame" and cls.__module__.startswith("pyspark.sql")
 
 
 register_encoded_data_backend("mpi", _make_mpi, aliases=("mpi4py",))
+register_encoded_data_backend("torchrun", _make_torchrun, aliases=("torch",))
 register_encoded_data_backend("spark", _make_spark, aliases=("pyspark",), default_for=_is_spark_dataframe)
 
 __all__ = [

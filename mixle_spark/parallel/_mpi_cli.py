@@ -117,7 +117,7 @@ def _fit_and_write(args: Any, comm: Any) -> None:
     on_root(comm, 0, write)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, comm: Any = None) -> int:
     """Entry point on every rank: 0 success, 2 bad arguments or input, 1 other failures.
 
     Errors the ranks agreed on are printed once, by the root. Any other error is printed with its
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     from mixle_spark._cli import error_line, exit_code
 
     args = build_parser().parse_args(argv)
-    comm = require_mpi().COMM_WORLD
+    comm = require_mpi().COMM_WORLD if comm is None else comm
     try:
         _fit_and_write(args, comm)
         return 0

@@ -214,7 +214,7 @@ class MPIEncodedData(PayloadHandle):
         encoder: Encoder | None = None,
         num_workers: int | None = None,
     ) -> None:
-        mpi = require_mpi()
+        mpi = require_mpi() if comm is None else None  # any mpi4py-style communicator works
         if estimator is None and model is None and encoder is None:
             raise TypeError("MPIEncodedData needs an estimator, a model or an encoder")
         for name, value in (
@@ -230,7 +230,7 @@ class MPIEncodedData(PayloadHandle):
             raise ValueError("pass chunk_size or num_chunks, not both")
         if type(root_only) is not bool:
             raise TypeError(f"root_only must be True or False, got {root_only!r}")
-        parent = mpi.COMM_WORLD if comm is None else comm
+        parent = mpi.COMM_WORLD if comm is None else comm  # type: ignore[union-attr]
         if type(root) is not int or not 0 <= root < parent.Get_size():
             raise ValueError(f"root must be a rank in [0, {parent.Get_size()}), got {root!r}")
         self.comm = parent.Dup()
