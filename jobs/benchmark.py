@@ -5,6 +5,7 @@
     python jobs/benchmark.py --spark                 # Spark backend vs MLlib, vs local, driver memory
     python jobs/benchmark.py --model-parallel        # component threading: 2 workers vs 1
     python jobs/benchmark.py --mp                    # mp backend: 2 worker processes vs 1
+    python jobs/benchmark.py --mpi                   # mpi backend: mpiexec -n 2 vs -n 1
 
 ``--local``: the local backend against scikit-learn's ``GaussianMixture`` (full and diagonal
 covariance), both started from the same model (weights, means, covariances) on the same data, with the
@@ -25,7 +26,8 @@ task, and a check that the models estimated from the two E-steps are bit-identic
 
 ``--mp``: the ``mp`` backend (worker processes holding their shards) with 2 workers against 1 on the
 full-covariance mixture at ``--rows`` (default 1e6), seconds per iteration after the first, and the
-log-likelihood both reach (equal to the local backend's).
+log-likelihood both reach (equal to the local backend's). ``--mpi``: the same with the ``mpi``
+backend, ``mpiexec -n 2`` against ``-n 1`` (each rank generates the data and keeps its share).
 """
 
 from __future__ import annotations
@@ -306,6 +308,52 @@ def run_mp(rows: int, dim: int, k: int, its: int, seed: int, rounds: int) -> int
     return 0
 
 
+def _mpi_rank_main(rows: int, dim: int, k: int, its: int, seed: int) -> int:
+    """One rank of ``--mpi``: fit with the mpi backend; the root prints ``MPI_RESULT s/it ll``."""
+    from mixle_spark.parallel.mpi import MPIEncodedData
+
+    x, _ = make_data(rows, dim, k, seed)
+    start = starting_point(x, k, seed)
+    est = MixtureEstimator([MultivariateGaussianEstimator(min_covar=REG, ridge=0.0)] * k)
+    with MPIEncodedData(x, est) as handle:
+        model = iterate(handle, est, max_its=its, prev_estimate=_mixture_start(start), print_iter=0)
+        if handle.rank == 0:
+            hist = model.fit_result.history
+            per_it = statistics.median(h.seconds for h in hist[1:its])
+            print(f"MPI_RESULT {per_it:.6f} {hist[its - 1].log_likelihood / rows:.10f}", flush=True)
+    return 0
+
+
+def run_mpi(rows: int, dim: int, k: int, its: int, seed: int, rounds: int) -> int:
+    """mpi backend: ``mpiexec -n 2`` against ``-n 1`` (per iteration after the first)."""
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if not os.path.exists(mpiexec):
+        print("benchmark: mpiexec not found; pip install 'mixle-spark[mpi]'", file=sys.stderr)
+        return 2
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    args = ["--rows", str(rows), "--dim", str(dim), "--components", str(k), "--iterations", str(its)]
+    print(f"mpi backend: n={rows}, d={dim}, k={k}, full covariance, {its} iterations, {rounds} rounds")
+    print(f"{'round':<6} {'1 rank s/it':>12} {'2 ranks s/it':>13} {'throughput ratio':>17}")
+    ratios = []
+    for r in range(rounds):
+        results = {}
+        for ranks in (1, 2):
+            command = [mpiexec, "-n", str(ranks), sys.executable, os.path.abspath(__file__), "--mpi-rank"]
+            done = subprocess.run(
+                [*command, *args, "--seed", str(seed)], capture_output=True, text=True, env=env, timeout=1800
+            )
+            line = next((ln for ln in done.stdout.splitlines() if ln.startswith("MPI_RESULT")), None)
+            if done.returncode or line is None:
+                print(done.stderr, file=sys.stderr)
+                return 1
+            results[ranks] = [float(v) for v in line.split()[1:]]
+        ratios.append(results[1][0] / results[2][0])
+        print(f"{r + 1:<6} {results[1][0]:>12.3f} {results[2][0]:>13.3f} {ratios[-1]:>16.2f}x")
+    print(f"median throughput ratio 2 ranks / 1: {statistics.median(ratios):.2f}x (target 1.7x)")
+    print(f"mean log-likelihood: 1 rank {results[1][1]:.8f}, 2 ranks {results[2][1]:.8f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -328,22 +376,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--mp-rows", type=int, default=200_000, help="rows for --model-parallel")
     parser.add_argument("--mp", action="store_true", help="mp backend: 2 worker processes vs 1")
+    parser.add_argument("--mpi", action="store_true", help="mpi backend: mpiexec -n 2 vs -n 1")
+    parser.add_argument("--mpi-rank", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--memory-sizes",
         default="100000,1000000,4000000",
         help="comma-separated n for the driver-memory check (--spark)",
     )
     args = parser.parse_args(argv)
-    if not (args.local or args.spark or args.model_parallel or args.mp):
-        parser.error("choose a benchmark: --local, --spark, --model-parallel and/or --mp")
-    if args.mp:
-        run_mp(args.rows, args.dim, args.components, args.iterations, args.seed, min(args.rounds, 3))
-        if not (args.local or args.spark or args.model_parallel):
-            return 0
+    if args.mpi_rank:
+        return _mpi_rank_main(args.rows, args.dim, args.components, args.iterations, args.seed)
+    if not (args.local or args.spark or args.model_parallel or args.mp or args.mpi):
+        parser.error("choose a benchmark: --local, --spark, --model-parallel, --mp and/or --mpi")
+    rounds3 = min(args.rounds, 3)
+    status = 0
+    if args.mpi:
+        status |= run_mpi(args.rows, args.dim, args.components, args.iterations, args.seed, rounds3)
     if args.model_parallel:
-        status = run_model_parallel(args.mp_rows, args.seed, args.rounds)
-        if status or not (args.local or args.spark or args.mp):
-            return status
+        status |= run_model_parallel(args.mp_rows, args.seed, args.rounds)
+    if args.mp:
+        status |= run_mp(args.rows, args.dim, args.components, args.iterations, args.seed, rounds3)
     if args.spark:
         sizes = [int(v) for v in args.memory_sizes.split(",") if v]
         run_spark(
@@ -356,8 +408,8 @@ def main(argv: list[str] | None = None) -> int:
             sizes,
             args.rounds,
         )
-        if not args.local:
-            return 0
+    if not args.local:
+        return status
     try:
         import sklearn  # noqa: F401
     except ImportError:

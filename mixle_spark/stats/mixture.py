@@ -25,7 +25,7 @@ import numpy as np
 
 from mixle_spark.errors import NonFiniteLikelihoodError, SpecError
 from mixle_spark.stats._mixture_kernels import (
-    BLOCK_ROWS,
+    block_rows,
     exp_normalize,
     features_shared,
     log_weights,
@@ -378,25 +378,27 @@ class MixtureAccumulator(Accumulator):
     ) -> np.ndarray:
         """The feature-protocol E-step, fused over blocks of rows that stay in cache.
 
-        Per block: one product scores every component ((K, m) @ (m, b), component-major), the
-        log-sum-exp turns the block into responsibilities in place, and a second product gives every
-        component's ``Σ r w φ(x)`` at once. The (K, b) block buffer is reused (one per thread), so
-        the K x n matrix never exists and its passes (max, shift, exp, sum, scale) run from L2.
-        Block statistics are added in block order, whatever ran them.
+        Per block (about 2 MiB of features, see :func:`block_rows`): one product scores every
+        component ((K, m) @ (m, b), component-major), the log-sum-exp turns the block into
+        responsibilities in place, and a second product gives every component's ``Σ r w φ(x)`` at
+        once. The (K, b) block buffer is reused (one per thread), so the K x n matrix never exists
+        and its passes (max, shift, exp, sum, scale) run from cache. Block statistics are added in
+        block order, whatever ran them.
         """
         comps = estimate.components
         phi = np.asarray(comps[0].seq_features(enc), dtype=np.float64)  # type: ignore[attr-defined]
         coef = np.array([c.feature_coefficients(enc) for c in comps], dtype=np.float64)  # type: ignore[attr-defined]
         n, k = phi.shape[0], len(comps)
+        rows = block_rows(phi.shape[1])
         ll = np.empty(n)
         log_w = estimate.log_w[:, None]
         buffers = threading.local()
 
         def block(a: int) -> tuple[np.ndarray, np.ndarray]:
-            b = min(n, a + BLOCK_ROWS)
+            b = min(n, a + rows)
             buf = getattr(buffers, "joint", None)
             if buf is None:
-                buf = buffers.joint = np.empty(k * min(n, BLOCK_ROWS))
+                buf = buffers.joint = np.empty(k * min(n, rows))
             joint = buf[: k * (b - a)].reshape(k, b - a)  # C-contiguous for the sparse exp
             np.matmul(coef, phi[a:b].T, out=joint)
             joint += log_w
@@ -404,7 +406,7 @@ class MixtureAccumulator(Accumulator):
             return joint.sum(axis=1), joint @ phi[a:b]
 
         sums = np.zeros((k, phi.shape[1]))
-        for counts, block_sums in map_fn(block, range(0, n, BLOCK_ROWS)):
+        for counts, block_sums in map_fn(block, range(0, n, rows)):
             self.counts += counts
             sums += block_sums
         for j, (acc, comp) in enumerate(zip(self.accumulators, comps, strict=True)):

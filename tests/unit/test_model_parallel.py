@@ -72,7 +72,7 @@ def _fold_both(est: Any, model: Any, enc: Any, w: np.ndarray, workers: int, **kw
 
 def test_fused_mixture_blocks_threaded_are_bit_identical() -> None:
     model = _mvn_mixture(6, 4)
-    x = model.sampler(1).sample(20_000)  # three 8192-row blocks
+    x = model.sampler(1).sample(20_000)  # several blocks (see block_rows)
     est = MixtureEstimator([MultivariateGaussianEstimator(dim=4)] * 6)
     enc = est.encoder().encode(x)
     w = RNG.uniform(0.5, 2.0, len(x))
