@@ -4,7 +4,7 @@ row-keyed initial selection, the tying pass, weighted log-likelihood sums, mergi
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -66,15 +66,25 @@ def seed_from(rng: Any) -> int:
     raise TypeError(f"rng must be an int seed, None, a numpy Generator or RandomState, got {rng!r}")
 
 
-def bind_estimator(estimator: Estimator, scan: Any, encoder: Encoder) -> Estimator:
-    """``estimator`` with the data's scanned vocabularies / ranges fixed; it must encode like ``encoder``."""
+def bind_estimator(
+    estimator: Estimator, scan: Any, encoder: Encoder, num_workers: int | None = None
+) -> Estimator:
+    """``estimator`` with the data's scanned vocabularies / ranges fixed; it must encode like ``encoder``.
+
+    With ``num_workers``, its E-step is threaded over that many threads
+    (:class:`~mixle_spark.parallel.model_parallel.ModelParallelEstimator`, bit-identical results).
+    """
     bound = estimator.with_scan(scan) if scan is not None else estimator
     if bound.encoder() != encoder:
         raise ValueError(
             f"{type(estimator).__name__} encodes data differently from the estimator this handle "
             "was built for; build a new handle with encoded_data(data, estimator)"
         )
-    return bound
+    if num_workers is None:
+        return bound
+    from mixle_spark.parallel.model_parallel import ModelParallelEstimator  # it imports the backends
+
+    return bound if isinstance(bound, ModelParallelEstimator) else ModelParallelEstimator(bound, num_workers)
 
 
 def weighted_sum(w: np.ndarray, rows_ll: np.ndarray) -> float:
@@ -143,6 +153,9 @@ def accumulate_chunks(chunks: Iterable[tuple[Any, np.ndarray, Any]], request: An
     return (nobs, ll, acc.value() if acc is not None and touched else None)
 
 
+_Handle = TypeVar("_Handle", bound="PayloadHandle")
+
+
 class PayloadHandle:
     """The handle contract for backends whose workers each fold their chunks into one payload.
 
@@ -151,8 +164,22 @@ class PayloadHandle:
     and the payloads are merged (:func:`merge_payloads`); the M-step runs here, once.
     """
 
+    n: int
+
     def bind(self, estimator: Estimator) -> Estimator:
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Release workers and caches (idempotent)."""
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __enter__(self: _Handle) -> _Handle:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def _estep(
         self, factory: Any, model: Distribution | None, initialize: tuple[int, float] | None

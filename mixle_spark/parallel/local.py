@@ -242,16 +242,7 @@ class LocalEncodedData:
     def bind(self, estimator: Estimator) -> Estimator:
         """``estimator`` with this data's scanned vocabularies / ranges fixed (and its E-step
         threaded over ``num_workers`` threads when that was asked for)."""
-        bound = bind_estimator(estimator, self._scan, self.encoder)
-        if self.num_workers is None:
-            return bound
-        from mixle_spark.parallel.model_parallel import ModelParallelEstimator
-
-        return (
-            bound
-            if isinstance(bound, ModelParallelEstimator)
-            else ModelParallelEstimator(bound, self.num_workers)
-        )
+        return bind_estimator(estimator, self._scan, self.encoder, self.num_workers)
 
     def _map_chunks(self, fn: Any) -> Iterator[Any]:
         """``fn`` over the chunks in order; threaded when ``parallel_chunks`` (results in order)."""

@@ -393,15 +393,6 @@ class MPIEncodedData(PayloadHandle):
         return chunks
 
     # -- the handle contract -----------------------------------------------------------------------
-    def __len__(self) -> int:
-        return self.n
-
-    def __enter__(self) -> MPIEncodedData:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def close(self) -> None:
         """Release the encoded chunks and the duplicated communicator (idempotent; call on every rank)."""
         if not self._closed:
@@ -411,16 +402,7 @@ class MPIEncodedData(PayloadHandle):
 
     def bind(self, estimator: Estimator) -> Estimator:
         """``estimator`` with the scanned vocabularies fixed (threaded over ``num_workers`` if asked)."""
-        bound = bind_estimator(estimator, self._scan, self.encoder)
-        if self.num_workers is None:
-            return bound
-        from mixle_spark.parallel.model_parallel import ModelParallelEstimator
-
-        return (
-            bound
-            if isinstance(bound, ModelParallelEstimator)
-            else ModelParallelEstimator(bound, self.num_workers)
-        )
+        return bind_estimator(estimator, self._scan, self.encoder, self.num_workers)
 
     def _chunks(self) -> Iterator[tuple[Any, np.ndarray, np.ndarray]]:
         if self._closed:

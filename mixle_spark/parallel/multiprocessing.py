@@ -238,20 +238,11 @@ class MPEncodedData(PayloadHandle):
             conn.close()
         self._procs, self._conns = [], []
 
-    def __enter__(self) -> MPEncodedData:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def __del__(self) -> None:  # a forgotten handle must not leave processes behind
         try:
             self.close()
         except Exception:  # pragma: no cover - interpreter shutdown
             pass
-
-    def __len__(self) -> int:
-        return self.n
 
     # -- the handle contract -------------------------------------------------------------------
     def bind(self, estimator: Estimator) -> Estimator:

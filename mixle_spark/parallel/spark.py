@@ -276,15 +276,6 @@ class SparkEncodedData(PayloadHandle):
         return out
 
     # -- the handle contract ------------------------------------------------------------------
-    def __len__(self) -> int:
-        return self.n
-
-    def __enter__(self) -> SparkEncodedData:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def close(self) -> None:
         """Unpersist the encoded DataFrame and drop broadcasts (idempotent)."""
         if not self._closed:
@@ -319,14 +310,7 @@ class SparkEncodedData(PayloadHandle):
     def bind(self, estimator: Estimator) -> Estimator:
         """``estimator`` with this data's scanned vocabularies / ranges fixed (its E-step threaded
         over ``num_workers`` threads per task when that was asked for)."""
-        bound = bind_estimator(estimator, self._scan, self.encoder)
-        if self.num_workers is None:
-            return bound
-        from mixle_spark.parallel.model_parallel import ModelParallelEstimator
-
-        if isinstance(bound, ModelParallelEstimator):
-            return bound
-        return ModelParallelEstimator(bound, self.num_workers)
+        return bind_estimator(estimator, self._scan, self.encoder, self.num_workers)
 
     def _ship(self, model: Any) -> Any:
         """A reference to ``model`` for executors: a broadcast, or the model itself under Connect."""
