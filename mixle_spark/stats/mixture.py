@@ -159,6 +159,47 @@ class MixtureDistribution(Distribution):
             joint[:, bad] = bad_post.T
         return joint
 
+    # -- a scikit-learn style face for small in-memory data -------------------------------------
+    def _local(self, X: Any) -> Any:
+        from mixle_spark.parallel.local import LocalEncodedData  # encoding rules of the local backend
+
+        return LocalEncodedData(X, model=self)
+
+    def score_samples(self, X: Any) -> np.ndarray:
+        """Log-density of every row of ``X``, shape (n,).
+
+        ``X``: a numpy array (rows = records; 2-D for vector components), a list of records, or a
+        pandas / pyarrow table (a Record model reads the columns its fields name).
+        """
+        return np.asarray(self._local(X).seq_log_density(self))
+
+    def score(self, X: Any) -> float:
+        """Mean log-density per row of ``X`` (scikit-learn's ``score``)."""
+        return float(np.mean(self.score_samples(X)))
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Component responsibilities of every row of ``X``, shape (n, K); rows sum to 1."""
+        chunks = [self.seq_posterior(enc) for _start, _stop, enc in self._local(X).chunks]
+        return np.concatenate(chunks) if chunks else np.zeros((0, self.num_components))
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The most probable component of every row of ``X``, shape (n,) (int64)."""
+        return np.asarray(np.argmax(self.predict_proba(X), axis=1), dtype=np.int64)
+
+    def bic(self, X: Any) -> float:
+        """Bayesian information criterion on ``X``: ``k ln(n) - 2 ll`` (lower is better)."""
+        return self._criteria(X)["bic"]
+
+    def aic(self, X: Any) -> float:
+        """Akaike information criterion on ``X``: ``2 k - 2 ll`` (lower is better)."""
+        return self._criteria(X)["aic"]
+
+    def _criteria(self, X: Any) -> dict[str, float]:
+        from mixle_spark.summary import count_free_parameters, information_criteria
+
+        ll = self.score_samples(X)
+        return information_criteria(float(ll.sum()), count_free_parameters(self), float(len(ll)))
+
     def sampler(self, seed: int | None = None) -> MixtureSampler:
         return MixtureSampler(self, seed)
 
