@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-EXTRAS ?= spark,test,dev,bench,mpi
+EXTRAS ?= spark,test,dev,bench,mpi,plot
 # The mpich wheel (extra `mpi`) puts mpiexec beside the venv's python; mpi4py finds its libmpi itself.
 MPIEXEC ?= $(VENV)/bin/mpiexec
 MPI_PYTEST := $(PY) -m pytest tests/mpi -m mpi -q -p no:cacheprovider
@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
-setup: $(STAMP) ## Create .venv and install the package with the spark, test, dev, bench and mpi extras
+setup: $(STAMP) ## Create .venv and install the package with the spark, test, dev, bench, mpi and plot extras
 
 demo: $(STAMP) ## Fit conf/models/sample.json to the bundled sample with Spark; writes output/sample_fit/
 	$(PY) jobs/em_fit.py
@@ -37,13 +37,13 @@ test-fast: $(STAMP) ## Run the tests not marked slow
 	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP) ## ruff (lint + format check) and mypy
-	$(PY) -m ruff check mixle_spark tests jobs
-	$(PY) -m ruff format --check mixle_spark tests jobs
+	$(PY) -m ruff check mixle_spark tests jobs notebooks
+	$(PY) -m ruff format --check mixle_spark tests jobs notebooks
 	$(PY) -m mypy
 
 format: $(STAMP) ## Apply ruff formatting and safe fixes
-	$(PY) -m ruff check --fix mixle_spark tests jobs
-	$(PY) -m ruff format mixle_spark tests jobs
+	$(PY) -m ruff check --fix mixle_spark tests jobs notebooks
+	$(PY) -m ruff format mixle_spark tests jobs notebooks
 
 bench: $(STAMP) ## Local backend vs scikit-learn GaussianMixture (per-iteration ratios)
 	$(PY) jobs/benchmark.py --local

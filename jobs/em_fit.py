@@ -11,7 +11,10 @@ options override. ``--output`` is a directory that receives ``model.json`` (the 
 back with ``mixle_spark.spec.load_model``) and ``summary.json`` (rows, iterations, convergence,
 log-likelihood history, free parameters, BIC / AIC, timings). Both are written to a staging
 directory that is renamed into place, so a failed run leaves no output and an existing output is
-replaced (``--overwrite``) only by a complete one.
+replaced (``--overwrite``) only by a complete one. ``--report`` adds ``report.html`` to the same
+directory: a self-contained page (``mixle_spark.report``) with the log-likelihood per iteration, the
+component weights, the parameters and a 2-D projection of the first 2,000 input rows coloured by
+component; with matplotlib (``pip install mixle-spark[plot]``) it has figures, otherwise tables.
 
 Per-iteration progress (iteration, log-likelihood, gain, rows, seconds, rows/s) goes to stderr
 (``--quiet`` turns it off); the fitted model's description goes to stdout.
@@ -60,6 +63,7 @@ OUTPUT_ROOT = Path(os.environ.get("MIXLE_SPARK_OUTPUT") or ROOT / "output")
 SAMPLE_TABLE = OUTPUT_ROOT / "customers_sample_delta"
 SAMPLE_OUTPUT = OUTPUT_ROOT / "sample_fit"
 SUMMARY_FORMAT = "mixle_spark.fit_summary"
+REPORT_SAMPLE_ROWS = 2000
 
 
 def _positive_int(text: str) -> int:
@@ -88,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     io.add_argument("--model", help="model spec JSON (conf/models/*.json)")
     io.add_argument("--output", help="output directory for model.json and summary.json")
     io.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    io.add_argument(
+        "--report", action="store_true", help="also write report.html (figures need mixle-spark[plot])"
+    )
     fit = parser.add_argument_group("fit (defaults: the spec's fit section)")
     fit.add_argument("--max-its", type=_positive_int, help="most EM iterations")
     fit.add_argument(
@@ -263,6 +270,14 @@ def open_input(args: argparse.Namespace, extra: dict[str, Any]) -> tuple[Any, An
         raise
 
 
+def report_sample(data: Any) -> Any:
+    """The first ``REPORT_SAMPLE_ROWS`` input rows (a pyarrow Table) for the report's projection."""
+    if hasattr(data, "limit"):  # a Spark DataFrame: only these rows reach the driver
+        head = data.limit(REPORT_SAMPLE_ROWS)
+        return head.toArrow() if hasattr(head, "toArrow") else head.toPandas()
+    return data.slice(0, REPORT_SAMPLE_ROWS)
+
+
 def fit_model(
     data: Any,
     spec: ModelSpec,
@@ -310,6 +325,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         model, ll, timings, caught = fit_model(data, spec, options, trials, backend_options, out)
         extra["warnings"] = caught
         summary = build_summary(args, model, ll, {**options, "trials": trials}, extra)
+        sample = report_sample(data) if args.report else None
         with atomic_directory(output, overwrite=args.overwrite) as staging:
             save_model(model, staging / "model.json")
             (staging / "model.json").chmod(staging.stat().st_mode & 0o666)  # as umask allows, not 0600
@@ -321,6 +337,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             summary["started_at"] = started_at
             summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
             (staging / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+            if args.report:
+                from mixle_spark.report import write_report
+
+                write_report(model, staging / "report.html", sample=sample, summary=summary)
     finally:
         if spark is not None and owned:
             spark.stop()
@@ -330,7 +350,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"BIC {summary['bic']:.1f}, {summary['iterations']} iterations, converged={summary['converged']}, "
         f"{summary['timings']['total']:.1f}s"
     )
-    print(f"wrote {output / 'model.json'} and {output / 'summary.json'}")
+    written = ["model.json", "summary.json", *(["report.html"] if args.report else [])]
+    print(f"wrote {', '.join(str(output / name) for name in written[:-1])} and {output / written[-1]}")
     return summary
 
 

@@ -219,6 +219,19 @@ def _as_table(data: Any) -> pa.Table | None:
     return None
 
 
+def _vectors_as_arrays(df: Any) -> Any:
+    """ML Vector columns as array<double>, as the Spark backend encodes them."""
+    try:
+        from pyspark.ml.functions import vector_to_array
+        from pyspark.ml.linalg import VectorUDT
+    except ImportError:  # pragma: no cover - pyspark.ml needs numpy, which we require
+        return df
+    for field in getattr(getattr(df, "schema", None), "fields", ()):
+        if isinstance(field.dataType, VectorUDT):
+            df = df.withColumn(field.name, vector_to_array(df[field.name]))
+    return df
+
+
 def rows_and_sample(data: Any, sample_size: int) -> tuple[int, Any, str]:
     """(number of rows, the first ``min(sample_size, n)`` rows, backend name) of ``data``.
 
@@ -227,7 +240,7 @@ def rows_and_sample(data: Any, sample_size: int) -> tuple[int, Any, str]:
     """
     if is_spark_dataframe(data):
         n = int(data.count())
-        head = data.limit(sample_size)
+        head = _vectors_as_arrays(data).limit(sample_size)
         to_arrow = getattr(head, "toArrow", None)
         if callable(to_arrow):
             return n, to_arrow(), "spark"

@@ -1,0 +1,132 @@
+"""Figures for ``mixle_spark.report``: matplotlib PNGs inlined as base64 ``<img>`` tags, and a
+hand-drawn inline SVG line chart for when matplotlib (the ``plot`` extra) is not installed.
+
+matplotlib is imported lazily and used through ``matplotlib.figure.Figure`` (rendered by Agg), never
+through ``pyplot``, so making a report neither opens windows nor changes the caller's backend.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "load_matplotlib",
+    "log_likelihood_png",
+    "log_likelihood_svg",
+    "projection_png",
+    "weights_png",
+]
+
+_SIZE = (7.0, 3.6)  # inches at 100 dpi: 700 x 360 pixels, readable on a laptop screen
+
+
+def load_matplotlib() -> Any:
+    """``matplotlib.figure.Figure``, or None when matplotlib is not installed."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    return Figure
+
+
+def _img(fig: Any, alt: str) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return f'<img class="figure" alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def log_likelihood_png(figure_class: Any, iterations: Sequence[int], values: Sequence[float]) -> str:
+    """The log-likelihood per EM iteration as an inline PNG ``<img>`` tag."""
+    fig = figure_class(figsize=_SIZE)
+    ax = fig.add_subplot()
+    ax.plot(iterations, values, marker="o", markersize=3, linewidth=1.5)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("log-likelihood")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+    return _img(fig, "log-likelihood per iteration")
+
+
+def weights_png(figure_class: Any, weights: Sequence[float]) -> str:
+    """Mixture weights as a bar chart, an inline PNG ``<img>`` tag."""
+    fig = figure_class(figsize=(_SIZE[0], min(_SIZE[1], 1.2 + 0.3 * len(weights))))
+    ax = fig.add_subplot()
+    colors = _colors(len(weights))
+    ax.barh(range(len(weights)), weights, color=colors)
+    ax.set_yticks(range(len(weights)), [f"component {k}" for k in range(len(weights))])
+    ax.invert_yaxis()
+    ax.set_xlabel("weight")
+    ax.set_xlim(0, max(1e-12, float(max(weights))) * 1.1)
+    return _img(fig, "component weights")
+
+
+def projection_png(
+    figure_class: Any,
+    coords: np.ndarray,
+    labels: np.ndarray,
+    n_labels: int,
+    axis_labels: Sequence[str],
+) -> str:
+    """A scatter of ``coords`` (shape (n, 2)) coloured by ``labels`` (shape (n,), ints < ``n_labels``)."""
+    fig = figure_class(figsize=(_SIZE[0], _SIZE[0] * 0.7))
+    ax = fig.add_subplot()
+    colors = _colors(n_labels)
+    for k in range(n_labels):
+        mine = labels == k
+        if mine.any() or n_labels > 1:
+            name = f"component {k} ({int(mine.sum())})" if n_labels > 1 else f"rows ({int(mine.sum())})"
+            ax.scatter(coords[mine, 0], coords[mine, 1], s=8, alpha=0.6, color=colors[k], label=name)
+    ax.set_xlabel(axis_labels[0])
+    ax.set_ylabel(axis_labels[1])
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small", markerscale=2)
+    return _img(fig, "2-D projection of the sample coloured by component")
+
+
+def _colors(n: int) -> list[Any]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(k % cmap.N) for k in range(n)]
+
+
+def log_likelihood_svg(iterations: Sequence[int], values: Sequence[float]) -> str:
+    """The log-likelihood per iteration as a plain inline ``<svg>`` line chart (no matplotlib).
+
+    >>> log_likelihood_svg([0, 1, 2], [-10.0, -5.0, -4.5]).startswith('<svg')
+    True
+    """
+    width, height, left, right, top, bottom = 640, 260, 90, 20, 15, 40
+    x = np.asarray(iterations, dtype=float)
+    y = np.asarray(values, dtype=float)
+    x_lo, x_hi = float(x.min()), float(x.max())
+    y_lo, y_hi = float(y.min()), float(y.max())
+    x_span, y_span = (x_hi - x_lo) or 1.0, (y_hi - y_lo) or 1.0
+    px = left + (x - x_lo) / x_span * (width - left - right)
+    py = top + (y_hi - y) / y_span * (height - top - bottom)
+    points = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(px, py, strict=True))
+    base, edge = height - bottom, width - right
+    text = 'font-size="12" font-family="sans-serif" fill="#333"'
+    return (
+        f'<svg class="figure" role="img" aria-label="log-likelihood per iteration" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}">'
+        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>'
+        f'<line x1="{left}" y1="{base}" x2="{edge}" y2="{base}" stroke="#333"/>'
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{base}" stroke="#333"/>'
+        f'<polyline points="{points}" fill="none" stroke="#1f77b4" stroke-width="2"/>'
+        f'<text x="{left - 6}" y="{top + 10}" text-anchor="end" {text}>{y_hi:.6g}</text>'
+        f'<text x="{left - 6}" y="{base}" text-anchor="end" {text}>{y_lo:.6g}</text>'
+        f'<text x="{left}" y="{base + 16}" text-anchor="middle" {text}>{x_lo:g}</text>'
+        f'<text x="{edge}" y="{base + 16}" text-anchor="middle" {text}>{x_hi:g}</text>'
+        f'<text x="{(left + edge) / 2}" y="{height - 6}" text-anchor="middle" {text}>iteration</text>'
+        f'<text x="14" y="{(top + base) / 2}" text-anchor="middle" {text} '
+        f'transform="rotate(-90 14 {(top + base) / 2})">log-likelihood</text>'
+        "</svg>"
+    )
