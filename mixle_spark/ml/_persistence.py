@@ -1,0 +1,111 @@
+"""Saving and loading the Spark ML stages through the DataFrame API only (so Spark Connect works).
+
+Layout under ``path`` (the layout of pyspark's ``DefaultParamsWriter``, so ``Pipeline`` /
+``PipelineModel`` persistence and ``DefaultParamsReader.loadParamsInstance`` handle our stages)::
+
+    path/metadata/part-...   one line of JSON: class, uid, sparkVersion, paramMap, defaultParamMap,
+                             and "mixleSpark": {"version": ..., "hasModel": ...}
+    path/model/part-...      the fitted model as mixle_spark JSON (models only; never pickle)
+
+The model is written before the metadata, so a directory with metadata is complete.
+``write().overwrite()`` replaces both parts with the writer's ``overwrite`` mode instead of
+pyspark's JVM helper, which Spark Connect does not have.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any, Generic, TypeVar
+
+from pyspark.ml.param import Params
+from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWriter
+from pyspark.sql import SparkSession
+
+from mixle_spark._version import __version__
+from mixle_spark.errors import ModelFormatError
+
+__all__ = ["MixleReader", "MixleWriter"]
+
+T = TypeVar("T", bound=MLReadable[Any])
+
+METADATA_DIR = "metadata"
+MODEL_DIR = "model"
+
+
+def _write_text(spark: SparkSession, text: str, path: str, mode: str) -> None:
+    frame = spark.createDataFrame([(text,)], schema="value string")
+    frame.coalesce(1).write.mode(mode).text(path)
+
+
+def _read_text(spark: SparkSession, path: str) -> str:
+    rows = spark.read.option("wholetext", "true").text(path).collect()
+    return "".join(row[0] for row in rows)
+
+
+class MixleWriter(MLWriter):
+    """Writes a stage's Params as Spark ML metadata and, for a model, its JSON.
+
+    Parameters
+    ----------
+    instance : Params
+        The estimator or model to save.
+    model_json : str, optional
+        The fitted model as :func:`mixle_spark.spec.model_to_json` text.
+    """
+
+    def __init__(self, instance: Params, model_json: str | None = None) -> None:
+        super().__init__()
+        self.instance = instance
+        self.model_json = model_json
+
+    def save(self, path: str) -> None:
+        """Save to ``path`` (an error if it exists, unless ``overwrite()`` was called)."""
+        if not isinstance(path, str):
+            raise TypeError(f"path should be a string, got {type(path).__name__}")
+        self.saveImpl(path)
+
+    def saveImpl(self, path: str) -> None:
+        """Write ``path/model`` (models), then ``path/metadata``."""
+        spark = self.sparkSession
+        mode = "overwrite" if self.shouldOverwrite else "error"  # Connect knows "error", not "errorifexists"
+        extra = {"mixleSpark": {"version": __version__, "hasModel": self.model_json is not None}}
+        if self.model_json is not None:
+            _write_text(spark, self.model_json, os.path.join(path, MODEL_DIR), mode)
+        metadata = DefaultParamsWriter._get_metadata_to_save(self.instance, spark, extra)
+        _write_text(spark, metadata, os.path.join(path, METADATA_DIR), mode)
+
+
+def _class(name: str) -> type:
+    module, _, attr = name.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ModelFormatError(f"saved stage names class {name!r}, which cannot be imported: {err}") from None
+    return found  # type: ignore[no-any-return]
+
+
+class MixleReader(MLReader[T], Generic[T]):
+    """Reads what :class:`MixleWriter` wrote; the saved class must be ``cls`` or a subclass."""
+
+    def __init__(self, cls: type[T]) -> None:
+        super().__init__()
+        self.cls = cls
+
+    def load(self, path: str) -> T:
+        """Load the stage saved at ``path``."""
+        if not isinstance(path, str):
+            raise TypeError(f"path should be a string, got {type(path).__name__}")
+        spark = self.sparkSession
+        metadata = DefaultParamsReader.loadMetadata(path, spark)
+        py_type = _class(str(metadata.get("class")))
+        if not (isinstance(py_type, type) and issubclass(py_type, self.cls)):
+            raise ModelFormatError(
+                f"{path} holds a {metadata.get('class')!r}, not a {self.cls.__module__}.{self.cls.__name__}"
+            )
+        instance: Any = py_type()
+        instance._resetUid(metadata["uid"])
+        DefaultParamsReader.getAndSetParams(instance, metadata)
+        if metadata.get("mixleSpark", {}).get("hasModel"):
+            instance._load_model_json(_read_text(spark, os.path.join(path, MODEL_DIR)))
+        return instance  # type: ignore[no-any-return]

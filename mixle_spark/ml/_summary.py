@@ -1,0 +1,136 @@
+"""The training summary of a :class:`~mixle_spark.ml.MixleModel` (MLlib's GaussianMixtureSummary
+names, plus the log-likelihood history, information criteria and timings)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pyspark.sql import DataFrame
+
+from mixle_spark.estimation import FitResult
+from mixle_spark.summary import count_free_parameters, information_criteria
+
+__all__ = ["MixleSummary"]
+
+
+class MixleSummary:
+    """What a fit did, and the training data scored by the fitted model.
+
+    Attributes
+    ----------
+    predictions : DataFrame
+        The training DataFrame transformed by the model (lazy).
+    predictionCol, probabilityCol, logLikelihoodCol, featuresCol : str
+        The model's column Params at fit time (``featuresCol`` is unused with ``inputCols``).
+    inputCols : list of str or None
+        The named input columns, when the model reads them instead of ``featuresCol``.
+    k : int
+        Number of mixture components.
+    numIter : int
+        EM iterations run (M-steps).
+    logLikelihood : float
+        Total (weighted) log-likelihood of the returned model on the training data.
+    logLikelihoodHistory : list of float
+        Log-likelihood of the model after each iteration, starting with the initial model.
+    converged : bool
+        Whether the gain fell below ``tol`` within ``maxIter`` iterations.
+    numRows : int
+        Rows of the training data.
+    numParameters : int
+        Free parameters of the model (see :func:`mixle_spark.summary.count_free_parameters`).
+    bic, aic : float
+        ``numParameters * ln(numRows) - 2 logLikelihood`` and ``2 numParameters - 2 logLikelihood``.
+    trainingTime : float
+        Seconds for the whole fit (encoding pass and EM).
+    timings : dict of str to float
+        ``encode`` (the validating / encoding pass), ``em`` (the EM loop and final scoring pass)
+        and ``total`` seconds.
+    iterationTimes : list of float
+        Seconds of each scoring pass recorded in ``logLikelihoodHistory``.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        dataset: DataFrame,
+        fit_result: FitResult,
+        num_rows: int,
+        encode_seconds: float,
+        total_seconds: float,
+    ) -> None:
+        self._model = model
+        self._dataset = dataset
+        self._cluster_sizes: list[int] | None = None
+        self.predictions: DataFrame = model.transform(dataset)
+        self.predictionCol: str = model.getPredictionCol()
+        self.probabilityCol: str = model.getProbabilityCol()
+        self.logLikelihoodCol: str = model.getLogLikelihoodCol()
+        self.featuresCol: str = model.getFeaturesCol()
+        self.inputCols: list[str] | None = model._optional(model.inputCols)
+        self.k: int = len(model.weights)
+        self.numIter: int = fit_result.n_iter
+        self.logLikelihood: float = fit_result.log_likelihood
+        self.logLikelihoodHistory: list[float] = [r.log_likelihood for r in fit_result.history]
+        self.converged: bool = fit_result.converged
+        self.numRows: int = num_rows
+        self.numParameters: int = count_free_parameters(model.distribution)
+        criteria = information_criteria(self.logLikelihood, self.numParameters, num_rows)
+        self.bic: float = criteria["bic"]
+        self.aic: float = criteria["aic"]
+        self.trainingTime: float = total_seconds
+        self.timings: dict[str, float] = {
+            "encode": encode_seconds,
+            "em": fit_result.seconds,
+            "total": total_seconds,
+        }
+        self.iterationTimes: list[float] = [r.seconds for r in fit_result.history]
+
+    def report(
+        self, path: str | os.PathLike[str], *, sample_rows: int = 2000, title: str | None = None
+    ) -> Path:
+        """Write the fit report (:func:`mixle_spark.report.write_report`) to ``path``: history,
+        weights, parameters, and a 2-D projection of the first ``sample_rows`` training rows."""
+        from pyspark.ml.functions import vector_to_array
+
+        from mixle_spark.report import write_report
+
+        columns = self.inputCols or [self.featuresCol]
+        frame = self._dataset.select(*columns)
+        if not self.inputCols:
+            frame = frame.select(vector_to_array(frame[self.featuresCol]).alias(self.featuresCol))
+        sample = frame.limit(sample_rows).toPandas() if sample_rows > 0 else None
+        if sample is not None and not self.inputCols:
+            sample = np.stack(sample[self.featuresCol].to_numpy()) if len(sample) else None
+        info = {"rows": self.numRows, "backend": "spark (MixleEstimator)", "timings": self.timings}
+        return write_report(self._model.distribution, path, sample=sample, title=title, summary=info)
+
+    @property
+    def cluster(self) -> DataFrame:
+        """The prediction column of :attr:`predictions`."""
+        return self.predictions.select(self.predictionCol)
+
+    @property
+    def probability(self) -> DataFrame:
+        """The probability column of :attr:`predictions`."""
+        return self.predictions.select(self.probabilityCol)
+
+    @property
+    def clusterSizes(self) -> list[int]:
+        """Rows assigned to each component (most probable component), length ``k``.
+
+        Computed once, by one aggregation job over the training data.
+        """
+        if self._cluster_sizes is None:
+            frame, column = self.predictions, self.predictionCol
+            if not column:  # the model leaves predictions out: score with a private column
+                column = "__mixle_prediction"
+                model = self._model.copy({self._model.predictionCol: column})
+                frame = model.transform(self._dataset)
+            sizes = [0] * self.k
+            for row in frame.groupBy(column).count().collect():
+                sizes[int(row[0])] = int(row[1])
+            self._cluster_sizes = sizes
+        return self._cluster_sizes

@@ -1,0 +1,445 @@
+"""``MixleEstimator`` / ``MixleModel``: mixle_spark models as Spark ML stages.
+
+A drop-in for ``pyspark.ml.clustering.GaussianMixture``: the same Param names and defaults, so
+``MixleEstimator(k=3, featuresCol="features")`` fits the full-covariance Gaussian mixture MLlib fits,
+and the model has ``weights``, ``gaussians``, ``gaussiansDF``, ``predict``, ``predictProbability``
+and a ``summary``. Beyond MLlib: any mixle_spark model through ``modelSpec`` (a spec dict / JSON or
+an estimator object), named input columns (``inputCols``) instead of a vector, a per-row
+log-likelihood column, and Spark Connect (no RDD or SparkContext on the fit, transform or
+persistence paths).
+
+Convergence (``tol``) is mapped to ``optimize(delta=tol)``. MLlib stops when the total (weighted)
+log-likelihood of successive models changes by at most ``tol`` (``|change| <= tol``); here EM stops
+when that gain is in ``[0, tol)``, so the scale of ``tol`` is the same (absolute, on the total
+over all rows, not per row). The differences: a decrease beyond rounding stops the fit and returns
+the best model seen (MLlib stops too, keeping the last); not converging within ``maxIter``
+iterations emits a :class:`~mixle_spark.errors.ConvergenceWarning` (MLlib is silent); and
+``summary.logLikelihood`` is that of the returned model (MLlib reports the one before its last
+M-step). Densities are computed in log space (MLlib adds machine epsilon to each weighted
+component density in linear space), and covariances get a small ridge (see
+:mod:`mixle_spark.stats.multivariate_gaussian`), so fits agree with MLlib's to rounding on
+well-conditioned data, not bit for bit.
+
+Performance: on classic Spark the EM iterations are cheapest when the training data has at most
+one partition per task slot (set ``numPartitions``): the backend then keeps decoded partitions in
+long-lived tasks instead of running one Spark job per iteration.
+
+In a Pipeline (``pipeline.fit(df).transform(df)`` adds prediction, probability and
+logLikelihood; ``write().save(path)`` / ``PipelineModel.load(path)`` round-trip it)::
+
+    Pipeline(stages=[VectorAssembler(inputCols=["x", "y"], outputCol="features"),
+                     MixleEstimator(k=3, seed=1)])
+
+Examples
+--------
+>>> estimator = MixleEstimator(k=3, seed=1)
+>>> estimator.getK(), estimator.getMaxIter(), estimator.getTol(), estimator.getFeaturesCol()
+(3, 100, 0.01, 'features')
+>>> estimator.setK(0)
+Traceback (most recent call last):
+...
+mixle_spark.errors.SpecError: param 'k': expected an integer >= 1, got 0
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from pyspark import keyword_only
+from pyspark.ml.base import Estimator, Model
+from pyspark.ml.linalg import DenseMatrix, DenseVector, Vector
+from pyspark.ml.stat import MultivariateGaussian
+from pyspark.ml.util import MLReadable, MLWritable
+from pyspark.sql import DataFrame, SparkSession
+
+from mixle_spark.errors import DataValueError, SchemaError
+from mixle_spark.estimation import FitResult, optimize
+from mixle_spark.ml._params import MixleParams, fit_plan
+from mixle_spark.ml._persistence import MixleReader, MixleWriter
+from mixle_spark.ml._summary import MixleSummary
+from mixle_spark.parallel import encoded_data
+from mixle_spark.spec import model_from_json, model_to_json
+from mixle_spark.stats import (
+    DiagonalGaussianDistribution,
+    GaussianDistribution,
+    MixtureDistribution,
+    MultivariateGaussianDistribution,
+    RecordDistribution,
+)
+from mixle_spark.stats.base import Distribution
+
+__all__ = ["MixleEstimator", "MixleModel"]
+
+_PRIVATE_LL = "__mixle_log_likelihood"
+
+
+class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEstimator"], MLWritable):
+    """Fits a mixture model by EM on a Spark DataFrame; ``fit`` returns a :class:`MixleModel`.
+
+    Parameters
+    ----------
+    featuresCol : str
+        Features column, an ML Vector or ``array<double>`` (default ``"features"``); with a
+        ``modelSpec`` that reads one column, that column (any type the spec reads).
+    predictionCol, probabilityCol, logLikelihoodCol : str
+        Output columns of the model (``""`` leaves one out).
+    k : int
+        Number of components (default 2; ``k = 1`` is allowed, unlike MLlib).
+    tol : float
+        Convergence tolerance on the gain of the total log-likelihood (default 0.01; see the
+        module docstring for how it relates to MLlib's).
+    maxIter : int
+        Most EM iterations (default 100).
+    seed : int
+        Seed of the random initial model (default: a fixed value, so unseeded fits repeat).
+    aggregationDepth : int
+        Depth of the tree merging partition statistics (default 2).
+    weightCol : str, optional
+        Non-negative row weights.
+    inputCols : list of str, optional
+        Read these columns as the fields of a record (one Gaussian each, or the ``modelSpec``)
+        instead of ``featuresCol``.
+    modelSpec : dict, str or mixle_spark Estimator, optional
+        The model: a mixture spec (its component count must agree with ``k`` when both are set),
+        or a component spec repeated ``k`` times (see :mod:`mixle_spark.spec`). Stored as JSON.
+        Default: a full-covariance Gaussian over ``featuresCol``.
+    initFraction : float
+        Fraction of rows the random initial model is drawn from (default 0.1; mixtures cap it at
+        about 20 rows per component).
+    numPartitions : int, optional
+        Repartition the encoded training data (cached for the fit) into this many partitions.
+
+    Raises
+    ------
+    SpecError or TypeError
+        For a bad Param value (when set), naming the Param and the value.
+    """
+
+    _input_kwargs: dict[str, Any]
+
+    @keyword_only
+    def __init__(
+        self,
+        *,
+        featuresCol: str = "features",
+        predictionCol: str = "prediction",
+        k: int = 2,
+        probabilityCol: str = "probability",
+        tol: float = 0.01,
+        maxIter: int = 100,
+        seed: int | None = None,
+        aggregationDepth: int = 2,
+        weightCol: str | None = None,
+        inputCols: list[str] | None = None,
+        modelSpec: Any = None,
+        initFraction: float = 0.1,
+        numPartitions: int | None = None,
+        logLikelihoodCol: str = "logLikelihood",
+    ) -> None:
+        super().__init__()
+        self.setParams(**self._input_kwargs)
+
+    @keyword_only
+    def setParams(
+        self,
+        *,
+        featuresCol: str = "features",
+        predictionCol: str = "prediction",
+        k: int = 2,
+        probabilityCol: str = "probability",
+        tol: float = 0.01,
+        maxIter: int = 100,
+        seed: int | None = None,
+        aggregationDepth: int = 2,
+        weightCol: str | None = None,
+        inputCols: list[str] | None = None,
+        modelSpec: Any = None,
+        initFraction: float = 0.1,
+        numPartitions: int | None = None,
+        logLikelihoodCol: str = "logLikelihood",
+    ) -> MixleEstimator:
+        """Set the given Params (None values are left unset)."""
+        return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+
+    def setFeaturesCol(self, value: str) -> MixleEstimator:
+        return self._set(featuresCol=value)
+
+    def setPredictionCol(self, value: str) -> MixleEstimator:
+        return self._set(predictionCol=value)
+
+    def setProbabilityCol(self, value: str) -> MixleEstimator:
+        return self._set(probabilityCol=value)
+
+    def setLogLikelihoodCol(self, value: str) -> MixleEstimator:
+        return self._set(logLikelihoodCol=value)
+
+    def setK(self, value: int) -> MixleEstimator:
+        return self._set(k=value)
+
+    def setTol(self, value: float) -> MixleEstimator:
+        return self._set(tol=value)
+
+    def setMaxIter(self, value: int) -> MixleEstimator:
+        return self._set(maxIter=value)
+
+    def setSeed(self, value: int) -> MixleEstimator:
+        return self._set(seed=value)
+
+    def setAggregationDepth(self, value: int) -> MixleEstimator:
+        return self._set(aggregationDepth=value)
+
+    def setWeightCol(self, value: str) -> MixleEstimator:
+        return self._set(weightCol=value)
+
+    def setInputCols(self, value: list[str]) -> MixleEstimator:
+        return self._set(inputCols=value)
+
+    def setModelSpec(self, value: Any) -> MixleEstimator:
+        return self._set(modelSpec=value)
+
+    def setInitFraction(self, value: float) -> MixleEstimator:
+        return self._set(initFraction=value)
+
+    def setNumPartitions(self, value: int) -> MixleEstimator:
+        return self._set(numPartitions=value)
+
+    def _fit(self, dataset: DataFrame) -> MixleModel:
+        plan = fit_plan(self, dataset.columns)
+        started = time.perf_counter()
+        options: dict[str, Any] = {
+            "backend": "spark",
+            "num_chunks": self._optional(self.numPartitions),
+            "weights": self._optional(self.weightCol),
+            "depth": self.getAggregationDepth(),
+        }
+        if plan.column is not None:
+            options["column"] = plan.column
+        try:
+            handle = encoded_data(dataset, plan.estimator, **options)
+        except SchemaError as err:
+            if plan.column is None:
+                raise
+            raise SchemaError(f"param 'featuresCol' ({plan.column!r}): {err}") from err
+        encoded = time.perf_counter()
+        try:
+            fitted = optimize(
+                handle,
+                plan.estimator,
+                max_its=self.getMaxIter(),
+                delta=self.getTol(),
+                init_p=self.getInitFraction(),
+                seed=self.getSeed(),
+                print_iter=0,
+            )
+            num_rows = len(handle)
+        finally:
+            handle.close()
+        model = self._copyValues(MixleModel(fitted))
+        model._resetUid(self.uid)  # as MLlib: the model carries its estimator's uid
+        if len(model.weights) != model.getK():  # a mixture modelSpec with k left unset
+            model._set(k=len(model.weights))
+        model._summary = MixleSummary(
+            model,
+            dataset,
+            fitted.fit_result,
+            num_rows,
+            encoded - started,
+            time.perf_counter() - started,
+        )
+        return model
+
+    def write(self) -> MixleWriter:
+        """An MLWriter saving the Params as Spark ML metadata (DataFrame API only)."""
+        return MixleWriter(self)
+
+    @classmethod
+    def read(cls) -> MixleReader[MixleEstimator]:
+        """An MLReader for saved estimators."""
+        return MixleReader(cls)
+
+
+class MixleModel(Model, MixleParams, MLReadable["MixleModel"], MLWritable):
+    """A fitted mixture (``distribution``) as a Spark ML Model.
+
+    ``transform`` adds ``predictionCol`` (int, the most probable component), ``probabilityCol``
+    (ML DenseVector of the component probabilities) and ``logLikelihoodCol`` (double), lazily
+    through ``mapInArrow``, keeping every input column. ML Vector input columns are carried
+    through the Arrow pass as arrays and come back as dense vectors (sparse ones included).
+    """
+
+    def __init__(self, distribution: Distribution | None = None) -> None:
+        super().__init__()
+        self._distribution: MixtureDistribution | None = None
+        self._summary: MixleSummary | None = None
+        if distribution is not None:
+            self._set_distribution(distribution)
+
+    def _set_distribution(self, distribution: Distribution) -> None:
+        if not isinstance(distribution, MixtureDistribution):
+            raise TypeError(f"MixleModel wraps a MixtureDistribution, got {type(distribution).__name__}")
+        self._distribution = distribution
+
+    def _load_model_json(self, text: str) -> None:
+        self._set_distribution(model_from_json(text))
+
+    @property
+    def distribution(self) -> MixtureDistribution:
+        """The fitted mixle_spark model."""
+        if self._distribution is None:
+            raise ValueError("this MixleModel holds no fitted model")
+        return self._distribution
+
+    @property
+    def fitResult(self) -> FitResult | None:
+        """The EM record of the fit (None for a loaded model)."""
+        return getattr(self._distribution, "fit_result", None)
+
+    def setFeaturesCol(self, value: str) -> MixleModel:
+        return self._set(featuresCol=value)
+
+    def setPredictionCol(self, value: str) -> MixleModel:
+        return self._set(predictionCol=value)
+
+    def setProbabilityCol(self, value: str) -> MixleModel:
+        return self._set(probabilityCol=value)
+
+    def setLogLikelihoodCol(self, value: str) -> MixleModel:
+        return self._set(logLikelihoodCol=value)
+
+    # -- MLlib GaussianMixtureModel's API --------------------------------------------------------
+    @property
+    def weights(self) -> list[float]:
+        """Mixture weights, summing to 1."""
+        return [float(w) for w in self.distribution.w]
+
+    @property
+    def gaussians(self) -> list[MultivariateGaussian]:
+        """Each component as a ``pyspark.ml.stat.MultivariateGaussian`` (mean, cov).
+
+        Defined for multivariate / diagonal Gaussian components and for records of Gaussian
+        fields (a diagonal covariance in ``inputCols`` order); raises TypeError otherwise.
+        """
+        out = []
+        for mean, cov in (self._moments(i, c) for i, c in enumerate(self.distribution.components)):
+            d = len(mean)
+            out.append(MultivariateGaussian(DenseVector(mean), DenseMatrix(d, d, cov.ravel(order="F"))))
+        return out
+
+    @property
+    def gaussiansDF(self) -> DataFrame:
+        """:attr:`gaussians` as a DataFrame with columns ``mean`` (Vector) and ``cov`` (Matrix)."""
+        rows = [(g.mean, g.cov) for g in self.gaussians]
+        return SparkSession.active().createDataFrame(rows, ["mean", "cov"])
+
+    def _moments(self, index: int, component: Distribution) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(component, MultivariateGaussianDistribution):
+            return np.asarray(component.mu), np.asarray(component.covar)
+        if isinstance(component, DiagonalGaussianDistribution):
+            return np.asarray(component.mu), np.diag(component.covar)
+        if isinstance(component, RecordDistribution) and all(
+            isinstance(f, GaussianDistribution) for f in component.fields.values()
+        ):
+            names = self._optional(self.inputCols) or list(component.fields)
+            fields = [component.fields[name] for name in names]
+            return np.array([f.mu for f in fields]), np.diag([f.sigma2 for f in fields])
+        raise TypeError(
+            f"gaussians needs Gaussian components, but component {index} is {type(component).__name__}; "
+            "use model.distribution"
+        )
+
+    def _record(self, value: Any) -> Any:
+        reads = self.distribution.encoder().column_names()
+        if reads is None:
+            return value.toArray() if isinstance(value, Vector) else value
+        if hasattr(value, "asDict"):
+            return value.asDict()
+        if isinstance(value, Mapping):
+            return dict(value)
+        values = value.toArray().tolist() if isinstance(value, Vector) else list(value)
+        names = self._optional(self.inputCols) or list(reads)
+        if len(values) != len(names):
+            raise DataValueError(f"expected {len(names)} values for columns {names}", value=value)
+        return dict(zip(names, values, strict=True))
+
+    def predictProbability(self, value: Any) -> DenseVector:
+        """Component probabilities of one record: an ML Vector (or a sequence / dict / Row for
+        ``inputCols`` models, in ``inputCols`` order)."""
+        record = self._record(value)
+        if not np.isfinite(self.distribution.log_density(record)):
+            raise DataValueError(
+                "has zero density under every component (wrong length or type for this model?)",
+                value=value,
+            )
+        return DenseVector(self.distribution.posterior(record))
+
+    def predict(self, value: Any) -> int:
+        """The most probable component of one record (see :meth:`predictProbability`)."""
+        return int(np.argmax(self.predictProbability(value).toArray()))
+
+    @property
+    def hasSummary(self) -> bool:
+        """Whether a training summary exists (False for a loaded model, as in MLlib)."""
+        return self._summary is not None
+
+    @property
+    def summary(self) -> MixleSummary:
+        """The training summary; raises RuntimeError when there is none."""
+        if self._summary is None:
+            raise RuntimeError(f"No training summary available for this {type(self).__name__}")
+        return self._summary
+
+    # -- transform --------------------------------------------------------------------------------
+    def _transform(self, dataset: DataFrame) -> DataFrame:
+        from pyspark.ml.functions import array_to_vector, vector_to_array
+        from pyspark.ml.linalg import VectorUDT
+        from pyspark.sql import functions as F
+
+        from mixle_spark.parallel.spark import score
+
+        model = self.distribution
+        column = None
+        if model.encoder().column_names() is None:
+            column = self.getFeaturesCol()
+            if column not in dataset.columns:
+                raise SchemaError(
+                    f"param 'featuresCol': column {column!r} not found; the DataFrame has {dataset.columns}"
+                )
+        prediction, probability = self.getPredictionCol(), self.getProbabilityCol()
+        log_likelihood = self.getLogLikelihoodCol()
+        for param, name in (
+            ("predictionCol", prediction),
+            ("probabilityCol", probability),
+            ("logLikelihoodCol", log_likelihood),
+        ):
+            if name and name in dataset.columns:
+                raise SchemaError(f"param {param!r}: column {name!r} already exists in the DataFrame")
+        vectors = [f.name for f in dataset.schema.fields if isinstance(f.dataType, VectorUDT)]
+        frame = dataset
+        for name in vectors:  # the Arrow pass carries arrays cheaply, ML Vectors slowly
+            frame = frame.withColumn(name, vector_to_array(F.col(name)))
+        scored = score(
+            model,
+            frame,
+            column=column,
+            log_likelihood_col=log_likelihood or _PRIVATE_LL,
+            prediction_col=prediction or None,
+            probability_col=probability or None,
+        )
+        for name in vectors:
+            scored = scored.withColumn(name, array_to_vector(F.col(name)))
+        if probability:
+            scored = scored.withColumn(probability, array_to_vector(F.col(probability)))
+        return scored if log_likelihood else scored.drop(_PRIVATE_LL)
+
+    # -- persistence ------------------------------------------------------------------------------
+    def write(self) -> MixleWriter:
+        """An MLWriter saving the Params as Spark ML metadata and the model as JSON."""
+        return MixleWriter(self, model_to_json(self.distribution))
+
+    @classmethod
+    def read(cls) -> MixleReader[MixleModel]:
+        """An MLReader for saved models (no training summary, as in MLlib)."""
+        return MixleReader(cls)

@@ -1,0 +1,430 @@
+"""The Spark ML face: MixleEstimator as a drop-in for MLlib's GaussianMixture, Pipeline fit / transform /
+save / load round trips, named input columns with a model spec, Param validation, the summary."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mixle_spark.errors import DataValueError, SchemaError, SpecError
+
+pytestmark = pytest.mark.spark
+
+MEANS = np.array([[-5.0, 0.0], [0.0, 5.0], [5.0, 0.0]])
+WEIGHTS = np.array([0.2, 0.3, 0.5])
+SCALE = np.array([1.0, 0.7])
+N = 2000
+
+
+def _blobs(seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    z = rng.choice(3, size=N, p=WEIGHTS)
+    return MEANS[z] + rng.normal(size=(N, 2)) * SCALE
+
+
+@pytest.fixture(scope="module")
+def points(spark: Any) -> Any:
+    """2000 rows of three well-separated 2-D Gaussians in columns x, y (2 partitions: one per task
+    slot, so the fits run their E-steps in resident tasks)."""
+    import pandas as pd
+
+    x = _blobs()
+    return spark.createDataFrame(pd.DataFrame({"x": x[:, 0], "y": x[:, 1]})).repartition(2).cache()
+
+
+@pytest.fixture(scope="module")
+def vectors(points: Any) -> Any:
+    from pyspark.ml.feature import VectorAssembler
+
+    return VectorAssembler(inputCols=["x", "y"], outputCol="features").transform(points).cache()
+
+
+@pytest.fixture(scope="module")
+def fitted(vectors: Any) -> tuple[Any, Any]:
+    """(our model, MLlib's model), both fitted with only k and seed set."""
+    from pyspark.ml.clustering import GaussianMixture
+
+    from mixle_spark.ml import MixleEstimator
+
+    ours = MixleEstimator(k=3, seed=3).fit(vectors)
+    theirs = GaussianMixture(k=3, seed=3).fit(vectors)
+    return ours, theirs
+
+
+def _by_first_coordinate(weights: list[float], gaussians: list[Any]) -> tuple[np.ndarray, ...]:
+    order = np.argsort([g.mean[0] for g in gaussians])
+    means = np.array([gaussians[i].mean.toArray() for i in order])
+    covs = np.array([gaussians[i].cov.toArray() for i in order])
+    return np.asarray(weights)[order], means, covs
+
+
+def test_drop_in_for_mllib_gaussian_mixture(fitted: tuple[Any, Any], vectors: Any) -> None:
+    ours, theirs = fitted
+    w, mu, cov = _by_first_coordinate(ours.weights, ours.gaussians)
+    w_ml, mu_ml, cov_ml = _by_first_coordinate(theirs.weights, theirs.gaussians)
+    # Different starts, same optimum on well-separated data.
+    np.testing.assert_allclose(w, w_ml, atol=0.01)
+    np.testing.assert_allclose(mu, mu_ml, atol=0.05)
+    np.testing.assert_allclose(cov, cov_ml, atol=0.05)
+    np.testing.assert_allclose(w, WEIGHTS, atol=0.03)
+    np.testing.assert_allclose(mu, MEANS, atol=0.1)
+    assert ours.summary.logLikelihood >= theirs.summary.logLikelihood - 0.5
+    # Same output columns and types as MLlib (plus the log-likelihood), input columns kept.
+    out, out_ml = ours.transform(vectors), theirs.transform(vectors)
+    assert out.columns == ["x", "y", "features", "logLikelihood", "prediction", "probability"]
+    for name in ("features", "prediction", "probability"):
+        assert type(out.schema[name].dataType) is type(out_ml.schema[name].dataType)
+    # The same clustering, up to the order of the components.
+    pairs = (
+        out.select("prediction").toPandas()["prediction"].to_numpy(),
+        out_ml.select("prediction").toPandas()["prediction"].to_numpy(),
+    )
+    agreement = max(
+        np.mean(np.array(perm)[pairs[0]] == pairs[1])
+        for perm in ([0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0])
+    )
+    assert agreement > 0.995
+
+
+def test_summary(fitted: tuple[Any, Any]) -> None:
+    model, _ = fitted
+    s = model.summary
+    assert model.hasSummary and s.k == 3 and s.converged
+    assert s.numIter >= 1 and len(s.logLikelihoodHistory) == s.numIter + 1
+    assert s.logLikelihood == s.logLikelihoodHistory[-1]
+    assert np.all(np.diff(s.logLikelihoodHistory[1:]) >= -1e-6 * abs(s.logLikelihood))
+    sizes = s.clusterSizes
+    assert len(sizes) == 3 and sum(sizes) == N
+    np.testing.assert_allclose(sorted(sizes), sorted(WEIGHTS * N), atol=60)
+    p = 3 * (2 + 3) + 2  # means, covariances (symmetric), weights - 1
+    assert s.numParameters == p and s.numRows == N
+    assert s.bic == pytest.approx(p * math.log(N) - 2 * s.logLikelihood)
+    assert s.aic == pytest.approx(2 * p - 2 * s.logLikelihood)
+    assert s.probability.columns == ["probability"] and s.cluster.columns == ["prediction"]
+    assert s.predictions.count() == N
+    assert set(s.timings) == {"encode", "em", "total"} and s.trainingTime >= s.timings["em"] > 0
+    assert len(s.iterationTimes) == len(s.logLikelihoodHistory)
+    total = s.predictions.agg({"logLikelihood": "sum"}).collect()[0][0]
+    assert total == pytest.approx(s.logLikelihood, rel=1e-9)
+
+
+def test_predict_single_vector_matches_transform(fitted: tuple[Any, Any], vectors: Any) -> None:
+    from pyspark.ml.linalg import DenseVector, Vectors
+
+    model, _ = fitted
+    rows = model.transform(vectors).limit(5).collect()
+    for row in rows:
+        assert model.predict(row.features) == row.prediction
+        got = model.predictProbability(row.features)
+        assert isinstance(got, DenseVector)
+        np.testing.assert_allclose(got.toArray(), row.probability.toArray(), atol=1e-12)
+    assert model.predict(Vectors.dense([5.0, 0.0])) == int(np.argmax([g.mean[0] for g in model.gaussians]))
+    with pytest.raises(DataValueError, match=r"zero density.*DenseVector"):
+        model.predictProbability(Vectors.dense([1.0, 2.0, 3.0]))
+    with pytest.raises(SchemaError, match="param 'predictionCol': column 'prediction' already exists"):
+        model.transform(model.transform(vectors).drop("logLikelihood"))
+    means = model.gaussiansDF.collect()
+    assert [r.mean for r in means] == [g.mean for g in model.gaussians]
+
+
+def test_weight_col_and_left_out_output_columns(fitted: tuple[Any, Any], vectors: Any) -> None:
+    from pyspark.sql import functions as F
+
+    from mixle_spark.ml import MixleEstimator
+
+    ours, _ = fitted
+    ones = MixleEstimator(k=3, seed=3, weightCol="w").fit(vectors.withColumn("w", F.lit(1.0)))
+    np.testing.assert_allclose(ones.weights, ours.weights, rtol=1e-9)
+    assert ones.summary.logLikelihood == pytest.approx(ours.summary.logLikelihood, rel=1e-9)
+    mixture = {"type": "mixture", "k": 3, "component": "multivariate_gaussian"}  # k left unset
+    doubled = MixleEstimator(
+        seed=3, weightCol="w", modelSpec=mixture, predictionCol="", probabilityCol=""
+    ).fit(vectors.withColumn("w", F.lit(2.0)))
+    assert doubled.getK() == 3
+    assert doubled.summary.logLikelihood == pytest.approx(2 * ours.summary.logLikelihood, rel=1e-6)
+    np.testing.assert_allclose(
+        _by_first_coordinate(doubled.weights, doubled.gaussians)[1],
+        _by_first_coordinate(ours.weights, ours.gaussians)[1],
+        atol=1e-4,
+    )
+    assert doubled.transform(vectors).columns == ["x", "y", "features", "logLikelihood"]
+    assert doubled.summary.clusterSizes == ours.summary.clusterSizes  # rows, not weights
+
+
+def test_pipeline_fit_transform_save_load_round_trip(spark: Any, points: Any, tmp_path: Path) -> None:
+    from chispa import assert_df_equality
+    from pyspark.errors import AnalysisException
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import VectorAssembler
+
+    from mixle_spark.ml import MixleEstimator, MixleModel
+
+    estimator = MixleEstimator(k=3, seed=8, tol=0.5, numPartitions=2, logLikelihoodCol="ll")
+    pipeline = Pipeline(stages=[VectorAssembler(inputCols=["x", "y"], outputCol="features"), estimator])
+    fitted = pipeline.fit(points)
+    before = fitted.transform(points)
+    assert before.columns == ["x", "y", "features", "ll", "prediction", "probability"]
+
+    fitted.write().overwrite().save(str(tmp_path / "model"))
+    pipeline.save(str(tmp_path / "pipeline"))
+    loaded = PipelineModel.load(str(tmp_path / "model"))
+    after = loaded.transform(points)
+    assert_df_equality(before, after, ignore_nullable=True)  # float64 round-trips exactly
+
+    stage = loaded.stages[1]
+    assert isinstance(stage, MixleModel) and not stage.hasSummary
+    assert stage.uid == fitted.stages[1].uid == estimator.uid  # as MLlib: the estimator's uid
+    assert stage.weights == fitted.stages[1].weights
+    assert stage.getLogLikelihoodCol() == "ll" and stage.getK() == 3 and stage.getSeed() == 8
+    reloaded = Pipeline.load(str(tmp_path / "pipeline")).getStages()[1]
+    assert isinstance(reloaded, MixleEstimator) and reloaded.uid == estimator.uid
+    assert {p.name: v for p, v in reloaded.extractParamMap().items()} == {
+        p.name: v for p, v in estimator.extractParamMap().items()
+    }
+    stage.save(str(tmp_path / "alone"))
+    assert MixleModel.load(str(tmp_path / "alone")).weights == stage.weights
+    with pytest.raises(AnalysisException, match="already exists"):  # no silent overwrite
+        stage.save(str(tmp_path / "alone"))
+    stage.setPredictionCol("cluster").write().overwrite().save(str(tmp_path / "alone"))
+    assert MixleModel.load(str(tmp_path / "alone")).getPredictionCol() == "cluster"
+
+
+def test_input_cols_with_string_indexer_and_model_spec(spark: Any, tmp_path: Path) -> None:
+    import pandas as pd
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import StringIndexer
+
+    from mixle_spark.ml import MixleEstimator
+
+    rng = np.random.default_rng(5)
+    z = rng.random(N) < 0.35
+    amount = np.where(z, rng.normal(20.0, 2.0, N), rng.normal(60.0, 5.0, N))
+    channel = np.where(z, rng.choice(["web", "app"], N, p=[0.9, 0.1]), rng.choice(["store", "app"], N))
+    df = spark.createDataFrame(pd.DataFrame({"amount": amount, "channel": channel, "z": z})).repartition(2)
+    spec = {"type": "record", "fields": {"amount": "gaussian", "channel_idx": "integer_categorical"}}
+    pipeline = Pipeline(
+        stages=[
+            StringIndexer(inputCol="channel", outputCol="channel_idx"),
+            MixleEstimator(k=2, seed=3, tol=0.5, inputCols=["amount", "channel_idx"], modelSpec=spec),
+        ]
+    )
+    fitted = pipeline.fit(df)
+    model = fitted.stages[1]
+    out = fitted.transform(df).toPandas()
+    assert list(out.columns) == [
+        "amount", "channel", "z", "channel_idx", "logLikelihood", "prediction", "probability"
+    ]  # fmt: skip
+    small = int(np.argmin(model.weights))
+    assert np.mean((out["prediction"] == small) == out["z"]) > 0.99
+    assert min(model.weights) == pytest.approx(0.35, abs=0.03)
+    assert model.summary.numParameters == 2 * (2 + 2) + 1  # gaussian 2, three labels 2, weights 1
+    row = out.iloc[0]
+    record = {"amount": row["amount"], "channel_idx": row["channel_idx"]}
+    assert model.predict(record) == row["prediction"]
+    assert model.predict([row["amount"], row["channel_idx"]]) == row["prediction"]
+    with pytest.raises(TypeError, match="component 0 is RecordDistribution"):
+        _ = model.gaussians
+    fitted.write().save(str(tmp_path / "pm"))
+    again = PipelineModel.load(str(tmp_path / "pm")).transform(df).toPandas()
+    pd.testing.assert_frame_equal(out.drop(columns="probability"), again.drop(columns="probability"))
+
+
+def test_input_cols_default_is_a_record_of_gaussians_and_max_iter_zero_warns(points: Any) -> None:
+    from mixle_spark.errors import ConvergenceWarning
+    from mixle_spark.ml import MixleEstimator
+
+    with pytest.warns(ConvergenceWarning, match="did not converge in 0 iterations"):
+        model = MixleEstimator(k=3, seed=1, maxIter=0, inputCols=["y", "x"]).fit(points)
+    assert model.summary.numIter == 0 and not model.summary.converged
+    for gaussian, component in zip(model.gaussians, model.distribution.components, strict=True):
+        fields = component.fields
+        assert list(gaussian.mean) == [fields["y"].mu, fields["x"].mu]  # inputCols order
+        np.testing.assert_array_equal(
+            gaussian.cov.toArray(), np.diag([fields["y"].sigma2, fields["x"].sigma2])
+        )
+
+
+# -- Param validation ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        ({"k": 0}, SpecError, r"param 'k': expected an integer >= 1, got 0"),
+        ({"k": "three"}, TypeError, r"param 'k'.*string 'three'"),
+        ({"k": 2.5}, TypeError, r"param 'k'.*2\.5"),
+        ({"maxIter": -1}, SpecError, r"param 'maxIter'.*got -1"),
+        ({"tol": -0.5}, SpecError, r"param 'tol'.*got -0\.5"),
+        ({"tol": float("nan")}, SpecError, r"param 'tol'.*got nan"),
+        ({"aggregationDepth": 0}, SpecError, r"param 'aggregationDepth'.*got 0"),
+        ({"initFraction": 1.5}, SpecError, r"param 'initFraction'.*\(0, 1\].*got 1\.5"),
+        ({"numPartitions": 0}, SpecError, r"param 'numPartitions'.*got 0"),
+        ({"featuresCol": ""}, SpecError, r"param 'featuresCol'.*got ''"),
+        ({"inputCols": ["a", "a"]}, SpecError, r"param 'inputCols'.*\['a', 'a'\]"),
+        ({"inputCols": "a"}, TypeError, r"param 'inputCols'.*string 'a'"),
+        ({"modelSpec": "gausian"}, SpecError, r"param 'modelSpec'.*unknown estimator family 'gausian'"),
+        (
+            {"modelSpec": {"type": "gaussian", "mean": 1}},
+            SpecError,
+            r"param 'modelSpec'.*unknown key 'mean'",
+        ),
+    ],
+)
+def test_bad_params_are_refused_when_set(params: dict[str, Any], error: type, match: str) -> None:
+    from mixle_spark.ml import MixleEstimator
+
+    with pytest.raises(error, match=match):
+        MixleEstimator(**params)
+    (name, value), estimator = next(iter(params.items())), MixleEstimator()
+    with pytest.raises(error, match=match):
+        getattr(estimator, "set" + name[0].upper() + name[1:])(value)
+    with pytest.raises(error, match=match):  # a param map given to fit is checked too
+        estimator.copy({estimator.getParam(name): value})
+
+
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        ({"featuresCol": "nope"}, SchemaError, r"param 'featuresCol': column 'nope' not found"),
+        ({"featuresCol": "name"}, SchemaError, r"param 'featuresCol' \('name'\).*string"),
+        ({"inputCols": ["x", "w"], "featuresCol": "v"}, SpecError, r"featuresCol.*'v'.*inputCols.*not both"),
+        ({"inputCols": ["x", "nope"]}, SchemaError, r"param 'inputCols': column\(s\) \['nope'\] not found"),
+        ({"weightCol": "nope"}, SchemaError, r"param 'weightCol': column 'nope' not found"),
+        (
+            {"k": 3, "modelSpec": {"type": "mixture", "k": 2, "component": "gaussian"}},
+            SpecError,
+            r"param 'k' = 3 contradicts param 'modelSpec', a mixture of 2",
+        ),
+        (
+            {"inputCols": ["x", "w"], "modelSpec": {"type": "record", "fields": {"x": "gaussian"}}},
+            SpecError,
+            r"param 'modelSpec' reads columns \['x'\], but param 'inputCols' is \['x', 'w'\]",
+        ),
+    ],
+)
+def test_bad_param_combinations_are_refused_at_fit(
+    spark: Any, params: dict[str, Any], error: type, match: str
+) -> None:
+    from pyspark.ml.linalg import Vectors
+
+    from mixle_spark.ml import MixleEstimator
+
+    df = spark.createDataFrame([(Vectors.dense([1.0, 2.0]), 1.0, 0.5, "a")], ["v", "x", "w", "name"])
+    with pytest.raises(error, match=match):
+        MixleEstimator(**params).fit(df)
+
+
+def test_model_spec_accepts_estimator_objects_and_json() -> None:
+    from mixle_spark.ml import MixleEstimator
+    from mixle_spark.stats import GaussianEstimator, MixtureEstimator
+
+    from_object = MixleEstimator(modelSpec=MixtureEstimator([GaussianEstimator()] * 2))
+    from_json = MixleEstimator(modelSpec=from_object.getModelSpec())
+    assert from_object.getModelSpec() == from_json.getModelSpec()
+    assert '"type": "mixture"' in from_json.getModelSpec()
+    assert MixleEstimator().getSeed() == MixleEstimator().getSeed()  # a fixed default seed
+
+
+# -- Spark Connect ---------------------------------------------------------------------------------
+def _connect_child(data: str) -> None:
+    """Run in a subprocess (a process holds either a classic or a Connect session): fit, transform,
+    save and load a Pipeline through a local Spark Connect server; print the facts as JSON."""
+    import pandas as pd
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.sql import SparkSession
+
+    from mixle_spark.ml import MixleEstimator
+    from mixle_spark.spec import model_to_dict
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    x = np.asarray(json.loads(data))
+    spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    df = spark.createDataFrame(pd.DataFrame({"x": x[:, 0], "y": x[:, 1]}))
+    estimator = MixleEstimator(k=3, seed=3, maxIter=3, numPartitions=3)
+    pipeline = Pipeline(stages=[VectorAssembler(inputCols=["x", "y"], outputCol="features"), estimator])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 3 iterations do not converge
+        fitted = pipeline.fit(df)
+    path = os.path.join(sys.argv[2], "pipeline_model")
+    fitted.write().save(path)
+    fitted.write().overwrite().save(path)
+    before = fitted.transform(df).toPandas()
+    after = PipelineModel.load(path).transform(df).toPandas()
+    summary = fitted.stages[1].summary
+    facts = {
+        "session": type(spark).__module__,
+        "columns": list(before.columns),
+        "same": bool(
+            before.drop(columns=["features", "probability"]).equals(
+                after.drop(columns=["features", "probability"])
+            )
+            and list(before["probability"]) == list(after["probability"])
+        ),
+        "cluster_sizes": summary.clusterSizes,
+        "num_iter": summary.numIter,
+        "ll": summary.logLikelihood,
+        "ll_sum": float(before["logLikelihood"].sum()),
+        "model": model_to_dict(fitted.stages[1].distribution),
+    }
+    print("RESULT " + json.dumps(facts))
+    spark.stop()
+
+
+@pytest.mark.slow
+def test_pipeline_under_spark_connect(tmp_path: Path) -> None:
+    pytest.importorskip("grpc", reason="Spark Connect needs the pyspark[connect] client dependencies")
+    from mixle_spark.errors import ConvergenceWarning
+    from mixle_spark.estimation import optimize
+    from mixle_spark.spec import estimator_from_spec, model_from_dict
+
+    x = _blobs()
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, __file__, json.dumps(x.tolist()), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    facts = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))[7:])
+    assert facts["session"].startswith("pyspark.sql.connect")
+    assert facts["columns"] == ["x", "y", "features", "logLikelihood", "prediction", "probability"]
+    assert facts["same"] and facts["num_iter"] == 3 and sum(facts["cluster_sizes"]) == N
+    assert facts["ll_sum"] == pytest.approx(facts["ll"], rel=1e-9)
+    # The same model as the local backend from the same rows and seed.
+    estimator = estimator_from_spec({"type": "mixture", "k": 3, "component": "multivariate_gaussian"})
+    with pytest.warns(ConvergenceWarning):
+        want = optimize(list(x), estimator, max_its=3, delta=0.01, seed=3)
+    got = model_from_dict(facts["model"])
+    np.testing.assert_allclose(got.w, want.w, rtol=1e-9)
+    for a, b in zip(got.components, want.components, strict=True):
+        np.testing.assert_allclose(a.mu, b.mu, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(a.covar, b.covar, rtol=1e-9, atol=1e-12)
+
+
+if __name__ == "__main__":
+    _connect_child(sys.argv[1])
+
+
+def test_summary_writes_the_fit_report(points: Any, tmp_path: Path) -> None:
+    from pyspark.ml.feature import VectorAssembler
+
+    from mixle_spark.ml import MixleEstimator
+
+    features = VectorAssembler(inputCols=["x", "y"], outputCol="features").transform(points)
+    model = MixleEstimator(k=3, seed=1, maxIter=30, tol=1e-6).fit(features)
+    page = model.summary.report(tmp_path / "report.html", sample_rows=300)
+    html = page.read_text()
+    for section in ("log-likelihood", "weights", "parameters", "projection"):
+        assert f'id="{section}"' in html
+    assert "2,000" in html or "2000" in html  # the training rows in the overview
