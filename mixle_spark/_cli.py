@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from mixle_spark.errors import MixleError, NonFiniteLikelihoodError
+from mixle_spark.errors import ExecutorError, MixleError, NonFiniteLikelihoodError, SilentCorruptionError
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -58,7 +58,9 @@ def _first_line(text: str) -> str:
 
 def exit_code(err: BaseException) -> int:
     """2 for bad arguments or input, 1 for any other failure."""
-    if isinstance(err, NonFiniteLikelihoodError):
+    if isinstance(err, ExecutorError):
+        return EXIT_BAD_INPUT if _REMOTE_INPUT_ERROR.search(f"{err.remote_type}: x") else EXIT_FAILURE
+    if isinstance(err, NonFiniteLikelihoodError | SilentCorruptionError):
         return EXIT_FAILURE
     if isinstance(err, MixleError | FileNotFoundError | FileExistsError | NotADirectoryError):
         return EXIT_BAD_INPUT

@@ -21,12 +21,15 @@ __all__ = [
     "DataError",
     "DataTypeError",
     "DataValueError",
+    "DegenerateComponentError",
     "EmptyDataError",
+    "ExecutorError",
     "FieldError",
     "MixleError",
     "ModelFormatError",
     "NonFiniteLikelihoodError",
     "SchemaError",
+    "SilentCorruptionError",
     "SpecError",
     "TooFewRowsError",
     "UnknownNameError",
@@ -58,6 +61,20 @@ def describe_value(value: Any) -> str:
     return f"{type(value).__name__} {text}"
 
 
+class _NoValue:
+    """The "no offending value" marker of :class:`FieldError`: one object, also after unpickling
+    (errors raised in Spark tasks or worker processes reach the driver pickled)."""
+
+    def __repr__(self) -> str:
+        return "NO_VALUE"
+
+    def __reduce__(self) -> str:
+        return "_NO_VALUE"
+
+
+_NO_VALUE = _NoValue()
+
+
 class FieldError(MixleError):
     """An error about one value of the data, located by field path and row.
 
@@ -77,7 +94,7 @@ class FieldError(MixleError):
         Field path from the outermost record inwards.
     """
 
-    NO_VALUE: Any = object()
+    NO_VALUE: Any = _NO_VALUE
 
     def __init__(
         self,
@@ -207,6 +224,56 @@ class ModelFormatError(MixleError, ValueError):
 
 class NonFiniteLikelihoodError(MixleError, ValueError):
     """EM produced a NaN or -inf log-likelihood; the message names the iteration and the component."""
+
+
+class DegenerateComponentError(NonFiniteLikelihoodError):
+    """An M-step could not build some mixture components (their statistics were NaN or infinite,
+    e.g. squares that overflowed): raised by ``MixtureEstimator.estimate`` and handled by the EM
+    driver's ``on_degenerate`` policy (``stop`` re-raises it naming the iteration).
+
+    Attributes
+    ----------
+    failures : list of (component index, reason)
+    components : list
+        The components that could be built, None for the failed ones.
+    weights : numpy array
+        The new mixture weights.
+    iteration : int or None
+        The EM iteration whose M-step failed (set by the driver).
+    last_model : Distribution or None
+        The last good model (the one that iteration started from; set by the driver).
+    """
+
+    def __init__(self, failures: Any, components: Any = None, weights: Any = None, message: str = "") -> None:
+        self.failures = list(failures)
+        self.components = components
+        self.weights = weights
+        self.iteration: int | None = None
+        self.last_model: Any = None
+        detail = "; ".join(f"component {j}: {why}" for j, why in self.failures)
+        super().__init__(message or f"M-step produced degenerate mixture components ({detail})")
+
+
+class ExecutorError(MixleError, RuntimeError):
+    """An E-step failed on an executor (after Spark's task retries): the partition, the remote error
+    type and message. The fit stops; nothing of the failed iteration is used or written."""
+
+    def __init__(
+        self, message: str, partition: int | None = None, remote_type: str = "", remote_message: str = ""
+    ):
+        super().__init__(message)
+        self.partition = partition
+        self.remote_type = remote_type
+        self.remote_message = remote_message
+
+
+class SilentCorruptionError(MixleError, RuntimeError):
+    """Two computations of the same partition's statistics disagree beyond the audit's tolerance
+    (:mod:`mixle_spark.parallel.sdc_audit`); ``mismatches`` lists them."""
+
+    def __init__(self, message: str, mismatches: Any = ()) -> None:
+        super().__init__(message)
+        self.mismatches = list(mismatches)
 
 
 class ConvergenceWarning(UserWarning):

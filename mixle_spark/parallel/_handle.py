@@ -3,8 +3,10 @@ row-keyed initial selection, the tying pass, weighted log-likelihood sums, mergi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -20,6 +22,8 @@ from mixle_spark.stats.base import (
 )
 
 __all__ = [
+    "PartReport",
+    "PassOptions",
     "Payload",
     "PayloadHandle",
     "accumulate_chunks",
@@ -32,8 +36,45 @@ __all__ = [
     "weighted_sum",
 ]
 
-Payload = tuple[float, float, Any]
-"""What a chunk / partition contributes: (total weight, weighted log-likelihood, statistics value or None)."""
+
+class PartReport(NamedTuple):
+    """What one partition (chunk, worker, rank) reports about its share of a pass.
+
+    ``kept`` is its own ``(total weight, log-likelihood, statistics value)`` when the pass was asked
+    to keep it (:class:`PassOptions`), for the silent-corruption audit; else None.
+    """
+
+    part: int
+    seconds: float
+    rows: int
+    stat_bytes: int
+    kept: tuple[float, float, Any] | None = None
+
+
+Payload = tuple[float, float, Any, tuple[PartReport, ...]]
+"""What a chunk / partition contributes: (total weight, weighted log-likelihood, statistics value or
+None, the reports of the partitions merged into it)."""
+
+
+@dataclass(frozen=True)
+class PassOptions:
+    """Extra asks of one pass over the data, travelling with the request to every partition.
+
+    Attributes
+    ----------
+    keep : frozenset of int
+        Partitions whose own payload is returned in their :class:`PartReport` (besides being merged).
+    only : frozenset of int, optional
+        Compute only these partitions; the others contribute an empty payload.
+    reference : bool
+        Use the independent reference kernels (:func:`mixle_spark.stats.mixture.reference_kernels`:
+        per-component scoring instead of the fused matrix products, and the log-likelihood scored
+        apart from the update) — the second pass of the silent-corruption audit.
+    """
+
+    keep: frozenset[int] = frozenset()
+    only: frozenset[int] | None = None
+    reference: bool = False
 
 
 def fold_key_passes(acc: Accumulator) -> Accumulator:
@@ -107,7 +148,7 @@ def merge_payloads(factory: AccumulatorFactory, a: Payload | None, b: Payload | 
         value = a[2]
     else:
         value = factory.make().from_value(a[2]).combine(b[2]).value()
-    return (a[0] + b[0], a[1] + b[1], value)
+    return (a[0] + b[0], a[1] + b[1], value, a[3] + b[3])
 
 
 def one_column_error(columns: list[str]) -> SchemaError:
@@ -128,18 +169,27 @@ def check_engine_and_precision(backend: str, engine: Any, precision: Any) -> Non
         )
 
 
-def accumulate_chunks(chunks: Iterable[tuple[Any, np.ndarray, Any]], request: Any) -> Payload:
-    """One partition's payload: ``request = (factory, model, initialize)``.
+def accumulate_chunks(chunks: Iterable[tuple[Any, np.ndarray, Any]], request: Any, part: int = 0) -> Payload:
+    """One partition's payload: ``request = (factory, model, initialize[, options])``.
 
     ``factory`` None scores ``model`` only; ``initialize = (seed, p)`` runs the row-keyed initial
-    selection; otherwise an E-step from ``model``. ``chunks`` are ``(encoded, weights, row ids)``.
+    selection; otherwise an E-step from ``model``. ``chunks`` are ``(encoded, weights, row ids)``;
+    ``part`` is this partition's id in the payload's :class:`PartReport` (timing, rows, bytes of
+    statistics) and in ``options`` (:class:`PassOptions`).
     """
-    factory, model, initialize = request
+    factory, model, initialize = request[:3]
+    options: PassOptions | None = request[3] if len(request) > 3 else None
+    if options is not None and options.only is not None and part not in options.only:
+        return (0.0, 0.0, None, ())
+    started = time.perf_counter()
     acc = None if factory is None else factory.make()
+    reference = options is not None and options.reference
     touched = False
     nobs = ll = 0.0
+    rows = 0
     for enc, w, ids in chunks:
         touched = True
+        rows += len(w)
         if acc is None:
             ll += weighted_sum(w, model.seq_log_density(enc))
         elif initialize is not None:
@@ -147,10 +197,26 @@ def accumulate_chunks(chunks: Iterable[tuple[Any, np.ndarray, Any]], request: An
             kept = w * initial_keep_weights(seed, ids, p)
             acc.seq_initialize(enc, kept, RowRandom(seed, ids).child("init"))
             w = kept
+        elif reference:
+            from mixle_spark.stats.mixture import reference_kernels
+
+            with reference_kernels():
+                acc.seq_update(enc, w, model)
+                ll += weighted_sum(w, model.seq_log_density(enc))
         else:
             ll += weighted_sum(w, seq_update_with_ll(acc, enc, w, model))
         nobs += float(w.sum())
-    return (nobs, ll, acc.value() if acc is not None and touched else None)
+    value = acc.value() if acc is not None and touched else None
+    from mixle_spark.parallel.em_observability import stat_nbytes  # the module imports this one
+
+    report = PartReport(
+        int(part),
+        time.perf_counter() - started,
+        rows,
+        stat_nbytes(value),
+        (nobs, ll, value) if options is not None and part in options.keep else None,
+    )
+    return (nobs, ll, value, (report,))
 
 
 _Handle = TypeVar("_Handle", bound="PayloadHandle")
@@ -159,14 +225,23 @@ _Handle = TypeVar("_Handle", bound="PayloadHandle")
 class PayloadHandle:
     """The handle contract for backends whose workers each fold their chunks into one payload.
 
-    A subclass provides ``bind(estimator)`` and ``_estep(factory, model, initialize) -> Payload``:
-    every worker runs :func:`accumulate_chunks` over its chunks with ``(factory, model, initialize)``
-    and the payloads are merged (:func:`merge_payloads`); the M-step runs here, once.
+    A subclass provides ``bind(estimator)`` and ``_estep(factory, model, initialize, options) ->
+    Payload``: every worker runs :func:`accumulate_chunks` over its chunks with the request
+    ``(factory, model, initialize, options)`` and the payloads are merged (:func:`merge_payloads`);
+    the M-step runs here, once. After each pass ``last_parts`` holds the partitions' reports
+    (timings, rows, bytes of statistics) for the EM trace.
     """
 
     n: int
+    last_parts: tuple[PartReport, ...] = ()
+    supports_pass_options = True
+    """E-steps accept :class:`PassOptions` (``pysp_em_step(..., options=)``, ``pysp_partition_payloads``)."""
 
     def bind(self, estimator: Estimator) -> Estimator:
+        raise NotImplementedError
+
+    def partition_ids(self) -> range:
+        """The ids partitions report in ``last_parts`` (Spark partitions, mp workers, MPI ranks)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -182,18 +257,45 @@ class PayloadHandle:
         self.close()
 
     def _estep(
-        self, factory: Any, model: Distribution | None, initialize: tuple[int, float] | None
+        self,
+        factory: Any,
+        model: Distribution | None,
+        initialize: tuple[int, float] | None,
+        options: PassOptions | None = None,
     ) -> Payload:
         raise NotImplementedError
 
+    def _pass(
+        self,
+        factory: Any,
+        model: Distribution | None,
+        initialize: tuple[int, float] | None,
+        options: PassOptions | None = None,
+    ) -> Payload:
+        payload = self._estep(factory, model, initialize, options)
+        self.last_parts = tuple(sorted(payload[3], key=lambda r: r.part))
+        return payload
+
     def pysp_em_step(
-        self, estimator: Estimator, prev_estimate: Distribution
+        self, estimator: Estimator, prev_estimate: Distribution, options: PassOptions | None = None
     ) -> tuple[float, float, Distribution]:
         """One pass: (total weight, log-likelihood of ``prev_estimate``, next estimate)."""
         bound = self.bind(estimator)
         factory = bound.accumulator_factory()
-        nobs, ll, value = self._estep(factory, prev_estimate, None)
+        nobs, ll, value, _parts = self._pass(factory, prev_estimate, None, options)
         return nobs, ll, bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
+
+    def pysp_partition_payloads(
+        self, estimator: Estimator, model: Distribution, parts: Iterable[int], *, reference: bool = True
+    ) -> dict[int, tuple[float, float, Any]]:
+        """The own payloads ``(weight, log-likelihood, statistics)`` of ``parts``, computed again (with
+        the independent reference kernels unless ``reference=False``); only those partitions run."""
+        wanted = frozenset(int(p) for p in parts)
+        factory = self.bind(estimator).accumulator_factory()
+        payload = self._estep(
+            factory, model, None, PassOptions(keep=wanted, only=wanted, reference=reference)
+        )
+        return {r.part: r.kept for r in payload[3] if r.kept is not None}
 
     def pysp_seq_estimate(self, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
         """The next EM estimate from ``prev_estimate``."""
@@ -202,12 +304,12 @@ class PayloadHandle:
     def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
         """The E-step fold without the M-step: (total weight, merged statistics value)."""
         factory = self.bind(estimator).accumulator_factory()
-        nobs, _ll, value = self._estep(factory, model, None)
+        nobs, _ll, value, _parts = self._pass(factory, model, None)
         return nobs, fold_key_passes(factory.make().from_value(value)).value()
 
     def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
         """(total weight, weighted total log-likelihood of ``estimate``)."""
-        nobs, ll, _ = self._estep(None, estimate, None)
+        nobs, ll, _value, _parts = self._pass(None, estimate, None)
         return nobs, ll
 
     def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
@@ -217,7 +319,7 @@ class PayloadHandle:
         seed = seed_from(rng)
         p = 1.0 if p is None or p >= 1.0 else (0.1 if p <= 0.0 else float(p))
         factory = bound.accumulator_factory()
-        nobs, _ll, value = self._estep(factory, None, (seed, p))
+        nobs, _ll, value, _parts = self._pass(factory, None, (seed, p))
         if nobs < max(bound.min_rows(), 1) and p < 1.0:
-            nobs, _ll, value = self._estep(factory, None, (seed, 1.0))
+            nobs, _ll, value, _parts = self._pass(factory, None, (seed, 1.0))
         return bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())

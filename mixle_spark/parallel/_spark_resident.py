@@ -64,7 +64,7 @@ def resident_task(
     address: tuple[str, int],
     secret: str,
     encode: Callable[[pa.RecordBatch], Any],
-    compute: Callable[[list[Any], Any], Any],
+    compute: Callable[..., Any],
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The barrier task: encode the partition once, then serve E-step requests from the driver."""
 
@@ -80,7 +80,7 @@ def resident_task(
                 if request[0] == "stop":
                     break
                 try:
-                    reply: Any = ("ok", compute(chunks, request[1]))
+                    reply: Any = ("ok", compute(chunks, request[1], ctx.partitionId()))
                 except Exception as err:  # reported to the driver, which falls back
                     reply = ("error", f"{type(err).__name__}: {err}")
                 _send(sock, reply)
@@ -99,8 +99,8 @@ class ResidentSession:
     num_partitions : int
         Partitions of ``frame`` (each must get a task slot at once).
     encode, compute : callables
-        ``encode(batch) -> chunk`` runs once per batch in the task; ``compute(chunks, request) ->
-        payload`` runs per E-step request.
+        ``encode(batch) -> chunk`` runs once per batch in the task; ``compute(chunks, request,
+        partition id) -> payload`` runs per E-step request.
     connect_timeout : float
         Seconds to wait for every task to connect before giving up (the handle then falls back).
     """

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,8 @@ import pyarrow as pa
 
 from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
 from mixle_spark.parallel._handle import (
+    PartReport,
+    PassOptions,
     bind_estimator,
     check_engine_and_precision,
     fold_key_passes,
@@ -246,39 +249,93 @@ class LocalEncodedData:
 
     def _map_chunks(self, fn: Any) -> Iterator[Any]:
         """``fn`` over the chunks in order; threaded when ``parallel_chunks`` (results in order)."""
-        chunks = list(self._iter_chunks())
-        if not self.parallel_chunks or len(chunks) < 2:
-            return map(fn, chunks)
+        return self._map_items(fn, list(self._iter_chunks()))
+
+    def _map_items(self, fn: Any, items: list[Any]) -> Iterator[Any]:
+        if not self.parallel_chunks or len(items) < 2:
+            return map(fn, items)
         from concurrent.futures import ThreadPoolExecutor
 
-        workers = self.chunk_workers or min(len(chunks), os.cpu_count() or 1)
+        workers = self.chunk_workers or min(len(items), os.cpu_count() or 1)
         with ThreadPoolExecutor(workers, thread_name_prefix="mixle-chunks") as pool:
-            return iter(list(pool.map(fn, chunks)))
+            return iter(list(pool.map(fn, items)))
+
+    last_parts: tuple[PartReport, ...] = ()
+    supports_pass_options = True
+    """E-steps accept :class:`~mixle_spark.parallel._handle.PassOptions` (the audit's asks)."""
 
     def pysp_em_step(
-        self, estimator: Estimator, prev_estimate: Distribution
+        self, estimator: Estimator, prev_estimate: Distribution, options: PassOptions | None = None
     ) -> tuple[float, float, Distribution]:
         """One pass: (total weight, log-likelihood of ``prev_estimate``, next estimate)."""
         bound = self.bind(estimator)
-        nobs, ll, acc = self._accumulate(bound, prev_estimate)
+        nobs, ll, acc = self._accumulate(bound, prev_estimate, options)
         return nobs, ll, bound.estimate(nobs, fold_key_passes(acc).value())
 
-    def _accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, float, Any]:
-        factory = estimator.accumulator_factory()
+    def _accumulate(
+        self, estimator: Estimator, model: Distribution, options: PassOptions | None = None
+    ) -> tuple[float, float, Any]:
+        """The E-step over the chunks (chunk ``i`` is partition ``i`` of ``last_parts``), merged in
+        chunk order whatever ran them."""
+        from mixle_spark.parallel.em_observability import stat_nbytes
 
-        def fold(chunk: tuple[np.ndarray, Any, np.ndarray]) -> tuple[Any, float, float]:
-            _ids, enc, w = chunk
+        factory = estimator.accumulator_factory()
+        reference = options is not None and options.reference
+        only = None if options is None else options.only
+
+        def fold(
+            item: tuple[int, tuple[np.ndarray, Any, np.ndarray]],
+        ) -> tuple[Any, float, float, PartReport]:
+            part, (_ids, enc, w) = item
+            started = time.perf_counter()
             acc = factory.make()
-            return acc, weighted_sum(w, seq_update_with_ll(acc, enc, w, model)), float(w.sum())
+            if reference:
+                from mixle_spark.stats.mixture import reference_kernels
+
+                with reference_kernels():
+                    acc.seq_update(enc, w, model)
+                    chunk_ll = weighted_sum(w, model.seq_log_density(enc))
+            else:
+                chunk_ll = weighted_sum(w, seq_update_with_ll(acc, enc, w, model))
+            chunk_n = float(w.sum())
+            value = acc.value()
+            keep = options is not None and part in options.keep
+            report = PartReport(
+                part, time.perf_counter() - started, len(w), stat_nbytes(value),
+                (chunk_n, chunk_ll, value) if keep else None,
+            )  # fmt: skip
+            return acc, chunk_ll, chunk_n, report
 
         total: Any = None
         nobs = 0.0
         ll = 0.0
-        for acc, chunk_ll, chunk_n in self._map_chunks(fold):  # merged in chunk order, always
+        reports = []
+        chunks = [(i, c) for i, c in enumerate(self._iter_chunks()) if only is None or i in only]
+        for acc, chunk_ll, chunk_n, report in self._map_items(fold, chunks):  # merged in chunk order
             ll += chunk_ll
             nobs += chunk_n
+            reports.append(report)
             total = acc if total is None else total.combine(acc.value())
+        self.last_parts = tuple(reports)
         return nobs, ll, total
+
+    def partition_ids(self) -> range:
+        """The ids partitions report in ``last_parts``: chunk indices."""
+        return range(len(self.chunks))
+
+    def pysp_partition_payloads(
+        self, estimator: Estimator, model: Distribution, parts: Any, *, reference: bool = True
+    ) -> dict[int, tuple[float, float, Any]]:
+        """The own payloads ``(weight, log-likelihood, statistics)`` of chunks ``parts``, computed
+        again (with the independent reference kernels unless ``reference=False``)."""
+        wanted = frozenset(int(p) for p in parts)
+        saved = self.last_parts
+        try:
+            options = PassOptions(keep=wanted, only=wanted, reference=reference)
+            self._accumulate(self.bind(estimator), model, options)
+            return {r.part: r.kept for r in self.last_parts if r.kept is not None}
+        finally:
+            self.last_parts = saved
 
     def pysp_seq_estimate(self, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
         """The next EM estimate from ``prev_estimate``."""

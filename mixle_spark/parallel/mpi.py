@@ -36,6 +36,7 @@ import pyarrow as pa
 from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
 from mixle_spark.parallel import _mpi_io as io
 from mixle_spark.parallel._handle import (
+    PassOptions,
     Payload,
     PayloadHandle,
     accumulate_chunks,
@@ -404,6 +405,10 @@ class MPIEncodedData(PayloadHandle):
         """``estimator`` with the scanned vocabularies fixed (threaded over ``num_workers`` if asked)."""
         return bind_estimator(estimator, self._scan, self.encoder, self.num_workers)
 
+    def partition_ids(self) -> range:
+        """The ids partitions report in ``last_parts``: ranks."""
+        return range(self.size)
+
     def _chunks(self) -> Iterator[tuple[Any, np.ndarray, np.ndarray]]:
         if self._closed:
             raise ValueError("this encoded-data handle is closed")
@@ -412,7 +417,7 @@ class MPIEncodedData(PayloadHandle):
     def _reduce(self, request: Any) -> Any:
         """This rank's payload merged up the tree: ``("ok", payload)`` / ``("err", ...)`` on the root."""
         try:
-            item: Any = ("ok", accumulate_chunks(self._chunks(), request))
+            item: Any = ("ok", accumulate_chunks(self._chunks(), request, self.rank))
         except Exception as err:
             item = ("err", self.rank, _blob(err, self.rank))
         merged = tree_reduce(self.comm, self.root, item, _merge_items(request[0], self.rank))
@@ -425,10 +430,15 @@ class MPIEncodedData(PayloadHandle):
         return merged
 
     def _estep(
-        self, factory: Any, model: Distribution | None, initialize: tuple[int, float] | None
+        self,
+        factory: Any,
+        model: Distribution | None,
+        initialize: tuple[int, float] | None,
+        options: PassOptions | None = None,
     ) -> Payload:
-        """The global payload (total weight, log-likelihood, merged statistics) on every rank."""
-        merged = self._reduce((factory, model, initialize))
+        """The global payload (total weight, log-likelihood, merged statistics, partition reports)
+        on every rank."""
+        merged = self._reduce((factory, model, initialize, options))
         return on_root(self.comm, self.root, lambda: merged[1], merged)  # type: ignore[no-any-return]
 
     def _root_estimate(self, request: Any, finish: Callable[[Payload], Any]) -> Any:
@@ -436,17 +446,20 @@ class MPIEncodedData(PayloadHandle):
         return on_root(self.comm, self.root, lambda: finish(merged[1]), merged)
 
     def pysp_em_step(
-        self, estimator: Estimator, prev_estimate: Distribution
+        self, estimator: Estimator, prev_estimate: Distribution, options: PassOptions | None = None
     ) -> tuple[float, float, Distribution]:
         """One pass: (total weight, log-likelihood of ``prev_estimate``, next estimate), on every rank."""
         bound = self.bind(estimator)
         factory = bound.accumulator_factory()
 
-        def mstep(payload: Payload) -> tuple[float, float, Distribution]:
-            nobs, ll, value = payload
-            return nobs, ll, bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
+        def mstep(payload: Payload) -> tuple[float, float, Distribution, Any]:
+            nobs, ll, value, parts = payload
+            model = bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
+            return nobs, ll, model, parts
 
-        return self._root_estimate((factory, prev_estimate, None), mstep)  # type: ignore[no-any-return]
+        nobs, ll, model, parts = self._root_estimate((factory, prev_estimate, None, options), mstep)
+        self.last_parts = tuple(sorted(parts, key=lambda r: r.part))
+        return nobs, ll, model
 
     def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
         """The E-step fold without the M-step: (total weight, merged statistics value), on every rank."""

@@ -26,6 +26,7 @@ import numpy as np
 
 from mixle_spark.errors import FieldError, MixleError
 from mixle_spark.parallel._handle import (
+    PassOptions,
     Payload,
     PayloadHandle,
     accumulate_chunks,
@@ -51,6 +52,7 @@ class WorkerError(MixleError, RuntimeError):
 def _worker_main(conn: Any) -> None:
     """A worker's loop: hold the encoded shard, answer E-step requests until told to stop."""
     chunks: list[tuple[Any, np.ndarray, np.ndarray]] = []
+    part = 0
     while True:
         try:
             message = conn.recv()
@@ -62,10 +64,11 @@ def _worker_main(conn: Any) -> None:
             return
         try:
             if kind == "load":
-                chunks = _encode_shard(*message[1:])
+                part = message[-1]
+                chunks = _encode_shard(*message[1:-1])
                 reply: Any = len(chunks)
             else:  # "estep"
-                reply = accumulate_chunks(chunks, message[1])
+                reply = accumulate_chunks(chunks, message[1], part)
             conn.send(("ok", reply))
         except BaseException as err:  # reported to the driver, which re-raises it
             detail = traceback.format_exc()
@@ -148,7 +151,7 @@ class MPEncodedData(PayloadHandle):
             for i, (a, b) in enumerate(self.shards):
                 bounds = _shard_chunks(b - a, num_chunks, sub_chunks)
                 piece = self._source.slice(a, b - a) if hasattr(self._source, "slice") else self._source[a:b]
-                self._conns[i].send(("load", piece, self.encoder, a, self.n, self._weights[a:b], bounds))
+                self._conns[i].send(("load", piece, self.encoder, a, self.n, self._weights[a:b], bounds, i))
             self._collect()
         except BaseException:
             self.close()
@@ -249,12 +252,20 @@ class MPEncodedData(PayloadHandle):
         """``estimator`` with the scanned vocabularies / ranges fixed."""
         return bind_estimator(estimator, self._scan, self.encoder)
 
+    def partition_ids(self) -> range:
+        """The ids partitions report in ``last_parts``: worker indices."""
+        return range(self.num_workers)
+
     def _estep(
-        self, factory: Any, model: Distribution | None, initialize: tuple[int, float] | None
+        self,
+        factory: Any,
+        model: Distribution | None,
+        initialize: tuple[int, float] | None,
+        options: PassOptions | None = None,
     ) -> Payload:
         if self._closed:
             raise ValueError("this encoded-data handle is closed")
-        self._send(("estep", (factory, model, initialize)))
+        self._send(("estep", (factory, model, initialize, options)))
         return _tree_merge(factory, self._collect())  # type: ignore[return-value]
 
 

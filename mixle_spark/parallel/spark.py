@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -35,8 +36,9 @@ from pyspark.broadcast import Broadcast
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from mixle_spark.errors import DataValueError, EmptyDataError, FieldError, SchemaError
+from mixle_spark.errors import DataValueError, EmptyDataError, ExecutorError, FieldError, SchemaError
 from mixle_spark.parallel._handle import (
+    PassOptions,
     Payload,
     PayloadHandle,
     accumulate_chunks,
@@ -312,6 +314,10 @@ class SparkEncodedData(PayloadHandle):
         over ``num_workers`` threads per task when that was asked for)."""
         return bind_estimator(estimator, self._scan, self.encoder, self.num_workers)
 
+    def partition_ids(self) -> range:
+        """The ids partitions report in ``last_parts``: the encoded DataFrame's partitions."""
+        return range(self.num_partitions)
+
     def _ship(self, model: Any) -> Any:
         """A reference to ``model`` for executors: a broadcast, or the model itself under Connect."""
         if self.merge == "dataframe" or self.connect:
@@ -338,6 +344,11 @@ class SparkEncodedData(PayloadHandle):
                 )
             else:
                 merged = _merge_with_dataframes(payloads, factory, self.num_partitions, self.depth)
+        except Exception as err:
+            failed = executor_error(err)
+            if failed is None:
+                raise
+            raise failed from err
         finally:
             self._release_broadcasts()
         if merged is None:
@@ -345,9 +356,13 @@ class SparkEncodedData(PayloadHandle):
         return merged  # type: ignore[no-any-return]
 
     def _estep(
-        self, factory: Any, model: Distribution | None, initialize: tuple[int, float] | None
+        self,
+        factory: Any,
+        model: Distribution | None,
+        initialize: tuple[int, float] | None,
+        options: PassOptions | None = None,
     ) -> Payload:
-        request = (factory, model, initialize)
+        request = (factory, model, initialize, options)
         use_resident = self._resident_mode is True or (self._resident_mode is None and self._fitting > 0)
         if use_resident and not self.connect:
             merged = self._resident_estep(request)
@@ -358,6 +373,13 @@ class SparkEncodedData(PayloadHandle):
         has_weights, offsets = self.has_weights, self.offsets
 
         def estep_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            from pyspark import TaskContext
+
+            context = TaskContext.get()
+            part = context.partitionId() if context is not None else 0
+            if options is not None and options.only is not None and part not in options.only:
+                yield _payload_batch((0.0, 0.0, None, ()))  # not asked for: its batches stay unread
+                return
             current = ref.value if isinstance(ref, Broadcast) else ref
             chunks = (
                 (
@@ -368,7 +390,14 @@ class SparkEncodedData(PayloadHandle):
                 for b in batches
                 if b.num_rows
             )
-            yield _payload_batch(accumulate_chunks(chunks, (factory, current, initialize)))
+            try:
+                payload = accumulate_chunks(chunks, (factory, current, initialize, options), part)
+            except Exception as err:
+                note = getattr(err, "add_note", None)  # Python >= 3.11; the driver names the partition
+                if note is not None:
+                    note(f"{_EXECUTOR_NOTE} {part}")
+                raise
+            yield _payload_batch(payload)
 
         return self._run(estep_partition, factory)
 
@@ -429,6 +458,31 @@ class SparkEncodedData(PayloadHandle):
         found = [pickle.loads(r[0]) for r in self.frame.mapInArrow(find, _PAYLOAD_SCHEMA).collect()]
         found = [f for f in found if f is not None]
         return min(found) if found else None
+
+
+_EXECUTOR_NOTE = "mixle_spark: E-step failed in partition"
+_REMOTE_ERROR = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Interrupt|Exit)): (.*)$", re.MULTILINE)
+
+
+def executor_error(err: BaseException) -> ExecutorError | None:
+    """An :class:`~mixle_spark.errors.ExecutorError` for a Spark job that failed in our E-step (the
+    partition from the note the task added, the remote error from its traceback), else None."""
+    text = str(err)
+    where = re.search(re.escape(_EXECUTOR_NOTE) + r" (\d+)", text)
+    if where is None:
+        return None
+    before = text[: where.start()]
+    found = _REMOTE_ERROR.findall(before)
+    remote_type, remote_message = found[-1] if found else ("Error", "")
+    remote_type = remote_type.rsplit(".", 1)[-1]
+    part = int(where.group(1))
+    return ExecutorError(
+        f"E-step failed in partition {part} (after Spark's task retries): {remote_type}: "
+        f"{remote_message.strip()}; the fit stopped (checkpoints written before this iteration stay valid)",
+        partition=part,
+        remote_type=remote_type,
+        remote_message=remote_message.strip(),
+    )
 
 
 SPARK_CONTROLS = ("encoder", "num_chunks", "resources", "engine", "precision", "num_workers")

@@ -154,8 +154,12 @@ class ProductEncoder(Encoder):
         if b is None:
             return a
         merged = []
-        for child, sa, sb in zip(self.children, self._unpack_scan(a), self._unpack_scan(b), strict=True):
-            merged.append(sb if sa is None else sa if sb is None else child.merge_scans(sa, sb))
+        scans = zip(self.labels, self.children, self._unpack_scan(a), self._unpack_scan(b), strict=True)
+        for label, child, sa, sb in scans:
+            try:
+                merged.append(sb if sa is None else sa if sb is None else child.merge_scans(sa, sb))
+            except (FieldError, SchemaError) as err:  # scans of two partitions disagree
+                raise reraise_at(err, label) from err
         return self._pack_scan(merged)
 
     def union(self, other: Encoder) -> Encoder:

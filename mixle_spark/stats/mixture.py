@@ -15,6 +15,7 @@ gathered with a second one, instead of a Python loop over components.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import threading
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.errors import NonFiniteLikelihoodError, SpecError
+from mixle_spark.errors import DegenerateComponentError, NonFiniteLikelihoodError, SpecError
 from mixle_spark.stats._mixture_kernels import (
     block_rows,
     exp_normalize,
@@ -58,6 +59,7 @@ __all__ = [
     "MixtureEncoder",
     "MixtureEstimator",
     "MixtureSampler",
+    "reference_kernels",
 ]
 
 
@@ -339,6 +341,30 @@ class MixtureEncoder(Encoder):
         return f"MixtureEncoder({self.inner!r})"
 
 
+_REFERENCE_DEPTH = 0
+_REFERENCE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def reference_kernels() -> Iterator[None]:
+    """Within this block mixture E-steps take the per-component path (each component scores the
+    batch, then updates its own statistics) instead of the fused matrix products.
+
+    The two paths compute the same statistics in a different order with different code, so their
+    results agree to rounding (~1e-12 relative) and a corrupted result shows up as a mismatch: the
+    silent-corruption audit (:mod:`mixle_spark.parallel.sdc_audit`) recomputes partitions this way.
+    It is process-wide while active (E-step threads of this process see it too).
+    """
+    global _REFERENCE_DEPTH
+    with _REFERENCE_LOCK:
+        _REFERENCE_DEPTH += 1
+    try:
+        yield
+    finally:
+        with _REFERENCE_LOCK:
+            _REFERENCE_DEPTH -= 1
+
+
 class MixtureAccumulator(Accumulator):
     """Component counts ``Σ w r_k`` and the component accumulators; value ``(counts, (v_1, ..., v_K))``.
 
@@ -388,7 +414,7 @@ class MixtureAccumulator(Accumulator):
         weights = np.asarray(weights, dtype=np.float64)
         if weights.shape[0] == 0:
             return np.zeros(0)
-        if self.use_fast_path and features_shared(comps, self.accumulators):
+        if self.use_fast_path and not _REFERENCE_DEPTH and features_shared(comps, self.accumulators):
             return self._fused_update(enc, weights, estimate, map_fn)
         rows = list(map_fn(lambda c: np.asarray(c.seq_log_density(enc), dtype=np.float64), comps))
         joint = np.empty((len(rows), rows[0].shape[0]))
@@ -650,10 +676,17 @@ class MixtureEstimator(Estimator):
         if self.w_min > 0:
             w = np.maximum(w, self.w_min)
             w /= w.sum()
-        comps = [
-            e.estimate(float(c), v) for e, c, v in zip(self.estimators, counts, comp_values, strict=True)
-        ]
-        return MixtureDistribution(comps, w)
+        comps: list[Distribution | None] = []
+        failures: list[tuple[int, str]] = []
+        for j, (e, c, v) in enumerate(zip(self.estimators, counts, comp_values, strict=True)):
+            try:
+                comps.append(e.estimate(float(c), v))
+            except (ValueError, ArithmeticError) as err:  # e.g. statistics that overflowed to inf
+                comps.append(None)
+                failures.append((j, f"{type(err).__name__}: {err}"))
+        if failures:
+            raise DegenerateComponentError(failures, comps, w)
+        return MixtureDistribution([c for c in comps if c is not None], w)
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family, "components": [e.to_dict() for e in self.estimators]}

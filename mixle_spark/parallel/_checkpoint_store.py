@@ -1,0 +1,454 @@
+"""Storage of EM checkpoints: one verified JSON file per saved iteration, written atomically.
+
+The EM driver hands :class:`CheckpointStore` a JSON-able ``state`` after every few iterations and, on
+restart, asks for the newest checkpoint that verifies. Each checkpoint is a file
+``em-checkpoint-{iteration:09d}.json`` holding::
+
+    {"format": "mixle_spark.em_checkpoint", "version": 1, "iteration": 12,
+     "sha256": "<hex digest of the canonical JSON of the state>", "state": {...}}
+
+A file is written under a temporary ``.tmp-em-checkpoint-...`` name and renamed into place, so a crash
+leaves at most a temporary file, which readers ignore and the next save removes. Floats round-trip
+bit-exactly (``repr`` precision; +/-inf as JSON's ``Infinity``; every NaN as ``NaN``).
+
+Local paths (including Databricks ``/dbfs/...`` and ``file:`` URIs) use :mod:`os` directly with
+``fsync``; any other URI (``s3://``, ``gs://``, ``hdfs://``, ...) goes through
+:meth:`pyarrow.fs.FileSystem.from_uri`, imported on first use.
+
+>>> import tempfile
+>>> tmp = tempfile.TemporaryDirectory()
+>>> store = CheckpointStore(tmp.name, keep=2)
+>>> for iteration in (5, 10, 15):
+...     _ = store.save(iteration, {"ll": -1.5 * iteration, "w": [0.25, 0.75]})
+>>> [iteration for iteration, _ in store.list()]
+[15, 10]
+>>> store.latest()
+(15, {'ll': -22.5, 'w': [0.25, 0.75]})
+>>> store.clear()
+>>> store.latest() is None
+True
+>>> tmp.cleanup()
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import errno
+import hashlib
+import json
+import numbers
+import os
+import re
+import urllib.parse
+import urllib.request
+import uuid
+import warnings
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from mixle_spark.errors import MixleError, describe_value
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_VERSION",
+    "CheckpointStore",
+    "CheckpointStoreError",
+    "CorruptCheckpointWarning",
+]
+
+CHECKPOINT_FORMAT = "mixle_spark.em_checkpoint"
+CHECKPOINT_VERSION = 1
+
+_CHECKPOINT_NAME = re.compile(r"em-checkpoint-(\d{9,})\.json")
+_TEMP_NAME = re.compile(r"\.tmp-em-checkpoint-\d{9,}-\d+-[0-9a-f]{32}\.json")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+# fsync is not implemented by every filesystem (some FUSE mounts, directories on some platforms);
+# there the rename alone is what we can get.
+_FSYNC_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
+
+
+class CorruptCheckpointWarning(UserWarning):
+    """A checkpoint file that failed verification and was skipped (the message names file and reason)."""
+
+
+class CheckpointStoreError(MixleError, ValueError):
+    """An unusable checkpoint store: a bad ``keep``, or a directory path that is not a directory."""
+
+
+class _Invalid(Exception):
+    """Internal: why a checkpoint file does not verify (turned into a warning, never raised out)."""
+
+
+def _canonical_json(state: Any) -> str:
+    return json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=True)
+
+
+def _checkpoint_name(iteration: int) -> str:
+    return f"em-checkpoint-{iteration:09d}.json"
+
+
+def _parse_name(name: str) -> int | None:
+    """The iteration of a checkpoint file name, or None for any other name."""
+    match = _CHECKPOINT_NAME.fullmatch(name)
+    if match is None:
+        return None
+    iteration = int(match.group(1))
+    return iteration if _checkpoint_name(iteration) == name else None
+
+
+def _encode(iteration: int, state: Mapping[str, Any]) -> bytes:
+    try:
+        body = _canonical_json(dict(state))
+    except (TypeError, ValueError, RecursionError) as err:
+        raise TypeError(f"checkpoint state of iteration {iteration} is not JSON-able: {err}") from err
+    header = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "iteration": iteration,
+        "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest(),
+    }
+    # Splice the canonical text in rather than dumping the state twice (states can be large).
+    return (json.dumps(header, separators=(",", ":"))[:-1] + ',"state":' + body + "}\n").encode("utf-8")
+
+
+def _decode(iteration: int, data: bytes) -> dict[str, Any]:
+    """The verified state of a checkpoint file named for ``iteration``; raises :class:`_Invalid`."""
+    if not data.strip():
+        raise _Invalid("empty file")
+    try:
+        payload = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise _Invalid(f"not UTF-8 text ({err})") from None
+    except (ValueError, RecursionError) as err:
+        raise _Invalid(f"not valid JSON, truncated or damaged ({err})") from None
+    if not isinstance(payload, dict):
+        raise _Invalid(f"not a JSON object but {type(payload).__name__}")
+    found = payload.get("format")
+    if found != CHECKPOINT_FORMAT:
+        raise _Invalid(f"not a mixle_spark EM checkpoint (format {found!r}, expected {CHECKPOINT_FORMAT!r})")
+    version = payload.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise _Invalid(f"bad checkpoint version {version!r}")
+    if version > CHECKPOINT_VERSION:
+        raise _Invalid(
+            f"written by a newer mixle_spark (checkpoint version {version}; this mixle_spark reads "
+            f"versions up to {CHECKPOINT_VERSION})"
+        )
+    found = payload.get("iteration")
+    if type(found) is not int or found != iteration:
+        raise _Invalid(f"iteration {found!r} in the file does not match {iteration} in its name")
+    state = payload.get("state")
+    if not isinstance(state, dict):
+        raise _Invalid(f"'state' is {describe_value(state)}, expected a JSON object")
+    try:
+        digest = hashlib.sha256(_canonical_json(state).encode("utf-8")).hexdigest()
+    except (ValueError, RecursionError) as err:
+        raise _Invalid(f"state cannot be re-serialised ({err})") from None
+    if digest != payload.get("sha256"):
+        raise _Invalid(
+            f"sha256 mismatch, the state is damaged (file says {payload.get('sha256')!r}, "
+            f"state hashes to {digest!r})"
+        )
+    return state
+
+
+def _fsync(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno not in _FSYNC_UNSUPPORTED:
+            raise
+
+
+class _Files(Protocol):
+    """The few file operations a store needs, over a local directory or a pyarrow filesystem."""
+
+    def names(self) -> list[str]: ...  # file names in the directory; [] when it does not exist
+    def path(self, name: str) -> str: ...
+    def read(self, name: str) -> bytes: ...
+    def write_atomic(self, name: str, temp_name: str, data: bytes) -> None: ...
+    def delete(self, name: str) -> None: ...  # a missing file is not an error
+
+
+def _not_a_directory(directory: str, exists: bool) -> CheckpointStoreError:
+    where = "it exists and is not a directory" if exists else "one of its parents is a file"
+    return CheckpointStoreError(f"checkpoint directory {directory!r} is not usable: {where}")
+
+
+class _LocalFiles:
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def names(self) -> list[str]:
+        try:
+            with os.scandir(self.directory) as entries:
+                return [entry.name for entry in entries if entry.is_file()]
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            raise _not_a_directory(self.directory, os.path.exists(self.directory)) from None
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    def read(self, name: str) -> bytes:
+        with open(self.path(name), "rb") as handle:
+            return handle.read()
+
+    def write_atomic(self, name: str, temp_name: str, data: bytes) -> None:
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise _not_a_directory(self.directory, os.path.exists(self.directory)) from None
+        temp = self.path(temp_name)
+        try:
+            with open(temp, "xb") as handle:
+                handle.write(data)
+                handle.flush()
+                _fsync(handle.fileno())
+            os.replace(temp, self.path(name))
+        except BaseException:
+            # The original error matters; a temp file we fail to remove is removed by the next save.
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+        if os.name == "posix":  # persist the rename itself; directories cannot be opened on Windows
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                _fsync(fd)
+            finally:
+                os.close(fd)
+
+    def delete(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path(name))
+
+
+class _ArrowFiles:
+    """Files in a pyarrow filesystem (object stores, HDFS); a URI is resolved on first use."""
+
+    def __init__(self, location: str, filesystem: Any = None) -> None:
+        self.location = location  # as the user names it: a URI, or a path inside ``filesystem``
+        self._filesystem = filesystem
+        self._root = location
+
+    def _resolve(self) -> tuple[Any, str]:
+        if self._filesystem is None:
+            from pyarrow.fs import FileSystem
+
+            self._filesystem, self._root = FileSystem.from_uri(self.location)
+        return self._filesystem, self._root
+
+    def _fs_path(self, name: str) -> tuple[Any, str]:
+        filesystem, root = self._resolve()
+        return filesystem, _join(root, name)
+
+    def names(self) -> list[str]:
+        from pyarrow.fs import FileSelector, FileType
+
+        filesystem, root = self._resolve()
+        kind = filesystem.get_file_info(root).type
+        if kind == FileType.NotFound:
+            return []
+        if kind != FileType.Directory:
+            raise _not_a_directory(self.location, exists=True)
+        listing = filesystem.get_file_info(FileSelector(root, allow_not_found=True, recursive=False))
+        return [info.base_name for info in listing if info.type == FileType.File]
+
+    def path(self, name: str) -> str:
+        return _join(self.location, name)
+
+    def read(self, name: str) -> bytes:
+        filesystem, path = self._fs_path(name)
+        with filesystem.open_input_stream(path, compression=None) as stream:
+            return bytes(stream.read())
+
+    def write_atomic(self, name: str, temp_name: str, data: bytes) -> None:
+        filesystem, root = self._resolve()
+        try:
+            filesystem.create_dir(root, recursive=True)
+        except (FileExistsError, NotADirectoryError):
+            raise _not_a_directory(self.location, exists=False) from None
+        temp, final = _join(root, temp_name), _join(root, name)
+        try:
+            # Object stores publish an object only when its stream closes: readers never see a part.
+            with filesystem.open_output_stream(temp, compression=None) as stream:
+                stream.write(data)
+            try:
+                filesystem.move(temp, final)
+            except NotImplementedError:  # no rename (e.g. Azure without HNS): a server-side copy
+                filesystem.copy_file(temp, final)
+                filesystem.delete_file(temp)
+        except BaseException:
+            with contextlib.suppress(OSError):  # as in _LocalFiles.write_atomic
+                filesystem.delete_file(temp)
+            raise
+
+    def delete(self, name: str) -> None:
+        filesystem, path = self._fs_path(name)
+        with contextlib.suppress(FileNotFoundError):
+            filesystem.delete_file(path)
+
+
+def _join(directory: str, name: str) -> str:
+    """``directory/name`` for pyarrow paths and URIs (which always use ``/``)."""
+    stripped = directory.rstrip("/")
+    if not stripped and not directory:
+        return name  # the root of a bucket-less filesystem such as mock://
+    return f"{stripped}/{name}"
+
+
+def _newest_first(names: list[str]) -> list[tuple[int, str]]:
+    """(iteration, name) of the checkpoint files among ``names``, newest first."""
+    found = [(iteration, name) for name in names if (iteration := _parse_name(name)) is not None]
+    return sorted(found, reverse=True)
+
+
+def _file_uri_to_path(uri: str) -> str:
+    parts = urllib.parse.urlsplit(uri)
+    if parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
+        raise CheckpointStoreError(
+            f"checkpoint directory {uri!r}: expected a local file URI such as 'file:///tmp/ckpt' "
+            f"(no host other than localhost, no query or fragment)"
+        )
+    return urllib.request.url2pathname(parts.path)
+
+
+def _open_files(directory: str | os.PathLike[str], filesystem: Any) -> tuple[str, _Files]:
+    """The normalised directory text and the file operations that serve it."""
+    text = os.fspath(directory) if isinstance(directory, (str, os.PathLike)) else None
+    if not isinstance(text, str):
+        raise TypeError(f"checkpoint directory must be a str or os.PathLike[str], got {directory!r}")
+    if not text:
+        raise CheckpointStoreError("checkpoint directory must not be empty, got ''")
+    is_file_uri = text[:5].lower() == "file:"
+    if filesystem is not None:
+        from pyarrow.fs import FileSystem
+
+        if not isinstance(filesystem, FileSystem):
+            raise TypeError(f"filesystem must be a pyarrow.fs.FileSystem, got {type(filesystem).__name__}")
+        if _URI.match(text) and not is_file_uri:
+            raise CheckpointStoreError(
+                f"checkpoint directory {text!r} is a URI; with filesystem= pass the path inside that "
+                f"filesystem (e.g. 'bucket/prefix'), or pass the URI alone"
+            )
+        path = _file_uri_to_path(text) if is_file_uri else text
+        normalised = path.rstrip("/") or path
+        return normalised, _ArrowFiles(normalised, filesystem)
+    if is_file_uri:
+        text = _file_uri_to_path(text)
+    elif _URI.match(text):
+        scheme, rest = text.split("://", 1)
+        normalised = f"{scheme}://{rest.rstrip('/')}"
+        return normalised, _ArrowFiles(normalised)
+    normalised = os.path.normpath(text)
+    return normalised, _LocalFiles(normalised)
+
+
+class CheckpointStore:
+    """Checkpoints of one EM fit under ``directory``, newest ``keep`` retained.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        A local path (Databricks ``/dbfs/...`` paths are local), a ``file://`` URI, or any URI that
+        :meth:`pyarrow.fs.FileSystem.from_uri` understands (``s3://``, ``gs://``, ``hdfs://``, ...).
+        It is created by the first :meth:`save`, not here. One writer per directory: :meth:`save`
+        removes the temporary files of interrupted saves.
+    keep : int, default 3
+        How many checkpoint files to keep (>= 1); older ones are deleted after each save.
+    filesystem : pyarrow.fs.FileSystem, optional
+        Do all I/O through this filesystem; ``directory`` is then a path inside it (or a ``file:``
+        URI, for a local-like filesystem).
+
+    Attributes
+    ----------
+    directory : str
+        The directory as given, normalised (``file:`` URIs become local paths, trailing ``/`` dropped).
+    keep : int
+        How many checkpoint files are kept.
+    """
+
+    directory: str
+    keep: int
+    _files: _Files
+
+    def __init__(self, directory: str | os.PathLike[str], *, keep: int = 3, filesystem: Any = None) -> None:
+        if isinstance(keep, bool) or not isinstance(keep, numbers.Integral):
+            raise TypeError(f"keep must be an integer >= 1, got {describe_value(keep)}")
+        if keep < 1:
+            raise CheckpointStoreError(f"keep must be >= 1 (checkpoints to retain), got {int(keep)}")
+        self.keep = int(keep)
+        self.directory, self._files = _open_files(directory, filesystem)
+
+    def __repr__(self) -> str:
+        return f"CheckpointStore({self.directory!r}, keep={self.keep})"
+
+    def save(self, iteration: int, state: Mapping[str, Any]) -> str:
+        """Write the checkpoint of ``iteration`` atomically, then prune to the newest ``keep``.
+
+        Parameters
+        ----------
+        iteration : int
+            The EM iteration the state belongs to (>= 0); an existing checkpoint of it is replaced.
+        state : Mapping[str, Any]
+            JSON-able data. It is read back as JSON parses it (tuples become lists, non-string
+            keys strings); floats, including +/-inf and -0.0, come back bit-exactly, and any NaN
+            comes back as the canonical ``float("nan")`` (JSON keeps no NaN sign or payload).
+
+        Returns
+        -------
+        str
+            The path (or URI) of the file written.
+        """
+        if isinstance(iteration, bool) or not isinstance(iteration, numbers.Integral) or iteration < 0:
+            raise CheckpointStoreError(f"iteration must be an integer >= 0, got {describe_value(iteration)}")
+        iteration = int(iteration)
+        if not isinstance(state, Mapping):
+            raise TypeError(f"checkpoint state must be a mapping, got {type(state).__name__}")
+        data = _encode(iteration, state)
+        names = self._files.names()
+        for name in names:  # leftovers of interrupted saves: never valid, and they take space
+            if _TEMP_NAME.fullmatch(name):
+                self._files.delete(name)
+        name = _checkpoint_name(iteration)
+        temp_name = f".tmp-{name[:-5]}-{os.getpid()}-{uuid.uuid4().hex}.json"
+        self._files.write_atomic(name, temp_name, data)
+        entries = _newest_first([*names, name])
+        for old_iteration, old_name in entries[self.keep :]:
+            if old_iteration != iteration:
+                self._files.delete(old_name)
+        return self._files.path(name)
+
+    def latest(self) -> tuple[int, dict[str, Any]] | None:
+        """The newest checkpoint that verifies, as ``(iteration, state)``; None when there is none.
+
+        Files that fail verification (unreadable, empty, truncated, damaged, another format, a newer
+        version, an iteration that does not match the name) are skipped with a
+        :class:`CorruptCheckpointWarning` naming the file and the reason, and the next older one is
+        tried. Only an unusable directory raises (:class:`CheckpointStoreError`).
+        """
+        for iteration, name in _newest_first(self._files.names()):
+            try:
+                return iteration, _decode(iteration, self._files.read(name))
+            except FileNotFoundError:
+                continue  # pruned by a save since the listing: not damage
+            except (OSError, _Invalid) as err:
+                reason = f"cannot be read ({err})" if isinstance(err, OSError) else str(err)
+                warnings.warn(
+                    f"skipping checkpoint {self._files.path(name)}: {reason}",
+                    CorruptCheckpointWarning,
+                    stacklevel=2,
+                )
+        return None
+
+    def list(self) -> builtins.list[tuple[int, str]]:
+        """``(iteration, path)`` of the checkpoint files present, newest first (not verified)."""
+        return [(iteration, self._files.path(name)) for iteration, name in _newest_first(self._files.names())]
+
+    def clear(self) -> None:
+        """Delete this store's checkpoint and temporary files; other files and the directory stay."""
+        for name in self._files.names():
+            if _parse_name(name) is not None or _TEMP_NAME.fullmatch(name):
+                self._files.delete(name)

@@ -1,0 +1,854 @@
+"""Where an EM fit spends its time: per-rank receipts and the per-iteration trace.
+
+Two layers share this module.
+
+*Rank receipts* (the reference's ``em_observability`` names). A caller that times its ranks, workers
+or partitions records one :class:`RankRecord` per rank and round; :func:`detect_stragglers` flags
+slow ranks by median and MAD, :func:`imbalance_receipt` measures skew in the bytes each rank read,
+:func:`plan_rebalance_weights` proposes data shares proportional to speed, and :func:`fit_report`
+sums it all up.
+
+*The EM trace.* The EM driver (:func:`mixle_spark.estimation.optimize`) builds one
+:class:`IterationTrace` per iteration from what the backend reports for each partition
+(:class:`PartitionTiming`), keeps them in an :class:`EMTrace` returned with the model, and feeds
+them to sinks while the fit runs: :class:`JsonLinesSink` (a file that can be tailed) and
+:class:`MlflowSink`.
+
+Stdlib and numpy only; pandas and mlflow are imported when asked for.
+
+>>> parts = [PartitionTiming(0, 1.0, 500, 64), PartitionTiming(1, 3.0, 500, 64)]
+>>> t = IterationTrace.from_pass(iteration=1, log_likelihood=-10.5, delta=0.25, weight=1000.0,
+...                              seconds=4.0, parts=parts)
+>>> t.rows, t.rows_per_second, t.partition_seconds, t.skew
+(1000, 250.0, (1.0, 2.0, 3.0), 1.5)
+>>> detect_stragglers({0: 1.0, 1: 1.0, 2: 1.0, 3: 9.0})
+(3,)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import numbers
+import os
+import tempfile
+import types
+from collections.abc import Iterable, Iterator, Mapping, MutableSequence, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+
+from mixle_spark.errors import describe_value
+
+__all__ = [
+    "EMTrace",
+    "FitReport",
+    "IterationTrace",
+    "JsonLinesSink",
+    "MlflowSink",
+    "PartitionTiming",
+    "RankRecord",
+    "detect_stragglers",
+    "fit_report",
+    "imbalance_receipt",
+    "plan_rebalance_weights",
+    "record_rank_round",
+    "stat_nbytes",
+]
+
+_MAD_SCALE = 1.4826  # MAD of a normal sample times this estimates its standard deviation
+_INT_FIELDS = ("rank", "round", "bytes_processed", "accumulator_bytes", "n_obs")
+_SECONDS_FIELDS = ("e_step_seconds", "m_step_seconds")
+
+
+def _non_negative_int(where: str, value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{where}: expected a non-negative int, got {describe_value(value)}")
+    if value < 0:
+        raise ValueError(f"{where}: expected a non-negative int, got {describe_value(value)}")
+    return int(value)
+
+
+def _non_negative_seconds(where: str, value: Any) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{where}: expected a finite number of seconds >= 0, got {describe_value(value)}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{where}: expected a finite number of seconds >= 0, got {describe_value(value)}")
+    return seconds
+
+
+# -- rank receipts ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    """What one rank (worker, partition) measured in one EM round.
+
+    Parameters
+    ----------
+    rank, round : int
+        Who and when; both non-negative.
+    e_step_seconds, m_step_seconds : float
+        Finite, non-negative durations.
+    bytes_processed, accumulator_bytes, n_obs : int
+        Non-negative counts: bytes of data read, bytes of sufficient statistics produced, rows.
+    extra : mapping
+        Free-form measurements; a key may not reuse a field name.
+    """
+
+    rank: int
+    round: int
+    e_step_seconds: float
+    m_step_seconds: float = 0.0
+    bytes_processed: int = 0
+    accumulator_bytes: int = 0
+    n_obs: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        for name in _INT_FIELDS:
+            object.__setattr__(self, name, _non_negative_int(f"RankRecord.{name}", getattr(self, name)))
+        for name in _SECONDS_FIELDS:
+            object.__setattr__(self, name, _non_negative_seconds(f"RankRecord.{name}", getattr(self, name)))
+        if not isinstance(self.extra, Mapping):
+            raise TypeError(f"RankRecord.extra: expected a mapping, got {describe_value(self.extra)}")
+        names = {f.name for f in fields(self)}
+        for key in self.extra:
+            if key in names:
+                raise ValueError(
+                    f"RankRecord.extra: key {key!r} shadows the measurement field {key!r}; "
+                    "pass it as that field or rename the key"
+                )
+        object.__setattr__(self, "extra", dict(self.extra))
+
+    @property
+    def seconds(self) -> float:
+        """E-step plus M-step seconds."""
+        return self.e_step_seconds + self.m_step_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-able dict."""
+        return {
+            f.name: dict(self.extra) if f.name == "extra" else getattr(self, f.name) for f in fields(self)
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RankRecord:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**dict(d))
+
+
+def _checked_records(records: Iterable[Any], where: str) -> list[RankRecord]:
+    """The records as a list; refuses other types and a repeated (round, rank)."""
+    out: list[RankRecord] = []
+    seen: set[tuple[int, int]] = set()
+    for record in records:
+        if not isinstance(record, RankRecord):
+            raise TypeError(f"{where}: expected RankRecord items, got {describe_value(record)}")
+        key = (record.round, record.rank)
+        if key in seen:
+            raise ValueError(f"{where}: duplicate record for round {record.round}, rank {record.rank}")
+        seen.add(key)
+        out.append(record)
+    return out
+
+
+def _straggler_ids(
+    ids: Sequence[int], seconds: Sequence[float], threshold_ratio: float, z_threshold: float
+) -> tuple[int, ...]:
+    if len(ids) == 0:
+        return ()
+    t = np.asarray(seconds, dtype=np.float64)
+    median = float(np.median(t))
+    mad = float(np.median(np.abs(t - median)))
+    flagged = []
+    for who, ti in zip(ids, t.tolist(), strict=True):
+        if median > 0:
+            ratio = ti / median
+        else:  # every rank at zero but this one (if it is slower at all) is infinitely slower
+            ratio = math.inf if ti > 0 else 1.0
+        if ratio < threshold_ratio:
+            continue
+        if mad == 0 or (ti - median) / (_MAD_SCALE * mad) >= z_threshold:
+            flagged.append(int(who))
+    return tuple(sorted(flagged))
+
+
+def detect_stragglers(
+    records_or_seconds: Iterable[RankRecord] | Mapping[int, float],
+    threshold_ratio: float = 1.5,
+    z_threshold: float = 3.0,
+) -> tuple[int, ...]:
+    """Ranks much slower than the median within one round.
+
+    A rank with E-step time ``t`` is flagged when ``t / median >= threshold_ratio`` and either the
+    median absolute deviation (MAD) is 0 or ``(t - median) / (1.4826 * MAD) >= z_threshold``. The
+    ratio test keeps a tight group from flagging its slowest member; the robust z-score keeps one
+    noisy round of a widely spread group from flagging half of it.
+
+    Parameters
+    ----------
+    records_or_seconds : iterable of RankRecord (all of one round), or mapping rank -> seconds
+    threshold_ratio : float
+        Minimum slowdown relative to the median, > 0.
+    z_threshold : float
+        Minimum robust z-score.
+
+    Returns
+    -------
+    tuple of int
+        The flagged ranks, sorted.
+    """
+    if not math.isfinite(threshold_ratio) or threshold_ratio <= 0:
+        raise ValueError(
+            f"detect_stragglers: threshold_ratio must be a finite number > 0, got {threshold_ratio!r}"
+        )
+    if not math.isfinite(z_threshold):
+        raise ValueError(f"detect_stragglers: z_threshold must be finite, got {z_threshold!r}")
+    if isinstance(records_or_seconds, Mapping):
+        ids = [_non_negative_int("detect_stragglers: rank", r) for r in records_or_seconds]
+        seconds = [
+            _non_negative_seconds(f"detect_stragglers: seconds of rank {r}", s)
+            for r, s in records_or_seconds.items()
+        ]
+    else:
+        records = _checked_records(records_or_seconds, "detect_stragglers")
+        rounds = sorted({r.round for r in records})
+        if len(rounds) > 1:
+            raise ValueError(f"detect_stragglers: expected the records of one round, got rounds {rounds}")
+        ids = [r.rank for r in records]
+        seconds = [r.e_step_seconds for r in records]
+    return _straggler_ids(ids, seconds, threshold_ratio, z_threshold)
+
+
+def imbalance_receipt(records: Iterable[RankRecord]) -> dict[str, Any]:
+    """Bytes read by each rank (summed over rounds), relative to the mean over ranks.
+
+    Returns
+    -------
+    dict
+        ``ranks``; ``bytes_by_rank`` and ``relative_to_mean`` (rank -> value); ``mean_bytes``;
+        ``max_over_mean``; ``max_over_min`` (inf when some rank read nothing and another did). All
+        ranks at zero bytes count as even (ratios 1.0); no records give zeros throughout.
+    """
+    by_rank: dict[int, int] = {}
+    for r in _checked_records(records, "imbalance_receipt"):
+        by_rank[r.rank] = by_rank.get(r.rank, 0) + r.bytes_processed
+    by_rank = dict(sorted(by_rank.items()))
+    if not by_rank:
+        return {
+            "ranks": 0,
+            "bytes_by_rank": {},
+            "mean_bytes": 0.0,
+            "relative_to_mean": {},
+            "max_over_mean": 0.0,
+            "max_over_min": 0.0,
+        }
+    values = list(by_rank.values())
+    mean = sum(values) / len(values)
+    low, high = min(values), max(values)
+    return {
+        "ranks": len(by_rank),
+        "bytes_by_rank": by_rank,
+        "mean_bytes": mean,
+        "relative_to_mean": {k: (v / mean if mean > 0 else 1.0) for k, v in by_rank.items()},
+        "max_over_mean": high / mean if mean > 0 else 1.0,
+        "max_over_min": high / low if low > 0 else (math.inf if high > 0 else 1.0),
+    }
+
+
+def plan_rebalance_weights(records: Iterable[RankRecord]) -> dict[int, float]:
+    """Data-share weights proportional to each rank's speed, summing to the number of ranks.
+
+    A rank's time is its mean E-step seconds over its rounds (only the E-step scales with the data
+    a rank holds). Weight 1.0 keeps a rank's share; 0.5 halves it.
+
+    Raises
+    ------
+    ValueError
+        A rank whose E-step time is zero (its speed is unknown).
+    """
+    totals: dict[int, list[float]] = {}
+    for r in _checked_records(records, "plan_rebalance_weights"):
+        totals.setdefault(r.rank, []).append(r.e_step_seconds)
+    mean_seconds = {rank: sum(ts) / len(ts) for rank, ts in sorted(totals.items())}
+    for rank, seconds in mean_seconds.items():
+        if seconds == 0:
+            raise ValueError(
+                f"plan_rebalance_weights: rank {rank} has zero E-step seconds; cannot weight it by 1/time"
+            )
+    speed = {rank: 1.0 / s for rank, s in mean_seconds.items()}
+    scale = len(speed) / sum(speed.values()) if speed else 0.0
+    return {rank: v * scale for rank, v in speed.items()}
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """Totals of a set of :class:`RankRecord` (built by :func:`fit_report`).
+
+    ``total_seconds`` sums every record's E- and M-step seconds (rank-seconds); ``critical_seconds``
+    sums each round's slowest rank, the time a synchronous fit waited.
+    """
+
+    rounds: int
+    ranks: int
+    records: int
+    total_seconds: float
+    e_step_seconds: float
+    m_step_seconds: float
+    critical_seconds: float
+    bytes_processed: int
+    stragglers_by_round: dict[int, tuple[int, ...]] = field(hash=False)
+    imbalance: dict[str, Any] = field(hash=False)
+
+    @property
+    def stragglers(self) -> tuple[int, ...]:
+        """Every rank flagged in some round, sorted."""
+        return tuple(sorted({r for ranks in self.stragglers_by_round.values() for r in ranks}))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as a dict (``stragglers`` included)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["stragglers_by_round"] = dict(self.stragglers_by_round)
+        out["imbalance"] = dict(self.imbalance)
+        out["stragglers"] = self.stragglers
+        return out
+
+    def render(self) -> str:
+        """A few human-readable lines; ``STRAGGLERS=(...)`` lists every flagged rank."""
+        lines = [
+            f"fit report: {self.rounds} rounds, {self.ranks} ranks, {self.records} records",
+            f"seconds: total {self.total_seconds:.3f} (E-step {self.e_step_seconds:.3f}, "
+            f"M-step {self.m_step_seconds:.3f}), critical path {self.critical_seconds:.3f}",
+            f"STRAGGLERS={self.stragglers}",
+        ]
+        lines += [
+            f"  round {rnd}: ranks {list(ranks)}" for rnd, ranks in self.stragglers_by_round.items() if ranks
+        ]
+        lines.append(
+            f"bytes: {_binary_size(self.bytes_processed)} read, max/mean "
+            f"{self.imbalance['max_over_mean']:.3g}, max/min {self.imbalance['max_over_min']:.3g}"
+        )
+        return "\n".join(lines)
+
+
+def fit_report(
+    records: Iterable[RankRecord], threshold_ratio: float = 1.5, z_threshold: float = 3.0
+) -> FitReport:
+    """Summarise rank records: rounds, ranks, seconds, stragglers per round, byte imbalance."""
+    checked = _checked_records(records, "fit_report")
+    by_round: dict[int, list[RankRecord]] = {}
+    for r in checked:
+        by_round.setdefault(r.round, []).append(r)
+    by_round = dict(sorted(by_round.items()))
+    return FitReport(
+        rounds=len(by_round),
+        ranks=len({r.rank for r in checked}),
+        records=len(checked),
+        total_seconds=sum(r.seconds for r in checked),
+        e_step_seconds=sum(r.e_step_seconds for r in checked),
+        m_step_seconds=sum(r.m_step_seconds for r in checked),
+        critical_seconds=sum(max(r.seconds for r in rs) for rs in by_round.values()),
+        bytes_processed=sum(r.bytes_processed for r in checked),
+        stragglers_by_round={
+            rnd: detect_stragglers(rs, threshold_ratio, z_threshold) for rnd, rs in by_round.items()
+        },
+        imbalance=imbalance_receipt(checked),
+    )
+
+
+def record_rank_round(trace_or_list: EMTrace | MutableSequence[Any], record: RankRecord) -> RankRecord:
+    """Append ``record`` to a list, or to ``EMTrace.rank_records``; returns it.
+
+    Raises
+    ------
+    ValueError
+        The target already holds a record for the same round and rank.
+    """
+    if not isinstance(record, RankRecord):
+        raise TypeError(f"record_rank_round: expected a RankRecord, got {describe_value(record)}")
+    target = trace_or_list.rank_records if isinstance(trace_or_list, EMTrace) else trace_or_list
+    for held in target:
+        if isinstance(held, RankRecord) and (held.round, held.rank) == (record.round, record.rank):
+            raise ValueError(
+                f"record_rank_round: a record for round {record.round}, rank {record.rank} is already there"
+            )
+    target.append(record)
+    return record
+
+
+# -- the per-iteration trace -----------------------------------------------------------------------
+
+
+def _si(value: float) -> str:
+    """``2430000 -> '2.43M'``: three significant digits and a K/M/G/T suffix."""
+    if not math.isfinite(value):
+        return str(value)
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= scale * 0.9995:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.3g}"
+
+
+def _binary_size(n: float) -> str:
+    """``12595 -> '12.3 KiB'``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale * 0.9995:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+@dataclass(frozen=True)
+class PartitionTiming:
+    """What one partition (chunk, worker, rank) reported for one pass."""
+
+    part: int
+    seconds: float
+    rows: int
+    stat_bytes: int
+
+    def __post_init__(self) -> None:
+        for name, kind in (("part", int), ("seconds", float), ("rows", int), ("stat_bytes", int)):
+            object.__setattr__(self, name, kind(getattr(self, name)))
+
+
+@dataclass(frozen=True)
+class IterationTrace:
+    """One EM iteration: its log-likelihood, throughput and the spread of partition times.
+
+    ``iteration`` 0 is the pass over the initial model; ``delta`` is the gain over the previous
+    iteration (None for the first); ``seconds`` covers the whole iteration (E-step, merge, M-step);
+    ``partition_seconds`` is (min, median, max) over the partitions, ``skew`` max / median (1.0 when
+    even or unknown), ``stragglers`` the partitions :func:`detect_stragglers` flags;
+    ``component_weights`` the mixture weights of the model this iteration produced.
+    """
+
+    iteration: int
+    log_likelihood: float
+    delta: float | None
+    rows: int
+    weight: float
+    seconds: float
+    rows_per_second: float
+    stat_bytes: int
+    partitions: int
+    partition_seconds: tuple[float, float, float]
+    skew: float
+    stragglers: tuple[int, ...]
+    component_weights: tuple[float, ...] | None
+    events: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # numpy scalars from the driver become Python ones, so to_dict is JSON-able as is
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        for name in ("iteration", "rows", "stat_bytes", "partitions"):
+            put(name, int(getattr(self, name)))
+        for name in ("log_likelihood", "weight", "seconds", "rows_per_second", "skew"):
+            put(name, float(getattr(self, name)))
+        put("delta", None if self.delta is None else float(self.delta))
+        low, mid, high = (float(x) for x in self.partition_seconds)
+        put("partition_seconds", (low, mid, high))
+        put("stragglers", tuple(int(x) for x in self.stragglers))
+        if self.component_weights is not None:
+            put("component_weights", tuple(float(x) for x in self.component_weights))
+        put("events", tuple(str(x) for x in self.events))
+
+    @classmethod
+    def from_pass(
+        cls,
+        *,
+        iteration: int,
+        log_likelihood: float,
+        delta: float | None,
+        weight: float,
+        seconds: float,
+        parts: Sequence[PartitionTiming],
+        component_weights: Sequence[float] | None = None,
+        events: Sequence[str] = (),
+        rows: int | None = None,
+    ) -> IterationTrace:
+        """Build a record from the partitions' reports; ``rows`` defaults to the sum of theirs."""
+        parts = list(parts)
+        times = [p.seconds for p in parts]
+        if times:
+            low, mid, high = min(times), float(np.median(times)), max(times)
+            skew = high / mid if mid > 0 else (1.0 if high == 0 else math.inf)
+            stragglers = _straggler_ids([p.part for p in parts], times, 1.5, 3.0)
+        else:
+            low = mid = high = 0.0
+            skew, stragglers = 1.0, ()
+        total_rows = sum(p.rows for p in parts) if rows is None else int(rows)
+        return cls(
+            iteration=iteration,
+            log_likelihood=log_likelihood,
+            delta=delta,
+            rows=total_rows,
+            weight=weight,
+            seconds=seconds,
+            rows_per_second=total_rows / seconds if seconds > 0 else 0.0,
+            stat_bytes=sum(p.stat_bytes for p in parts),
+            partitions=len(parts),
+            partition_seconds=(low, mid, high),
+            skew=skew,
+            stragglers=stragglers,
+            component_weights=None if component_weights is None else tuple(component_weights),
+            events=tuple(events),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-able dict (tuples as lists; NaN and inf kept)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> IterationTrace:
+        """Inverse of :meth:`to_dict`; unknown keys are ignored."""
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in d and n != "events"]
+        if missing:
+            raise ValueError(f"IterationTrace.from_dict: missing field(s) {missing} in {sorted(d)}")
+        return cls(**{n: d[n] for n in names if n in d})
+
+    def progress_line(self) -> str:
+        """One line for a progress log: log-likelihood, gain, rows, time, throughput, skew, stats."""
+        gain = "-" if self.delta is None else f"{self.delta:.4g}"
+        line = (
+            f"iteration {self.iteration:4d}  log-likelihood {self.log_likelihood:.8f}  gain {gain}  "
+            f"rows {self.rows}  {self.seconds:.3f}s  {_si(self.rows_per_second)} rows/s  "
+            f"skew {self.skew:.2f}  stats {_binary_size(self.stat_bytes)}"
+        )
+        if self.stragglers:
+            line += f"  stragglers {list(self.stragglers)}"
+        if self.events:
+            line += "  " + "; ".join(self.events)
+        return line
+
+
+_FRAME_COLUMNS = (
+    "iteration", "log_likelihood", "delta", "rows", "weight", "seconds", "rows_per_second", "stat_bytes",
+    "partitions", "partition_seconds_min", "partition_seconds_median", "partition_seconds_max", "skew",
+    "stragglers", "component_weights", "events",
+)  # fmt: skip
+
+
+def _json_line(obj: Any) -> str:
+    return json.dumps(obj, allow_nan=True) + "\n"
+
+
+class EMTrace:
+    """The :class:`IterationTrace` of a fit in order, with metadata (backend, rows, seed, ...).
+
+    ``rank_records`` holds any :class:`RankRecord` added by :func:`record_rank_round`.
+    """
+
+    def __init__(
+        self, records: Iterable[IterationTrace] = (), metadata: Mapping[str, Any] | None = None
+    ) -> None:
+        self.records: list[IterationTrace] = []
+        self.metadata: dict[str, Any] = dict(metadata or {})
+        self.rank_records: list[RankRecord] = []
+        for record in records:
+            self.append(record)
+
+    def append(self, record: IterationTrace) -> None:
+        """Add the next iteration."""
+        if not isinstance(record, IterationTrace):
+            raise TypeError(f"EMTrace.append: expected an IterationTrace, got {describe_value(record)}")
+        self.records.append(record)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self) -> Iterator[IterationTrace]:
+        return iter(self.records)
+
+    @overload
+    def __getitem__(self, index: int) -> IterationTrace: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[IterationTrace]: ...
+    def __getitem__(self, index: int | slice) -> IterationTrace | list[IterationTrace]:
+        return self.records[index]
+
+    def __repr__(self) -> str:
+        return f"EMTrace({len(self)} iterations, metadata={self.metadata!r})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"metadata", "records", "rank_records"}``, JSON-able."""
+        return {
+            "metadata": dict(self.metadata),
+            "records": [r.to_dict() for r in self.records],
+            "rank_records": [r.to_dict() for r in self.rank_records],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> EMTrace:
+        """Inverse of :meth:`to_dict`."""
+        trace = cls((IterationTrace.from_dict(r) for r in d.get("records", ())), d.get("metadata"))
+        trace.rank_records = [RankRecord.from_dict(r) for r in d.get("rank_records", ())]
+        return trace
+
+    def to_jsonl(self, path: str | os.PathLike[str]) -> None:
+        """Write a header line ``{"metadata": ...}`` then one line per iteration, atomically."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        header: dict[str, Any] = {"metadata": self.metadata}
+        if self.rank_records:
+            header["rank_records"] = [r.to_dict() for r in self.rank_records]
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(_json_line(header))
+                fh.writelines(_json_line(r.to_dict()) for r in self.records)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    @classmethod
+    def from_jsonl(cls, path: str | os.PathLike[str]) -> EMTrace:
+        """Read :meth:`to_jsonl` or :class:`JsonLinesSink` output.
+
+        A partial last line (a fit killed while writing it) is ignored; any other line that is
+        not a header or an iteration raises ValueError naming the line.
+        """
+        text = Path(path).read_text(encoding="utf-8")
+        lines = text.split("\n")
+        trace = cls()
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                if number == len(lines):  # no newline after it: torn by an interrupted write
+                    break
+                raise ValueError(f"{path}: line {number} is not JSON ({err.msg})") from err
+            if isinstance(obj, dict) and "iteration" in obj:
+                trace.append(IterationTrace.from_dict(obj))
+            elif isinstance(obj, dict) and "metadata" in obj:
+                trace.metadata.update(obj["metadata"] or {})
+                trace.rank_records += [RankRecord.from_dict(r) for r in obj.get("rank_records", ())]
+            else:
+                raise ValueError(f"{path}: line {number} is neither a metadata header nor an iteration")
+        return trace
+
+    def to_pandas(self) -> Any:
+        """One row per iteration; ``partition_seconds`` split into ``_min``/``_median``/``_max``."""
+        import pandas as pd
+
+        rows = []
+        for r in self.records:
+            d = r.to_dict()
+            low, mid, high = d.pop("partition_seconds")
+            d.update(partition_seconds_min=low, partition_seconds_median=mid, partition_seconds_max=high)
+            d["delta"] = math.nan if r.delta is None else r.delta
+            d["stragglers"], d["events"] = r.stragglers, r.events
+            d["component_weights"] = r.component_weights
+            rows.append(d)
+        return pd.DataFrame(rows, columns=list(_FRAME_COLUMNS))
+
+    def summary(self) -> str:
+        """A few lines: iterations, final log-likelihood, time, throughput, worst skew."""
+        if not self.records:
+            return "EM trace: no iterations"
+        last = self.records[-1]
+        seconds = sum(r.seconds for r in self.records)
+        rows = sum(r.rows for r in self.records)
+        worst = max(self.records, key=lambda r: r.skew if not math.isnan(r.skew) else -math.inf)
+        gain = "" if last.delta is None else f" (last gain {last.delta:.4g})"
+        flagged = [r.iteration for r in self.records if r.stragglers]
+        lines = [
+            f"EM trace: {len(self.records)} iterations ({self.records[0].iteration}-{last.iteration})",
+            f"final log-likelihood {last.log_likelihood:.8f}{gain}",
+            f"total {seconds:.3f}s, mean {_si(rows / seconds if seconds > 0 else 0.0)} rows/s",
+            f"worst skew {worst.skew:.2f} at iteration {worst.iteration}"
+            + (f"; stragglers in iterations {flagged}" if flagged else ""),
+        ]
+        return "\n".join(lines)
+
+
+class JsonLinesSink:
+    """Write each :class:`IterationTrace` to a JSON-lines file as the fit runs (``tail -f`` it).
+
+    The layout is :meth:`EMTrace.to_jsonl`'s, so :meth:`EMTrace.from_jsonl` reads the file at any
+    time. Each line is written and flushed by its own open/append/close, so nothing is lost or left
+    open if the fit dies. ``append=True`` continues an existing file (a resumed fit) without a new
+    header, first dropping a partial last line an interrupted write may have left.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], metadata: Mapping[str, Any] | None = None, *, append: bool = False
+    ) -> None:
+        self.path = Path(path)
+        self.metadata = dict(metadata or {})
+        self.closed = False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if append and self.path.exists():
+            data = self.path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                with open(self.path, "rb+") as fh:
+                    fh.truncate(data.rfind(b"\n") + 1)
+            if self.path.stat().st_size > 0:
+                return
+        with open(self.path, "w", encoding="utf-8") as fh:
+            fh.write(_json_line({"metadata": self.metadata}))
+
+    def __call__(self, record: IterationTrace) -> None:
+        """Append one line for ``record``."""
+        if self.closed:
+            raise ValueError(f"JsonLinesSink({str(self.path)!r}) is closed")
+        if not isinstance(record, IterationTrace):
+            raise TypeError(f"JsonLinesSink: expected an IterationTrace, got {describe_value(record)}")
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(_json_line(record.to_dict()))
+            fh.flush()
+
+    def close(self) -> None:
+        """Refuse further records (the file is never held open)."""
+        self.closed = True
+
+    def __enter__(self) -> JsonLinesSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_MLFLOW_HINT = "MlflowSink needs mlflow: pip install mlflow (or mixle_spark[mlflow])"
+
+
+class MlflowSink:
+    """Log each iteration's metrics to MLflow at ``step=iteration``.
+
+    Metrics (with ``prefix``): ``log_likelihood``, ``rows_per_second``, ``seconds``, ``skew``,
+    ``stat_bytes`` and ``delta`` (from the second iteration on). NaN and infinite values are skipped:
+    MLflow rejects them. Logs to the active run, or to ``run_id`` through an ``MlflowClient``.
+    """
+
+    def __init__(self, run_id: str | None = None, prefix: str = "em_") -> None:
+        try:
+            import mlflow
+        except ImportError as err:
+            raise ImportError(_MLFLOW_HINT) from err
+        self._mlflow = mlflow
+        self.run_id = run_id
+        self.prefix = prefix
+        self._client: Any = None
+
+    def __call__(self, record: IterationTrace) -> None:
+        """Log ``record``'s metrics."""
+        p = self.prefix
+        metrics = {
+            p + "log_likelihood": record.log_likelihood,
+            p + "rows_per_second": record.rows_per_second,
+            p + "seconds": record.seconds,
+            p + "skew": record.skew,
+            p + "stat_bytes": float(record.stat_bytes),
+        }
+        if record.delta is not None:
+            metrics[p + "delta"] = record.delta
+        finite = {k: float(v) for k, v in metrics.items() if math.isfinite(v)}
+        if not finite:
+            return
+        if self.run_id is None:
+            self._mlflow.log_metrics(finite, step=record.iteration)
+            return
+        if self._client is None:
+            self._client = self._mlflow.tracking.MlflowClient()
+        for key, value in finite.items():
+            self._client.log_metric(self.run_id, key, value, step=record.iteration)
+
+    @staticmethod
+    def active() -> bool:
+        """True when mlflow is importable and a run is active; never raises."""
+        try:
+            import mlflow
+
+            return mlflow.active_run() is not None
+        except Exception:  # a broken or absent mlflow only means "do not log"
+            return False
+
+
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+
+
+def _slot_values(obj: Any) -> list[Any]:
+    values = []
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
+                values.append(getattr(obj, name))
+    return values
+
+
+def _own_nbytes(obj: Any, pending: list[Any]) -> int:
+    """Bytes of ``obj`` itself; pushes what it contains onto ``pending``."""
+    if obj is None or (isinstance(obj, (bool, int, float)) and not isinstance(obj, np.generic)):
+        return 8
+    if isinstance(obj, (str, bytes, bytearray)):
+        return len(obj)
+    if isinstance(obj, complex):
+        return 16
+    if isinstance(obj, np.ndarray):
+        if obj.dtype == object:  # the pointers say nothing; count what they point to
+            pending.extend(obj.ravel().tolist())
+            return 0
+        return int(obj.nbytes)
+    if isinstance(obj, np.generic):
+        return int(obj.nbytes)
+    if isinstance(obj, Mapping):
+        for key, value in obj.items():
+            pending += [key, value]
+        return 0
+    if isinstance(obj, (tuple, list, set, frozenset)):
+        pending.extend(obj)
+        return 0
+    if isinstance(obj, _OPAQUE):
+        return 0
+    nbytes = getattr(obj, "nbytes", None)  # pyarrow arrays, memoryviews, ...
+    if isinstance(nbytes, int) and not isinstance(nbytes, bool):
+        return nbytes
+    if hasattr(obj, "__dict__"):
+        pending.extend(vars(obj).values())
+    pending.extend(_slot_values(obj))
+    return 0
+
+
+def stat_nbytes(value: Any) -> int:
+    """Approximate bytes of a sufficient-statistics value, as shipped between workers.
+
+    numpy arrays count ``nbytes`` (object arrays count their elements); Python int, float, bool and
+    None 8 each; str and bytes their length. Tuples, lists, sets, dicts (keys and values) and
+    objects with ``__dict__`` or ``__slots__`` are walked; an object reached twice (shared or in a
+    cycle) counts once. Never raises: what cannot be measured counts 0.
+
+    >>> stat_nbytes((np.zeros(3), {"n": 2.0}))  # 24 + 1 + 8
+    33
+    """
+    total = 0
+    seen: set[int] = set()
+    pending: list[Any] = [value]
+    while pending:
+        obj = pending.pop()
+        if not isinstance(obj, (bool, int, float, complex, str, bytes, type(None))):
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+        try:
+            total += _own_nbytes(obj, pending)
+        except Exception:  # documented: an unmeasurable object counts 0 rather than failing a fit
+            continue
+    return total

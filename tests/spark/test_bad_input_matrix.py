@@ -1,0 +1,568 @@
+"""Bad input on Spark, as a matrix: each case through the Python API or a job's ``main`` (in process).
+
+Every case asserts the exception type (or the job's exit code), the whole message (the column or
+path, the bad value, what was expected), and that nothing was written or lost: every file under the
+test's directory (the input table, the spec, the model, an existing output) is byte-identical
+afterwards, nothing new appeared there, and no Spark cache was left behind. The input table is a
+Parquet file written by pyarrow (one file, so rows keep their order and row numbers are stable).
+
+The success cases: a Spark DataFrame with empty partitions (API, and em_fit ``--partitions``) fits
+exactly as the same rows do on the local backend.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytestmark = pytest.mark.spark
+
+pytest.importorskip("pyspark")
+
+from pyspark.errors import PythonException  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+from mixle_spark._version import __version__  # noqa: E402
+from mixle_spark.errors import (  # noqa: E402
+    DataValueError,
+    EmptyDataError,
+    ModelFormatError,
+    SchemaError,
+    TooFewRowsError,
+)
+from mixle_spark.estimation import optimize  # noqa: E402
+from mixle_spark.io import read_table, write_table  # noqa: E402
+from mixle_spark.parallel.spark import score  # noqa: E402
+from mixle_spark.spec import (  # noqa: E402
+    MODEL_FORMAT_VERSION,
+    estimator_from_spec,
+    load_model,
+    model_to_dict,
+    save_model,
+)
+from mixle_spark.stats import (  # noqa: E402
+    CategoricalDistribution,
+    GaussianDistribution,
+    MixtureDistribution,
+    PoissonDistribution,
+    RecordDistribution,
+)
+from mixle_spark.stats.base import registered_estimators  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+NAN, INF = float("nan"), float("inf")
+TMP = "<tmp>"  # stands for re.escape(str(tmp_path)) in a case's message
+
+# -- the input table: six customers; each case changes one column -------------------------------
+
+BASE: dict[str, pa.Array] = {
+    "amount": pa.array([12.5, 80.0, 15.0, 60.0, 20.0, 75.0], pa.float64()),
+    "channel": pa.array(["web", "app", "store", "web", "app", "store"], pa.string()),
+    "n_items": pa.array([1, 7, 2, 5, 0, 6], pa.int64()),
+    "w": pa.array([1.0, 2.0, 1.0, 0.5, 1.0, 1.0], pa.float64()),
+    "v": pa.array([[0.1, 0.2], [1.0, 1.5], [0.3, 0.1], [1.2, 1.1], [0.2, 0.4], [0.9, 1.3]]),
+}
+COLUMNS = list(BASE)
+
+
+def _table(**changes: Any) -> pa.Table:
+    """The base table with some columns replaced (a list keeps the base column's type if it can)."""
+    columns = dict(BASE)
+    for name, values in changes.items():
+        columns[name] = values if isinstance(values, pa.Array) else pa.array(values)
+    return pa.table(columns)
+
+
+def _record(**fields: Any) -> dict[str, Any]:
+    return {"type": "record", "fields": fields}
+
+
+def _mixture(k: int, **fields: Any) -> dict[str, Any]:
+    return {"type": "mixture", "k": k, "component": _record(**fields)}
+
+
+SEGMENTS = _record(amount="gaussian", channel="categorical", n_items="poisson")
+
+
+def _model() -> MixtureDistribution:
+    """A fitted-looking model of SEGMENTS (vocabulary: app, store, web)."""
+
+    def segment(mu: float, p_web: float, lam: float) -> RecordDistribution:
+        channel = CategoricalDistribution({"app": 0.5 - p_web / 2, "store": 0.5 - p_web / 2, "web": p_web})
+        fields = {
+            "amount": GaussianDistribution(mu, 100.0),
+            "channel": channel,
+            "n_items": PoissonDistribution(lam),
+        }
+        return RecordDistribution(fields)
+
+    return MixtureDistribution([segment(15.0, 0.6, 1.0), segment(70.0, 0.2, 6.0)], [0.5, 0.5])
+
+
+def _newer_model() -> dict[str, Any]:
+    payload = model_to_dict(_model())
+    payload.update(format_version=MODEL_FORMAT_VERSION + 1, mixle_spark_version="99.0.0")
+    return payload
+
+
+# -- one case of the matrix ----------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    """What a case acts on: the session and the files under the test's temporary directory."""
+
+    spark: Any
+    input: str
+    spec: str
+    model: str
+    out: Path
+
+    def df(self) -> Any:
+        return read_table(self.spark, self.input)
+
+
+@dataclass(frozen=True)
+class Case:
+    """``act`` raises (API cases) or returns a job's argv (``job`` set); ``expect`` is the exception
+    type or the exit code; ``message`` is a regex for the exception text or the job's error line
+    (after ``PROG: error: ``), ``<tmp>`` standing for the test's directory."""
+
+    act: Callable[[Context], Any]
+    expect: type[BaseException] | int
+    message: str
+    job: str | None = None
+    table: pa.Table | None = field(default_factory=_table)
+    spec: Any = None
+    model: Any = None
+    existing_output: bool = False
+
+
+def _fit(spec: dict[str, Any], **options: Any) -> Callable[[Context], Any]:
+    """The Python API: EM on the input read as a Spark DataFrame."""
+    return lambda ctx: optimize(ctx.df(), estimator_from_spec(spec), max_its=2, **options)
+
+
+def _em_fit(*extra: str) -> Callable[[Context], list[str]]:
+    return lambda ctx: [
+        *("--input", ctx.input, "--model", ctx.spec, "--output", str(ctx.out), "--quiet", *extra)
+    ]
+
+
+def _em_score(ctx: Context) -> list[str]:
+    return ["--input", ctx.input, "--model", ctx.model, "--output", str(ctx.out)]
+
+
+def _differing_lengths(ctx: Context) -> Any:
+    """Length-2 vectors in one partition, length-3 ones in the other (each consistent alone)."""
+    df = ctx.df()
+    parts = df.filter(F.size("v") == 2).union(df.filter(F.size("v") == 3))
+    return optimize(parts, estimator_from_spec(_record(v="multivariate_gaussian")), max_its=2)
+
+
+UNSEEN = (
+    r"column 'channel': label 'phone' is not in the model's vocabulary of 3 labels "
+    r"\('app', 'store', 'web'\) \(row 5 of 6\)"
+)
+NEWER = (
+    rf"model was written with format version {MODEL_FORMAT_VERSION + 1} \(mixle_spark 99\.0\.0\); "
+    rf"this mixle_spark {re.escape(__version__)} reads versions up to {MODEL_FORMAT_VERSION}: "
+    r"upgrade mixle_spark to load it"
+)
+FAMILIES = ", ".join(sorted(registered_estimators()))  # bernoulli, binomial, ..., gaussian, ...
+WEIGHT_REASON = (
+    "parallel/spark.py's encoding pass raises the weight error without the value and at the first "
+    "row of the Arrow batch (row 1 here), not the bad row"
+)
+
+CASES = {
+    # 1. a string column where Gaussian needs numbers: refused from the schema, before any job
+    "string-in-gaussian-column": Case(
+        _fit(_record(amount="gaussian")),
+        SchemaError,
+        r"^column 'amount': expected a numeric column for GaussianEstimator, got Arrow type string$",
+        table=_table(amount=["12.5", "80.0", "12.5x", "60.0", "20.0", "75.0"]),
+    ),
+    # 2. an array column for a scalar field
+    "array-column-for-categorical": Case(
+        _fit(_record(channel="categorical")),
+        SchemaError,
+        r"^column 'channel': expected a string, large_string, integer, boolean or dictionary column "
+        r"for CategoricalEstimator, got Arrow type list<element: string>$",
+        table=_table(channel=[["web"], ["app"], ["store"], ["web"], ["app"], ["store"]]),
+    ),
+    "array-column-for-integer-categorical-em_fit": Case(
+        _em_fit(),
+        2,
+        r"column 'n_items': expected an integer column \(or floating with integral values\) for "
+        r"IntegerCategoricalEstimator, got Arrow type list<element: int64>",
+        job="em_fit",
+        table=_table(n_items=[[1], [7], [2], [5], [0], [6]]),
+        spec=_record(n_items="integer_categorical"),
+    ),
+    # 3. a null where the model has no Optional
+    "null-in-categorical-without-optional": Case(
+        _fit(_record(amount="gaussian", channel="categorical")),
+        DataValueError,
+        r"^column 'channel': expected a label for CategoricalEstimator \(a missing value needs "
+        r"OptionalEstimator\), got null \(row 4 of 6\)$",
+        table=_table(channel=["web", "app", "store", None, "app", "store"]),
+    ),
+    "null-in-poisson-without-optional-em_fit": Case(
+        _em_fit(),
+        2,
+        r"column 'n_items': expected a non-negative integer count for PoissonEstimator \(a missing "
+        r"value needs OptionalEstimator\), got null \(2 bad rows, first at row 2 of 6\)",
+        job="em_fit",
+        table=_table(n_items=pa.array([1, None, 2, None, 0, 6], pa.int64())),
+        spec=SEGMENTS,
+    ),
+    # 4. NaN in a Gaussian column
+    "nan-in-gaussian": Case(
+        _fit(SEGMENTS),
+        DataValueError,
+        r"^column 'amount': expected a finite number for GaussianEstimator, got nan \(row 4 of 6\)$",
+        table=_table(amount=[12.5, 80.0, 15.0, NAN, 20.0, 75.0]),
+    ),
+    # 5. +inf in Exponential / Gamma columns
+    "inf-in-exponential": Case(
+        _fit(_record(amount="exponential")),
+        DataValueError,
+        r"^column 'amount': expected a non-negative finite number for ExponentialEstimator, "
+        r"got inf \(row 2 of 6\)$",
+        table=_table(amount=[12.5, INF, 15.0, 60.0, 20.0, 75.0]),
+    ),
+    "inf-in-gamma-em_fit": Case(
+        _em_fit(),
+        2,
+        r"column 'amount': expected a positive finite number for GammaEstimator, got inf \(row 6 of 6\)",
+        job="em_fit",
+        table=_table(amount=[12.5, 80.0, 15.0, 60.0, 20.0, INF]),
+        spec=_mixture(2, amount="gamma"),
+    ),
+    # 6. a negative count
+    "negative-poisson-count": Case(
+        _fit(SEGMENTS),
+        DataValueError,
+        r"^column 'n_items': expected a non-negative integer count for PoissonEstimator, "
+        r"got -3\.0 \(row 3 of 6\)$",
+        table=_table(n_items=[1, 7, -3, 5, 0, 6]),
+    ),
+    # 7. fractional counts
+    "fractional-poisson-count": Case(
+        _fit(SEGMENTS),
+        DataValueError,
+        r"^column 'n_items': expected a non-negative integer count for PoissonEstimator, "
+        r"got 2\.5 \(row 4 of 6\)$",
+        table=_table(n_items=[1.0, 7.0, 2.0, 2.5, 0.0, 6.0]),
+    ),
+    "fractional-binomial-count-em_fit": Case(
+        _em_fit(),
+        2,
+        r"column 'n_items': expected an integer count in \[0, 10\] for BinomialEstimator, "
+        r"got 0\.5 \(2 bad rows, first at row 5 of 6\)",
+        job="em_fit",
+        table=_table(n_items=[1.0, 7.0, 2.0, 5.0, 0.5, 6.5]),
+        spec=_record(n_items={"type": "binomial", "n": 10}),
+    ),
+    # 9. an empty table
+    "empty-table": Case(
+        _fit(SEGMENTS),
+        EmptyDataError,
+        r"^no rows to encode: the DataFrame is empty$",
+        table=_table().slice(0, 0),
+    ),
+    # 10. more components than rows
+    "more-components-than-rows": Case(
+        _fit(_mixture(8, amount="gaussian")),
+        TooFewRowsError,
+        r"^MixtureEstimator needs at least 8 rows \(for example one per mixture component\), "
+        r"but the data has 6$",
+    ),
+    "more-components-than-rows-em_fit": Case(
+        _em_fit(),
+        2,
+        r"MixtureEstimator needs at least 7 rows \(for example one per mixture component\), "
+        r"but the data has 6",
+        job="em_fit",
+        spec={"estimator": _mixture(7, amount="gaussian"), "fit": {"max_its": 3}},
+    ),
+    # 11. a label the model has not seen: scoring fails (lazily, in the Spark task), no -inf score
+    "unseen-label-at-scoring": Case(
+        lambda ctx: score(load_model(ctx.model), ctx.df()).collect(),
+        PythonException,
+        r"mixle_spark\.errors\.UnseenLabelError: " + UNSEEN,
+        table=_table(channel=["web", "app", "store", "web", "phone", "store"]),
+        model=_model(),
+    ),
+    "unseen-label-at-scoring-em_score": Case(
+        _em_score,
+        2,
+        UNSEEN,
+        job="em_score",
+        table=_table(channel=["web", "app", "store", "web", "phone", "store"]),
+        model=_model(),
+    ),
+    # 12. malformed specs
+    "spec-unknown-family-em_fit": Case(
+        _em_fit(),
+        2,
+        rf"unknown estimator family 'gausian'; expected one of: {FAMILIES}",
+        job="em_fit",
+        spec=_record(amount="gausian"),
+    ),
+    "spec-unknown-key-em_fit": Case(
+        _em_fit(),
+        2,
+        r"unknown key 'sigma' in gaussian spec; expected one of: keys, min_var, name, pseudo_count, "
+        r"suff_stat, type",
+        job="em_fit",
+        spec=_record(amount={"type": "gaussian", "sigma": 1.0}),
+    ),
+    "spec-not-json-em_fit": Case(
+        _em_fit(),
+        2,
+        rf"model spec {TMP}/spec\.json is not valid JSON: Expecting property name enclosed in double "
+        r"quotes: line 1 column 2 \(char 1\)",
+        job="em_fit",
+        spec="{'type': 'gaussian'}",
+    ),
+    # 13. a model from a newer mixle_spark
+    "model-newer-format-version": Case(
+        lambda ctx: load_model(ctx.model), ModelFormatError, f"^{NEWER}$", model=_newer_model()
+    ),
+    "model-newer-format-version-em_score": Case(_em_score, 2, NEWER, job="em_score", model=_newer_model()),
+    # 14. an input that does not exist
+    "missing-input-em_fit": Case(
+        _em_fit(),
+        2,
+        rf"no such file or directory: '{TMP}/input\.parquet'",
+        job="em_fit",
+        table=None,
+        spec=SEGMENTS,
+    ),
+    "missing-input-em_score": Case(
+        _em_score,
+        2,
+        rf"no such file or directory: '{TMP}/input\.parquet'",
+        job="em_score",
+        table=None,
+        model=_model(),
+    ),
+    # 15. an output that exists, without --overwrite / --mode overwrite: kept byte for byte
+    "existing-output-em_fit": Case(
+        _em_fit(),
+        2,
+        rf"output {TMP}/out exists; pass --overwrite to replace it",
+        job="em_fit",
+        spec=SEGMENTS,
+        existing_output=True,
+    ),
+    "existing-output-em_score": Case(
+        _em_score,
+        2,
+        rf"output {TMP}/out exists; pass --mode overwrite to replace it",
+        job="em_score",
+        model=_model(),
+        existing_output=True,
+    ),
+    # 16. a negative weight
+    "negative-weight": Case(
+        _fit(SEGMENTS, weights="w"),
+        DataValueError,
+        r"^column 'w': weights must be finite and non-negative\b",
+        table=_table(w=[1.0, 2.0, -0.5, 0.5, 1.0, 1.0]),
+    ),
+    "negative-weight-names-value-and-row": pytest.param(
+        Case(
+            _fit(SEGMENTS, weights="w"),
+            DataValueError,
+            r"^column 'w': weights must be finite and non-negative, got -0\.5 \(row 3 of 6\)$",
+            table=_table(w=[1.0, 2.0, -0.5, 0.5, 1.0, 1.0]),
+        ),
+        marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=WEIGHT_REASON),
+    ),
+    # 17. a vector of the wrong length
+    "mvn-wrong-length": Case(
+        _fit(_record(v={"type": "multivariate_gaussian", "dim": 2})),
+        DataValueError,
+        r"^column 'v': expected a vector of finite numbers for MultivariateGaussianEstimator: "
+        r"expected length 2, got length 3 \(row 3 of 6\)$",
+        table=_table(v=[[0.1, 0.2], [1.0, 1.5], [0.3, 0.1, 0.7], [1.2, 1.1], [0.2, 0.4], [0.9, 1.3]]),
+    ),
+    "mvn-wrong-length-em_fit": Case(
+        _em_fit(),
+        2,
+        r"column 'v': expected a vector of finite numbers for MultivariateGaussianEstimator: "
+        r"expected length 2, got length 1 \(row 5 of 6\)",
+        job="em_fit",
+        table=_table(v=[[0.1, 0.2], [1.0, 1.5], [0.3, 0.1], [1.2, 1.1], [0.2], [0.9, 1.3]]),
+        spec=_record(v="multivariate_gaussian"),
+    ),
+    "mvn-lengths-differ-between-partitions": Case(
+        _differing_lengths,
+        DataValueError,
+        r"^column 'v': expected a vector of finite numbers for MultivariateGaussianEstimator: "
+        r"vectors of lengths (2 and 3|3 and 2) in one column$",
+        table=_table(
+            v=[[0.1, 0.2], [1.0, 1.5], [0.3, 0.1], [1.2, 1.1, 0.0], [0.2, 0.4, 0.0], [0.9, 1.3, 0.0]]
+        ),
+    ),
+    # 18. a record spec naming a column the table does not have
+    "record-spec-missing-column": Case(
+        _fit(_record(amount="gaussian", loyalty="gaussian")),
+        SchemaError,
+        rf"^column 'loyalty' not found; the DataFrame has columns {re.escape(str(COLUMNS))}$",
+    ),
+    "record-spec-missing-struct-field-em_fit": Case(
+        _em_fit(),
+        2,
+        r"column 'customer\.loyalty': not found; available fields: age, channel",
+        job="em_fit",
+        table=pa.table(
+            {"customer": pa.array([{"age": 30.0 + i, "channel": c} for i, c in enumerate("abcabc")])}
+        ),
+        spec=_record(customer=_record(age="gaussian", loyalty="gaussian")),
+    ),
+}
+
+
+def _job(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"_job_{name}", ROOT / "jobs" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` (relative path -> bytes); directories as empty entries."""
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else b"<dir>"
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def _cached_rdds(spark: Any) -> set[int]:
+    return {int(i) for i in spark.sparkContext._jsc.getPersistentRDDs().keySet()}
+
+
+def _prepare(case: Case, spark: Any, tmp: Path) -> Context:
+    ctx = Context(
+        spark, str(tmp / "input.parquet"), str(tmp / "spec.json"), str(tmp / "model.json"), tmp / "out"
+    )
+    if case.table is not None:
+        pq.write_table(case.table, ctx.input)
+    if case.spec is not None:
+        Path(ctx.spec).write_text(case.spec if isinstance(case.spec, str) else json.dumps(case.spec))
+    if isinstance(case.model, dict):
+        Path(ctx.model).write_text(json.dumps(case.model))
+    elif case.model is not None:
+        save_model(case.model, ctx.model)
+    if case.existing_output and case.job == "em_score":
+        write_table(spark.createDataFrame([(1.0, "web")], "amount double, channel string"), ctx.out)
+    elif case.existing_output:
+        ctx.out.mkdir()
+        (ctx.out / "model.json").write_text('{"kept": true}\n')
+        (ctx.out / "summary.json").write_text('{"rows": 6}\n')
+    return ctx
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+def test_bad_input_is_refused_and_nothing_is_written(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: Case
+) -> None:
+    ctx = _prepare(case, spark, tmp_path)
+    files, cached = _snapshot(tmp_path), _cached_rdds(spark)
+    message = case.message.replace(TMP, re.escape(str(tmp_path)))
+    if case.job is None:
+        assert isinstance(case.expect, type)
+        with pytest.raises(case.expect, match=message):
+            case.act(ctx)
+    else:
+        capsys.readouterr()
+        code = _job(case.job).main(case.act(ctx))
+        err = capsys.readouterr().err
+        errors = [line for line in err.splitlines() if line.startswith(f"{case.job}: error:")]
+        assert code == case.expect, err[-2000:]
+        assert len(errors) == 1 and re.fullmatch(f"{case.job}: error: {message}", errors[0]), errors
+    assert _snapshot(tmp_path) == files  # the input, spec, model and any old output: byte for byte
+    assert ctx.out.exists() == case.existing_output
+    assert _cached_rdds(spark) <= cached  # a failed encoding releases what it cached
+
+
+# -- 8. empty partitions are fine ----------------------------------------------------------------
+
+
+def _numbers(value: Any, path: str = "") -> dict[str, Any]:
+    """A model's JSON flattened to ``{path: leaf}`` (dicts by key, lists by position)."""
+    if isinstance(value, dict):
+        return {k: v for key in sorted(value) for k, v in _numbers(value[key], f"{path}.{key}").items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in _numbers(item, f"{path}[{i}]").items()}
+    return {path: value}
+
+
+def _assert_same_model(got: Any, want: Any) -> None:
+    a, b = _numbers(model_to_dict(got)["model"]), _numbers(model_to_dict(want)["model"])
+    assert a.keys() == b.keys()
+    floats = [k for k, v in b.items() if isinstance(v, float)]
+    assert floats, b
+    np.testing.assert_allclose([a[k] for k in floats], [b[k] for k in floats], rtol=1e-9, atol=0)
+    assert {k: a[k] for k in a if k not in floats} == {k: b[k] for k in b if k not in floats}
+
+
+def test_empty_partitions_fit_like_the_same_rows_without_them(spark: Any, tmp_path: Path) -> None:
+    table = _table().slice(0, 4).select(["amount", "channel", "n_items"])
+    path = tmp_path / "input.parquet"
+    pq.write_table(table, path)
+    before = _snapshot(tmp_path)
+    df = read_table(spark, str(path)).repartition(6)
+    sizes = df.rdd.glom().map(len).collect()
+    assert len(sizes) == 6 and sorted(sizes)[:2] == [0, 0] and sum(sizes) == 4  # empty partitions
+
+    estimator = estimator_from_spec(_mixture(2, **SEGMENTS["fields"]))
+    options = {"prev_estimate": _model(), "max_its": 2, "delta": None}
+    on_spark = optimize(df, estimator, **options)
+    local = optimize(table, estimator, backend="local", **options)
+
+    assert on_spark.fit_result.history[-1].nobs == 4 and on_spark.fit_result.n_iter == 2
+    assert on_spark.fit_result.log_likelihood == pytest.approx(local.fit_result.log_likelihood, rel=1e-9)
+    assert math.isfinite(on_spark.fit_result.log_likelihood)
+    _assert_same_model(on_spark, local)
+    assert _snapshot(tmp_path) == before
+
+
+def test_em_fit_with_empty_partitions_writes_the_local_backends_model(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, spec = tmp_path / "input.parquet", tmp_path / "spec.json"
+    pq.write_table(_table().slice(0, 4).select(["amount", "channel", "n_items"]), path)
+    fit = {"max_its": 2, "delta": 0, "seed": 3, "trials": 1}
+    spec.write_text(json.dumps({"estimator": _mixture(2, **SEGMENTS["fields"]), "fit": fit}))
+    job = _job("em_fit")
+    common = ["--input", str(path), "--model", str(spec), "--quiet"]
+    # 4 rows in 5 partitions: at least one is empty (more partitions cost ~1 s per iteration each)
+    assert job.main([*common, "--output", str(tmp_path / "spark"), "--partitions", "5"]) == 0
+    assert job.main([*common, "--output", str(tmp_path / "local"), "--backend", "local"]) == 0
+    assert "error" not in capsys.readouterr().err
+
+    _assert_same_model(
+        load_model(tmp_path / "spark" / "model.json"), load_model(tmp_path / "local" / "model.json")
+    )
+    on_spark, local = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("spark", "local"))
+    assert on_spark["rows"] == local["rows"] == 4
+    assert on_spark["iterations"] == local["iterations"] >= 1
+    assert on_spark["log_likelihood"] == pytest.approx(local["log_likelihood"], rel=1e-9)
