@@ -9,15 +9,35 @@ inferred), a JSON(-lines) file, or a metastore table name (see ``mixle_spark.io.
 ``--model`` is a spec file (``conf/models/*.json``) whose ``fit`` section gives defaults that the
 options override. ``--output`` is a directory that receives ``model.json`` (the fitted model, read
 back with ``mixle_spark.spec.load_model``) and ``summary.json`` (rows, iterations, convergence,
-log-likelihood history, free parameters, BIC / AIC, timings). Both are written to a staging
+log-likelihood history, free parameters, BIC / AIC, timings, a summary of the EM trace) and
+``trace.jsonl`` (one JSON line per iteration: log-likelihood, gain, rows, seconds, rows/s, bytes of
+statistics merged, partition time skew, stragglers, component weights, events; read it back with
+``mixle_spark.parallel.em_observability.EMTrace.from_jsonl``). All are written to a staging
 directory that is renamed into place, so a failed run leaves no output and an existing output is
 replaced (``--overwrite``) only by a complete one. ``--report`` adds ``report.html`` to the same
 directory: a self-contained page (``mixle_spark.report``) with the log-likelihood per iteration, the
 component weights, the parameters and a 2-D projection of the first 2,000 input rows coloured by
 component; with matplotlib (``pip install mixle-spark[plot]``) it has figures, otherwise tables.
 
-Per-iteration progress (iteration, log-likelihood, gain, rows, seconds, rows/s) goes to stderr
-(``--quiet`` turns it off); the fitted model's description goes to stdout.
+Per-iteration progress (iteration, log-likelihood, gain, rows, seconds, rows/s, partition time skew,
+bytes of statistics merged) goes to stderr (``--quiet`` turns it off); the fitted model's description
+goes to stdout. ``--trace PATH`` also writes the trace live, one line per iteration as it happens
+(``tail -f`` it), for a long fit.
+
+Long fits (see ``mixle_spark.parallel.resilient_em`` and ``sdc_audit``):
+
+* ``--checkpoint-dir DIR`` saves the fit state every ``--checkpoint-every`` iterations (atomic,
+  checksummed JSON files; a Hadoop/cloud URI works too). Re-running the same command after a crash
+  or preemption resumes from the newest valid checkpoint and gives exactly the estimates of an
+  uninterrupted run; ``--no-resume`` discards the checkpoints and starts afresh. A checkpoint from a
+  different fit (other data, spec or options) is an error, never silently used.
+* ``--on-degenerate {stop,floor,reseed}``: what to do when a mixture component's M-step fails (a
+  variance collapsing to 0, a component losing all its weight): stop with an error naming the
+  iteration and the component (default), keep its previous parameters at a floor weight, or restart
+  it from a fresh random initialisation.
+* ``--audit-every N`` recomputes the statistics of a random ``--audit-fraction`` of the partitions
+  every N iterations with independent reference kernels and stops with exit code 1, naming the
+  partition, if they disagree (silent data corruption on an executor).
 
 No arguments: the bundled sample ``data/customers_sample.parquet`` is copied once into the local
 Delta table ``output/customers_sample_delta`` and fitted with ``conf/models/sample.json`` on
@@ -47,11 +67,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from mixle_spark._cli import JobArgumentParser, ProgressStream, atomic_directory, check_output_free, run_job
+from mixle_spark._cli import JobArgumentParser, atomic_directory, check_output_free, run_job
 from mixle_spark._version import __version__
 from mixle_spark.errors import ConvergenceWarning
-from mixle_spark.estimation import best_of, optimize
+from mixle_spark.estimation import ON_DEGENERATE, best_of, optimize
 from mixle_spark.parallel import encoded_data
+from mixle_spark.parallel.sdc_audit import SDCAudit
 from mixle_spark.spec import ModelSpec, load_spec, save_model
 from mixle_spark.summary import count_free_parameters, describe_model, information_criteria
 
@@ -77,6 +98,13 @@ def _non_negative_float(text: str) -> float:
     value = float(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _non_negative_float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
     return value
 
 
@@ -113,6 +141,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)"
     )
     run.add_argument("--quiet", action="store_true", help="no per-iteration progress on stderr")
+    run.add_argument("--trace", metavar="PATH", help="also write the EM trace live to this JSON-lines file")
+    long = parser.add_argument_group("long fits")
+    long.add_argument("--checkpoint-dir", metavar="DIR", help="checkpoint the fit here and resume from it")
+    long.add_argument(
+        "--checkpoint-every", type=_positive_int, default=1, metavar="N", help="checkpoint every N iterations"
+    )
+    long.add_argument(
+        "--no-resume", dest="resume", action="store_false", help="discard existing checkpoints, start afresh"
+    )
+    long.add_argument(
+        "--on-degenerate",
+        choices=ON_DEGENERATE,
+        default="stop",
+        help="a mixture component whose M-step fails: stop (default), floor or reseed it",
+    )
+    long.add_argument(
+        "--audit-every", type=_positive_int, metavar="N", help="audit partition statistics every N iterations"
+    )
+    long.add_argument(
+        "--audit-fraction",
+        type=_fraction,
+        default=0.1,
+        metavar="F",
+        help="fraction of the partitions recomputed per audit (default 0.1)",
+    )
     return parser
 
 
@@ -151,6 +204,20 @@ def fit_options(args: argparse.Namespace, spec: ModelSpec) -> dict[str, Any]:
         value = getattr(args, key)
         if value is not None:
             options[key] = value
+    return options
+
+
+def reliability_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``optimize``'s checkpoint, degenerate-component, audit and live-trace keywords from ``args``."""
+    options: dict[str, Any] = {"on_degenerate": args.on_degenerate}
+    if args.checkpoint_dir is not None:
+        options.update(
+            checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume
+        )
+    if args.audit_every is not None:
+        options["audit"] = SDCAudit(every=args.audit_every, fraction=args.audit_fraction)
+    if args.trace is not None:
+        options["trace_path"] = args.trace
     return options
 
 
@@ -235,6 +302,35 @@ def build_summary(
     }
 
 
+def trace_summary(trace: Any) -> dict[str, Any]:
+    """The EM trace in a few numbers for summary.json (the per-iteration records are in trace.jsonl)."""
+    records = trace.records
+    seconds = sum(r.seconds for r in records)
+    skews = [r.skew for r in records if math.isfinite(r.skew)]
+    return {
+        "iterations": len(records),
+        "seconds": seconds,
+        "rows_per_second": _finite(sum(r.rows for r in records) / seconds) if seconds > 0 else None,
+        "stat_bytes_per_iteration": max((r.stat_bytes for r in records), default=0),
+        "partitions": max((r.partitions for r in records), default=0),
+        "max_skew": max(skews) if skews else None,
+        "straggler_iterations": [r.iteration for r in records if r.stragglers],
+        "events": [f"iteration {r.iteration}: {e}" for r in records for e in r.events],
+    }
+
+
+def long_fit_summary(args: argparse.Namespace, result: Any) -> dict[str, Any]:
+    """Checkpointing, degenerate-component policy and audit settings of the run, and the resume point."""
+    return {
+        "checkpoint_dir": args.checkpoint_dir,
+        "checkpoint_every": args.checkpoint_every if args.checkpoint_dir else None,
+        "resumed_from_iteration": result.resumed_from,
+        "on_degenerate": args.on_degenerate,
+        "audit": ({"every": args.audit_every, "fraction": args.audit_fraction} if args.audit_every else None),
+        "trace": trace_summary(result.trace),
+    }
+
+
 def _report_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
     ours = []
     for w in caught:
@@ -285,8 +381,13 @@ def fit_model(
     trials: int,
     backend_options: dict[str, Any],
     out: Any,
+    reliability: dict[str, Any] | None = None,
 ) -> tuple[Any, float, dict[str, float], list[str]]:
-    """Encode once, run EM (``trials`` restarts: ``best_of``); ``(model, ll, timings, warnings)``."""
+    """Encode once, run EM (``trials`` restarts: ``best_of``); ``(model, ll, timings, warnings)``.
+
+    ``reliability`` holds ``optimize``'s checkpoint / degenerate-component / audit / trace keywords.
+    """
+    extra_options = reliability or {}
     t0 = time.perf_counter()
     with encoded_data(data, spec.estimator, **backend_options) as handle:
         t1 = time.perf_counter()
@@ -294,9 +395,11 @@ def fit_model(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConvergenceWarning)
             if trials > 1:
-                ll, model = best_of(handle, spec.estimator, trials=trials, out=out, **options)
+                ll, model = best_of(
+                    handle, spec.estimator, trials=trials, out=out, **options, **extra_options
+                )
             else:
-                model = optimize(handle, spec.estimator, out=out, **options)
+                model = optimize(handle, spec.estimator, out=out, **options, **extra_options)
                 ll = model.fit_result.log_likelihood
     timings = {"encode": t1 - t0, "em": time.perf_counter() - t1}
     return model, ll, timings, _report_warnings(caught)
@@ -321,10 +424,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         t_read = time.perf_counter()
         print(f"{PROG}: fitting {args.model} to {args.input} (backend {args.backend})", file=sys.stderr)
-        out = None if args.quiet else ProgressStream(sys.stderr)
-        model, ll, timings, caught = fit_model(data, spec, options, trials, backend_options, out)
+        out = None if args.quiet else sys.stderr
+        reliability = reliability_options(args)
+        model, ll, timings, caught = fit_model(data, spec, options, trials, backend_options, out, reliability)
         extra["warnings"] = caught
+        extra["long_fit"] = long_fit_summary(args, model.fit_result)
         summary = build_summary(args, model, ll, {**options, "trials": trials}, extra)
+        trace = model.fit_result.trace
         sample = report_sample(data) if args.report else None
         with atomic_directory(output, overwrite=args.overwrite) as staging:
             save_model(model, staging / "model.json")
@@ -337,6 +443,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             summary["started_at"] = started_at
             summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
             (staging / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+            trace.to_jsonl(staging / "trace.jsonl")
             if args.report:
                 from mixle_spark.report import write_report
 
@@ -350,7 +457,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"BIC {summary['bic']:.1f}, {summary['iterations']} iterations, converged={summary['converged']}, "
         f"{summary['timings']['total']:.1f}s"
     )
-    written = ["model.json", "summary.json", *(["report.html"] if args.report else [])]
+    print(trace.summary(), file=sys.stderr)
+    written = ["model.json", "summary.json", "trace.jsonl", *(["report.html"] if args.report else [])]
     print(f"wrote {', '.join(str(output / name) for name in written[:-1])} and {output / written[-1]}")
     return summary
 

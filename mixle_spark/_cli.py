@@ -25,7 +25,6 @@ __all__ = [
     "EXIT_FAILURE",
     "EXIT_OK",
     "JobArgumentParser",
-    "ProgressStream",
     "atomic_directory",
     "check_output_free",
     "error_line",
@@ -133,33 +132,3 @@ def atomic_directory(target: str | os.PathLike[str], overwrite: bool = False) ->
     finally:
         if staging.exists():
             shutil.rmtree(staging)
-
-
-_ITERATION_LINE = re.compile(r"rows (?P<rows>[\d.e+]+)\s+(?P<secs>[\d.]+)s")
-
-
-class ProgressStream:
-    """A text stream for ``optimize(out=...)`` that adds rows per second to each iteration line."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
-        self._pending = ""
-
-    def write(self, text: str) -> int:
-        self._pending += text
-        while "\n" in self._pending:
-            line, self._pending = self._pending.split("\n", 1)
-            self.stream.write(self._annotate(line) + "\n")
-        return len(text)
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-    @staticmethod
-    def _annotate(line: str) -> str:
-        match = _ITERATION_LINE.search(line)
-        if match is None:
-            return line
-        rows, secs = float(match["rows"]), float(match["secs"])
-        rate = f"{rows / secs:,.0f} rows/s" if secs > 0 else "- rows/s"
-        return f"{line}  {rate}"

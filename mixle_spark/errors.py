@@ -17,7 +17,10 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "CheckpointMismatchError",
+    "CheckpointStoreError",
     "ConvergenceWarning",
+    "CorruptCheckpointWarning",
     "DataError",
     "DataTypeError",
     "DataValueError",
@@ -105,8 +108,10 @@ class FieldError(MixleError):
         n_rows: int | None = None,
         count: int | None = None,
         path: tuple[str, ...] = (),
+        scope: str | None = None,
     ) -> None:
         self.detail = detail
+        self.scope = scope
         self.value = value
         self.row = row
         self.n_rows = n_rows
@@ -126,7 +131,9 @@ class FieldError(MixleError):
             where.append(f"{self.count} bad rows")
         if self.row is not None:
             row_text = f"row {self.row + 1}"
-            if self.n_rows is not None:
+            if self.scope is not None:
+                row_text += f" of {self.scope}"
+            elif self.n_rows is not None:
                 row_text += f" of {self.n_rows}"
             where.append(("first at " if where else "") + row_text)
         if where:
@@ -140,6 +147,7 @@ class FieldError(MixleError):
             "n_rows": self.n_rows,
             "count": self.count,
             "path": self.path,
+            "scope": self.scope,
         }
         state.update(changes)
         return type(self)(self.detail, **state)
@@ -151,6 +159,12 @@ class FieldError(MixleError):
     def located(self, row: int | None, n_rows: int | None, count: int | None = None) -> FieldError:
         """The same error at another row / batch size (and, optionally, bad-row count)."""
         return self._copy(row=row, n_rows=n_rows, count=self.count if count is None else count)
+
+    def in_scope(self, first_row: int, scope: str) -> FieldError:
+        """The same error with its row counted from ``first_row`` within ``scope`` (for example
+        ``"partition 3"`` when the batch is one of several in a Spark partition)."""
+        row = None if self.row is None else first_row + self.row
+        return self._copy(row=row, n_rows=None, scope=scope)
 
     def in_rows(self, row_index: np.ndarray | None, n_rows: int) -> FieldError:
         """Re-express the row of this error in the enclosing batch.
@@ -166,14 +180,14 @@ class FieldError(MixleError):
     def __reduce__(self) -> Any:  # keep the fields through pickling (Spark, multiprocessing)
         return (
             _rebuild_field_error,
-            (type(self), self.detail, self.value, self.row, self.n_rows, self.count, self.path),
+            (type(self), self.detail, self.value, self.row, self.n_rows, self.count, self.path, self.scope),
         )
 
 
 def _rebuild_field_error(
-    cls: type, detail: str, value: Any, row: Any, n_rows: Any, count: Any, path: Any
+    cls: type, detail: str, value: Any, row: Any, n_rows: Any, count: Any, path: Any, scope: Any = None
 ) -> Any:
-    return cls(detail, value=value, row=row, n_rows=n_rows, count=count, path=path)
+    return cls(detail, value=value, row=row, n_rows=n_rows, count=count, path=path, scope=scope)
 
 
 class DataError(FieldError, ValueError):
@@ -274,6 +288,18 @@ class SilentCorruptionError(MixleError, RuntimeError):
     def __init__(self, message: str, mismatches: Any = ()) -> None:
         super().__init__(message)
         self.mismatches = list(mismatches)
+
+
+class CheckpointStoreError(MixleError, ValueError):
+    """An unusable checkpoint store: a bad ``keep``, or a directory path that is not a directory."""
+
+
+class CheckpointMismatchError(MixleError, ValueError):
+    """The checkpoint directory holds checkpoints of a different fit (the message says what differs)."""
+
+
+class CorruptCheckpointWarning(UserWarning):
+    """A checkpoint file that failed verification and was skipped (the message names file and reason)."""
 
 
 class ConvergenceWarning(UserWarning):

@@ -47,7 +47,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from mixle_spark.errors import MixleError, describe_value
+from mixle_spark.errors import CheckpointStoreError, CorruptCheckpointWarning, describe_value
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -66,14 +66,6 @@ _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 # fsync is not implemented by every filesystem (some FUSE mounts, directories on some platforms);
 # there the rename alone is what we can get.
 _FSYNC_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
-
-
-class CorruptCheckpointWarning(UserWarning):
-    """A checkpoint file that failed verification and was skipped (the message names file and reason)."""
-
-
-class CheckpointStoreError(MixleError, ValueError):
-    """An unusable checkpoint store: a bad ``keep``, or a directory path that is not a directory."""
 
 
 class _Invalid(Exception):

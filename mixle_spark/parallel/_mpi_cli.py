@@ -46,7 +46,7 @@ def _fit_and_write(args: Any, comm: Any) -> None:
     import time
     import warnings
 
-    from mixle_spark._cli import ProgressStream, atomic_directory, check_output_free
+    from mixle_spark._cli import atomic_directory, check_output_free
     from mixle_spark._version import __version__
     from mixle_spark.errors import ConvergenceWarning
     from mixle_spark.estimation import best_of, optimize
@@ -62,7 +62,7 @@ def _fit_and_write(args: Any, comm: Any) -> None:
         if getattr(args, key) is not None:
             options[key] = getattr(args, key)
     trials = int(options.pop("trials", 1))
-    out: Any = ProgressStream(sys.stderr) if is_root and not args.quiet else None
+    out: Any = sys.stderr if is_root and not args.quiet else None
     with MPIEncodedData(args.input, spec.estimator, comm=comm, num_workers=args.num_workers) as handle:
         if is_root:
             print(f"{PROG}: {len(handle)} rows over {comm.Get_size()} ranks", file=sys.stderr)

@@ -36,7 +36,7 @@ import pickle
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mixle_spark.errors import MixleError
+from mixle_spark.errors import CheckpointMismatchError
 from mixle_spark.parallel._checkpoint_store import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
@@ -57,10 +57,6 @@ __all__ = [
     "checkpointed_fold",
     "fit_fingerprint",
 ]
-
-
-class CheckpointMismatchError(MixleError, ValueError):
-    """The checkpoint directory holds checkpoints of a different fit."""
 
 
 def _estimator_spec(estimator: Estimator | None) -> Any:

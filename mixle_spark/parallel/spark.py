@@ -72,6 +72,23 @@ __all__ = ["ROW_ID_COLUMN", "WEIGHT_COLUMN", "SparkEncodedData", "is_spark_conne
 logger = logging.getLogger("mixle_spark.parallel.spark")
 
 
+def _check_weights(column: pa.Array, name: str) -> None:
+    """Raise a DataValueError naming the first null, NaN, infinite or negative weight and its row."""
+    w = column.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls become NaN
+    bad = ~np.isfinite(w) | (w < 0)
+    if bad.any():
+        row = int(np.argmax(bad))
+        value = None if column[row].as_py() is None else float(w[row])
+        raise DataValueError(
+            "weights must be finite and non-negative",
+            path=(name,),
+            value=value,
+            row=row,
+            n_rows=len(w),
+            count=int(bad.sum()),
+        )
+
+
 class SparkEncodedData(PayloadHandle):
     """Encoded data held by Spark; implements the encoded-data handle contract.
 
@@ -202,11 +219,7 @@ class SparkEncodedData(PayloadHandle):
                 data = read(batch)
                 try:
                     if has_weights:
-                        w = batch.column(WEIGHT_COLUMN).to_numpy(zero_copy_only=False)
-                        if np.any(~np.isfinite(w) | (w < 0)) or batch.column(WEIGHT_COLUMN).null_count:
-                            raise DataValueError(
-                                "weights must be finite and non-negative", path=(weight_name,)
-                            )
+                        _check_weights(batch.column(WEIGHT_COLUMN), weight_name)
                     local = encoder.scan_arrow(data) if needs_scan else None
                     checker = estimator.with_scan(local).encoder() if needs_scan else encoder  # type: ignore[union-attr]
                     checker.from_arrow(data)
@@ -549,12 +562,21 @@ def score(
     with_prediction, with_probability = mixture and bool(prediction_col), mixture and bool(probability_col)
 
     def score_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        first = 0  # rows of this partition before the batch, so errors name the partition's row
         for batch in batches:
             arrays = list(batch.columns)
             if batch.num_rows == 0:
                 yield pa.RecordBatch.from_pylist([], schema=arrow_schema)
                 continue
-            enc = encoder.from_arrow(read(batch))
+            try:
+                enc = encoder.from_arrow(read(batch))
+            except FieldError as err:
+                ctx = TaskContext.get()
+                where = "the input" if ctx is None else f"partition {ctx.partitionId()}"
+                raise err.in_scope(first, where) from None
+            first += batch.num_rows
             arrays.append(pa.array(model.seq_log_density(enc), pa.float64()))
             if with_prediction or with_probability:
                 post = model.seq_posterior(enc)  # type: ignore[attr-defined]

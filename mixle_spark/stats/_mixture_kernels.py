@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import NonFiniteLikelihoodError
+from mixle_spark.stats._validate import unit_sum
 from mixle_spark.stats.base import Accumulator, Distribution, check_parameter
 
 _LOG_FLOOR = -50.0
@@ -47,15 +48,7 @@ def normalized_weights(w: Any, k: int, family: str) -> np.ndarray:
     check_parameter(bool(np.all(arr >= 0)), family, "w", w, "non-negative")
     total = math.fsum(arr)
     check_parameter(abs(total - 1.0) <= 1e-9, family, "w", w, "summing to 1 (within 1e-9)")
-    if total != 1.0:
-        arr = arr / total
-        j = int(np.argmax(arr))
-        for _ in range(8):  # push the rounding residual into the largest weight
-            residual = 1.0 - math.fsum(arr)
-            if residual == 0.0:
-                break
-            arr[j] = max(arr[j] + residual, 0.0)
-    return arr
+    return unit_sum(arr)
 
 
 def log_weights(w: np.ndarray) -> np.ndarray:

@@ -7,6 +7,7 @@ enclosing Record / Optional / Sequence adds the path (see :class:`mixle_spark.er
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ __all__ = [
     "check_range",
     "first_true",
     "float_values",
+    "unit_sum",
 ]
 
 _NUMERIC_KINDS = "biuf"
@@ -145,3 +147,25 @@ def check_integer(x: np.ndarray, expected: str) -> None:
     if bad.any():
         i = first_true(bad)
         raise DataValueError(expected, value=float(x[i]), row=i, n_rows=len(x), count=int(bad.sum()))
+
+
+def unit_sum(p: np.ndarray) -> np.ndarray:
+    """``p`` (non-negative, summing to about 1) rescaled so that ``math.fsum(p) == 1.0`` exactly.
+
+    The rounding residual of the division goes into the largest entry. Exactness makes this
+    idempotent, so a distribution built from its own JSON (``from_dict(to_dict())``) has bit-identical
+    probabilities — which a resumed fit relies on to repeat an uninterrupted one exactly. A plain
+    ``p / p.sum()`` is not idempotent: it can move entries by an ulp each time it is applied.
+    """
+    arr = np.array(p, dtype=np.float64)
+    total = math.fsum(arr)
+    if total == 1.0 or arr.size == 0:
+        return arr
+    arr = arr / total
+    j = int(np.argmax(arr))
+    for _ in range(8):
+        residual = 1.0 - math.fsum(arr)
+        if residual == 0.0:
+            break
+        arr[j] = max(arr[j] + residual, 0.0)
+    return arr

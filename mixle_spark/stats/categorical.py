@@ -47,7 +47,7 @@ from mixle_spark.stats._labels import (
     sorted_labels,
     unseen_label_error,
 )
-from mixle_spark.stats._validate import as_arrow_array, first_true
+from mixle_spark.stats._validate import as_arrow_array, first_true, unit_sum
 from mixle_spark.stats.base import (
     Accumulator,
     AccumulatorFactory,
@@ -128,7 +128,7 @@ class CategoricalDistribution(Distribution):
         check_parameter(
             abs(total - 1.0) <= 1e-9, fam, "pmap", pmap, f"probabilities summing to 1 (sum {total!r})"
         )
-        p = p / total
+        p = unit_sum(p)
         self.pmap: dict[Any, float] = dict(zip(labels, (float(v) for v in p), strict=True))
         self.labels = labels
         self._p = p

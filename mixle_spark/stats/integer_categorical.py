@@ -25,6 +25,7 @@ from mixle_spark.stats._validate import (
     check_integer,
     first_true,
     float_values,
+    unit_sum,
 )
 from mixle_spark.stats.base import (
     Accumulator,
@@ -100,7 +101,7 @@ class IntegerCategoricalDistribution(Distribution):
             abs(total - 1.0) <= 1e-9, fam, "p_vec", p_vec, f"probabilities summing to 1 (sum {total!r})"
         )
         self.min_val = int(min_val)
-        self.p_vec = p / total
+        self.p_vec = unit_sum(p)
         self.max_val = self.min_val + len(p) - 1
         with np.errstate(divide="ignore"):
             # A trailing -inf is what out-of-range codes are pointed at.

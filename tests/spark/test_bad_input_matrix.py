@@ -174,7 +174,7 @@ def _differing_lengths(ctx: Context) -> Any:
 
 UNSEEN = (
     r"column 'channel': label 'phone' is not in the model's vocabulary of 3 labels "
-    r"\('app', 'store', 'web'\) \(row 5 of 6\)"
+    r"\('app', 'store', 'web'\) \(row 5 of partition 0\)"
 )
 NEWER = (
     rf"model was written with format version {MODEL_FORMAT_VERSION + 1} \(mixle_spark 99\.0\.0\); "
@@ -182,11 +182,6 @@ NEWER = (
     r"upgrade mixle_spark to load it"
 )
 FAMILIES = ", ".join(sorted(registered_estimators()))  # bernoulli, binomial, ..., gaussian, ...
-WEIGHT_REASON = (
-    "parallel/spark.py's encoding pass raises the weight error without the value and at the first "
-    "row of the Arrow batch (row 1 here), not the bad row"
-)
-
 CASES = {
     # 1. a string column where Gaussian needs numbers: refused from the schema, before any job
     "string-in-gaussian-column": Case(
@@ -382,17 +377,15 @@ CASES = {
     "negative-weight": Case(
         _fit(SEGMENTS, weights="w"),
         DataValueError,
-        r"^column 'w': weights must be finite and non-negative\b",
+        r"^column 'w': weights must be finite and non-negative, got -0\.5 \(row 3 of 6\)$",
         table=_table(w=[1.0, 2.0, -0.5, 0.5, 1.0, 1.0]),
     ),
-    "negative-weight-names-value-and-row": pytest.param(
-        Case(
-            _fit(SEGMENTS, weights="w"),
-            DataValueError,
-            r"^column 'w': weights must be finite and non-negative, got -0\.5 \(row 3 of 6\)$",
-            table=_table(w=[1.0, 2.0, -0.5, 0.5, 1.0, 1.0]),
-        ),
-        marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=WEIGHT_REASON),
+    "null-and-nan-weights": Case(
+        _fit(SEGMENTS, weights="w"),
+        DataValueError,
+        r"^column 'w': weights must be finite and non-negative, got null "
+        r"\(2 bad rows, first at row 2 of 6\)$",
+        table=_table(w=[1.0, None, 2.0, float("nan"), 1.0, 1.0]),
     ),
     # 17. a vector of the wrong length
     "mvn-wrong-length": Case(
@@ -566,3 +559,16 @@ def test_em_fit_with_empty_partitions_writes_the_local_backends_model(
     assert on_spark["rows"] == local["rows"] == 4
     assert on_spark["iterations"] == local["iterations"] >= 1
     assert on_spark["log_likelihood"] == pytest.approx(local["log_likelihood"], rel=1e-9)
+
+
+def test_a_scoring_error_names_the_partition_and_its_row(spark: Any) -> None:
+    """Scoring is lazy over any DataFrame (no global row ids), so an error names the partition and
+    the row within it rather than a row of one Arrow batch."""
+    from pyspark.errors import PythonException
+
+    good = spark.createDataFrame(_table().to_pandas()).repartition(1)
+    bad = spark.createDataFrame(_table(channel=["web", "app", "store", "web", "phone", "store"]).to_pandas())
+    df = good.union(bad.repartition(1))  # partition 0: six good rows; partition 1: 'phone' at row 5
+    assert df.rdd.getNumPartitions() == 2
+    with pytest.raises(PythonException, match=r"label 'phone' .* \(row 5 of partition 1\)"):
+        score(_model(), df).collect()

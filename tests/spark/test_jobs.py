@@ -126,10 +126,10 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Complet
 def test_em_fit_on_spark_writes_model_and_summary(fitted: tuple[Any, Path]) -> None:
     proc, out = fitted
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(p.name for p in out.iterdir()) == ["model.json", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.json", "summary.json", "trace.jsonl"]
     assert [p.name for p in out.parent.iterdir()] == ["fit"]  # no staging directory left
     progress = [line for line in proc.stderr.splitlines() if line.startswith("iteration")]
-    assert len(progress) >= 10 and all("rows 5000" in p and p.endswith("rows/s") for p in progress)
+    assert len(progress) >= 10 and all("rows 5000" in p and p.count(" rows/s  skew ") == 1 for p in progress)
     _assert_recovers_truth(load_model(out / "model.json"))
     summary = json.loads((out / "summary.json").read_text())
     assert summary["backend"] == "spark" and summary["spark"]["master"] == "local[2]"
@@ -305,7 +305,11 @@ def test_em_fit_without_arguments_fits_the_bundled_sample(tmp_path: Path) -> Non
     proc = _python("em_fit", MIXLE_SPARK_OUTPUT=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "customers_sample_delta" / "_delta_log").is_dir()
-    assert sorted(p.name for p in (tmp_path / "sample_fit").iterdir()) == ["model.json", "summary.json"]
+    assert sorted(p.name for p in (tmp_path / "sample_fit").iterdir()) == [
+        "model.json",
+        "summary.json",
+        "trace.jsonl",
+    ]
     _assert_recovers_truth(load_model(tmp_path / "sample_fit" / "model.json"))
     summary = json.loads((tmp_path / "sample_fit" / "summary.json").read_text())
     assert summary["input"] == str(tmp_path / "customers_sample_delta")

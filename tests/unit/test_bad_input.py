@@ -91,3 +91,22 @@ def test_one_column_model_on_a_wide_table() -> None:
 def test_unknown_spec_key_before_any_data() -> None:
     with pytest.raises(SpecError, match=r"unknown key 'pseudocount' in categorical spec"):
         estimator_from_spec({"type": "categorical", "pseudocount": 1})
+
+
+def test_field_errors_keep_their_row_scope_through_pickling() -> None:
+    import pickle
+
+    from mixle_spark.errors import UnseenLabelError
+
+    err = DataValueError("expected a count", value=-1, row=2, n_rows=10, count=3, path=("n",))
+    assert str(err) == "column 'n': expected a count, got -1 (3 bad rows, first at row 3 of 10)"
+    scoped = err.in_scope(4096, "partition 7")
+    assert (
+        str(scoped) == "column 'n': expected a count, got -1 (3 bad rows, first at row 4099 of partition 7)"
+    )
+    back = pickle.loads(pickle.dumps(scoped))
+    assert type(back) is DataValueError and str(back) == str(scoped) and back.scope == "partition 7"
+    unseen = pickle.loads(
+        pickle.dumps(UnseenLabelError("label not in the vocabulary", row=0).in_scope(5, "the input"))
+    )
+    assert str(unseen) == "label not in the vocabulary (row 6 of the input)"

@@ -81,17 +81,6 @@ def test_an_empty_output_directory_is_free(tmp_path: Path) -> None:
         _cli.check_output_free(tmp_path, overwrite=False)
 
 
-def test_progress_stream_adds_rows_per_second() -> None:
-    sink = io.StringIO()
-    stream = _cli.ProgressStream(sink)
-    stream.write("iteration    3  log-likelihood -1.5  gain 0.25  rows 5000  0.500s\ntrial 0: log-")
-    stream.write("likelihood -1.5\n")
-    assert sink.getvalue().splitlines() == [
-        "iteration    3  log-likelihood -1.5  gain 0.25  rows 5000  0.500s  10,000 rows/s",
-        "trial 0: log-likelihood -1.5",
-    ]
-
-
 def test_argument_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     parser = _cli.JobArgumentParser(prog="prog")
     parser.add_argument("--n", type=int)

@@ -408,7 +408,9 @@ def test_mlflow_sink_logs_each_iteration_at_its_step(monkeypatch: pytest.MonkeyP
 
 def test_mlflow_sink_without_mlflow_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "mlflow", None)
-    with pytest.raises(ImportError, match=re.escape("MlflowSink needs mlflow: pip install mlflow")):
+    with pytest.raises(
+        ImportError, match=re.escape("MlflowSink needs mlflow: pip install 'mixle-spark[mlflow]'")
+    ):
         MlflowSink()
     assert MlflowSink.active() is False
 

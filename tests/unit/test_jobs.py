@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mixle_spark.parallel.em_observability import EMTrace
 from mixle_spark.spec import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,11 +41,16 @@ def test_em_fit_local_recovers_the_sample_and_writes_a_summary(tmp_path: Path) -
         "--input", str(SAMPLE), "--model", str(SPEC), "--output", str(out), *FAST, "--print-iter", "5"
     )
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["model.json", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.json", "summary.json", "trace.jsonl"]
     assert [p.name for p in tmp_path.iterdir()] == ["fit"]  # no staging directory left behind
     progress = [line for line in proc.stderr.splitlines() if line.startswith("iteration")]
     assert progress[0].startswith("iteration    0  log-likelihood")
-    assert all(line.endswith("rows/s") and "rows 5000" in line for line in progress)
+    assert all(
+        re.search(r"rows 5000  \d+\.\d{3}s  [\d.]+[kM]? rows/s  skew [\d.]+  stats \d", line)
+        for line in progress
+    )
+    assert all(line.count("rows/s") == 1 for line in progress)
+    assert "EM trace: 17 iterations (0-16)" in proc.stderr
 
     model = load_model(out / "model.json")
     truth = load_model(SAMPLE.with_suffix(".truth.json"))
@@ -73,6 +80,19 @@ def test_em_fit_local_recovers_the_sample_and_writes_a_summary(tmp_path: Path) -
     assert set(summary["timings"]) == {"start_and_read", "encode", "em", "total"}
     assert "wrote" in proc.stdout and "component 0" in proc.stdout
 
+    trace = EMTrace.from_jsonl(out / "trace.jsonl")
+    assert [r.iteration for r in trace.records] == [h["iteration"] for h in summary["history"]]
+    assert [r.log_likelihood for r in trace.records] == [h["log_likelihood"] for h in summary["history"]]
+    assert all(r.rows == 5000 for r in trace.records)
+    # every EM pass merges statistics; the last record is the final model's scoring pass
+    assert all(r.stat_bytes > 0 and r.partitions >= 1 for r in trace.records[:-1])
+    assert trace.records[-1].stat_bytes == 0
+    long_fit = summary["long_fit"]
+    assert long_fit["checkpoint_dir"] is None and long_fit["resumed_from_iteration"] is None
+    assert long_fit["on_degenerate"] == "stop" and long_fit["audit"] is None
+    assert long_fit["trace"]["iterations"] == 17
+    assert long_fit["trace"]["stat_bytes_per_iteration"] == max(r.stat_bytes for r in trace.records)
+
 
 def test_em_fit_refuses_an_existing_output_and_overwrites_on_request(tmp_path: Path) -> None:
     out = tmp_path / "fit"
@@ -88,7 +108,7 @@ def test_em_fit_refuses_an_existing_output_and_overwrites_on_request(tmp_path: P
 
     proc = _run(*args, "--overwrite", "--max-its", "3", "--delta", "0")
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["model.json", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.json", "summary.json", "trace.jsonl"]
     assert json.loads((out / "summary.json").read_text())["iterations"] == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fit"]
 
@@ -118,6 +138,10 @@ def test_em_fit_bad_paths(tmp_path: Path, args: tuple[str, ...], message: str) -
         (("--max-its", "0"), "argument --max-its: expected a positive integer, got 0"),
         (("--delta", "-1"), "argument --delta: expected a number >= 0, got -1"),
         (("--backend", "dask"), "argument --backend: invalid choice: 'dask'"),
+        (("--on-degenerate", "ignore"), "argument --on-degenerate: invalid choice: 'ignore'"),
+        (("--audit-fraction", "0"), "argument --audit-fraction: must be in (0, 1], got '0'"),
+        (("--audit-every", "0"), "argument --audit-every: expected a positive integer, got 0"),
+        (("--checkpoint-every", "x"), "argument --checkpoint-every: invalid _positive_int value: 'x'"),
     ],
 )
 def test_em_fit_bad_arguments_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:
@@ -144,3 +168,43 @@ def test_em_fit_bad_data_exits_2_naming_the_column(tmp_path: Path) -> None:
     [line] = _error_lines(proc.stderr)
     assert "column 'amount': expected a finite number" in line and "got string" in line
     assert not (tmp_path / "fit").exists()
+
+
+def test_em_fit_checkpoints_resumes_audits_and_traces_live(tmp_path: Path) -> None:
+    """A run stopped at iteration 5 and re-run resumes from its checkpoint to the estimates of one
+    uninterrupted run; the audit and the live trace do not change the fit."""
+    base = ("--input", str(SAMPLE), "--model", str(SPEC), *FAST, "--delta", "0", "--quiet")
+    whole = _run(*base, "--output", str(tmp_path / "whole"), "--max-its", "8")
+    assert whole.returncode == 0, whole.stderr
+
+    ckpt, live = tmp_path / "ckpt", tmp_path / "live.jsonl"
+    extra = ("--checkpoint-dir", str(ckpt), "--checkpoint-every", "2", "--on-degenerate", "floor")
+    first = _run(*base, *extra, "--output", str(tmp_path / "first"), "--max-its", "5")
+    assert first.returncode == 0, first.stderr
+    # every 2nd iteration and the final one (the newest three are kept)
+    assert sorted(p.name for p in ckpt.iterdir()) == [f"em-checkpoint-00000000{i}.json" for i in (2, 4, 5)]
+    resumed = _run(
+        *base, *extra, "--output", str(tmp_path / "resumed"), "--max-its", "8",
+        "--audit-every", "3", "--audit-fraction", "1", "--trace", str(live),
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+
+    want = json.loads((tmp_path / "whole" / "model.json").read_text())
+    assert json.loads((tmp_path / "resumed" / "model.json").read_text()) == want
+    summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())
+    assert summary["long_fit"]["resumed_from_iteration"] == 5
+    assert summary["long_fit"]["checkpoint_dir"] == str(ckpt)
+    assert summary["long_fit"]["checkpoint_every"] == 2
+    assert summary["long_fit"]["on_degenerate"] == "floor"
+    assert summary["long_fit"]["audit"] == {"every": 3, "fraction": 1.0}
+    whole_history = json.loads((tmp_path / "whole" / "summary.json").read_text())["history"]
+    assert [h["log_likelihood"] for h in summary["history"]] == [h["log_likelihood"] for h in whole_history]
+    written = EMTrace.from_jsonl(tmp_path / "resumed" / "trace.jsonl")
+    assert [r.iteration for r in EMTrace.from_jsonl(live).records] == list(range(9))
+    assert [r.iteration for r in written.records] == list(range(9))
+
+    fresh = _run(*base, *extra, "--no-resume", "--output", str(tmp_path / "fresh"), "--max-its", "8")
+    assert fresh.returncode == 0, fresh.stderr
+    fresh_summary = json.loads((tmp_path / "fresh" / "summary.json").read_text())
+    assert fresh_summary["long_fit"]["resumed_from_iteration"] is None
+    assert json.loads((tmp_path / "fresh" / "model.json").read_text()) == want

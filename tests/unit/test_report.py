@@ -397,7 +397,12 @@ def test_em_fit_report_is_written_with_the_model(tmp_path: Path) -> None:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["model.json", "report.html", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "model.json",
+        "report.html",
+        "summary.json",
+        "trace.jsonl",
+    ]
     assert [p.name for p in tmp_path.iterdir()] == ["fit"]  # no staging directory left behind
     assert f"and {out / 'report.html'}" in proc.stdout
     page = (out / "report.html").read_text(encoding="utf-8")
@@ -417,7 +422,7 @@ def test_em_fit_without_report_writes_no_page_and_a_failed_report_writes_nothing
     job = _em_fit()
     out = tmp_path / "fit"
     assert job.main([*FIT_ARGS, "--output", str(out), "--quiet", "--max-its", "2"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["model.json", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.json", "summary.json", "trace.jsonl"]
 
     def fail(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("report failed")
@@ -426,6 +431,10 @@ def test_em_fit_without_report_writes_no_page_and_a_failed_report_writes_nothing
     code = job.main([*FIT_ARGS, "--output", str(out), "--quiet", "--max-its", "3", "--overwrite", "--report"])
     assert code == 1
     assert "em_fit: error: RuntimeError: report failed" in capsys.readouterr().err
-    assert sorted(p.name for p in out.iterdir()) == ["model.json", "summary.json"]  # the old fit, whole
+    assert sorted(p.name for p in out.iterdir()) == [
+        "model.json",
+        "summary.json",
+        "trace.jsonl",
+    ]  # the old fit, whole
     assert json.loads((out / "summary.json").read_text())["iterations"] == 2
     assert [p.name for p in tmp_path.iterdir()] == ["fit"]
