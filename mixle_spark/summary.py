@@ -92,6 +92,10 @@ _FREE: dict[str, Callable[[Mapping[str, Any]], int]] = {
     "multivariate_gaussian": _mvn,  # covar is symmetric
     "mixture": lambda s: max(len(s["w"]) - 1, 0) + sum(_free(c) for c in s["components"]),
     "ignored": lambda s: 0,
+    # token probabilities sum to one; the length model adds its own
+    "multinomial": lambda s: max(len(s["pmap"]) - 1, 0) + _children(s),
+    # initial and each transition row sum to one; emissions and the length model add their own
+    "hidden_markov": lambda s: len(s["initial"]) ** 2 - 1 + _children(s),
 }
 
 
@@ -109,7 +113,8 @@ def count_free_parameters(model: Distribution) -> int:
     Every number in the model's dict counts, less the constraints of the families that have them:
     probability vectors (categorical, integer-categorical, mixture weights) sum to one, a full
     covariance is symmetric (``d (d + 1) / 2``), a binomial's ``n`` and an integer-categorical's
-    ``min_val`` are given, not fitted. Combinators (record, composite, optional, sequence) add their
+    ``min_val`` are given, not fitted; a multinomial's token probabilities and a hidden Markov model's
+    initial and transition rows sum to one. Combinators (record, composite, optional, sequence) add their
     parts; an optional's missing-value probability counts as one.
 
     This is an approximation where parameters are tied across components (estimator ``keys``):

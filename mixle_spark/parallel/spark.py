@@ -526,13 +526,15 @@ def score(
     log_likelihood_col: str = "log_likelihood",
     prediction_col: str | None = "prediction",
     probability_col: str | None = "probability",
+    states_col: str | None = "states",
 ) -> DataFrame:
     """Add per-row scores to ``df`` lazily, through ``mapInArrow``, keeping every input column.
 
     Adds ``log_likelihood_col`` (double); for mixture models also ``prediction_col`` (int, the most
-    probable component) and ``probability_col`` (array<double>, the posterior over components).
-    Pass None to skip the mixture columns. ML Vector input columns are read as array<double>
-    (and returned as such).
+    probable component) and ``probability_col`` (array<double>, the posterior over components);
+    for hidden Markov models ``states_col`` (array<int>, the Viterbi path, one state per element).
+    Pass None to skip the mixture / state columns. ML Vector input columns are read as
+    array<double> (and returned as such).
     """
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import ArrayType, DoubleType, IntegerType, StructField, StructType
@@ -553,6 +555,9 @@ def score(
         added.append(StructField(prediction_col, IntegerType(), False))
     if mixture and probability_col:
         added.append(StructField(probability_col, ArrayType(DoubleType(), False), False))
+    with_states = hasattr(model, "seq_viterbi") and states_col is not None
+    if states_col is not None and with_states:
+        added.append(StructField(states_col, ArrayType(IntegerType(), False), False))
     for field in added:
         if field.name in df.columns:
             raise SchemaError(f"column {field.name!r} already exists; choose another output column name")
@@ -586,6 +591,10 @@ def score(
                     k = post.shape[1]
                     offsets = pa.array(np.arange(0, (len(post) + 1) * k, k, dtype=np.int32), pa.int32())
                     arrays.append(pa.ListArray.from_arrays(offsets, pa.array(post.ravel(), pa.float64())))
+            if with_states:
+                states, _ = model.seq_viterbi(enc)  # type: ignore[attr-defined]
+                ends = pa.array(np.concatenate(([0], np.cumsum(enc.lengths))).astype(np.int32), pa.int32())
+                arrays.append(pa.ListArray.from_arrays(ends, pa.array(states.astype(np.int32), pa.int32())))
             yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
     return df.mapInArrow(score_partition, out_schema)

@@ -90,6 +90,13 @@ from mixle_spark.stats.geometric import (
     GeometricEstimator,
     GeometricSampler,
 )
+from mixle_spark.stats.hidden_markov import (
+    HiddenMarkovAccumulator,
+    HiddenMarkovAccumulatorFactory,
+    HiddenMarkovDistribution,
+    HiddenMarkovEstimator,
+    HiddenMarkovSampler,
+)
 from mixle_spark.stats.ignored import (
     IgnoredAccumulator,
     IgnoredAccumulatorFactory,
@@ -122,6 +129,15 @@ from mixle_spark.stats.mixture import (
     MixtureEncoder,
     MixtureEstimator,
     MixtureSampler,
+)
+from mixle_spark.stats.multinomial import (
+    MultinomialAccumulator,
+    MultinomialAccumulatorFactory,
+    MultinomialBatch,
+    MultinomialDistribution,
+    MultinomialEncoder,
+    MultinomialEstimator,
+    MultinomialSampler,
 )
 from mixle_spark.stats.multivariate_gaussian import (
     MultivariateGaussianAccumulator,
@@ -229,6 +245,11 @@ __all__ = [
     "GeometricEncoder",
     "GeometricEstimator",
     "GeometricSampler",
+    "HiddenMarkovAccumulator",
+    "HiddenMarkovAccumulatorFactory",
+    "HiddenMarkovDistribution",
+    "HiddenMarkovEstimator",
+    "HiddenMarkovSampler",
     "IgnoredAccumulator",
     "IgnoredAccumulatorFactory",
     "IgnoredDistribution",
@@ -254,6 +275,13 @@ __all__ = [
     "MixtureEncoder",
     "MixtureEstimator",
     "MixtureSampler",
+    "MultinomialAccumulator",
+    "MultinomialAccumulatorFactory",
+    "MultinomialBatch",
+    "MultinomialDistribution",
+    "MultinomialEncoder",
+    "MultinomialEstimator",
+    "MultinomialSampler",
     "MultivariateGaussianAccumulator",
     "MultivariateGaussianAccumulatorFactory",
     "MultivariateGaussianDistribution",

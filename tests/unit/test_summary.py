@@ -13,9 +13,11 @@ from mixle_spark.stats import (
     DiagonalGaussianDistribution,
     GammaDistribution,
     GaussianDistribution,
+    HiddenMarkovDistribution,
     IgnoredDistribution,
     IntegerCategoricalDistribution,
     MixtureDistribution,
+    MultinomialDistribution,
     MultivariateGaussianDistribution,
     OptionalDistribution,
     PoissonDistribution,
@@ -54,6 +56,21 @@ from mixle_spark.summary import count_free_parameters, information_criteria
                 [0.2, 0.3, 0.5],
             ),
             3 * 2 + 2,
+        ),
+        # token probabilities sum to one, plus the length model
+        (MultinomialDistribution({"a": 0.2, "b": 0.3, "c": 0.5}, len_dist=PoissonDistribution(4.0)), 2 + 1),
+        (
+            HiddenMarkovDistribution(
+                [
+                    GaussianDistribution(0.0, 1.0),
+                    GaussianDistribution(3.0, 1.0),
+                    GaussianDistribution(6.0, 1.0),
+                ],
+                [0.2, 0.3, 0.5],
+                [[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]],
+                len_dist=PoissonDistribution(5.0),
+            ),
+            2 + 3 * 2 + 3 * 2 + 1,  # initial, transition rows, emissions, length
         ),
     ],
 )

@@ -1,0 +1,587 @@
+"""Hidden Markov models over a list column: ``HiddenMarkovDistribution(emissions, initial, transitions)``.
+
+A record is a sequence (a list, or an Arrow ``list`` column) whose elements are emitted by a hidden
+first-order Markov chain over ``K`` states: the first state is drawn from ``initial``, each next one
+from the row of ``transitions`` of the current state, and element ``t`` from ``emissions[state_t]``
+(any family: Gaussian, Categorical, DiagonalGaussian, Record, ...). An optional ``len_dist`` scores
+the length.
+
+The E-step is forward-backward over every sequence of a batch at once (see
+:mod:`mixle_spark.stats._hmm_kernels`: a loop over time steps only, each step vectorized over the
+running sequences); its Baum-Welch statistics are the accumulator's value — weighted initial-state
+counts, weighted expected transition counts, and each state's emission statistics from the elements
+weighted by their posterior state probabilities — so they merge like any other family's across
+partitions, ranks and workers. :meth:`HiddenMarkovDistribution.seq_viterbi` decodes the most
+probable state path (``mixle_spark.parallel.spark.score`` adds it as a ``states`` column).
+
+The elements are encoded once, by the emissions' encoder (all states read one encoding), as a
+:class:`~mixle_spark.stats.sequence.SequenceEncoded` batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.errors import SpecError
+from mixle_spark.stats._hmm_kernels import Layout, baum_welch, forward, viterbi
+from mixle_spark.stats._product import as_record_list
+from mixle_spark.stats._validate import unit_sum
+from mixle_spark.stats.base import (
+    Accumulator,
+    AccumulatorFactory,
+    Distribution,
+    Encoder,
+    Estimator,
+    RowRandom,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    distribution_from_dict,
+    drop_none,
+    estimator_from_dict,
+    register_distribution,
+    register_estimator,
+    seq_update_with_ll,
+)
+from mixle_spark.stats.sequence import SequenceEncoded, SequenceEncoder, _encode_lengths
+
+__all__ = [
+    "HiddenMarkovAccumulator",
+    "HiddenMarkovAccumulatorFactory",
+    "HiddenMarkovDistribution",
+    "HiddenMarkovEstimator",
+    "HiddenMarkovSampler",
+]
+
+_FAMILY = "HiddenMarkovDistribution"
+
+
+def _probabilities(values: Any, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """Validated probability vector / row-stochastic matrix, each row renormalized exactly."""
+    try:
+        arr = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = np.full(1, math.nan)
+    what = "a vector" if len(shape) == 1 else "a matrix"
+    check_parameter(arr.shape == shape, _FAMILY, name, values, f"{what} of shape {shape}")
+    check_parameter(
+        bool(np.all(np.isfinite(arr)) and np.all(arr >= 0)), _FAMILY, name, values, "finite and >= 0"
+    )
+    rows = arr.reshape(-1, shape[-1])
+    sums = rows.sum(axis=1)
+    bad = np.flatnonzero(np.abs(sums - 1.0) > 1e-9)
+    if bad.size:
+        where = "" if len(shape) == 1 else f" (row {int(bad[0])} sums to {float(sums[bad[0]])!r})"
+        check_parameter(False, _FAMILY, name, values, f"probabilities summing to 1 within 1e-9{where}")
+    return np.stack([unit_sum(r) for r in rows]).reshape(shape)
+
+
+@register_distribution("hidden_markov")
+class HiddenMarkovDistribution(Distribution):
+    """A K-state hidden Markov model of sequences.
+
+    Parameters
+    ----------
+    emissions : sequence of Distribution
+        ``emissions[k]`` models the elements emitted in state ``k``; they must read one encoding.
+    initial : array-like of shape (K,)
+        Probabilities of the first state.
+    transitions : array-like of shape (K, K)
+        ``transitions[i, j]`` is the probability of state ``j`` after state ``i`` (rows sum to 1).
+    len_dist : Distribution, optional
+        Model of the sequence length (a count family); required for sampling.
+
+    Examples
+    --------
+    >>> from mixle_spark.stats import GaussianDistribution
+    >>> hmm = HiddenMarkovDistribution(
+    ...     [GaussianDistribution(0.0, 1.0), GaussianDistribution(5.0, 1.0)],
+    ...     initial=[0.5, 0.5], transitions=[[0.9, 0.1], [0.2, 0.8]])
+    >>> hmm.viterbi([0.1, 4.9, 5.2, -0.3])
+    [0, 1, 1, 0]
+    """
+
+    def __init__(
+        self,
+        emissions: Sequence[Distribution],
+        initial: Any,
+        transitions: Any,
+        len_dist: Distribution | None = None,
+    ) -> None:
+        ems = list(emissions) if isinstance(emissions, (list, tuple)) else []
+        check_parameter(len(ems) > 0, _FAMILY, "emissions", emissions, "a non-empty list of distributions")
+        for k, e in enumerate(ems):
+            check_parameter(isinstance(e, Distribution), _FAMILY, f"emissions[{k}]", e, "a Distribution")
+        check_parameter(
+            len_dist is None or isinstance(len_dist, Distribution),
+            _FAMILY,
+            "len_dist",
+            len_dist,
+            "a Distribution or None",
+        )
+        k = len(ems)
+        self.emissions = ems
+        self.initial = _probabilities(initial, (k,), "initial")
+        self.transitions = _probabilities(transitions, (k, k), "transitions")
+        self.len_dist = len_dist
+        with np.errstate(divide="ignore"):
+            self._log_initial = np.log(self.initial)
+            self._log_transitions = np.log(self.transitions)
+
+    @property
+    def num_states(self) -> int:
+        return len(self.emissions)
+
+    def log_emissions(self, values: Any) -> np.ndarray:
+        """``(m, K)`` log-densities of the encoded elements under every state's emission."""
+        cols = [np.asarray(e.seq_log_density(values), dtype=np.float64) for e in self.emissions]
+        return np.ascontiguousarray(np.stack(cols, axis=1)) if cols[0].size else np.zeros((0, len(cols)))
+
+    def _length_ll(self, enc: SequenceEncoded) -> np.ndarray | float:
+        if self.len_dist is None:
+            return 0.0
+        len_enc = enc.len_enc if enc.len_enc is not None else _encode_lengths(self.len_dist.encoder(), enc)
+        return np.asarray(self.len_dist.seq_log_density(len_enc), dtype=np.float64)
+
+    def log_density(self, x: Sequence[Any]) -> float:
+        return float(self.seq_log_density(self.encoder().encode([x]))[0])
+
+    def seq_log_density(self, enc: SequenceEncoded) -> np.ndarray:
+        ll = forward(self.log_emissions(enc.values), enc.lengths, self.initial, self.transitions)
+        return ll + self._length_ll(enc)
+
+    def seq_viterbi(self, enc: SequenceEncoded) -> tuple[np.ndarray, np.ndarray]:
+        """Most probable state paths of a batch: ``(states, log_p)``, ``states`` (m,) aligned with
+        the elements (``enc.owner`` gives each one's row), ``log_p`` (n,) the log-probability of
+        each row's path jointly with its elements (and length, with ``len_dist``)."""
+        states, log_p = viterbi(
+            self.log_emissions(enc.values), enc.lengths, self._log_initial, self._log_transitions
+        )
+        return states, log_p + self._length_ll(enc)
+
+    def seq_state_posteriors(self, enc: SequenceEncoded) -> np.ndarray:
+        """``(m, K)`` posterior probability of each state at every element (forward-backward)."""
+        bw = baum_welch(
+            self.log_emissions(enc.values), enc.lengths, np.ones(enc.n), self.initial, self.transitions
+        )
+        return bw.gamma
+
+    def viterbi(self, x: Sequence[Any]) -> list[int]:
+        """The most probable state path of one sequence."""
+        states, _ = self.seq_viterbi(self.encoder().encode([x]))
+        return [int(s) for s in states]
+
+    def sampler(self, seed: int | None = None) -> HiddenMarkovSampler:
+        return HiddenMarkovSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> HiddenMarkovEstimator:
+        len_est = None if self.len_dist is None else self.len_dist.estimator(pseudo_count)
+        pc = None if pseudo_count is None else pseudo_count / self.num_states
+        return HiddenMarkovEstimator(
+            [e.estimator(pc) for e in self.emissions], len_estimator=len_est, pseudo_count=pseudo_count
+        )
+
+    def encoder(self) -> SequenceEncoder:
+        out: Encoder = self.emissions[0].encoder()
+        for k, e in enumerate(self.emissions[1:], start=1):
+            try:
+                out = out.union(e.encoder())
+            except TypeError as err:
+                raise SpecError(
+                    f"{_FAMILY}: emissions[{k}] reads {e.encoder()!r}, which cannot be combined with "
+                    f"{out!r} of the earlier states"
+                ) from err
+        return SequenceEncoder(out, None if self.len_dist is None else self.len_dist.encoder())
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "type": self.family,
+            "emissions": [e.to_dict() for e in self.emissions],
+            "initial": self.initial.tolist(),
+            "transitions": self.transitions.tolist(),
+        }
+        if self.len_dist is not None:
+            spec["len_dist"] = self.len_dist.to_dict()
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> HiddenMarkovDistribution:
+        check_spec_keys(
+            spec, "hidden_markov", required=("emissions", "initial", "transitions"), optional=("len_dist",)
+        )
+        ems = spec["emissions"]
+        check_parameter(
+            isinstance(ems, (list, tuple)), _FAMILY, "emissions", ems, "a list of distribution specs"
+        )
+        len_spec = spec.get("len_dist")
+        return cls(
+            [distribution_from_dict(e) for e in ems],
+            spec["initial"],
+            spec["transitions"],
+            None if len_spec is None else distribution_from_dict(len_spec),
+        )
+
+
+class HiddenMarkovSampler(Sampler):
+    """Draws lengths from ``len_dist``, then state paths for all sequences one time step at a time,
+    then every state's elements in one call to its emission sampler; records are lists."""
+
+    def __init__(self, dist: HiddenMarkovDistribution, seed: int | None = None) -> None:
+        if dist.len_dist is None:
+            raise SpecError(
+                f"{_FAMILY}: sampling needs len_dist (the distribution of the sequence length), got None"
+            )
+        super().__init__(dist, seed)
+        self.lengths = dist.len_dist.sampler(self.new_seed())
+        self.emitters = [e.sampler(self.new_seed()) for e in dist.emissions]
+
+    def sample_with_states(self, size: int) -> tuple[list[Any], list[list[int]]]:
+        """``size`` sequences and their state paths."""
+        dist: HiddenMarkovDistribution = self.dist  # type: ignore[assignment]
+        lengths = np.asarray(as_record_list(self.lengths.sample(size)), dtype=np.int64).reshape(-1)
+        if len(lengths) and lengths.min() < 0:
+            raise SpecError(f"{_FAMILY}: len_dist drew a negative length {int(lengths.min())}")
+        layout = Layout.of(lengths)
+        m = int(lengths.sum())
+        states_tm = np.zeros(m, dtype=np.int64)
+        cum = np.cumsum(dist.transitions, axis=1)
+        current = np.zeros(len(lengths), dtype=np.int64)
+        for t in range(len(layout.active)):
+            c = int(layout.active[t])
+            u = self.rng.random(c)
+            if t == 0:
+                current[:c] = np.minimum(
+                    np.searchsorted(np.cumsum(dist.initial), u, side="right"), dist.num_states - 1
+                )
+            else:
+                rows = cum[current[:c]]
+                current[:c] = np.minimum((rows <= u[:, None]).sum(axis=1), dist.num_states - 1)
+            states_tm[layout.block(t)] = current[:c]
+        states = states_tm[layout.position]
+        values: list[Any] = [None] * m
+        for k, emitter in enumerate(self.emitters):
+            where = np.flatnonzero(states == k)
+            if where.size:
+                for j, v in zip(where.tolist(), as_record_list(emitter.sample(int(where.size))), strict=True):
+                    values[j] = v
+        ends = np.cumsum(lengths)
+        seqs = [values[e - n : e] for e, n in zip(ends.tolist(), lengths.tolist(), strict=True)]
+        paths = [states[e - n : e].tolist() for e, n in zip(ends.tolist(), lengths.tolist(), strict=True)]
+        return seqs, paths
+
+    def sample(self, size: int | None = None) -> Any:
+        seqs, _ = self.sample_with_states(1 if size is None else size)
+        return seqs[0] if size is None else seqs
+
+
+class HiddenMarkovAccumulator(Accumulator):
+    """Baum-Welch statistics. Value: ``(initial (K,), transitions (K, K), state weights (K,),
+    emission values (K,), length value or None, row weight)``."""
+
+    def __init__(
+        self, emissions: Sequence[Accumulator], len_acc: Accumulator | None = None, keys: Any = None
+    ) -> None:
+        k = len(emissions)
+        self.emissions = list(emissions)
+        self.len_acc = len_acc
+        self.keys = keys
+        self.initial = np.zeros(k)
+        self.transitions = np.zeros((k, k))
+        self.state_weights = np.zeros(k)
+        self.row_weight = 0.0
+
+    def _len_update(self, enc: SequenceEncoded, weights: np.ndarray, estimate: Any) -> np.ndarray | float:
+        len_dist = None if estimate is None else estimate.len_dist
+        if self.len_acc is None:
+            if len_dist is None:
+                return 0.0
+            return np.asarray(
+                len_dist.seq_log_density(_encode_lengths(len_dist.encoder(), enc)), dtype=np.float64
+            )
+        len_enc = (
+            enc.len_enc if enc.len_enc is not None else _encode_lengths(self.len_acc.make_encoder(), enc)
+        )
+        if len_dist is None:
+            self.len_acc.seq_update(len_enc, weights, None)
+            return 0.0
+        return seq_update_with_ll(self.len_acc, len_enc, weights, len_dist)
+
+    def seq_update(self, enc: SequenceEncoded, weights: np.ndarray, estimate: Any) -> np.ndarray:
+        if estimate is None:
+            raise SpecError(f"{_FAMILY}: the E-step needs the current model (estimate), got None")
+        weights = np.asarray(weights, dtype=np.float64)
+        bw = baum_welch(
+            estimate.log_emissions(enc.values),
+            enc.lengths,
+            weights,
+            estimate.initial,
+            estimate.transitions,
+        )
+        self.row_weight += float(weights.sum())
+        self.initial += bw.initial
+        self.transitions += bw.transitions
+        resp = bw.gamma * weights[enc.owner][:, None]
+        self.state_weights += resp.sum(axis=0)
+        for k, (acc, dist) in enumerate(zip(self.emissions, estimate.emissions, strict=True)):
+            acc.seq_update(enc.values, np.ascontiguousarray(resp[:, k]), dist)
+        return bw.log_likelihood + self._len_update(enc, weights, estimate)
+
+    def seq_initialize(self, enc: SequenceEncoded, weights: np.ndarray, rng: RowRandom) -> None:
+        """Random, nearly hard state responsibilities per element (approximately Dirichlet(1/K^2))
+        from the row-keyed ``rng``; initial and transition counts from consecutive elements."""
+        k = len(self.emissions)
+        weights = np.asarray(weights, dtype=np.float64)
+        self.row_weight += float(weights.sum())
+        if enc.owner.size:
+            r = rng.expand(enc.lengths).dirichlet_like(k, alpha=1.0 / k**2)
+            w_elem = weights[enc.owner]
+            first = np.ones(len(enc.owner), dtype=bool)
+            first[1:] = enc.owner[1:] != enc.owner[:-1]
+            self.initial += w_elem[first] @ r[first]
+            nxt = np.flatnonzero(~first)
+            self.transitions += (r[nxt - 1] * w_elem[nxt][:, None]).T @ r[nxt]
+            resp = r * w_elem[:, None]
+            self.state_weights += resp.sum(axis=0)
+            for j, acc in enumerate(self.emissions):
+                acc.seq_initialize(
+                    enc.values, np.ascontiguousarray(resp[:, j]), rng.expand(enc.lengths).child(j)
+                )
+        if self.len_acc is not None:
+            len_enc = (
+                enc.len_enc if enc.len_enc is not None else _encode_lengths(self.len_acc.make_encoder(), enc)
+            )
+            self.len_acc.seq_initialize(len_enc, weights, rng.child("len"))
+
+    def combine(self, value: Any) -> HiddenMarkovAccumulator:
+        initial, transitions, state_weights, em_values, len_value, row_weight = value
+        self.initial += np.asarray(initial, dtype=np.float64)
+        self.transitions += np.asarray(transitions, dtype=np.float64)
+        self.state_weights += np.asarray(state_weights, dtype=np.float64)
+        for acc, v in zip(self.emissions, em_values, strict=True):
+            acc.combine(v)
+        if self.len_acc is not None:
+            self.len_acc.combine(len_value)
+        self.row_weight += float(row_weight)
+        return self
+
+    def value(self) -> tuple[Any, ...]:
+        return (
+            self.initial.copy(),
+            self.transitions.copy(),
+            self.state_weights.copy(),
+            tuple(acc.value() for acc in self.emissions),
+            None if self.len_acc is None else self.len_acc.value(),
+            self.row_weight,
+        )
+
+    def from_value(self, value: Any) -> HiddenMarkovAccumulator:
+        initial, transitions, state_weights, em_values, len_value, row_weight = value
+        self.initial = np.array(initial, dtype=np.float64)
+        self.transitions = np.array(transitions, dtype=np.float64)
+        self.state_weights = np.array(state_weights, dtype=np.float64)
+        for acc, v in zip(self.emissions, em_values, strict=True):
+            acc.from_value(v)
+        if self.len_acc is not None:
+            self.len_acc.from_value(len_value)
+        self.row_weight = float(row_weight)
+        return self
+
+    def make_encoder(self) -> SequenceEncoder:
+        return SequenceEncoder(
+            self.emissions[0].make_encoder(), None if self.len_acc is None else self.len_acc.make_encoder()
+        )
+
+    def key_merge(self, stats: dict[Any, Any]) -> None:
+        super().key_merge(stats)
+        for acc in self.emissions:
+            acc.key_merge(stats)
+        if self.len_acc is not None:
+            self.len_acc.key_merge(stats)
+
+    def key_replace(self, stats: dict[Any, Any]) -> None:
+        super().key_replace(stats)
+        for acc in self.emissions:
+            acc.key_replace(stats)
+        if self.len_acc is not None:
+            self.len_acc.key_replace(stats)
+
+
+class HiddenMarkovAccumulatorFactory(AccumulatorFactory):
+    def __init__(
+        self,
+        emissions: Sequence[AccumulatorFactory],
+        len_factory: AccumulatorFactory | None = None,
+        keys: Any = None,
+    ) -> None:
+        self.emissions = list(emissions)
+        self.len_factory = len_factory
+        self.keys = keys
+
+    def make(self) -> HiddenMarkovAccumulator:
+        return HiddenMarkovAccumulator(
+            [f.make() for f in self.emissions],
+            None if self.len_factory is None else self.len_factory.make(),
+            self.keys,
+        )
+
+
+def _smoothed(counts: np.ndarray, pseudo_count: float) -> np.ndarray:
+    """Rows of ``counts`` plus ``pseudo_count / K`` each, normalized; a row with no weight is uniform."""
+    k = counts.shape[-1]
+    rows = np.atleast_2d(counts) + pseudo_count / k
+    totals = rows.sum(axis=1)
+    out = np.empty_like(rows)
+    ok = (totals > 0) & np.isfinite(totals)
+    out[ok] = rows[ok] / totals[ok, None]
+    out[~ok] = 1.0 / k
+    return np.stack([unit_sum(r) for r in out]).reshape(counts.shape)
+
+
+@register_estimator("hidden_markov")
+class HiddenMarkovEstimator(Estimator):
+    """Baum-Welch (EM) estimator of a K-state hidden Markov model.
+
+    Parameters
+    ----------
+    estimators : sequence of Estimator
+        One emission estimator per state (``[est] * K`` is fine); their encoders must be equal.
+    len_estimator : Estimator, optional
+        Length model estimator (a count family).
+    pseudo_count : float, optional
+        Dirichlet smoothing of the initial probabilities and of every transition row:
+        ``pseudo_count / K`` is added to each count. A state never visited gets a uniform row.
+    init_rows_per_state : int or None
+        Sequences in the random initial sample per state (default 20; at least ``10 * K``), as
+        :class:`~mixle_spark.stats.mixture.MixtureEstimator`'s ``init_rows_per_component``.
+    name, keys : str, optional
+    """
+
+    def __init__(
+        self,
+        estimators: Sequence[Estimator],
+        len_estimator: Estimator | None = None,
+        pseudo_count: float | None = None,
+        init_rows_per_state: int | None = 20,
+        name: str | None = None,
+        keys: str | None = None,
+    ) -> None:
+        fam = "HiddenMarkovEstimator"
+        ests = list(estimators) if isinstance(estimators, (list, tuple)) else []
+        check_parameter(len(ests) > 0, fam, "estimators", estimators, "a non-empty list of estimators")
+        for k, e in enumerate(ests):
+            check_parameter(isinstance(e, Estimator), fam, f"estimators[{k}]", e, "an Estimator")
+        check_parameter(
+            len_estimator is None or isinstance(len_estimator, Estimator),
+            fam,
+            "len_estimator",
+            len_estimator,
+            "an Estimator or None",
+        )
+        pc_ok = isinstance(pseudo_count, (int, float)) and math.isfinite(pseudo_count) and pseudo_count >= 0
+        check_parameter(
+            pseudo_count is None or pc_ok, fam, "pseudo_count", pseudo_count, "a non-negative number"
+        )
+        rows_ok = isinstance(init_rows_per_state, int) and init_rows_per_state >= 1
+        check_parameter(
+            init_rows_per_state is None or rows_ok,
+            fam,
+            "init_rows_per_state",
+            init_rows_per_state,
+            "a positive integer or None",
+        )
+        self.estimators = ests
+        self.len_estimator = len_estimator
+        self.pseudo_count = pseudo_count
+        self.init_rows_per_state = init_rows_per_state
+        self.name = name
+        self.keys = keys
+
+    def accumulator_factory(self) -> HiddenMarkovAccumulatorFactory:
+        len_factory = None if self.len_estimator is None else self.len_estimator.accumulator_factory()
+        return HiddenMarkovAccumulatorFactory(
+            [e.accumulator_factory() for e in self.estimators], len_factory, self.keys
+        )
+
+    def encoder(self) -> SequenceEncoder:
+        first = self.estimators[0].encoder()
+        for k, e in enumerate(self.estimators[1:], start=1):
+            if e.encoder() != first:
+                raise SpecError(
+                    f"HiddenMarkovEstimator: all states must read one encoding, but state 0 reads "
+                    f"{first!r} and state {k} reads {e.encoder()!r}"
+                )
+        return SequenceEncoder(first, None if self.len_estimator is None else self.len_estimator.encoder())
+
+    def with_scan(self, scan: Any) -> HiddenMarkovEstimator:
+        if scan is None:
+            return self
+        child_scan, len_scan = scan
+        ests = self.estimators if child_scan is None else [e.with_scan(child_scan) for e in self.estimators]
+        len_est = self.len_estimator
+        if len_scan is not None and len_est is not None:
+            len_est = len_est.with_scan(len_scan)
+        return HiddenMarkovEstimator(
+            ests, len_est, self.pseudo_count, self.init_rows_per_state, self.name, self.keys
+        )
+
+    def min_rows(self) -> int:
+        return 1
+
+    def init_sample_size(self) -> tuple[int, int] | None:
+        if self.init_rows_per_state is None:
+            return None
+        k = len(self.estimators)
+        return 10 * k, max(self.init_rows_per_state, 10) * k
+
+    def estimate(self, nobs: float | None, value: Any) -> HiddenMarkovDistribution:
+        initial, transitions, state_weights, em_values, len_value, row_weight = value
+        pc = self.pseudo_count or 0.0
+        emissions = [
+            e.estimate(float(w), v) for e, w, v in zip(self.estimators, state_weights, em_values, strict=True)
+        ]
+        len_dist = (
+            None if self.len_estimator is None else self.len_estimator.estimate(float(row_weight), len_value)
+        )
+        return HiddenMarkovDistribution(
+            emissions,
+            _smoothed(np.asarray(initial, dtype=np.float64), pc),
+            _smoothed(np.asarray(transitions, dtype=np.float64), pc),
+            len_dist,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family, "estimators": [e.to_dict() for e in self.estimators]}
+        if self.len_estimator is not None:
+            spec["len_estimator"] = self.len_estimator.to_dict()
+        spec.update(drop_none(pseudo_count=self.pseudo_count, name=self.name, keys=self.keys))
+        if self.init_rows_per_state != 20:
+            spec["init_rows_per_state"] = self.init_rows_per_state
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> HiddenMarkovEstimator:
+        check_spec_keys(
+            spec,
+            "hidden_markov",
+            required=("estimators",),
+            optional=("len_estimator", "pseudo_count", "init_rows_per_state", "name", "keys"),
+        )
+        ests = spec["estimators"]
+        check_parameter(
+            isinstance(ests, (list, tuple)),
+            "HiddenMarkovEstimator",
+            "estimators",
+            ests,
+            "a list of estimator specs",
+        )
+        len_spec = spec.get("len_estimator")
+        opts = {k: spec[k] for k in ("pseudo_count", "init_rows_per_state", "name", "keys") if k in spec}
+        return cls(
+            [estimator_from_dict(e) for e in ests],
+            None if len_spec is None else estimator_from_dict(len_spec),
+            **opts,
+        )
