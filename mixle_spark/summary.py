@@ -95,6 +95,8 @@ _FREE: dict[str, Callable[[Mapping[str, Any]], int]] = {
     # token probabilities sum to one; the length model adds its own
     "multinomial": lambda s: max(len(s["pmap"]) - 1, 0) + _children(s),
     # initial and each transition row sum to one; emissions and the length model add their own
+    # initial (K - 1) and each transition row (K (K - 1)) sum to one; the length model adds its own
+    "markov_chain": lambda s: len(s["initial"]) ** 2 - 1 + _children(s),
     "hidden_markov": lambda s: len(s["initial"]) ** 2 - 1 + _children(s),
 }
 

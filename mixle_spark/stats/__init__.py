@@ -22,6 +22,14 @@ from mixle_spark.stats.bernoulli import (
     BernoulliEstimator,
     BernoulliSampler,
 )
+from mixle_spark.stats.beta import (
+    BetaAccumulator,
+    BetaAccumulatorFactory,
+    BetaDistribution,
+    BetaEncoder,
+    BetaEstimator,
+    BetaSampler,
+)
 from mixle_spark.stats.binomial import (
     BinomialAccumulator,
     BinomialAccumulatorFactory,
@@ -122,6 +130,15 @@ from mixle_spark.stats.log_gaussian import (
     LogGaussianEstimator,
     LogGaussianSampler,
 )
+from mixle_spark.stats.markov_chain import (
+    MarkovChainAccumulator,
+    MarkovChainAccumulatorFactory,
+    MarkovChainDistribution,
+    MarkovChainEncoded,
+    MarkovChainEncoder,
+    MarkovChainEstimator,
+    MarkovChainSampler,
+)
 from mixle_spark.stats.mixture import (
     MixtureAccumulator,
     MixtureAccumulatorFactory,
@@ -146,6 +163,14 @@ from mixle_spark.stats.multivariate_gaussian import (
     MultivariateGaussianEncoder,
     MultivariateGaussianEstimator,
     MultivariateGaussianSampler,
+)
+from mixle_spark.stats.negative_binomial import (
+    NegativeBinomialAccumulator,
+    NegativeBinomialAccumulatorFactory,
+    NegativeBinomialDistribution,
+    NegativeBinomialEncoder,
+    NegativeBinomialEstimator,
+    NegativeBinomialSampler,
 )
 from mixle_spark.stats.optional import (
     OptionalAccumulator,
@@ -182,6 +207,22 @@ from mixle_spark.stats.sequence import (
     SequenceEstimator,
     SequenceSampler,
 )
+from mixle_spark.stats.student_t import (
+    StudentTAccumulator,
+    StudentTAccumulatorFactory,
+    StudentTDistribution,
+    StudentTEncoder,
+    StudentTEstimator,
+    StudentTSampler,
+)
+from mixle_spark.stats.von_mises import (
+    VonMisesAccumulator,
+    VonMisesAccumulatorFactory,
+    VonMisesDistribution,
+    VonMisesEncoder,
+    VonMisesEstimator,
+    VonMisesSampler,
+)
 
 __all__ = [
     "Accumulator",
@@ -192,6 +233,12 @@ __all__ = [
     "BernoulliEncoder",
     "BernoulliEstimator",
     "BernoulliSampler",
+    "BetaAccumulator",
+    "BetaAccumulatorFactory",
+    "BetaDistribution",
+    "BetaEncoder",
+    "BetaEstimator",
+    "BetaSampler",
     "BinomialAccumulator",
     "BinomialAccumulatorFactory",
     "BinomialDistribution",
@@ -269,6 +316,13 @@ __all__ = [
     "LogGaussianEncoder",
     "LogGaussianEstimator",
     "LogGaussianSampler",
+    "MarkovChainAccumulator",
+    "MarkovChainAccumulatorFactory",
+    "MarkovChainDistribution",
+    "MarkovChainEncoded",
+    "MarkovChainEncoder",
+    "MarkovChainEstimator",
+    "MarkovChainSampler",
     "MixtureAccumulator",
     "MixtureAccumulatorFactory",
     "MixtureDistribution",
@@ -288,6 +342,12 @@ __all__ = [
     "MultivariateGaussianEncoder",
     "MultivariateGaussianEstimator",
     "MultivariateGaussianSampler",
+    "NegativeBinomialAccumulator",
+    "NegativeBinomialAccumulatorFactory",
+    "NegativeBinomialDistribution",
+    "NegativeBinomialEncoder",
+    "NegativeBinomialEstimator",
+    "NegativeBinomialSampler",
     "OptionalAccumulator",
     "OptionalAccumulatorFactory",
     "OptionalDistribution",
@@ -316,6 +376,18 @@ __all__ = [
     "SequenceEncoder",
     "SequenceEstimator",
     "SequenceSampler",
+    "StudentTAccumulator",
+    "StudentTAccumulatorFactory",
+    "StudentTDistribution",
+    "StudentTEncoder",
+    "StudentTEstimator",
+    "StudentTSampler",
+    "VonMisesAccumulator",
+    "VonMisesAccumulatorFactory",
+    "VonMisesDistribution",
+    "VonMisesEncoder",
+    "VonMisesEstimator",
+    "VonMisesSampler",
     "distribution_from_dict",
     "estimator_from_dict",
     "is_missing",

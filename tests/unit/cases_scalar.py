@@ -3,12 +3,16 @@
 import pyarrow as pa
 
 from mixle_spark.stats.bernoulli import BernoulliDistribution, BernoulliEstimator
+from mixle_spark.stats.beta import BetaDistribution, BetaEstimator
 from mixle_spark.stats.binomial import BinomialDistribution, BinomialEstimator
 from mixle_spark.stats.exponential import ExponentialDistribution, ExponentialEstimator
 from mixle_spark.stats.gamma import GammaDistribution, GammaEstimator
 from mixle_spark.stats.geometric import GeometricDistribution, GeometricEstimator
 from mixle_spark.stats.log_gaussian import LogGaussianDistribution, LogGaussianEstimator
+from mixle_spark.stats.negative_binomial import NegativeBinomialDistribution, NegativeBinomialEstimator
 from mixle_spark.stats.poisson import PoissonDistribution, PoissonEstimator
+from mixle_spark.stats.student_t import StudentTDistribution, StudentTEstimator
+from mixle_spark.stats.von_mises import VonMisesDistribution, VonMisesEstimator
 from tests.unit._cases import FamilyCase
 
 CASES = [
@@ -41,5 +45,34 @@ CASES = [
     FamilyCase("geometric", GeometricDistribution(0.2), GeometricEstimator()),
     FamilyCase(
         "geometric-prior", GeometricDistribution(0.9), GeometricEstimator(pseudo_count=1.0, suff_stat=0.5)
+    ),
+    FamilyCase("beta", BetaDistribution(2.0, 5.0), BetaEstimator()),
+    # alpha, beta < 1: U-shaped, mass piled up against both ends of (0, 1).
+    FamilyCase(
+        "beta-small-shapes",
+        BetaDistribution(0.3, 0.6),
+        BetaEstimator(pseudo_count=1.0, suff_stat=(1.0, 1.0)),
+    ),
+    FamilyCase("negative_binomial", NegativeBinomialDistribution(3.0, 0.4), NegativeBinomialEstimator()),
+    # strongly overdispersed (mean 9.5, variance 190) with a prior
+    FamilyCase(
+        "negative_binomial-prior",
+        NegativeBinomialDistribution(0.5, 0.05),
+        NegativeBinomialEstimator(pseudo_count=1.0, suff_stat=(1.0, 0.1)),
+    ),
+    FamilyCase("von_mises", VonMisesDistribution(1.0, 2.0), VonMisesEstimator()),
+    # concentrated around mu = 3.1, next to the wrap at pi: samples straddle +-pi
+    FamilyCase(
+        "von_mises-concentrated",
+        VonMisesDistribution(3.1, 500.0),
+        VonMisesEstimator(pseudo_count=1.0, suff_stat=(3.0, 400.0)),
+    ),
+    # EM families (the accumulator reads the current model): em_its runs optimize to convergence.
+    FamilyCase("student_t", StudentTDistribution(1.0, 2.0, 5.0), StudentTEstimator(), em_its=400),
+    FamilyCase(
+        "student_t-cauchy-prior",
+        StudentTDistribution(-3.0, 0.5, 1.0),
+        StudentTEstimator(pseudo_count=1.0, suff_stat=(0.0, 1.0, 2.0)),
+        em_its=400,
     ),
 ]

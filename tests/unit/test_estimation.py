@@ -132,7 +132,7 @@ def test_progress_lines_go_to_out(data: list[float]) -> None:
     lines = out.getvalue().splitlines()
     assert len(lines) == 4
     assert lines[1].startswith("iteration    1  log-likelihood -") and " gain " in lines[1]
-    assert re.search(r" rows \d+  \d+\.\d{3}s  [\d.]+[kM]? rows/s", lines[1]), lines[1]
+    assert re.search(r" rows \d+  \d+\.\d{3}s  [\d.]+[KMGT]? rows/s", lines[1]), lines[1]
 
 
 def test_weights_equal_duplicated_rows(data: list[float]) -> None:

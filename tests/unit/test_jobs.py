@@ -46,7 +46,7 @@ def test_em_fit_local_recovers_the_sample_and_writes_a_summary(tmp_path: Path) -
     progress = [line for line in proc.stderr.splitlines() if line.startswith("iteration")]
     assert progress[0].startswith("iteration    0  log-likelihood")
     assert all(
-        re.search(r"rows 5000  \d+\.\d{3}s  [\d.]+[kM]? rows/s  skew [\d.]+  stats \d", line)
+        re.search(r"rows 5000  \d+\.\d{3}s  [\d.]+[KMGT]? rows/s  skew [\d.]+  stats \d", line)
         for line in progress
     )
     assert all(line.count("rows/s") == 1 for line in progress)

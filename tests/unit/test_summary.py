@@ -16,6 +16,7 @@ from mixle_spark.stats import (
     HiddenMarkovDistribution,
     IgnoredDistribution,
     IntegerCategoricalDistribution,
+    MarkovChainDistribution,
     MixtureDistribution,
     MultinomialDistribution,
     MultivariateGaussianDistribution,
@@ -59,6 +60,14 @@ from mixle_spark.summary import count_free_parameters, information_criteria
         ),
         # token probabilities sum to one, plus the length model
         (MultinomialDistribution({"a": 0.2, "b": 0.3, "c": 0.5}, len_dist=PoissonDistribution(4.0)), 2 + 1),
+        (
+            MarkovChainDistribution(
+                {"a": 0.5, "b": 0.3, "c": 0.2},
+                {"a": {"a": 0.5, "b": 0.5}, "b": {"c": 1.0}, "c": {"a": 0.1, "b": 0.1, "c": 0.8}},
+                len_dist=PoissonDistribution(4.0),
+            ),
+            2 + 3 * 2 + 1,  # initial, transition rows, length
+        ),
         (
             HiddenMarkovDistribution(
                 [

@@ -1,0 +1,433 @@
+"""Negative binomial: ``NegativeBinomialDistribution(r, p)`` for counts ``x = 0, 1, 2, ...``.
+
+``P(x) = Gamma(x + r) / (Gamma(r) x!) p^r (1 - p)^x`` with a real ``r > 0`` (the "size", or number of
+successes) and the success probability ``0 < p < 1``: the number of failures before the r-th success,
+with mean ``r (1 - p) / p`` and variance ``mean / p`` (numpy's and scipy's ``nbinom`` parametrisation).
+As ``r -> inf`` with the mean fixed it tends to the Poisson distribution.
+
+Records are non-negative integer counts; the encoded batch is ``(x, log x!)``. The MLE of ``r``
+needs more than ``(Σw, Σw x)``: the statistics are the weighted histogram of the counts, a pair of
+arrays ``(values, weights)`` (the distinct counts, sorted, and their total weights; its size is the
+number of distinct counts, not of rows), built per batch with ``np.bincount`` / ``np.unique`` and
+merged by adding the weights of equal counts. The statistics (16 bytes per distinct count) stay small
+for typical count data; a column with millions of distinct counts makes them as large as that, the
+price of an exact maximum-likelihood ``r`` from one pass.
+
+M-step: for fixed ``r`` the MLE of ``p`` is ``r / (r + mean)``; ``r`` solves the profile-likelihood
+equation ``Σw [digamma(x + r) - digamma(r)] = Σw log(1 + mean / r)`` (see :func:`solve_r`) by Newton's
+method in ``log r`` inside a shrinking bracket, with bisection when a step leaves it, stopping when a
+step changes ``r`` by at most ``1e-10`` relative (:data:`R_RTOL`). The equation has a finite root
+exactly when the data are overdispersed (weighted variance > mean). Otherwise (underdispersed or
+equidispersed data, for which the likelihood increases towards the Poisson limit) the estimate is
+``r = max_r`` (default 1e8), a negative binomial indistinguishable from the Poisson with the same
+mean - documented behaviour, no warning. Data that are all zero give ``p = 1 - min_p``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.stats._scalar_common import ScalarEncoder, check_counts
+from mixle_spark.stats._special import (
+    digamma_difference_excess,
+    log1p_minus_identity,
+    log_factorial,
+    log_rising_factorial,
+    trigamma_difference_excess,
+)
+from mixle_spark.stats.base import (
+    Accumulator,
+    AccumulatorFactory,
+    Distribution,
+    Estimator,
+    Sampler,
+    check_parameter,
+    check_spec_keys,
+    drop_none,
+    register_distribution,
+    register_estimator,
+)
+
+__all__ = [
+    "R_RTOL",
+    "NegativeBinomialAccumulator",
+    "NegativeBinomialAccumulatorFactory",
+    "NegativeBinomialDistribution",
+    "NegativeBinomialEncoder",
+    "NegativeBinomialEstimator",
+    "NegativeBinomialSampler",
+    "prior_histogram",
+    "solve_r",
+]
+
+DEFAULT_MIN_R = 1e-8
+DEFAULT_MAX_R = 1e8
+DEFAULT_MIN_P = 1e-12
+R_RTOL = 1e-10
+"""Relative change of ``r`` at which the Newton iteration of :func:`solve_r` stops."""
+_MAX_ITERATIONS = 300
+_DENSE_HISTOGRAM = 1 << 16  # counts below max(this, 4 n) are histogrammed by bincount, else by unique
+_PRIOR_MASS = 1.0 - 1e-12  # the prior's pmf is tabulated until this much mass is covered ...
+_PRIOR_MAX_VALUES = 1 << 20  # ... or this many counts
+
+
+def _profile_score(r: float, values: np.ndarray, weights: np.ndarray, mean: float) -> tuple[float, float]:
+    """The derivative in ``r`` of the profile log-likelihood, and its derivative.
+
+    ``Σw [digamma(x + r) - digamma(r)] - Σw log(1 + mean / r)`` is rewritten (using ``Σw (x - mean) =
+    0``) as ``Σw e(r, x) + Σw [log(1 + d) - d]`` with ``e = digamma(x + r) - digamma(r) - log(1 + x / r)``
+    and ``d = (x - mean) / (r + mean)``: both sums are accurate for a large ``r``, where the two
+    original sums (~Σw x / r) agree to many digits.
+    """
+    d = (values - mean) / (r + mean)
+    score = float(weights @ digamma_difference_excess(r, values)) + float(weights @ log1p_minus_identity(d))
+    slope = float(weights @ trigamma_difference_excess(r, values)) + float(
+        weights @ (d * d / ((1.0 + d) * (r + mean)))
+    )
+    return score, slope
+
+
+def solve_r(
+    values: np.ndarray,
+    weights: np.ndarray,
+    min_r: float = DEFAULT_MIN_R,
+    max_r: float = DEFAULT_MAX_R,
+) -> float:
+    """The maximum-likelihood ``r`` in ``[min_r, max_r]`` for a weighted histogram of counts.
+
+    The profile score is positive below its root and negative above it (the root is unique and
+    finite for overdispersed data). Newton steps in ``log r`` from the moment estimate
+    ``mean^2 / (variance - mean)`` are kept inside a shrinking bracket and replaced by geometric
+    bisection when they leave it; iteration stops when a step changes ``r`` by at most
+    :data:`R_RTOL` relative. Returns ``max_r`` when the score is still non-negative there (under- or
+    equidispersed data) and ``min_r`` when it is already non-positive there.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    total = float(weights.sum())
+    mean = float(weights @ values) / total
+    var = float(weights @ (values - mean) ** 2) / total
+    if not var > mean:
+        return max_r
+    if _profile_score(max_r, values, weights, mean)[0] >= 0:
+        return max_r
+    if _profile_score(min_r, values, weights, mean)[0] <= 0:
+        return min_r
+    lo, hi = min_r, max_r
+    r = min(max(mean * mean / (var - mean), 2.0 * min_r), 0.5 * max_r)
+    for _ in range(_MAX_ITERATIONS):
+        score, slope = _profile_score(r, values, weights, mean)
+        if score > 0:
+            lo = r
+        elif score < 0:
+            hi = r
+        else:
+            return r
+        step = -score / (r * slope) if slope < 0 else math.nan
+        new = r * math.exp(step) if abs(step) < 50.0 else math.nan
+        if not (lo < new < hi):
+            new = math.sqrt(lo * hi)
+        if abs(new - r) <= R_RTOL * r:
+            return new
+        r = new
+    return r
+
+
+def _log_pmf(r: float, log_p: float, log_q: float, x: np.ndarray, log_fact: np.ndarray) -> np.ndarray:
+    return log_rising_factorial(r, x) - log_fact + r * log_p + x * log_q  # type: ignore[no-any-return]
+
+
+@register_distribution("negative_binomial")
+class NegativeBinomialDistribution(Distribution):
+    """Negative binomial distribution of the failures before the ``r``-th success, success
+    probability ``p``.
+
+    Examples
+    --------
+    >>> d = NegativeBinomialDistribution(1.0, 0.25)
+    >>> round(d.log_density(2), 12) == round(math.log(0.75**2 * 0.25), 12)
+    True
+    """
+
+    def __init__(self, r: float, p: float) -> None:
+        check_parameter(
+            isinstance(r, numbers.Real) and math.isfinite(r) and r > 0,
+            "NegativeBinomialDistribution",
+            "r",
+            r,
+            "a positive finite number",
+        )
+        check_parameter(
+            isinstance(p, numbers.Real) and 0.0 < p < 1.0,
+            "NegativeBinomialDistribution",
+            "p",
+            p,
+            "a probability in (0, 1)",
+        )
+        self.r = float(r)
+        self.p = float(p)
+        self._log_p = math.log(self.p)
+        self._log_q = math.log1p(-self.p)
+
+    def log_density(self, x: int) -> float:
+        value = float(x)
+        if not (0.0 <= value < math.inf and value == math.floor(value)):
+            return -math.inf
+        xs = np.array([value])
+        return float(_log_pmf(self.r, self._log_p, self._log_q, xs, log_factorial(xs))[0])
+
+    def seq_log_density(self, enc: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        x, log_fact = enc
+        return _log_pmf(self.r, self._log_p, self._log_q, x, log_fact)
+
+    @property
+    def mean(self) -> float:
+        """``r (1 - p) / p``."""
+        return self.r * (1.0 - self.p) / self.p
+
+    def sampler(self, seed: int | None = None) -> NegativeBinomialSampler:
+        return NegativeBinomialSampler(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> NegativeBinomialEstimator:
+        if pseudo_count is None:
+            return NegativeBinomialEstimator()
+        return NegativeBinomialEstimator(pseudo_count=pseudo_count, suff_stat=(self.r, self.p))
+
+    def encoder(self) -> NegativeBinomialEncoder:
+        return NegativeBinomialEncoder()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.family, "r": self.r, "p": self.p}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> NegativeBinomialDistribution:
+        check_spec_keys(spec, "negative_binomial", required=("r", "p"))
+        return cls(spec["r"], spec["p"])
+
+
+class NegativeBinomialSampler(Sampler):
+    dist: NegativeBinomialDistribution
+
+    def sample(self, size: int | None = None) -> Any:
+        draws = self.rng.negative_binomial(self.dist.r, self.dist.p, size=size)
+        return int(draws) if size is None else draws
+
+
+class NegativeBinomialEncoder(ScalarEncoder):
+    """Reads counts into ``(x, log x!)``, two float64 arrays of shape (n,)."""
+
+    estimator_name = "NegativeBinomialEstimator"
+    expectation = "a non-negative integer count"
+
+    def validate(self, x: np.ndarray) -> None:
+        check_counts(x, self.expected, low=0.0)
+
+    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return x, log_factorial(x)
+
+
+def _histogram(x: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct values of ``x`` (sorted) and their total weights, entries of zero weight dropped."""
+    if x.size == 0:
+        return np.zeros(0), np.zeros(0)
+    top = float(x.max())
+    if top < max(_DENSE_HISTOGRAM, 4 * x.size):
+        totals = np.bincount(x.astype(np.int64), weights=weights)
+        idx = np.flatnonzero(totals)
+        return idx.astype(np.float64), totals[idx]
+    values, inverse = np.unique(x, return_inverse=True)
+    totals = np.bincount(inverse.reshape(-1), weights=weights, minlength=values.size)
+    keep = totals != 0
+    return values[keep], totals[keep]
+
+
+class NegativeBinomialAccumulator(Accumulator):
+    """The weighted histogram of the counts; value ``(values, weights)``, two float64 arrays."""
+
+    def __init__(self, keys: Any = None) -> None:
+        self.keys = keys
+        self.values = np.zeros(0)
+        self.weights = np.zeros(0)
+
+    def _add(self, values: np.ndarray, weights: np.ndarray) -> None:
+        if values.size == 0:
+            return
+        if self.values.size == 0:
+            self.values, self.weights = values.copy(), weights.copy()
+            return
+        self.values, self.weights = _histogram(
+            np.concatenate([self.values, values]), np.concatenate([self.weights, weights])
+        )
+
+    def seq_update(self, enc: tuple[np.ndarray, np.ndarray], weights: np.ndarray, estimate: Any) -> None:
+        self._add(*_histogram(enc[0], np.asarray(weights, dtype=np.float64)))
+        return None
+
+    def combine(self, value: Any) -> NegativeBinomialAccumulator:
+        values, weights = value
+        self._add(np.asarray(values, dtype=np.float64), np.asarray(weights, dtype=np.float64))
+        return self
+
+    def value(self) -> tuple[np.ndarray, np.ndarray]:
+        return (self.values.copy(), self.weights.copy())
+
+    def from_value(self, value: Any) -> NegativeBinomialAccumulator:
+        values, weights = value
+        self.values = np.array(values, dtype=np.float64)
+        self.weights = np.array(weights, dtype=np.float64)
+        return self
+
+    def make_encoder(self) -> NegativeBinomialEncoder:
+        return NegativeBinomialEncoder()
+
+
+class NegativeBinomialAccumulatorFactory(AccumulatorFactory):
+    def __init__(self, keys: Any = None) -> None:
+        self.keys = keys
+
+    def make(self) -> NegativeBinomialAccumulator:
+        return NegativeBinomialAccumulator(self.keys)
+
+
+def prior_histogram(r0: float, p0: float) -> tuple[np.ndarray, np.ndarray]:
+    """The pmf of NB(r0, p0) as a histogram ``(values, probabilities)``: counts from 0 until the
+    covered mass reaches ``1 - 1e-12`` (at most 2^20 counts), renormalised to sum to 1."""
+    dist = NegativeBinomialDistribution(r0, p0)
+    sd = math.sqrt(dist.mean / p0)
+    size = int(min(max(64.0, dist.mean + 20.0 * sd + 1.0), _PRIOR_MAX_VALUES))
+    while True:
+        x = np.arange(size, dtype=np.float64)
+        pmf = np.exp(dist.seq_log_density((x, log_factorial(x))))
+        if pmf.sum() >= _PRIOR_MASS or size >= _PRIOR_MAX_VALUES:
+            break
+        size = min(2 * size, _PRIOR_MAX_VALUES)
+    keep = pmf > 0
+    return x[keep], pmf[keep] / pmf.sum()
+
+
+@register_estimator("negative_binomial")
+class NegativeBinomialEstimator(Estimator):
+    """Maximum-likelihood negative binomial fit: ``r`` by :func:`solve_r`, then ``p = r / (r + mean)``.
+
+    Parameters
+    ----------
+    pseudo_count : float, optional
+        Number of pseudo-observations distributed as ``NB(r0, p0)`` = ``suff_stat``: ``pc`` times the
+        prior's pmf (see :func:`prior_histogram`) is added to the histogram of the data. As ``pc``
+        grows the estimate tends to ``(r0, p0)``.
+    suff_stat : (float, float), optional
+        Prior ``(r0, p0)`` (default (1, 0.5), the geometric distribution on 0, 1, ... with mean 1).
+    min_r, max_r : float
+        Bounds of ``r`` (defaults 1e-8 and 1e8); under- or equidispersed data give ``max_r``.
+    min_p : float
+        ``p`` is kept in ``[min_p, 1 - min_p]`` (default 1e-12): data that are all zero keep a finite
+        density for positive counts.
+    keys : str, optional
+        Tie these parameters to every other site with the same key.
+
+    With zero total weight the estimate is ``suff_stat`` (or r = 1, p = 0.5).
+    """
+
+    def __init__(
+        self,
+        pseudo_count: float | None = None,
+        suff_stat: tuple[float, float] | None = None,
+        min_r: float = DEFAULT_MIN_R,
+        max_r: float = DEFAULT_MAX_R,
+        min_p: float = DEFAULT_MIN_P,
+        name: str | None = None,
+        keys: str | None = None,
+    ) -> None:
+        fam = "NegativeBinomialEstimator"
+        check_parameter(
+            pseudo_count is None or pseudo_count >= 0,
+            fam,
+            "pseudo_count",
+            pseudo_count,
+            "a non-negative number",
+        )
+        check_parameter(
+            suff_stat is None
+            or (
+                len(suff_stat) == 2
+                and math.isfinite(suff_stat[0])
+                and suff_stat[0] > 0
+                and 0 < suff_stat[1] < 1
+            ),
+            fam,
+            "suff_stat",
+            suff_stat,
+            "a pair (r0, p0) with r0 > 0 finite and 0 < p0 < 1",
+        )
+        check_parameter(
+            0 < min_r < max_r < math.inf, fam, "(min_r, max_r)", (min_r, max_r), "positive with min_r < max_r"
+        )
+        check_parameter(0 < min_p < 0.5, fam, "min_p", min_p, "a number in (0, 0.5)")
+        self.pseudo_count = pseudo_count
+        self.suff_stat = None if suff_stat is None else (float(suff_stat[0]), float(suff_stat[1]))
+        self.min_r = float(min_r)
+        self.max_r = float(max_r)
+        self.min_p = float(min_p)
+        self.name = name
+        self.keys = keys
+
+    def accumulator_factory(self) -> NegativeBinomialAccumulatorFactory:
+        return NegativeBinomialAccumulatorFactory(self.keys)
+
+    def encoder(self) -> NegativeBinomialEncoder:
+        return NegativeBinomialEncoder()
+
+    def _prior(self) -> tuple[float, float]:
+        return (1.0, 0.5) if self.suff_stat is None else self.suff_stat
+
+    def estimate(self, nobs: float | None, value: Any) -> NegativeBinomialDistribution:
+        values = np.asarray(value[0], dtype=np.float64)
+        weights = np.asarray(value[1], dtype=np.float64)
+        r0, p0 = self._prior()
+        pc = self.pseudo_count or 0.0
+        if pc > 0:
+            prior_values, prior_mass = prior_histogram(r0, p0)
+            acc = NegativeBinomialAccumulator().from_value((values, weights))
+            acc.combine((prior_values, pc * prior_mass))
+            values, weights = acc.values, acc.weights
+        total = float(weights.sum())
+        fallback = NegativeBinomialDistribution(min(max(r0, self.min_r), self.max_r), p0)
+        if not (total > 0 and math.isfinite(total)):
+            return fallback
+        mean = float(weights @ values) / total
+        if not math.isfinite(mean):
+            return fallback
+        if mean <= 0.0:
+            return NegativeBinomialDistribution(min(max(r0, self.min_r), self.max_r), 1.0 - self.min_p)
+        r = solve_r(values, weights, self.min_r, self.max_r)
+        p = min(max(r / (r + mean), self.min_p), 1.0 - self.min_p)
+        return NegativeBinomialDistribution(r, p)
+
+    def to_dict(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"type": self.family}
+        spec.update(
+            drop_none(
+                pseudo_count=self.pseudo_count,
+                suff_stat=None if self.suff_stat is None else list(self.suff_stat),
+                name=self.name,
+                keys=self.keys,
+            )
+        )
+        for key, default in (("min_r", DEFAULT_MIN_R), ("max_r", DEFAULT_MAX_R), ("min_p", DEFAULT_MIN_P)):
+            if getattr(self, key) != default:
+                spec[key] = getattr(self, key)
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> NegativeBinomialEstimator:
+        check_spec_keys(
+            spec,
+            "negative_binomial",
+            optional=("pseudo_count", "suff_stat", "min_r", "max_r", "min_p", "name", "keys"),
+        )
+        return cls(**{k: v for k, v in spec.items() if k != "type"})
