@@ -54,22 +54,29 @@ MODEL_FORMAT_VERSION = 1
 FIT_OPTIONS = ("max_its", "delta", "init_p", "seed", "trials", "print_iter")
 
 
+# Families with a "K copies of one spec" shorthand: type -> (list key, copy key).
+_SHORTHANDS = {"mixture": ("components", "component"), "hidden_markov": ("estimators", "emission")}
+
+
 def _expand_shorthand(spec: Any) -> Any:
-    """Expand ``{"type": "mixture", "k": K, "component": C}`` into K copies of C, recursively."""
+    """Expand ``{"type": "mixture", "k": K, "component": C}`` into K copies of C (and
+    ``{"type": "hidden_markov", "k": K, "emission": E}`` into K emission estimators), recursively."""
     if isinstance(spec, list):
         return [_expand_shorthand(s) for s in spec]
     if not isinstance(spec, Mapping):
         return spec
     out = {k: _expand_shorthand(v) for k, v in spec.items()}
-    if str(out.get("type", "")).lower() == "mixture" and ("k" in out or "component" in out):
-        if "k" not in out or "component" not in out:
-            raise SpecError("mixture shorthand needs both 'k' and 'component'")
-        if "components" in out:
-            raise SpecError("mixture spec: give either 'components' or 'k' with 'component', not both")
+    family = str(out.get("type", "")).lower()
+    if family in _SHORTHANDS and ("k" in out or _SHORTHANDS[family][1] in out):
+        many, one = _SHORTHANDS[family]
+        if "k" not in out or one not in out:
+            raise SpecError(f"{family} shorthand needs both 'k' and '{one}'")
+        if many in out:
+            raise SpecError(f"{family} spec: give either '{many}' or 'k' with '{one}', not both")
         k = out.pop("k")
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise SpecError(f"mixture spec: k must be a positive integer, got {k!r}")
-        out["components"] = [out.pop("component")] * k
+            raise SpecError(f"{family} spec: k must be a positive integer, got {k!r}")
+        out[many] = [out.pop(one)] * k
     return out
 
 

@@ -208,3 +208,37 @@ def test_em_fit_checkpoints_resumes_audits_and_traces_live(tmp_path: Path) -> No
     fresh_summary = json.loads((tmp_path / "fresh" / "summary.json").read_text())
     assert fresh_summary["long_fit"]["resumed_from_iteration"] is None
     assert json.loads((tmp_path / "fresh" / "model.json").read_text()) == want
+
+
+def test_em_fit_fits_a_hidden_markov_model_from_a_sequence_column(tmp_path: Path) -> None:
+    """A list column and an HMM spec (the k + emission shorthand) through the job, end to end."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mixle_spark.stats import GaussianDistribution, HiddenMarkovDistribution, PoissonDistribution
+
+    truth = HiddenMarkovDistribution(
+        [GaussianDistribution(-2.0, 0.5), GaussianDistribution(2.0, 0.5)],
+        [0.6, 0.4],
+        [[0.9, 0.1], [0.2, 0.8]],
+        len_dist=PoissonDistribution(15.0),
+    )
+    pq.write_table(pa.table({"events": truth.sampler(3).sample(3000)}), tmp_path / "seqs.parquet")
+    spec = {
+        "estimator": {"type": "hidden_markov", "k": 2, "emission": "gaussian", "len_estimator": "poisson"},
+        "fit": {"max_its": 60, "seed": 1},
+    }
+    (tmp_path / "hmm.json").write_text(json.dumps(spec))
+    out = tmp_path / "fit"
+    proc = _run(
+        "--input", str(tmp_path / "seqs.parquet"), "--model", str(tmp_path / "hmm.json"), "--output", str(out)
+    )
+    assert proc.returncode == 0, proc.stderr
+    model = load_model(out / "model.json")
+    assert isinstance(model, HiddenMarkovDistribution)
+    order = np.argsort([e.mu for e in model.emissions])
+    np.testing.assert_allclose([model.emissions[i].mu for i in order], [-2.0, 2.0], atol=0.05)
+    np.testing.assert_allclose(
+        np.asarray(model.transitions)[np.ix_(order, order)], truth.transitions, atol=0.03
+    )
+    assert model.len_dist is not None and abs(model.len_dist.lam - 15.0) < 0.3

@@ -44,6 +44,19 @@ def test_shorthand_expands_to_k_copies() -> None:
     assert estimator_from_spec(est.to_dict()) == est
 
 
+def test_hidden_markov_shorthand_expands_to_k_emissions() -> None:
+    est = estimator_from_spec(
+        {"type": "hidden_markov", "k": 3, "emission": {"type": "gaussian"}, "len_estimator": "poisson"}
+    )
+    assert len(est.estimators) == 3 and all(e == est.estimators[0] for e in est.estimators)
+    assert est.len_estimator is not None
+    assert estimator_from_spec(est.to_dict()) == est
+    with pytest.raises(SpecError, match="hidden_markov shorthand needs both 'k' and 'emission'"):
+        estimator_from_spec({"type": "hidden_markov", "k": 2})
+    with pytest.raises(SpecError, match="give either 'estimators' or 'k' with 'emission', not both"):
+        estimator_from_spec({"type": "hidden_markov", "k": 2, "emission": "gaussian", "estimators": []})
+
+
 def test_unknown_spec_key_is_named() -> None:
     with pytest.raises(SpecError, match=r"unknown key 'sigma' in gaussian spec"):
         estimator_from_spec({"type": "gaussian", "sigma": 1.0})
