@@ -4,6 +4,10 @@
   family's support check (errors name the value and row), then packs the encoded form.
 * :class:`SumAccumulator` - the statistics ``(sw, sx) = (Σw, Σw x)`` that every family here with a
   one-parameter exponential-family likelihood in ``x`` needs; merging is addition.
+* :class:`FeatureSumAccumulator` - ``(Σw, Σw f_1(x), ..., Σw f_m(x))`` over the feature arrays an
+  encoder packs (gamma: x, log x; beta: log x, log(1 - x); von Mises: cos x, sin x).
+* :class:`PriorSpecMixin` - ``to_dict`` / ``from_dict`` of estimators with ``pseudo_count``,
+  ``suff_stat``, ``name``, ``keys`` and options written only when they differ from their defaults.
 * :class:`OneParameterEstimator` - options, floor, estimate and spec of those families' estimators.
 """
 
@@ -29,7 +33,9 @@ from mixle_spark.stats.base import (
 )
 
 __all__ = [
+    "FeatureSumAccumulator",
     "OneParameterEstimator",
+    "PriorSpecMixin",
     "ScalarEncoder",
     "SumAccumulator",
     "SumAccumulatorFactory",
@@ -147,16 +153,90 @@ class SumAccumulator(Accumulator):
         return self
 
 
-class SumAccumulatorFactory(AccumulatorFactory):
-    """Factory of a :class:`SumAccumulator` subclass (``accumulator_class``)."""
+class FeatureSumAccumulator(Accumulator):
+    """Sums ``Σw`` and ``Σw f`` for each of the :attr:`features` arrays ``f`` of an encoded batch (a
+    tuple of float64 arrays of shape (n,)); value ``(Σw, Σw f_1, ..., Σw f_m)``, merged by addition.
 
-    accumulator_class: ClassVar[type[SumAccumulator]] = SumAccumulator
+    Subclasses set :attr:`features` and :meth:`make_encoder`; the mixture fast path adds its feature
+    sums ``Σ w [1, f_1, ..., f_m]`` through :meth:`add_feature_sums`.
+    """
+
+    features: ClassVar[int] = 2
+
+    def __init__(self, keys: Any = None) -> None:
+        self.keys = keys
+        self.sums = [0.0] * (1 + self.features)
+
+    def seq_update(self, enc: tuple[np.ndarray, ...], weights: np.ndarray, estimate: Any) -> None:
+        self.sums[0] += float(weights.sum())
+        for j, feature in enumerate(enc, start=1):
+            self.sums[j] += float(np.dot(weights, feature))
+        return None
+
+    def add_feature_sums(self, sums: np.ndarray, enc: Any, estimate: Any) -> None:
+        for j in range(len(self.sums)):
+            self.sums[j] += float(sums[j])
+
+    def combine(self, value: Any) -> FeatureSumAccumulator:
+        for j, v in enumerate(value):
+            self.sums[j] += float(v)
+        return self
+
+    def value(self) -> tuple[float, ...]:
+        return tuple(self.sums)
+
+    def from_value(self, value: Any) -> FeatureSumAccumulator:
+        self.sums = [float(v) for v in value]
+        return self
+
+
+class SumAccumulatorFactory(AccumulatorFactory):
+    """Factory of a :class:`SumAccumulator` or :class:`FeatureSumAccumulator` subclass
+    (``accumulator_class``)."""
+
+    accumulator_class: ClassVar[type[SumAccumulator] | type[FeatureSumAccumulator]] = SumAccumulator
 
     def __init__(self, keys: Any = None) -> None:
         self.keys = keys
 
-    def make(self) -> SumAccumulator:
+    def make(self) -> Accumulator:
         return self.accumulator_class(self.keys)
+
+
+class PriorSpecMixin:
+    """Spec round trip of an estimator whose constructor takes ``pseudo_count``, ``suff_stat`` (a tuple
+    or None), ``name``, ``keys``, the options of :attr:`optional_options` (written when not None) and
+    those of :attr:`option_defaults` (written when they differ from their default)."""
+
+    family: ClassVar[str]
+    optional_options: ClassVar[tuple[str, ...]] = ()
+    option_defaults: ClassVar[tuple[tuple[str, Any], ...]] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        def get(key: str) -> Any:
+            return getattr(self, key, None)
+
+        spec: dict[str, Any] = {"type": self.family}
+        spec.update(drop_none(**{key: get(key) for key in self.optional_options}))
+        prior = get("suff_stat")
+        spec.update(
+            drop_none(
+                pseudo_count=get("pseudo_count"),
+                suff_stat=None if prior is None else list(prior),
+                name=get("name"),
+                keys=get("keys"),
+            )
+        )
+        for key, default in self.option_defaults:
+            if get(key) != default:
+                spec[key] = get(key)
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> Any:
+        options = (*cls.optional_options, "pseudo_count", "suff_stat", *(k for k, _ in cls.option_defaults))
+        check_spec_keys(spec, cls.family, optional=(*options, "name", "keys"))
+        return cls(**{k: v for k, v in spec.items() if k != "type"})
 
 
 class OneParameterEstimator(Estimator):

@@ -22,18 +22,20 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import DataValueError
-from mixle_spark.stats._scalar_common import ScalarEncoder
+from mixle_spark.stats._scalar_common import (
+    FeatureSumAccumulator,
+    PriorSpecMixin,
+    ScalarEncoder,
+    SumAccumulatorFactory,
+)
 from mixle_spark.stats._special import digamma, gammaln, trigamma
 from mixle_spark.stats._validate import check_range, first_true
 from mixle_spark.stats.base import (
-    Accumulator,
-    AccumulatorFactory,
     Distribution,
     Estimator,
     Sampler,
     check_parameter,
     check_spec_keys,
-    drop_none,
     register_distribution,
     register_estimator,
 )
@@ -226,56 +228,21 @@ class BetaEncoder(ScalarEncoder):
         return np.log(x), np.log1p(-x)
 
 
-class BetaAccumulator(Accumulator):
-    """Sums ``(Σw, Σw log x, Σw log(1 - x))``."""
+class BetaAccumulator(FeatureSumAccumulator):
+    """Sums ``(Σw, Σw log x, Σw log(1 - x))`` (the encoder's two arrays)."""
 
-    def __init__(self, keys: Any = None) -> None:
-        self.keys = keys
-        self.sw = 0.0
-        self.slog = 0.0
-        self.slog1m = 0.0
-
-    def seq_update(self, enc: tuple[np.ndarray, np.ndarray], weights: np.ndarray, estimate: Any) -> None:
-        log_x, log_1mx = enc
-        self.sw += float(weights.sum())
-        self.slog += float(np.dot(weights, log_x))
-        self.slog1m += float(np.dot(weights, log_1mx))
-        return None
-
-    def add_feature_sums(self, sums: np.ndarray, enc: Any, estimate: Any) -> None:
-        """Add ``sums = Σ w [1, log x, log(1 - x)]`` from the mixture fast path."""
-        self.sw += float(sums[0])
-        self.slog += float(sums[1])
-        self.slog1m += float(sums[2])
-
-    def combine(self, value: Any) -> BetaAccumulator:
-        sw, slog, slog1m = value
-        self.sw += float(sw)
-        self.slog += float(slog)
-        self.slog1m += float(slog1m)
-        return self
-
-    def value(self) -> tuple[float, float, float]:
-        return (self.sw, self.slog, self.slog1m)
-
-    def from_value(self, value: Any) -> BetaAccumulator:
-        self.sw, self.slog, self.slog1m = (float(v) for v in value)
-        return self
+    features = 2
 
     def make_encoder(self) -> BetaEncoder:
         return BetaEncoder()
 
 
-class BetaAccumulatorFactory(AccumulatorFactory):
-    def __init__(self, keys: Any = None) -> None:
-        self.keys = keys
-
-    def make(self) -> BetaAccumulator:
-        return BetaAccumulator(self.keys)
+class BetaAccumulatorFactory(SumAccumulatorFactory):
+    accumulator_class = BetaAccumulator
 
 
 @register_estimator("beta")
-class BetaEstimator(Estimator):
+class BetaEstimator(PriorSpecMixin, Estimator):
     """Maximum-likelihood beta fit (Newton on the digamma system, see :func:`solve_beta`).
 
     Parameters
@@ -294,6 +261,11 @@ class BetaEstimator(Estimator):
 
     With zero total weight the estimate is ``suff_stat`` (or alpha = beta = 1).
     """
+
+    option_defaults = (
+        ("min_shape", DEFAULT_MIN_SHAPE),
+        ("max_shape", DEFAULT_MAX_SHAPE),
+    )
 
     def __init__(
         self,
@@ -357,26 +329,3 @@ class BetaEstimator(Estimator):
             return BetaDistribution(self._clip(a0), self._clip(b0))
         alpha, beta = solve_beta(s1, s2, self.min_shape, self.max_shape)
         return BetaDistribution(alpha, beta)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(
-            drop_none(
-                pseudo_count=self.pseudo_count,
-                suff_stat=None if self.suff_stat is None else list(self.suff_stat),
-                name=self.name,
-                keys=self.keys,
-            )
-        )
-        if self.min_shape != DEFAULT_MIN_SHAPE:
-            spec["min_shape"] = self.min_shape
-        if self.max_shape != DEFAULT_MAX_SHAPE:
-            spec["max_shape"] = self.max_shape
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> BetaEstimator:
-        check_spec_keys(
-            spec, "beta", optional=("pseudo_count", "suff_stat", "min_shape", "max_shape", "name", "keys")
-        )
-        return cls(**{k: v for k, v in spec.items() if k != "type"})

@@ -14,18 +14,20 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.stats._scalar_common import ScalarEncoder
+from mixle_spark.stats._scalar_common import (
+    FeatureSumAccumulator,
+    PriorSpecMixin,
+    ScalarEncoder,
+    SumAccumulatorFactory,
+)
 from mixle_spark.stats._special import digamma, gammaln, log_minus_digamma, trigamma
 from mixle_spark.stats._validate import check_range
 from mixle_spark.stats.base import (
-    Accumulator,
-    AccumulatorFactory,
     Distribution,
     Estimator,
     Sampler,
     check_parameter,
     check_spec_keys,
-    drop_none,
     register_distribution,
     register_estimator,
 )
@@ -164,56 +166,21 @@ class GammaEncoder(ScalarEncoder):
         return x, np.log(x)
 
 
-class GammaAccumulator(Accumulator):
-    """Sums ``(Σw, Σw x, Σw log x)``."""
+class GammaAccumulator(FeatureSumAccumulator):
+    """Sums ``(Σw, Σw x, Σw log x)`` (the encoder's two arrays)."""
 
-    def __init__(self, keys: Any = None) -> None:
-        self.keys = keys
-        self.sw = 0.0
-        self.sx = 0.0
-        self.slog = 0.0
-
-    def seq_update(self, enc: tuple[np.ndarray, np.ndarray], weights: np.ndarray, estimate: Any) -> None:
-        x, log_x = enc
-        self.sw += float(weights.sum())
-        self.sx += float(np.dot(weights, x))
-        self.slog += float(np.dot(weights, log_x))
-        return None
-
-    def add_feature_sums(self, sums: np.ndarray, enc: Any, estimate: Any) -> None:
-        """Add ``sums = Σ w [1, x, log x]`` from the mixture fast path."""
-        self.sw += float(sums[0])
-        self.sx += float(sums[1])
-        self.slog += float(sums[2])
-
-    def combine(self, value: Any) -> GammaAccumulator:
-        sw, sx, slog = value
-        self.sw += float(sw)
-        self.sx += float(sx)
-        self.slog += float(slog)
-        return self
-
-    def value(self) -> tuple[float, float, float]:
-        return (self.sw, self.sx, self.slog)
-
-    def from_value(self, value: Any) -> GammaAccumulator:
-        self.sw, self.sx, self.slog = (float(v) for v in value)
-        return self
+    features = 2
 
     def make_encoder(self) -> GammaEncoder:
         return GammaEncoder()
 
 
-class GammaAccumulatorFactory(AccumulatorFactory):
-    def __init__(self, keys: Any = None) -> None:
-        self.keys = keys
-
-    def make(self) -> GammaAccumulator:
-        return GammaAccumulator(self.keys)
+class GammaAccumulatorFactory(SumAccumulatorFactory):
+    accumulator_class = GammaAccumulator
 
 
 @register_estimator("gamma")
-class GammaEstimator(Estimator):
+class GammaEstimator(PriorSpecMixin, Estimator):
     """Maximum-likelihood gamma fit (shape by a bracketed Newton solve, see :func:`solve_shape`).
 
     Parameters
@@ -232,6 +199,11 @@ class GammaEstimator(Estimator):
 
     With zero total weight the estimate is ``suff_stat`` (or k = 1, theta = 1).
     """
+
+    option_defaults = (
+        ("min_k", DEFAULT_MIN_K),
+        ("max_k", DEFAULT_MAX_K),
+    )
 
     def __init__(
         self,
@@ -291,26 +263,3 @@ class GammaEstimator(Estimator):
         if not (math.isfinite(theta) and theta > 0):
             return GammaDistribution(min(max(k0, self.min_k), self.max_k), theta0)
         return GammaDistribution(k, theta)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(
-            drop_none(
-                pseudo_count=self.pseudo_count,
-                suff_stat=None if self.suff_stat is None else list(self.suff_stat),
-                name=self.name,
-                keys=self.keys,
-            )
-        )
-        if self.min_k != DEFAULT_MIN_K:
-            spec["min_k"] = self.min_k
-        if self.max_k != DEFAULT_MAX_K:
-            spec["max_k"] = self.max_k
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> GammaEstimator:
-        check_spec_keys(
-            spec, "gamma", optional=("pseudo_count", "suff_stat", "min_k", "max_k", "name", "keys")
-        )
-        return cls(**{k: v for k, v in spec.items() if k != "type"})

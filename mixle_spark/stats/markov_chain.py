@@ -18,8 +18,9 @@ vectorized (:mod:`mixle_spark.stats._markov_kernels`); K is the vocabulary size,
 models are dense K x K, which suits vocabularies up to a few thousand labels.
 
 M-step: ``initial`` = first-label counts normalised; each transition row = its counts normalised.
-``pseudo_count=c`` adds ``c`` to every initial count and every transition count over the whole
-vocabulary. A label with no outgoing weight (never followed by another label in the data, e.g. a
+``pseudo_count=c`` is a prior weight of ``c`` spread evenly over the vocabulary (``c / K`` added to
+every initial count, and to every count of each transition row), as for Categorical, Multinomial and
+HiddenMarkov. A label with no outgoing weight (never followed by another label in the data, e.g. a
 terminal page) gets the **uniform** row, with or without ``pseudo_count`` (as a hidden Markov model's
 unvisited state does): every fitted row is a proper distribution, so a fitted chain never turns an
 unseen transition out of such a label into ``-inf`` and can always be sampled.
@@ -494,7 +495,8 @@ class MarkovChainEstimator(Estimator):
     len_estimator : Estimator, optional
         Length model estimator (a count family); without it the fitted model has ``len_dist=None``.
     pseudo_count : float, optional
-        Added to every initial count and every transition count over the vocabulary.
+        Prior weight spread evenly over the vocabulary of ``K`` labels: ``pseudo_count / K`` is added to
+        every initial count and to every count of each transition row.
     name : str, optional
     keys : str, optional
         Tie this chain (initial, transitions and length statistics) to every site with the same key.
@@ -571,7 +573,7 @@ class MarkovChainEstimator(Estimator):
                 f"MarkovChainEstimator: statistics of shapes {initial.shape} and {transitions.shape} "
                 f"for a vocabulary of {k} labels"
             )
-        pc = self.pseudo_count or 0.0
+        pc = (self.pseudo_count or 0.0) / max(k, 1)
         len_dist = (
             None if self.len_estimator is None else self.len_estimator.estimate(float(row_weight), len_value)
         )

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.stats._scalar_common import ScalarEncoder, check_counts
+from mixle_spark.stats._scalar_common import PriorSpecMixin, ScalarEncoder, check_counts
 from mixle_spark.stats._special import (
     digamma_difference_excess,
     log1p_minus_identity,
@@ -48,7 +48,6 @@ from mixle_spark.stats.base import (
     Sampler,
     check_parameter,
     check_spec_keys,
-    drop_none,
     register_distribution,
     register_estimator,
 )
@@ -311,7 +310,7 @@ def prior_histogram(r0: float, p0: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 @register_estimator("negative_binomial")
-class NegativeBinomialEstimator(Estimator):
+class NegativeBinomialEstimator(PriorSpecMixin, Estimator):
     """Maximum-likelihood negative binomial fit: ``r`` by :func:`solve_r`, then ``p = r / (r + mean)``.
 
     Parameters
@@ -332,6 +331,12 @@ class NegativeBinomialEstimator(Estimator):
 
     With zero total weight the estimate is ``suff_stat`` (or r = 1, p = 0.5).
     """
+
+    option_defaults = (
+        ("min_r", DEFAULT_MIN_R),
+        ("max_r", DEFAULT_MAX_R),
+        ("min_p", DEFAULT_MIN_P),
+    )
 
     def __init__(
         self,
@@ -407,27 +412,3 @@ class NegativeBinomialEstimator(Estimator):
         r = solve_r(values, weights, self.min_r, self.max_r)
         p = min(max(r / (r + mean), self.min_p), 1.0 - self.min_p)
         return NegativeBinomialDistribution(r, p)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(
-            drop_none(
-                pseudo_count=self.pseudo_count,
-                suff_stat=None if self.suff_stat is None else list(self.suff_stat),
-                name=self.name,
-                keys=self.keys,
-            )
-        )
-        for key, default in (("min_r", DEFAULT_MIN_R), ("max_r", DEFAULT_MAX_R), ("min_p", DEFAULT_MIN_P)):
-            if getattr(self, key) != default:
-                spec[key] = getattr(self, key)
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> NegativeBinomialEstimator:
-        check_spec_keys(
-            spec,
-            "negative_binomial",
-            optional=("pseudo_count", "suff_stat", "min_r", "max_r", "min_p", "name", "keys"),
-        )
-        return cls(**{k: v for k, v in spec.items() if k != "type"})

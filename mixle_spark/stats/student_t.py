@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import SpecError
-from mixle_spark.stats._scalar_common import ScalarEncoder
+from mixle_spark.stats._scalar_common import PriorSpecMixin, ScalarEncoder
 from mixle_spark.stats._special import log1p_minus_identity, log_minus_digamma, log_rising_factorial
 from mixle_spark.stats.base import (
     Accumulator,
@@ -52,7 +52,6 @@ from mixle_spark.stats.base import (
     Sampler,
     check_parameter,
     check_spec_keys,
-    drop_none,
     register_distribution,
     register_estimator,
 )
@@ -319,7 +318,7 @@ class StudentTAccumulatorFactory(AccumulatorFactory):
 
 
 @register_estimator("student_t")
-class StudentTEstimator(Estimator):
+class StudentTEstimator(PriorSpecMixin, Estimator):
     """Student-t fit by EM on the scale-mixture representation (one EM step per pass; see the module
     docstring for the statistics, the dof equation and the first-pass start).
 
@@ -349,6 +348,14 @@ class StudentTEstimator(Estimator):
 
     With zero total weight the estimate is ``suff_stat`` (or mu = 0, sigma = 1, dof = init_dof).
     """
+
+    optional_options = ("dof",)
+    option_defaults = (
+        ("init_dof", DEFAULT_INIT_DOF),
+        ("min_sigma", DEFAULT_MIN_SIGMA),
+        ("min_dof", DEFAULT_MIN_DOF),
+        ("max_dof", DEFAULT_MAX_DOF),
+    )
 
     def __init__(
         self,
@@ -482,44 +489,3 @@ class StudentTEstimator(Estimator):
             sigma2 *= (dof - 2.0) / dof  # the starting model has the data's variance
         sigma = min(max(math.sqrt(sigma2), self.min_sigma), _MAX_SIGMA)
         return StudentTDistribution(shift + mean_c, sigma, dof)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(
-            drop_none(
-                dof=self.dof,
-                pseudo_count=self.pseudo_count,
-                suff_stat=None if self.suff_stat is None else list(self.suff_stat),
-                name=self.name,
-                keys=self.keys,
-            )
-        )
-        defaults = (
-            ("init_dof", DEFAULT_INIT_DOF),
-            ("min_sigma", DEFAULT_MIN_SIGMA),
-            ("min_dof", DEFAULT_MIN_DOF),
-            ("max_dof", DEFAULT_MAX_DOF),
-        )
-        for key, default in defaults:
-            if getattr(self, key) != default:
-                spec[key] = getattr(self, key)
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> StudentTEstimator:
-        check_spec_keys(
-            spec,
-            "student_t",
-            optional=(
-                "dof",
-                "init_dof",
-                "pseudo_count",
-                "suff_stat",
-                "min_sigma",
-                "min_dof",
-                "max_dof",
-                "name",
-                "keys",
-            ),
-        )
-        return cls(**{k: v for k, v in spec.items() if k != "type"})

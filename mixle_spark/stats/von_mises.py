@@ -24,17 +24,19 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.stats._scalar_common import ScalarEncoder
+from mixle_spark.stats._scalar_common import (
+    FeatureSumAccumulator,
+    PriorSpecMixin,
+    ScalarEncoder,
+    SumAccumulatorFactory,
+)
 from mixle_spark.stats._special import i1_over_i0, log_i0e, one_minus_i1_over_i0
 from mixle_spark.stats.base import (
-    Accumulator,
-    AccumulatorFactory,
     Distribution,
     Estimator,
     Sampler,
     check_parameter,
     check_spec_keys,
-    drop_none,
     register_distribution,
     register_estimator,
 )
@@ -248,56 +250,21 @@ class VonMisesEncoder(ScalarEncoder):
         return np.cos(x), np.sin(x)
 
 
-class VonMisesAccumulator(Accumulator):
-    """Sums ``(Σw, Σw cos x, Σw sin x)``."""
+class VonMisesAccumulator(FeatureSumAccumulator):
+    """Sums ``(Σw, Σw cos x, Σw sin x)`` (the encoder's two arrays)."""
 
-    def __init__(self, keys: Any = None) -> None:
-        self.keys = keys
-        self.sw = 0.0
-        self.scos = 0.0
-        self.ssin = 0.0
-
-    def seq_update(self, enc: tuple[np.ndarray, np.ndarray], weights: np.ndarray, estimate: Any) -> None:
-        cos_x, sin_x = enc
-        self.sw += float(weights.sum())
-        self.scos += float(np.dot(weights, cos_x))
-        self.ssin += float(np.dot(weights, sin_x))
-        return None
-
-    def add_feature_sums(self, sums: np.ndarray, enc: Any, estimate: Any) -> None:
-        """Add ``sums = Σ w [1, cos x, sin x]`` from the mixture fast path."""
-        self.sw += float(sums[0])
-        self.scos += float(sums[1])
-        self.ssin += float(sums[2])
-
-    def combine(self, value: Any) -> VonMisesAccumulator:
-        sw, scos, ssin = value
-        self.sw += float(sw)
-        self.scos += float(scos)
-        self.ssin += float(ssin)
-        return self
-
-    def value(self) -> tuple[float, float, float]:
-        return (self.sw, self.scos, self.ssin)
-
-    def from_value(self, value: Any) -> VonMisesAccumulator:
-        self.sw, self.scos, self.ssin = (float(v) for v in value)
-        return self
+    features = 2
 
     def make_encoder(self) -> VonMisesEncoder:
         return VonMisesEncoder()
 
 
-class VonMisesAccumulatorFactory(AccumulatorFactory):
-    def __init__(self, keys: Any = None) -> None:
-        self.keys = keys
-
-    def make(self) -> VonMisesAccumulator:
-        return VonMisesAccumulator(self.keys)
+class VonMisesAccumulatorFactory(SumAccumulatorFactory):
+    accumulator_class = VonMisesAccumulator
 
 
 @register_estimator("von_mises")
-class VonMisesEstimator(Estimator):
+class VonMisesEstimator(PriorSpecMixin, Estimator):
     """Maximum-likelihood von Mises fit: ``mu = atan2(Σw sin x, Σw cos x)``, ``kappa`` by
     :func:`solve_kappa`.
 
@@ -319,6 +286,8 @@ class VonMisesEstimator(Estimator):
     With zero total weight (or a zero resultant) the estimate is ``suff_stat`` (or the uniform
     distribution, mu = 0 and kappa = 0).
     """
+
+    option_defaults = (("max_kappa", DEFAULT_MAX_KAPPA),)
 
     def __init__(
         self,
@@ -370,24 +339,3 @@ class VonMisesEstimator(Estimator):
             return VonMisesDistribution(mu0, min(kappa0, self.max_kappa))
         rbar = min(resultant / sw, 1.0)
         return VonMisesDistribution(math.atan2(ssin, scos), solve_kappa(rbar, self.max_kappa))
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(
-            drop_none(
-                pseudo_count=self.pseudo_count,
-                suff_stat=None if self.suff_stat is None else list(self.suff_stat),
-                name=self.name,
-                keys=self.keys,
-            )
-        )
-        if self.max_kappa != DEFAULT_MAX_KAPPA:
-            spec["max_kappa"] = self.max_kappa
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> VonMisesEstimator:
-        check_spec_keys(
-            spec, "von_mises", optional=("pseudo_count", "suff_stat", "max_kappa", "name", "keys")
-        )
-        return cls(**{k: v for k, v in spec.items() if k != "type"})

@@ -129,21 +129,21 @@ def test_a_mixture_of_two_chains_is_recovered_by_em() -> None:
         assert got.len_dist.lam == pytest.approx(want.len_dist.lam, rel=0.03)
 
 
-def test_pseudo_count_is_added_to_every_count_and_rows_never_left_are_uniform() -> None:
+def test_pseudo_count_is_spread_over_every_count_and_rows_never_left_are_uniform() -> None:
     records = [["a", "b"], ["a", "a", "b"], ["c"]]
-    model = _fit(MarkovChainEstimator(pseudo_count=1.0), records)
-    np.testing.assert_allclose(model.initial_vector, [3 / 6, 1 / 6, 2 / 6])  # counts a 2, b 0, c 1
-    np.testing.assert_allclose(model.transition_matrix, [[2 / 6, 3 / 6, 1 / 6], [1 / 3] * 3, [1 / 3] * 3])
+    model = _fit(MarkovChainEstimator(pseudo_count=1.0), records)  # 1/3 added to each count
+    np.testing.assert_allclose(model.initial_vector, [7 / 12, 1 / 12, 4 / 12])  # counts a 2, b 0, c 1
+    np.testing.assert_allclose(model.transition_matrix, [[4 / 12, 7 / 12, 1 / 12], [1 / 3] * 3, [1 / 3] * 3])
     plain = _fit(MarkovChainEstimator(), records)
     np.testing.assert_allclose(plain.transition_matrix, [[1 / 3, 2 / 3, 0.0], [1 / 3] * 3, [1 / 3] * 3])
     assert plain.log_density(["a", "c"]) == -math.inf  # a seen row keeps its zero
     # weights scale counts, not pseudo-counts
     weighted = _fit(MarkovChainEstimator(pseudo_count=1.0), records, weights=[2.0, 0.0, 1.0])
-    np.testing.assert_allclose(weighted.initial_vector, [3 / 6, 1 / 6, 2 / 6])
-    np.testing.assert_allclose(weighted.transition_matrix[0], [1 / 5, 3 / 5, 1 / 5])
+    np.testing.assert_allclose(weighted.initial_vector, [7 / 12, 1 / 12, 4 / 12])
+    np.testing.assert_allclose(weighted.transition_matrix[0], [1 / 9, 7 / 9, 1 / 9])
     # a fixed vocabulary (no scan) may name labels the data lacks; the pseudo-count reaches them too
     fixed = _fit(MarkovChainEstimator(pseudo_count=0.5, labels=["z", "c", "b", "a"]), records)
-    assert fixed.labels == ("a", "b", "c", "z") and fixed.initial["z"] == pytest.approx(0.5 / 5)
+    assert fixed.labels == ("a", "b", "c", "z") and fixed.initial["z"] == pytest.approx(0.125 / 3.5)
 
 
 def test_statistics_of_two_halves_merge_exactly_even_with_different_vocabularies() -> None:
