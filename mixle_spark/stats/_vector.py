@@ -190,7 +190,8 @@ def arrow_vector_values(data: Any, dim: int | None, expected: str) -> np.ndarray
     """An Arrow list / large_list / fixed_size_list column of numbers -> float64 (n, d).
 
     Reads the offsets and values buffers directly (no per-row Python), zero-copy for float64 values
-    without nulls. Every row must have length ``dim`` (the first row's length when ``dim`` is None).
+    without nulls. Every row must have length ``dim`` (when ``dim`` is None, the batch's most common
+    length: the rows that differ from the majority are the ones reported).
     """
     array = as_arrow_array(data)
     typ = array.type
@@ -218,12 +219,18 @@ def arrow_vector_values(data: Any, dim: int | None, expected: str) -> np.ndarray
     else:
         offsets = np.asarray(array.offsets)
         lengths = np.diff(offsets)
-        d = dim if dim is not None else (int(lengths[0]) if n else 0)
+        if dim is not None:
+            d, which = dim, ""
+        elif n and np.any(lengths != lengths[0]):
+            sizes, counts = np.unique(lengths, return_counts=True)
+            d, which = int(sizes[np.argmax(counts)]), " (the most common length)"
+        else:
+            d, which = (int(lengths[0]) if n else 0), ""
         bad = lengths != d
         if bad.any():
             i = first_true(bad)
             raise DataValueError(
-                f"{expected}: expected length {d}, got length {int(lengths[i])}",
+                f"{expected}: expected length {d}{which}, got length {int(lengths[i])}",
                 row=i,
                 n_rows=n,
                 count=int(bad.sum()),

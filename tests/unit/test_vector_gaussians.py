@@ -233,6 +233,17 @@ def test_arrow_errors():
     enc.check_arrow_type(pa.large_list(pa.int64()))
 
 
+def test_a_learned_length_is_the_majoritys_so_the_odd_row_is_named():
+    from mixle_spark.stats._vector import arrow_vector_values
+
+    odd_first = pa.array([[1.0], [1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    with pytest.raises(
+        DataValueError, match=r"expected length 2 \(the most common length\), got length 1 \(row 1 of 4\)"
+    ):
+        arrow_vector_values(odd_first, None, "expected a vector")
+    assert arrow_vector_values(pa.array([[1.0, 2.0], [3.0, 4.0]]), None, "expected a vector").shape == (2, 2)
+
+
 def test_record_errors():
     enc = DiagonalGaussianEncoder(2)
     with pytest.raises(DataValueError, match=r"expected length 2, got length 3 \(row 2 of 2\)"):
