@@ -31,6 +31,7 @@ from mixle_spark.parallel._handle import (
 )
 from mixle_spark.parallel.registry import CONTROL_DEFAULTS, refuse_controls
 from mixle_spark.stats._random import RowRandom
+from mixle_spark.stats._validate import check_weights
 from mixle_spark.stats.base import Distribution, Encoder, Estimator, seq_update_with_ll
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "LOCAL_CONTROLS", "LocalEncodedData", "make_local"]
@@ -174,19 +175,19 @@ class LocalEncodedData:
     def _resolve_weights(weights: Any, table: pa.Table | None, n: int) -> np.ndarray:
         if weights is None:
             return np.ones(n)
+        nulls = None
         if isinstance(weights, str):
             if table is None or weights not in table.column_names:
                 raise SchemaError(f"weight column {weights!r} not found")
-            w = np.asarray(table.column(weights).to_numpy(zero_copy_only=False), dtype=np.float64)
+            column = table.column(weights)
+            w = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+            if column.null_count:
+                nulls = np.asarray(column.is_null().to_numpy(zero_copy_only=False))
         else:
             w = np.asarray(weights, dtype=np.float64)
         if w.shape != (n,):
             raise ValueError(f"weights must have one entry per row ({n}), got shape {w.shape}")
-        bad = ~np.isfinite(w) | (w < 0)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"weights must be finite and non-negative, got {w[i]!r} at row {i + 1} of {n}")
-        return w
+        return check_weights(w, name=weights if isinstance(weights, str) else None, nulls=nulls)
 
     @staticmethod
     def _column_source(encoder: Encoder, table: pa.Table, column: str | None) -> Any:

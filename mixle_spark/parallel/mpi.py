@@ -48,6 +48,7 @@ from mixle_spark.parallel._handle import (
     seed_from,
 )
 from mixle_spark.parallel.registry import CONTROL_DEFAULTS, refuse_controls
+from mixle_spark.stats._validate import check_weights
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "MPI_CONTROLS", "MPIEncodedData", "make_mpi", "require_mpi"]
@@ -162,12 +163,7 @@ def _split(start: int, stop: int, pieces: int) -> list[tuple[int, int]]:
 
 
 def _check_weights(w: np.ndarray, offset: int, n: int | None) -> np.ndarray:
-    bad = ~np.isfinite(w) | (w < 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        of = f" of {n}" if n is not None else ""
-        raise ValueError(f"weights must be finite and non-negative, got {w[i]!r} at row {offset + i + 1}{of}")
-    return w
+    return check_weights(w, first_row=offset, n_rows=n)
 
 
 class MPIEncodedData(PayloadHandle):

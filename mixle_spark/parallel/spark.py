@@ -36,7 +36,7 @@ from pyspark.broadcast import Broadcast
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from mixle_spark.errors import DataValueError, EmptyDataError, ExecutorError, FieldError, SchemaError
+from mixle_spark.errors import EmptyDataError, ExecutorError, FieldError, SchemaError
 from mixle_spark.parallel._handle import (
     PassOptions,
     Payload,
@@ -64,7 +64,7 @@ from mixle_spark.parallel._spark_common import (
     is_spark_connect,
 )
 from mixle_spark.parallel.registry import CONTROL_DEFAULTS, refuse_controls
-from mixle_spark.stats._validate import as_arrow_array
+from mixle_spark.stats._validate import as_arrow_array, check_weights
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
 __all__ = ["ROW_ID_COLUMN", "WEIGHT_COLUMN", "SparkEncodedData", "is_spark_connect", "make_spark", "score"]
@@ -75,18 +75,8 @@ logger = logging.getLogger("mixle_spark.parallel.spark")
 def _check_weights(column: pa.Array, name: str) -> None:
     """Raise a DataValueError naming the first null, NaN, infinite or negative weight and its row."""
     w = column.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls become NaN
-    bad = ~np.isfinite(w) | (w < 0)
-    if bad.any():
-        row = int(np.argmax(bad))
-        value = None if column[row].as_py() is None else float(w[row])
-        raise DataValueError(
-            "weights must be finite and non-negative",
-            path=(name,),
-            value=value,
-            row=row,
-            n_rows=len(w),
-            count=int(bad.sum()),
-        )
+    nulls = np.asarray(column.is_null().to_numpy(zero_copy_only=False)) if column.null_count else None
+    check_weights(w, name=name, nulls=nulls)
 
 
 class SparkEncodedData(PayloadHandle):

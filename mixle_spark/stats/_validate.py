@@ -23,6 +23,7 @@ __all__ = [
     "check_finite",
     "check_integer",
     "check_range",
+    "check_weights",
     "first_true",
     "float_values",
     "unit_sum",
@@ -169,3 +170,33 @@ def unit_sum(p: np.ndarray) -> np.ndarray:
             break
         arr[j] = max(arr[j] + residual, 0.0)
     return arr
+
+
+def check_weights(
+    w: np.ndarray,
+    *,
+    name: str | None = None,
+    nulls: np.ndarray | None = None,
+    first_row: int = 0,
+    n_rows: int | None = None,
+) -> np.ndarray:
+    """``w`` (float64), or a DataValueError naming the first null, NaN, infinite or negative weight.
+
+    ``name`` is the weight column (the message starts ``column 'w': ``); ``nulls`` marks rows whose
+    weight was null (they read as NaN in ``w``); ``first_row`` and ``n_rows`` place a slice in the
+    whole table (an MPI rank's rows), so the row reported is the table's. The same message on every
+    backend: ``weights must be finite and non-negative, got -0.5 (2 bad rows, first at row 3 of 6)``.
+    """
+    bad = ~np.isfinite(w) | (w < 0)
+    if bad.any():
+        i = first_true(bad)
+        value = None if nulls is not None and nulls[i] else float(w[i])
+        raise DataValueError(
+            "weights must be finite and non-negative",
+            path=() if name is None else (name,),
+            value=value,
+            row=first_row + i,
+            n_rows=len(w) if n_rows is None else n_rows,
+            count=int(bad.sum()),
+        )
+    return w

@@ -110,3 +110,24 @@ def test_field_errors_keep_their_row_scope_through_pickling() -> None:
         pickle.dumps(UnseenLabelError("label not in the vocabulary", row=0).in_scope(5, "the input"))
     )
     assert str(unseen) == "label not in the vocabulary (row 6 of the input)"
+
+
+def test_local_and_mpi_weight_errors_read_like_spark_s() -> None:
+    """One message for a bad weight on every backend: the column, the value, the first row, the count."""
+    from mixle_spark.parallel import LocalEncodedData
+    from mixle_spark.parallel.mpi import _check_weights
+
+    table = pa.table({"x": [1.0, 2.0, 3.0, 4.0], "w": [1.0, None, -1.0, 2.0]})
+    with pytest.raises(
+        DataValueError,
+        match=r"^column 'w': weights must be finite and non-negative, got null "
+        r"\(2 bad rows, first at row 2 of 4\)$",
+    ):
+        LocalEncodedData(table, estimator=GaussianEstimator(), weights="w", column="x")
+    with pytest.raises(
+        DataValueError, match=r"^weights must be finite and non-negative, got inf \(row 2 of 2\)$"
+    ):
+        LocalEncodedData([1.0, 2.0], estimator=GaussianEstimator(), weights=[1.0, np.inf])
+    # an MPI rank holding rows 100.. of 1000 reports the table's row
+    with pytest.raises(DataValueError, match=r"got -2\.0 \(row 102 of 1000\)$"):
+        _check_weights(np.array([1.0, -2.0]), 100, 1000)
