@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -141,3 +143,90 @@ def features_shared(components: Sequence[Distribution], accumulators: Sequence[A
         return False
     first = components[0].feature_key()  # type: ignore[attr-defined]
     return all(c.feature_key() == first for c in components[1:])  # type: ignore[attr-defined]
+
+
+_REFERENCE_DEPTH = 0
+_REFERENCE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def reference_kernels() -> Iterator[None]:
+    """Within this block mixture E-steps take the per-component path (each component scores the
+    batch, then updates its own statistics) instead of the fused matrix products.
+
+    The two paths compute the same statistics in a different order with different code, so their
+    results agree to rounding (~1e-12 relative) and a corrupted result shows up as a mismatch: the
+    silent-corruption audit (:mod:`mixle_spark.parallel.sdc_audit`) recomputes partitions this way.
+    It is process-wide while active (E-step threads of this process see it too).
+    """
+    global _REFERENCE_DEPTH
+    with _REFERENCE_LOCK:
+        _REFERENCE_DEPTH += 1
+    try:
+        yield
+    finally:
+        with _REFERENCE_LOCK:
+            _REFERENCE_DEPTH -= 1
+
+
+def reference_active() -> bool:
+    """True inside a :func:`reference_kernels` block (in any thread of this process)."""
+    return _REFERENCE_DEPTH > 0
+
+
+def responsibilities(joint: np.ndarray, weights: np.ndarray, estimate: Any) -> np.ndarray:
+    """Turn ``joint`` (K, n) of ``log w_k + log p_k(x_i)`` into ``weights * posterior`` in place
+    (no second (K, n) array); returns the per-row log-likelihood. ``estimate`` is the mixture."""
+    ll, s, bad, bad_post = exp_normalize(joint, estimate.w, estimate.components)
+    joint *= weights / s
+    if bad is not None and bad_post is not None:
+        joint[:, bad] = (bad_post * weights[bad, None]).T
+    return ll
+
+
+def fused_e_step(
+    accumulators: Sequence[Accumulator],
+    counts: np.ndarray,
+    enc: Any,
+    weights: np.ndarray,
+    estimate: Any,
+    map_fn: Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]],
+) -> np.ndarray:
+    """The feature-protocol mixture E-step, fused over blocks of rows that stay in cache; adds the
+    component weights to ``counts`` (in place) and the statistics to ``accumulators``; returns the
+    per-row log-likelihood.
+
+    Per block (about 2 MiB of features, see :func:`block_rows`): one product scores every
+    component ((K, m) @ (m, b), component-major), the log-sum-exp turns the block into
+    responsibilities in place, and a second product gives every component's ``Σ r w φ(x)`` at
+    once. The (K, b) block buffer is reused (one per thread), so the K x n matrix never exists
+    and its passes (max, shift, exp, sum, scale) run from cache. Block statistics are added in
+    block order, whatever ran them (``map_fn``: ``map`` or a thread pool's ordered ``map``).
+    """
+    comps = estimate.components
+    phi = np.asarray(comps[0].seq_features(enc), dtype=np.float64)
+    coef = np.array([c.feature_coefficients(enc) for c in comps], dtype=np.float64)
+    n, k = phi.shape[0], len(comps)
+    rows = block_rows(phi.shape[1])
+    ll = np.empty(n)
+    log_w = estimate.log_w[:, None]
+    buffers = threading.local()
+
+    def block(a: int) -> tuple[np.ndarray, np.ndarray]:
+        b = min(n, a + rows)
+        buf = getattr(buffers, "joint", None)
+        if buf is None:
+            buf = buffers.joint = np.empty(k * min(n, rows))
+        joint = buf[: k * (b - a)].reshape(k, b - a)  # C-contiguous for the sparse exp
+        np.matmul(coef, phi[a:b].T, out=joint)
+        joint += log_w
+        ll[a:b] = responsibilities(joint, weights[a:b], estimate)
+        return joint.sum(axis=1), joint @ phi[a:b]
+
+    sums = np.zeros((k, phi.shape[1]))
+    for block_counts, block_sums in map_fn(block, range(0, n, rows)):
+        counts += block_counts
+        sums += block_sums
+    for j, (acc, comp) in enumerate(zip(accumulators, comps, strict=True)):
+        acc.add_feature_sums(sums[j], enc, comp)  # type: ignore[attr-defined]
+    return ll

@@ -15,28 +15,29 @@ gathered with a second one, instead of a Python loop over components.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from mixle_spark.errors import DegenerateComponentError, NonFiniteLikelihoodError, SpecError
+from mixle_spark.stats._mixture_encoder import MixtureEncoder, unwrap
 from mixle_spark.stats._mixture_kernels import (
-    block_rows,
     exp_normalize,
     features_shared,
+    fused_e_step,
     log_weights,
     normalized_weights,
+    reference_active,
+    reference_kernels,
+    responsibilities,
 )
 from mixle_spark.stats.base import (
     Accumulator,
     AccumulatorFactory,
     Distribution,
-    Encoder,
     Estimator,
     RowRandom,
     Sampler,
@@ -61,12 +62,6 @@ __all__ = [
     "MixtureSampler",
     "reference_kernels",
 ]
-
-
-def _unwrap(encoder: Encoder) -> Encoder:
-    while isinstance(encoder, MixtureEncoder):
-        encoder = encoder.inner
-    return encoder
 
 
 @register_distribution("mixture")
@@ -217,7 +212,7 @@ class MixtureDistribution(Distribution):
 
     def encoder(self) -> MixtureEncoder:
         """The union of the component encoders (raises SpecError when they cannot be combined)."""
-        encoders = [_unwrap(c.encoder()) for c in self.components]
+        encoders = [unwrap(c.encoder()) for c in self.components]
         out = encoders[0]
         for k, e in enumerate(encoders[1:], start=1):
             try:
@@ -283,88 +278,6 @@ class MixtureSampler(Sampler):
         return records
 
 
-class MixtureEncoder(Encoder):
-    """Reads what the component encoders (their union) read; the encoding is theirs, unchanged.
-
-    The mixture adds nothing to the encoded batch, so nested mixtures share one encoding.
-    """
-
-    def __init__(self, inner: Encoder) -> None:
-        self.inner = _unwrap(inner)
-
-    def encode(self, records: Sequence[Any]) -> Any:
-        return self.inner.encode(records)
-
-    def from_arrow(self, data: Any) -> Any:
-        return self.inner.from_arrow(data)
-
-    def column_names(self) -> list[str] | None:
-        names = getattr(self.inner, "column_names", None)
-        return names() if callable(names) else None
-
-    def check_arrow_type(self, arrow_type: Any) -> None:
-        self.inner.check_arrow_type(arrow_type)
-
-    def expected_arrow(self) -> str:
-        return self.inner.expected_arrow()
-
-    @property
-    def compacts(self) -> bool:
-        return self.inner.compacts
-
-    def compact_arrow(self, data: Any) -> Any:
-        return self.inner.compact_arrow(data)
-
-    @property
-    def needs_scan(self) -> bool:
-        return self.inner.needs_scan
-
-    def scan(self, records: Sequence[Any]) -> Any:
-        return self.inner.scan(records)
-
-    def scan_arrow(self, data: Any) -> Any:
-        return self.inner.scan_arrow(data)
-
-    def merge_scans(self, a: Any, b: Any) -> Any:
-        return self.inner.merge_scans(a, b)
-
-    def union(self, other: Encoder) -> MixtureEncoder:
-        return MixtureEncoder(self.inner.union(_unwrap(other)))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, MixtureEncoder) and self.inner == other.inner
-
-    def __hash__(self) -> int:
-        return hash(("MixtureEncoder", hash(self.inner)))
-
-    def __repr__(self) -> str:
-        return f"MixtureEncoder({self.inner!r})"
-
-
-_REFERENCE_DEPTH = 0
-_REFERENCE_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def reference_kernels() -> Iterator[None]:
-    """Within this block mixture E-steps take the per-component path (each component scores the
-    batch, then updates its own statistics) instead of the fused matrix products.
-
-    The two paths compute the same statistics in a different order with different code, so their
-    results agree to rounding (~1e-12 relative) and a corrupted result shows up as a mismatch: the
-    silent-corruption audit (:mod:`mixle_spark.parallel.sdc_audit`) recomputes partitions this way.
-    It is process-wide while active (E-step threads of this process see it too).
-    """
-    global _REFERENCE_DEPTH
-    with _REFERENCE_LOCK:
-        _REFERENCE_DEPTH += 1
-    try:
-        yield
-    finally:
-        with _REFERENCE_LOCK:
-            _REFERENCE_DEPTH -= 1
-
-
 class MixtureAccumulator(Accumulator):
     """Component counts ``Σ w r_k`` and the component accumulators; value ``(counts, (v_1, ..., v_K))``.
 
@@ -414,71 +327,24 @@ class MixtureAccumulator(Accumulator):
         weights = np.asarray(weights, dtype=np.float64)
         if weights.shape[0] == 0:
             return np.zeros(0)
-        if self.use_fast_path and not _REFERENCE_DEPTH and features_shared(comps, self.accumulators):
+        if self.use_fast_path and not reference_active() and features_shared(comps, self.accumulators):
             return self._fused_update(enc, weights, estimate, map_fn)
         rows = list(map_fn(lambda c: np.asarray(c.seq_log_density(enc), dtype=np.float64), comps))
         joint = np.empty((len(rows), rows[0].shape[0]))
         for k, r in enumerate(rows):
             joint[k] = r
         joint += estimate.log_w[:, None]
-        ll = self._responsibilities(joint, weights, estimate)
+        ll = responsibilities(joint, weights, estimate)
         self.counts += joint.sum(axis=1)
         work = zip(self.accumulators, joint, comps, strict=True)
         for _ in map_fn(lambda item: item[0].seq_update(enc, item[1], item[2]), work):
             pass
         return ll
 
-    @staticmethod
-    def _responsibilities(
-        joint: np.ndarray, weights: np.ndarray, estimate: MixtureDistribution
-    ) -> np.ndarray:
-        """Turn ``joint`` (K, n) of ``log w_k + log p_k(x_i)`` into ``weights * posterior`` in place
-        (no second (K, n) array); returns the per-row log-likelihood."""
-        ll, s, bad, bad_post = exp_normalize(joint, estimate.w, estimate.components)
-        joint *= weights / s
-        if bad is not None and bad_post is not None:
-            joint[:, bad] = (bad_post * weights[bad, None]).T
-        return ll
-
     def _fused_update(
         self, enc: Any, weights: np.ndarray, estimate: MixtureDistribution, map_fn: MapFunction
     ) -> np.ndarray:
-        """The feature-protocol E-step, fused over blocks of rows that stay in cache.
-
-        Per block (about 2 MiB of features, see :func:`block_rows`): one product scores every
-        component ((K, m) @ (m, b), component-major), the log-sum-exp turns the block into
-        responsibilities in place, and a second product gives every component's ``Σ r w φ(x)`` at
-        once. The (K, b) block buffer is reused (one per thread), so the K x n matrix never exists
-        and its passes (max, shift, exp, sum, scale) run from cache. Block statistics are added in
-        block order, whatever ran them.
-        """
-        comps = estimate.components
-        phi = np.asarray(comps[0].seq_features(enc), dtype=np.float64)  # type: ignore[attr-defined]
-        coef = np.array([c.feature_coefficients(enc) for c in comps], dtype=np.float64)  # type: ignore[attr-defined]
-        n, k = phi.shape[0], len(comps)
-        rows = block_rows(phi.shape[1])
-        ll = np.empty(n)
-        log_w = estimate.log_w[:, None]
-        buffers = threading.local()
-
-        def block(a: int) -> tuple[np.ndarray, np.ndarray]:
-            b = min(n, a + rows)
-            buf = getattr(buffers, "joint", None)
-            if buf is None:
-                buf = buffers.joint = np.empty(k * min(n, rows))
-            joint = buf[: k * (b - a)].reshape(k, b - a)  # C-contiguous for the sparse exp
-            np.matmul(coef, phi[a:b].T, out=joint)
-            joint += log_w
-            ll[a:b] = self._responsibilities(joint, weights[a:b], estimate)
-            return joint.sum(axis=1), joint @ phi[a:b]
-
-        sums = np.zeros((k, phi.shape[1]))
-        for counts, block_sums in map_fn(block, range(0, n, rows)):
-            self.counts += counts
-            sums += block_sums
-        for j, (acc, comp) in enumerate(zip(self.accumulators, comps, strict=True)):
-            acc.add_feature_sums(sums[j], enc, comp)  # type: ignore[attr-defined]
-        return ll
+        return fused_e_step(self.accumulators, self.counts, enc, weights, estimate, map_fn)
 
     def seq_initialize(self, enc: Any, weights: np.ndarray, rng: RowRandom) -> None:
         """Random responsibilities ~ Dirichlet(1/K^2) (nearly hard assignments) from row-keyed ``rng``."""
@@ -641,9 +507,9 @@ class MixtureEstimator(Estimator):
         return MixtureAccumulatorFactory([e.accumulator_factory() for e in self.estimators], self.keys)
 
     def encoder(self) -> MixtureEncoder:
-        first = _unwrap(self.estimators[0].encoder())
+        first = unwrap(self.estimators[0].encoder())
         for k, e in enumerate(self.estimators[1:], start=1):
-            other = _unwrap(e.encoder())
+            other = unwrap(e.encoder())
             if other != first:
                 raise SpecError(
                     f"MixtureEstimator: all components must read one encoding, but "

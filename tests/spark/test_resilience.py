@@ -141,14 +141,14 @@ def test_the_audit_passes_clean_data_and_does_not_change_the_fit(spark: Any) -> 
 
 
 def test_the_audit_names_a_corrupting_partition(spark: Any) -> None:
-    from mixle_spark.stats import mixture
+    from mixle_spark.stats._mixture_kernels import reference_active
 
     class CorruptingAccumulator(GaussianAccumulator):
         def add_feature_sums(self, sums, enc, estimate):  # the fused kernel's path only
             from pyspark import TaskContext
 
             ctx = TaskContext.get()
-            if ctx is not None and ctx.partitionId() == 2 and not mixture._REFERENCE_DEPTH:
+            if ctx is not None and ctx.partitionId() == 2 and not reference_active():
                 sums = np.array(sums, dtype=float)
                 sums[1] += 1e-6 * abs(sums[1])  # a small silent error
             return super().add_feature_sums(sums, enc, estimate)
