@@ -30,7 +30,7 @@ from mixle_spark.stats._labels import (
     unseen_label_error,
 )
 from mixle_spark.stats._special import log_factorial
-from mixle_spark.stats._validate import as_arrow_array, first_true, unit_sum
+from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import (
     Encoder,
     check_parameter,
@@ -41,7 +41,6 @@ __all__ = [
     "MultinomialBatch",
     "MultinomialEncoder",
     "bag_of",
-    "checked_pmap",
     "encode_lengths",
     "no_vocabulary_error",
 ]
@@ -483,36 +482,6 @@ def _raise_at(
     raise DataValueError(
         detail, value=value_at(j), row=int(row[j]), n_rows=n, count=len(np.unique(row[mask]))
     )
-
-
-def checked_pmap(pmap: Any, fam: str) -> tuple[tuple[Any, ...], np.ndarray]:
-    """The vocabulary (sorted) and probabilities of a token -> probability mapping, validated."""
-    check_parameter(
-        isinstance(pmap, Mapping) and len(pmap) > 0,
-        fam,
-        "pmap",
-        pmap,
-        "a non-empty mapping token -> probability",
-    )
-    labels = sorted_labels(pmap.keys())
-    check_parameter(len(labels) == len(pmap), fam, "pmap", pmap, "free of duplicate tokens")
-    raw = {normalize_label(k): v for k, v in pmap.items()}
-    try:
-        p = np.array([float(raw[k]) for k in labels])
-    except (TypeError, ValueError):
-        p = np.array([math.nan])
-    check_parameter(
-        bool(np.all(np.isfinite(p)) and np.all(p >= 0)),
-        fam,
-        "pmap",
-        pmap,
-        "finite non-negative probabilities",
-    )
-    total = float(p.sum())
-    check_parameter(
-        abs(total - 1.0) <= 1e-9, fam, "pmap", pmap, f"probabilities summing to 1 (sum {total!r})"
-    )
-    return labels, unit_sum(p)
 
 
 def bag_of(x: Any) -> dict[Any, int] | None:

@@ -6,6 +6,7 @@ the same vocabulary from the same set of labels.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -13,11 +14,13 @@ import numpy as np
 import pyarrow as pa
 
 from mixle_spark.errors import DataTypeError, DataValueError, SpecError, UnseenLabelError
+from mixle_spark.stats._validate import unit_sum
 from mixle_spark.stats.base import check_parameter
 
 __all__ = [
     "EXPECTED_LABEL",
     "align_counts",
+    "checked_pmap",
     "hashable_label",
     "lookup_label",
     "no_vocabulary_error",
@@ -132,3 +135,34 @@ def no_vocabulary_error() -> SpecError:
         "CategoricalEstimator has no vocabulary: give labels=[...] or apply the encoder's scan "
         "with estimator.with_scan(scan) before fitting"
     )
+
+
+def checked_pmap(pmap: Any, fam: str, what: str = "label") -> tuple[tuple[Any, ...], np.ndarray]:
+    """The vocabulary (sorted) and probabilities (summing to 1 exactly, see ``unit_sum``) of a
+    ``what`` -> probability mapping, validated; errors name ``fam`` and ``pmap``."""
+    check_parameter(
+        isinstance(pmap, Mapping) and len(pmap) > 0,
+        fam,
+        "pmap",
+        pmap,
+        f"a non-empty mapping {what} -> probability",
+    )
+    labels = sorted_labels(pmap.keys())
+    check_parameter(len(labels) == len(pmap), fam, "pmap", pmap, f"free of duplicate {what}s")
+    raw = {normalize_label(k): v for k, v in pmap.items()}
+    try:
+        p = np.array([float(raw[k]) for k in labels])
+    except (TypeError, ValueError):
+        p = np.array([math.nan])
+    check_parameter(
+        bool(np.all(np.isfinite(p)) and np.all(p >= 0)),
+        fam,
+        "pmap",
+        pmap,
+        "finite non-negative probabilities",
+    )
+    total = float(p.sum())
+    check_parameter(
+        abs(total - 1.0) <= 1e-9, fam, "pmap", pmap, f"probabilities summing to 1 (sum {total!r})"
+    )
+    return labels, unit_sum(p)

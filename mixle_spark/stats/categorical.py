@@ -36,6 +36,7 @@ from mixle_spark.stats._labels import (
     CODES_FIELD,
     EXPECTED_LABEL,
     align_counts,
+    checked_pmap,
     hashable_label,
     is_codes_array,
     lookup_label,
@@ -47,7 +48,7 @@ from mixle_spark.stats._labels import (
     sorted_labels,
     unseen_label_error,
 )
-from mixle_spark.stats._validate import as_arrow_array, first_true, unit_sum
+from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import (
     Accumulator,
     AccumulatorFactory,
@@ -102,33 +103,7 @@ class CategoricalDistribution(Distribution):
     """
 
     def __init__(self, pmap: Mapping[Any, float]) -> None:
-        fam = "CategoricalDistribution"
-        check_parameter(
-            isinstance(pmap, Mapping) and len(pmap) > 0,
-            fam,
-            "pmap",
-            pmap,
-            "a non-empty mapping label -> probability",
-        )
-        labels = sorted_labels(pmap.keys())
-        check_parameter(len(labels) == len(pmap), fam, "pmap", pmap, "free of duplicate labels")
-        raw = {normalize_label(k): v for k, v in pmap.items()}
-        try:
-            p = np.array([float(raw[k]) for k in labels])
-        except (TypeError, ValueError):
-            p = np.array([math.nan])
-        check_parameter(
-            bool(np.all(np.isfinite(p)) and np.all(p >= 0)),
-            fam,
-            "pmap",
-            pmap,
-            "finite non-negative probabilities",
-        )
-        total = float(p.sum())
-        check_parameter(
-            abs(total - 1.0) <= 1e-9, fam, "pmap", pmap, f"probabilities summing to 1 (sum {total!r})"
-        )
-        p = unit_sum(p)
+        labels, p = checked_pmap(pmap, "CategoricalDistribution")
         self.pmap: dict[Any, float] = dict(zip(labels, (float(v) for v in p), strict=True))
         self.labels = labels
         self._p = p

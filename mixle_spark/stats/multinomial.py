@@ -50,12 +50,12 @@ from mixle_spark.stats._bag_of_words import (
     MultinomialBatch,
     MultinomialEncoder,
     bag_of,
-    checked_pmap,
     encode_lengths,
     no_vocabulary_error,
 )
 from mixle_spark.stats._labels import (
     align_counts,
+    checked_pmap,
     hashable_label,
     normalize_label,
     pmap_from_spec,
@@ -116,7 +116,7 @@ class MultinomialDistribution(Distribution):
         include_coefficient: bool = True,
     ) -> None:
         fam = "MultinomialDistribution"
-        labels, p = checked_pmap(pmap, fam)
+        labels, p = checked_pmap(pmap, fam, "token")
         check_parameter(
             len_dist is None or isinstance(len_dist, Distribution),
             fam,
@@ -458,7 +458,7 @@ class MultinomialEstimator(Estimator):
         if suff_stat is None:
             self.suff_stat = None
         else:
-            prior_labels, prior_p = checked_pmap(pmap_from_spec(suff_stat, fam), fam + " suff_stat")
+            prior_labels, prior_p = checked_pmap(pmap_from_spec(suff_stat, fam), fam + " suff_stat", "token")
             self.suff_stat = dict(zip(prior_labels, prior_p.tolist(), strict=True))
         # The prior's tokens join a fixed vocabulary, so the estimate covers them.
         self.labels = None if labels is None else sorted_labels((*labels, *(self.suff_stat or ())))
