@@ -34,7 +34,7 @@ Long fits (see ``mixle_spark.parallel.resilient_em`` and ``sdc_audit``):
 * ``--on-degenerate {stop,floor,reseed}``: what to do when a mixture component's M-step fails (a
   variance collapsing to 0, a component losing all its weight): stop with an error naming the
   iteration and the component (default), keep its previous parameters at a floor weight, or restart
-  it from a fresh random initialisation.
+  it from a fresh random initialisation (at most three times per component; then the fit stops).
 * ``--audit-every N`` recomputes the statistics of a random ``--audit-fraction`` of the partitions
   every N iterations with independent reference kernels and stops with exit code 1, naming the
   partition, if they disagree (silent data corruption on an executor).

@@ -16,6 +16,7 @@ from mixle_spark.stats.base import Distribution, Estimator
 __all__ = [
     "DECREASE_RTOL",
     "FLOOR_WEIGHT",
+    "MAX_RESEEDS",
     "ON_DEGENERATE",
     "FitResult",
     "IterationRecord",
@@ -140,6 +141,9 @@ def has_decreased(ll: float, best_ll: float) -> bool:
 
 ON_DEGENERATE = ("stop", "floor", "reseed")
 """What the EM driver does when an M-step degenerates a mixture component (see ``optimize``)."""
+
+MAX_RESEEDS = 3
+"""How often ``on_degenerate="reseed"`` restarts one component in a fit before the fit stops."""
 
 FLOOR_WEIGHT = 1e-6
 """The weight a floored component keeps (``on_degenerate="floor"``), before renormalisation."""

@@ -21,6 +21,7 @@ import numpy as np
 
 from mixle_spark._em_records import (
     FLOOR_WEIGHT,
+    MAX_RESEEDS,
     ON_DEGENERATE,
     FitResult,
     IterationRecord,
@@ -151,6 +152,7 @@ class EMRun:
         self.converged = False
         self.stopped = "max_its"
         self.dead_reported: set[int] = set()
+        self.reseeds: dict[int, int] = {}
         self.resumed_from: int | None = None
         self.trace = EMTrace(
             metadata={
@@ -365,15 +367,41 @@ class EMRun:
 
     def _reseed(self, j: int) -> Distribution:
         """Component ``j`` of a fresh random initial model (rows and responsibilities drawn from the
-        seed, the iteration and ``j``): what the component would have started as."""
+        seed, the iteration and ``j``): what the component would have started as. The
+        :data:`MAX_RESEEDS`-th + 1 restart of one component stops the fit instead."""
+        from mixle_spark.errors import DegenerateComponentError
+
         mixture = _mixture_of(self.estimator)
         if mixture is None:
             raise ValueError("on_degenerate='reseed' needs a MixtureEstimator")
+        self.reseeds[j] = self.reseeds.get(j, 0) + 1
+        if self.reseeds[j] > MAX_RESEEDS:
+            raise self._stopped(
+                DegenerateComponentError([(j, f"degenerate again after {MAX_RESEEDS} reseeds")]),
+                f"component {j} degenerated again after {MAX_RESEEDS} reseeds; stopped: the data may not "
+                "support this many components (fit fewer, or use on_degenerate='floor')",
+            )
         fresh_seed = seed_to_int(f"{self.seed}:reseed:{self.iteration}:{j}")
-        fresh = self.handle.pysp_seq_initialize(
-            self.estimator, fresh_seed, init_fraction(self.init_p, mixture, len(self.handle))
-        )
+        try:
+            fresh = self.handle.pysp_seq_initialize(
+                self.estimator, fresh_seed, init_fraction(self.init_p, mixture, len(self.handle))
+            )
+        except DegenerateComponentError as err:
+            which = ", ".join(f"component {c} ({why})" for c, why in err.failures)
+            raise self._stopped(
+                err, f"reseeding component {j} failed: the fresh start could not build {which}; stopped"
+            ) from err
         return fresh.components[j]  # type: ignore[no-any-return]
+
+    def _stopped(self, err: Any, message: str) -> Any:
+        """A DegenerateComponentError for this iteration, carrying the model it started from."""
+        from mixle_spark.errors import DegenerateComponentError
+
+        raised = DegenerateComponentError(
+            err.failures, err.components, err.weights, message=f"iteration {self.iteration}: {message}"
+        )
+        raised.iteration, raised.last_model = self.iteration, self.model
+        return raised
 
     # -- scoring, trace ----------------------------------------------------------------------
     def _score(self, ll: float, nobs: float, secs: float, mdl: Distribution, events: Any) -> bool:
@@ -482,6 +510,7 @@ class EMRun:
             self.best = (float(b["score"]), float(b["ll"]), _load_model(b["model"]))
         self.trace = EMTrace.from_dict(state["trace"])
         self.dead_reported = set(state.get("dead_reported", []))
+        self.reseeds = {int(j): int(n) for j, n in state.get("reseeds", {}).items()}
         self.converged = bool(state.get("converged", False))
         self.stopped = str(state.get("stopped", "max_its"))
         self.resumed_from = iteration
@@ -525,6 +554,7 @@ class EMRun:
             else {"score": self.best[0], "ll": self.best[1], "model": _plain_model(self.best[2])},
             "trace": self.trace.to_dict(),
             "dead_reported": sorted(self.dead_reported),
+            "reseeds": {str(j): n for j, n in sorted(self.reseeds.items())},
             "converged": self.converged,
             "stopped": self.stopped,
             "rng": {"seed": self.seed, "streams": "row-keyed hashes of the seed; no other state"},

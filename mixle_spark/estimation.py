@@ -31,6 +31,7 @@ import numpy as np
 from mixle_spark._em_records import (
     DECREASE_RTOL,
     FLOOR_WEIGHT,
+    MAX_RESEEDS,
     ON_DEGENERATE,
     FitResult,
     IterationRecord,
@@ -46,6 +47,7 @@ from mixle_spark.stats.base import Distribution, Estimator
 __all__ = [
     "DECREASE_RTOL",
     "FLOOR_WEIGHT",
+    "MAX_RESEEDS",
     "ON_DEGENERATE",
     "FitResult",
     "IterationRecord",
@@ -165,8 +167,10 @@ def optimize(
         and the component (``err.last_model`` is the model it started from); ``floor`` keeps the
         component's previous parameters with at least :data:`FLOOR_WEIGHT` weight; ``reseed``
         restarts it from a fresh random sample of rows (drawn from the seed, the iteration and the
-        component) with weight ``1/K``. A component left with weight 0 (no rows) is reported in the
-        trace; ``floor`` gives it :data:`FLOOR_WEIGHT`, ``reseed`` restarts it.
+        component) with weight ``1/K``, at most :data:`MAX_RESEEDS` times per component (then the
+        fit stops as with ``stop``: the data does not support that many components). A component
+        left with weight 0 (no rows) is reported in the trace; ``floor`` gives it
+        :data:`FLOOR_WEIGHT`, ``reseed`` restarts it.
     audit : SDCAudit or True, optional
         Silent-corruption audit (:class:`~mixle_spark.parallel.sdc_audit.SDCAudit`; True = defaults):
         recompute a sample of partitions by an independent pass and compare.

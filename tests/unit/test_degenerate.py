@@ -4,12 +4,13 @@ the ``on_degenerate`` policy (stop / floor / reseed), never passed on as NaN."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from mixle_spark.errors import DegenerateComponentError, NonFiniteLikelihoodError
-from mixle_spark.estimation import FLOOR_WEIGHT, optimize
+from mixle_spark.estimation import FLOOR_WEIGHT, MAX_RESEEDS, optimize
 from mixle_spark.parallel.resilient_em import CheckpointStore
 from mixle_spark.stats import (
     GaussianDistribution,
@@ -106,3 +107,59 @@ def test_a_nested_mixture_cannot_be_floored_so_the_fit_stops() -> None:
         DegenerateComponentError, match=r"the mixture is nested, so on_degenerate='floor' cannot"
     ):
         optimize(rows, est, max_its=4, delta=None, on_degenerate="floor")
+
+
+class FlakyGaussianEstimator(FragileGaussianEstimator):
+    """Breaks at every odd call from ``fail_from`` on: each reseed (an even call) succeeds, and the
+    next M-step of the reseeded component breaks again."""
+
+    def estimate(self, nobs, value):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        if self.calls >= self.fail_from and self.calls % 2 == 1:
+            raise ValueError(
+                f"GaussianDistribution: sigma2 must be a positive finite number, got inf (call {self.calls})"
+            )
+        return GaussianEstimator.estimate(self, nobs, value)
+
+
+def test_reseed_stops_a_component_that_keeps_degenerating() -> None:
+    est = MixtureEstimator([GaussianEstimator(), FlakyGaussianEstimator(fail_from=3)])
+    with pytest.raises(
+        DegenerateComponentError,
+        match=rf"^iteration 5: component 1 degenerated again after {MAX_RESEEDS} reseeds; stopped: the data "
+        r"may not support this many components",
+    ) as info:
+        optimize(_data(), est, max_its=10, delta=None, prev_estimate=START, on_degenerate="reseed")
+    assert info.value.iteration == 5 and info.value.last_model is not None
+
+
+def test_a_reseed_that_cannot_build_the_component_stops_with_the_reason() -> None:
+    with pytest.raises(
+        DegenerateComponentError,
+        match=r"^iteration 2: reseeding component 1 failed: the fresh start could not build component 1 "
+        r"\(ValueError: GaussianDistribution: sigma2 must be a positive finite number, got inf \(call 4\)\); "
+        r"stopped$",
+    ):
+        _fit("reseed")
+
+
+def test_reseed_counts_survive_a_resume(tmp_path: Path) -> None:
+    """Reseed counts are checkpointed: a resumed fit goes on counting from the checkpoint's."""
+
+    def run(max_its: int) -> Any:
+        est = MixtureEstimator([GaussianEstimator(), FlakyGaussianEstimator(fail_from=3)])
+        return optimize(
+            _data(),
+            est,
+            max_its=max_its,
+            delta=None,
+            prev_estimate=START,
+            on_degenerate="reseed",
+            checkpoint_dir=tmp_path / "ckpt",
+        )
+
+    run(4)  # iterations 2 and 3 reseed component 1: two restarts, checkpointed at iteration 4
+    # The resumed run's fresh estimator breaks again at its 3rd call (iteration 6: the third restart)
+    # and 5th (iteration 7: a fourth, over MAX_RESEEDS). Counting from zero it would stop at 9.
+    with pytest.raises(DegenerateComponentError, match=r"^iteration 7: component 1 degenerated again"):
+        run(10)
