@@ -8,8 +8,9 @@
 input column plus ``log_likelihood`` (double, the row's log-density under the model) and, for
 mixture models, ``prediction`` (int, the most probable component) and ``probability``
 (array<double>, the posterior over components); for hidden Markov models ``states``
-(array<int>, the Viterbi path: the most probable state of every element). The table is written
-in one Delta commit: a failed run leaves no table (or the previous one, with ``--mode overwrite``).
+(array<int>, the Viterbi path: the most probable state of every element; for a record,
+``FIELD_states`` per hidden Markov field). The table is written in one Delta commit: a failed run
+leaves no table (or the previous one, with ``--mode overwrite``).
 
 Exit codes: 0 success; 2 bad arguments or bad input (a missing input or model, a model that does
 not match the table's columns or types, an output table that exists with ``--mode error``); 1 any

@@ -5,6 +5,7 @@ DataFrame-only payload merge (Spark Connect)."""
 from __future__ import annotations
 
 import math
+import operator
 import pickle
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -21,6 +22,7 @@ from mixle_spark.parallel._handle import (
     one_column_error,
 )
 from mixle_spark.stats.base import Encoder
+from mixle_spark.stats.record import RecordDistribution
 
 ROW_ID_COLUMN = "__mixle_mid"
 WEIGHT_COLUMN = "__mixle_weight"
@@ -131,3 +133,32 @@ def _merge_with_dataframes(payloads: DataFrame, factory: Any, parts: int, depth:
     for row in frame.collect():
         merged = merge_payloads(factory, merged, pickle.loads(row[0]))
     return merged
+
+
+def state_paths(model: Any, states_col: str | None) -> list[tuple[str, Callable[[Any], pa.Array]]]:
+    """The Viterbi-path columns ``score`` adds, each with the function that turns a batch's encoding
+    into that array<int> column: ``states_col`` for a hidden Markov model, ``<field>_<states_col>``
+    for every hidden Markov field of a top-level record; none when ``states_col`` is None."""
+    if states_col is None:
+        return []
+
+    def column(hmm: Any, pick: Callable[[Any], Any]) -> Callable[[Any], pa.Array]:
+        def of(enc: Any) -> pa.Array:
+            seqs = pick(enc)
+            states, _ = hmm.seq_viterbi(seqs)
+            ends = np.concatenate(([0], np.cumsum(seqs.lengths))).astype(np.int32)
+            return pa.ListArray.from_arrays(
+                pa.array(ends, pa.int32()), pa.array(states.astype(np.int32), pa.int32())
+            )
+
+        return of
+
+    if hasattr(model, "seq_viterbi"):
+        return [(states_col, column(model, lambda enc: enc))]
+    if not isinstance(model, RecordDistribution):
+        return []
+    return [
+        (f"{name}_{states_col}", column(dist, operator.itemgetter(i)))
+        for i, (name, dist) in enumerate(model.fields.items())
+        if hasattr(dist, "seq_viterbi")
+    ]

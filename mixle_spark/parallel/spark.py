@@ -62,6 +62,7 @@ from mixle_spark.parallel._spark_common import (
     _vector_columns_to_arrays,
     _weights,
     is_spark_connect,
+    state_paths,
 )
 from mixle_spark.parallel.registry import CONTROL_DEFAULTS, refuse_controls
 from mixle_spark.stats._validate import as_arrow_array, check_weights
@@ -522,7 +523,8 @@ def score(
 
     Adds ``log_likelihood_col`` (double); for mixture models also ``prediction_col`` (int, the most
     probable component) and ``probability_col`` (array<double>, the posterior over components);
-    for hidden Markov models ``states_col`` (array<int>, the Viterbi path, one state per element).
+    for hidden Markov models ``states_col`` (array<int>, the Viterbi path, one state per element),
+    and for a record ``<field>_<states_col>`` per hidden Markov field.
     Pass None to skip the mixture / state columns. ML Vector input columns are read as
     array<double> (and returned as such).
     """
@@ -545,9 +547,8 @@ def score(
         added.append(StructField(prediction_col, IntegerType(), False))
     if mixture and probability_col:
         added.append(StructField(probability_col, ArrayType(DoubleType(), False), False))
-    with_states = hasattr(model, "seq_viterbi") and states_col is not None
-    if states_col is not None and with_states:
-        added.append(StructField(states_col, ArrayType(IntegerType(), False), False))
+    paths = state_paths(model, states_col)
+    added += [StructField(name, ArrayType(IntegerType(), False), False) for name, _ in paths]
     for field in added:
         if field.name in df.columns:
             raise SchemaError(f"column {field.name!r} already exists; choose another output column name")
@@ -581,10 +582,7 @@ def score(
                     k = post.shape[1]
                     offsets = pa.array(np.arange(0, (len(post) + 1) * k, k, dtype=np.int32), pa.int32())
                     arrays.append(pa.ListArray.from_arrays(offsets, pa.array(post.ravel(), pa.float64())))
-            if with_states:
-                states, _ = model.seq_viterbi(enc)  # type: ignore[attr-defined]
-                ends = pa.array(np.concatenate(([0], np.cumsum(enc.lengths))).astype(np.int32), pa.int32())
-                arrays.append(pa.ListArray.from_arrays(ends, pa.array(states.astype(np.int32), pa.int32())))
+            arrays += [path(enc) for _, path in paths]
             yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
     return df.mapInArrow(score_partition, out_schema)

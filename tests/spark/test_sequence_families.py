@@ -1,4 +1,5 @@
-"""Hidden Markov models on Spark: a whole fit equals the local one, and scoring adds the Viterbi path."""
+"""Hidden Markov models on Spark: a whole fit equals the local one, and scoring adds the Viterbi path
+(one ``states`` column, or one ``FIELD_states`` per hidden Markov field of a record)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from mixle_spark.parallel.spark import score
 from mixle_spark.stats import (
     CategoricalDistribution,
     CategoricalEstimator,
+    GaussianDistribution,
     HiddenMarkovDistribution,
     HiddenMarkovEstimator,
     PoissonDistribution,
     PoissonEstimator,
+    RecordDistribution,
 )
 from tests.spark.test_spark_backend import _assert_models_close
 
@@ -66,3 +69,15 @@ def test_hmm_fit_on_spark_equals_local_and_scores_states(spark: Any) -> None:
     )
     none = score(remote, df, column="clicks", states_col=None)
     assert "states" not in none.columns
+
+
+def test_a_record_with_hidden_markov_fields_gets_one_states_column_per_field(spark: Any) -> None:
+    table = _table(400, seed=8)
+    table = table.append_column("again", table.column("clicks"))
+    model = RecordDistribution({"clicks": TRUTH, "id": GaussianDistribution(200.0, 1e4), "again": TRUTH})
+    scored = score(model, spark.createDataFrame(table).repartition(2)).orderBy("id").toArrow()
+    assert scored.column_names == ["id", "clicks", "again", "log_likelihood", "clicks_states", "again_states"]
+    want, _ = TRUTH.seq_viterbi(TRUTH.encoder().from_arrow(table.column("clicks")))
+    for name in ("clicks_states", "again_states"):
+        np.testing.assert_array_equal(scored.column(name).combine_chunks().values.to_numpy(), want)
+    assert "clicks_states" not in score(model, spark.createDataFrame(table), states_col=None).columns
