@@ -210,7 +210,7 @@ class EMRun:
             t0 = time.perf_counter()
             self._reset_parts()
             nobs, ll = self.handle.pysp_seq_log_density_sum(self.model)
-            if not self._score(ll, nobs, time.perf_counter() - t0, self.model, ()):
+            if not self._score(ll, nobs, time.perf_counter() - t0, self.model, self._backend_events()):
                 self.stopped = "decrease"
             elif not self.converged and self.delta is not None:
                 # The last model's gain is known too: a run that reached max_its exactly as the
@@ -274,7 +274,13 @@ class EMRun:
             nxt = self._degenerate(err, model, events)
         else:
             nxt = self._dead_components(nxt, events)
-        return nobs, ll, nxt, events
+        return nobs, ll, nxt, [*self._backend_events(), *events]
+
+    def _backend_events(self) -> list[str]:
+        """What the backend reports about its workers since the last pass (resident tasks lost,
+        restarted, data laid out again), for the trace and the progress log."""
+        take = getattr(self.handle, "take_events", None)
+        return [] if take is None else list(take())
 
     def _audit_parts(self) -> frozenset[int]:
         if not getattr(self.handle, "supports_pass_options", False):

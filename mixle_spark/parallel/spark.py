@@ -93,19 +93,27 @@ class SparkEncodedData(PayloadHandle):
     model : Distribution, optional
         Encode for scoring with this model instead.
     num_chunks : int, optional
-        Repartition the encoded data into this many partitions (row ids are assigned before).
+        Repartition the encoded data into this many partitions (row ids are assigned before). By
+        default (unless ``resident=False`` or the session cannot run resident tasks) the backend lays
+        the data out itself, one partition per task slot the session really has (executors' cores /
+        ``spark.task.cpus``), whatever the input's partitioning, and lays it out again when a resident
+        session starts with another number of slots (after a lost executor). With ``resident=False``
+        the input's partitioning is kept.
     weights : str, optional
         Name of a non-negative weight column.
     depth : int
         ``treeAggregate`` depth for merging partition payloads (>= 1).
     resident : bool, optional
         Keep decoded partitions in long-lived tasks for the whole fit (one barrier job, E-steps
-        requested over a socket; see :mod:`mixle_spark.parallel._spark_resident`). None (default)
-        uses them during fits run by :mod:`mixle_spark.estimation` when the session allows it
-        (classic Spark, partitions <= task slots) and falls back to one job per iteration otherwise
-        or on failure; direct ``pysp_*`` calls then run ordinary jobs, so resident tasks never hold
-        the session's task slots outside a fit. True requires them for every E-step (until
-        ``release_workers`` / ``close``); False never uses them.
+        requested over an authenticated socket; see :mod:`mixle_spark.parallel._spark_resident`).
+        None (default) uses them during fits run by :mod:`mixle_spark.estimation` whenever the session
+        can (classic Spark without dynamic allocation, partitions <= task slots); a lost task ends the
+        session, the step is recomputed by a Spark job and the next step starts a new session (both
+        recorded in the EM trace); a session that cannot start, or keeps failing, leaves one job per
+        E-step for the rest of the fit. Resident tasks hold every task slot of the session while a fit
+        runs (direct ``pysp_*`` calls outside a fit run ordinary jobs). True requires them for every
+        E-step (until ``release_workers`` / ``close``); False never uses them: use it on a cluster
+        shared with other jobs.
     merge : {"auto", "tree", "dataframe"}
         ``tree`` uses ``treeAggregate`` (needs RDDs), ``dataframe`` rounds of repartition +
         ``mapInArrow`` merges (works under Spark Connect); ``auto`` picks ``dataframe`` under
@@ -156,8 +164,15 @@ class SparkEncodedData(PayloadHandle):
         self._resident_mode = resident
         self._resident: Any = None
         self.resident_steps = 0
-        self._fitting = 0
         """How many E-steps resident tasks served (the rest ran as one Spark job each)."""
+        self.resident_starts = 0
+        """How many resident sessions started (more than one per fit after a lost task)."""
+        self.resident_off: str | None = None
+        """Why resident E-steps are off for the current fit (None while they may run)."""
+        self._restarts = 0
+        self._announce: str | None = None
+        self._events: list[str] = []
+        self._fitting = 0
         self._broadcasts: list[Any] = []
         self._closed = False
         base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
@@ -175,9 +190,16 @@ class SparkEncodedData(PayloadHandle):
         self.has_weights = weights is not None
         self.weight_name = weights or ""
         frame = selected.select(*cols, F.monotonically_increasing_id().alias(ROW_ID_COLUMN))
+        self._storage_level = storage_level or StorageLevel.MEMORY_AND_DISK
+        self.auto_layout = num_chunks is None and resident is not False and _resident_blocker(data) is None
+        """The backend lays the encoded data out for the task slots (one partition each), again
+        whenever a resident session starts with another number of slots."""
+        if self.auto_layout:
+            slots = _slots_for_layout(data.sparkSession.sparkContext)
+            num_chunks = slots or None  # no executors yet: the first resident start lays it out
         if num_chunks is not None:
             frame = frame.repartition(num_chunks)
-        self.frame = frame.persist(storage_level or StorageLevel.MEMORY_AND_DISK)
+        self.frame = frame.persist(self._storage_level)
         try:
             self._scan, self.offsets, self.n, self.num_partitions = self._scan_pass(base, estimator)
         except BaseException:
@@ -187,7 +209,7 @@ class SparkEncodedData(PayloadHandle):
             estimator.with_scan(self._scan).encoder() if estimator is not None and base.needs_scan else base
         )
         if self.encoder.compacts:
-            self.frame = self._compacted(self.frame, storage_level or StorageLevel.MEMORY_AND_DISK)
+            self.frame = self._compacted(self.frame, self._storage_level)
 
     # -- the encoding pass --------------------------------------------------------------------
     def _scan_pass(self, encoder: Encoder, estimator: Estimator | None) -> tuple[Any, np.ndarray, int, int]:
@@ -292,7 +314,18 @@ class SparkEncodedData(PayloadHandle):
 
     def begin_fit(self) -> None:
         """Called by the EM driver when a fit starts: E-steps may now use resident tasks."""
+        if self._fitting == 0:
+            self.resident_off, self._restarts = None, 0
         self._fitting += 1
+
+    def take_events(self) -> list[str]:
+        """What happened to the resident engine since the last call (for the EM trace), oldest first."""
+        events, self._events = self._events, []
+        return events
+
+    def _event(self, text: str, level: int = logging.INFO) -> None:
+        self._events.append(text)
+        logger.log(level, text)
 
     def end_fit(self) -> None:
         """Called by the EM driver when a fit ends: resident tasks are released."""
@@ -406,38 +439,102 @@ class SparkEncodedData(PayloadHandle):
         return self._run(estep_partition, factory)
 
     def _resident_estep(self, request: Any) -> Payload | None:
-        """The E-step through resident tasks, or None when they cannot serve (then a job runs)."""
-        from mixle_spark.parallel._spark_resident import ResidentSession, ResidentUnavailable
+        """The E-step through resident tasks, or None when they cannot serve it (a job runs it instead).
 
-        try:
-            if self._resident is None:
-                encoder, read = self.encoder, _reader(self.columns, self.reads_table)
-                has_weights, offsets = self.has_weights, self.offsets
+        A lost task ends the session; the step is recomputed by a job and the next step starts a new
+        session (at most :data:`MAX_RESIDENT_RESTARTS` times a fit). With ``resident=True`` the step is
+        retried on the new session instead, and anything else that stops resident tasks is an error.
+        """
+        from mixle_spark.parallel._spark_resident import ResidentUnavailable
 
-                def encode(batch: pa.RecordBatch) -> Any:
-                    return (
-                        encoder.from_arrow(read(batch)),
-                        _weights(batch, has_weights),
-                        _row_ids(batch, offsets),
+        if self.resident_off is not None:
+            return None
+        while True:
+            try:
+                if self._resident is None:
+                    self._start_resident()
+                replies = self._resident.request(request)
+            except ResidentUnavailable as err:
+                self._resident = None
+                retry = err.retry and self._restarts < MAX_RESIDENT_RESTARTS
+                if self._resident_mode is True and not retry:
+                    raise ValueError(f"resident=True, but resident E-steps are unavailable: {err}") from err
+                if not retry:
+                    self.resident_off = str(err)
+                    self._event(
+                        f"resident E-steps off for this fit: {err}; one Spark job per E-step", logging.WARNING
                     )
-
-                session = ResidentSession(self.frame, self.num_partitions, encode, accumulate_chunks)
-                session.start()
-                self._resident = session
+                    return None
+                self._restarts += 1
+                self._announce = (
+                    f"resident E-steps restarted ({self._restarts} of at most {MAX_RESIDENT_RESTARTS})"
+                )
+                if self._resident_mode is True:
+                    self._event(f"resident E-steps lost: {err}; retrying this step on a new session")
+                    continue
+                self._event(
+                    f"resident E-steps lost: {err}; this step recomputed by a Spark job", logging.WARNING
+                )
+                return None
             merged: Payload | None = None
-            self.resident_steps += 1
-            for payload in self._resident.request(request):
+            for payload in replies:
                 merged = merge_payloads(request[0], merged, payload)
             if merged is None:
                 raise EmptyDataError("no rows: every partition of the encoded data is empty")
+            self.resident_steps += 1
+            if self._announce is not None:
+                self._event(f"{self._announce}: {self._resident.describe()}")
+                self._announce = None
             return merged
-        except ResidentUnavailable as err:
-            if self._resident_mode is True:
-                raise ValueError(f"resident=True, but resident E-steps are unavailable: {err}") from err
-            logger.info("resident E-steps off (%s); running one Spark job per iteration", err)
-            self._resident_mode = False
-            self._resident = None
-            return None
+
+    def _start_resident(self) -> None:
+        """Start a resident session, laying the encoded data out for the slots first (auto layout)."""
+        from mixle_spark.parallel._spark_resident import ResidentSession, ResidentUnavailable, task_slots
+
+        blocker = _resident_blocker(self.frame)
+        if blocker is not None:
+            raise ResidentUnavailable(blocker)
+        slots = task_slots(self.frame.sparkSession.sparkContext)
+        if self.auto_layout and slots > 0 and self.num_partitions != slots:
+            self._relayout(slots)
+        if self.num_partitions > slots:
+            hint = (
+                ""
+                if self.auto_layout
+                else f" (num_chunks={self.num_partitions}; leave it unset to lay the data out for the slots)"
+            )
+            raise ResidentUnavailable(
+                f"{self.num_partitions} partitions but {slots} task slots{hint}", retry=self.auto_layout
+            )
+        encoder, read = self.encoder, _reader(self.columns, self.reads_table)
+        has_weights, offsets = self.has_weights, self.offsets
+
+        def encode(batch: pa.RecordBatch) -> Any:
+            return (encoder.from_arrow(read(batch)), _weights(batch, has_weights), _row_ids(batch, offsets))
+
+        session = ResidentSession(self.frame, self.num_partitions, encode, accumulate_chunks)
+        session.start()
+        self._resident = session
+        self.resident_starts += 1
+        if self._announce is None:
+            self._announce = "resident E-steps started"
+
+    def _relayout(self, parts: int) -> None:
+        """Repartition the cached encoded data into ``parts`` partitions (row ids travel with the rows)."""
+        from mixle_spark.parallel._spark_resident import ResidentUnavailable
+
+        before = self.num_partitions
+        new = self.frame.repartition(parts).persist(self._storage_level)
+        try:
+            new.count()
+        except Exception as err:  # a lost executor while copying: the old layout stays
+            new.unpersist()
+            raise ResidentUnavailable(
+                f"could not lay the data out for {parts} slots: {err}", retry=True
+            ) from err
+        self.frame.unpersist()
+        self.frame, self.num_partitions = new, parts
+        self._event(f"encoded data laid out again for {parts} task slot(s) (was {before} partitions)")
 
     def first_nonfinite_row(self, estimate: Distribution) -> tuple[int, float] | None:
         """(global row index, value) of the first row whose log-density is NaN or infinite, if any."""
@@ -487,6 +584,37 @@ def executor_error(err: BaseException) -> ExecutorError | None:
         remote_type=remote_type,
         remote_message=remote_message.strip(),
     )
+
+
+MAX_RESIDENT_RESTARTS = 3
+"""Resident sessions a fit may start again after lost tasks before it runs one job per E-step."""
+EXECUTOR_WAIT = 30.0
+"""Seconds a new handle waits for a cluster's first executors before laying out its data."""
+
+
+def _resident_blocker(data: Any) -> str | None:
+    """Why this DataFrame's session can never run resident tasks, or None."""
+    if is_spark_connect(data):
+        return "Spark Connect has no SparkContext for barrier jobs"
+    conf = data.sparkSession.sparkContext.getConf()
+    if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        return "dynamic allocation is on (barrier stages need a fixed set of executors)"
+    return None
+
+
+def _slots_for_layout(sc: Any) -> int:
+    """Task slots to lay the data out for; on a cluster that has no executors yet, waits for the first
+    ones up to :data:`EXECUTOR_WAIT` seconds (0 if none come)."""
+    import time
+
+    from mixle_spark.parallel._spark_resident import task_slots
+
+    deadline = time.monotonic() + (0.0 if sc.master.startswith("local") else EXECUTOR_WAIT)
+    while True:
+        slots = task_slots(sc)
+        if slots > 0 or time.monotonic() >= deadline:
+            return slots
+        time.sleep(0.2)
 
 
 SPARK_CONTROLS = ("encoder", "num_chunks", "resources", "engine", "precision", "num_workers")

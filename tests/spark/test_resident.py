@@ -99,7 +99,10 @@ def test_a_failing_resident_task_falls_back_without_changing_estimates(frame: An
     est = MixtureEstimator([_Estimator()] * 2)
     with SparkEncodedData(df, estimator=est, num_chunks=2) as handle:
         fit = optimize(handle, est, max_its=3, delta=None, prev_estimate=START)
-        assert handle.resident_steps == 1 and handle._resident_mode is False
+        assert handle.resident_steps == 0 and handle.resident_starts == 1
+        assert "injected failure in a resident task" in (handle.resident_off or "")
+        events = [e for rec in fit.fit_result.trace for e in rec.events]
+        assert any(e.startswith("resident E-steps off for this fit: partition") for e in events), events
     want = optimize(x, EST, max_its=3, delta=None, prev_estimate=START)
     np.testing.assert_allclose(_params(fit), _params(want), rtol=1e-10)
 
