@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -37,6 +38,7 @@ __all__ = [
     "read_spark_defaults",
     "read_table",
     "session_settings",
+    "ship_package",
     "spark_defaults_file",
     "spark_session",
     "write_table",
@@ -237,6 +239,8 @@ def spark_session(
 
     Notes
     -----
+    On a cluster master a new session ships this mixle_spark to the executors (:func:`ship_package`;
+    ``spark.mixle.shipPackage=false`` turns it off); they still need numpy, pyarrow and pandas.
     Under ``spark-submit`` (no ``master`` given) the submitted master and settings are kept. Spark resolves
     ``spark.jars.packages`` only when it launches, so there pass the Delta jar on the command line:
     ``spark-submit --packages io.delta:delta-spark_2.13:4.0.1 ...`` (see :func:`delta_package`).
@@ -266,6 +270,8 @@ def spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if not local and spark.conf.get(SHIP_PACKAGE, "true").lower() != "false":
+        ship_package(spark)
     if delta and not _has_delta(spark):
         raise RuntimeError(
             "the Spark session was created without the Delta extension; stop it or pass delta=False"
@@ -276,6 +282,41 @@ def spark_session(
             f"--packages {delta_package()} (or delta=False to run without Delta)"
         )
     return spark
+
+
+SHIP_PACKAGE = "spark.mixle.shipPackage"
+"""Session setting: ``false`` stops :func:`spark_session` from shipping mixle_spark to executors."""
+_shipped: dict[str, Path] = {}
+
+
+def ship_package(spark: SparkSession) -> Path | None:
+    """Make the mixle_spark the driver runs importable on the session's executors.
+
+    Zips the package's sources once per application and adds the zip with ``addPyFile``; Python
+    workers put it ahead of their site-packages, so executors run the driver's version even where an
+    older one is installed. Returns the zip (None when this package is itself imported from a zip,
+    i.e. already shipped). The executors' Python still needs numpy, pyarrow and pandas: see the
+    README's "Running on a cluster".
+    """
+    import zipfile
+
+    import mixle_spark
+
+    root = Path(mixle_spark.__file__).resolve().parent
+    if not root.is_dir():
+        return None
+    sc = spark.sparkContext
+    app = sc.applicationId
+    if app in _shipped:
+        return _shipped[app]
+    target = Path(tempfile.mkdtemp(prefix="mixle_spark-ship-")) / f"mixle_spark-{mixle_spark.__version__}.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".typed") and "__pycache__" not in path.parts:
+                archive.write(path, Path("mixle_spark") / path.relative_to(root))
+    sc.addPyFile(str(target))
+    _shipped[app] = target
+    return target
 
 
 def _delta_loadable(spark: SparkSession) -> bool:

@@ -113,3 +113,50 @@ def test_direct_calls_outside_a_fit_use_ordinary_jobs(frame: Any) -> None:
         handle.pysp_em_step(EST, START)
         assert handle.resident_steps == 0 and handle._resident is None
         assert df.sparkSession.range(5).count() == 5  # the task slots are free
+
+
+def test_default_layout_is_one_partition_per_task_slot(spark: Any, frame: Any) -> None:
+    _df, x = frame
+    many = spark.createDataFrame(spark.sparkContext.parallelize([(float(v),) for v in x], 7), "x double")
+    with SparkEncodedData(many, estimator=EST) as handle:
+        assert handle.auto_layout and handle.num_partitions == 2  # local[2]: two slots, not 7 partitions
+        fit = optimize(handle, EST, max_its=4, delta=None, seed=3)
+        assert handle.resident_steps == 6 and handle.resident_starts == 1
+    with SparkEncodedData(many, estimator=EST, resident=False) as handle:  # kept as it came
+        assert not handle.auto_layout and handle.num_partitions == 7
+    local = optimize(x, EST, max_its=4, delta=None, seed=3)
+    np.testing.assert_allclose(_params(fit), _params(local), rtol=1e-10)
+    first = fit.fit_result.trace[0].events
+    assert len(first) == 1 and first[0].startswith("resident E-steps started: 2 tasks hold 3,000 rows")
+
+
+def test_a_killed_python_worker_restarts_the_session_and_keeps_the_estimates(
+    frame: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+
+    from mixle_spark.parallel._spark_resident import ResidentSession
+
+    df, x = frame
+    original = ResidentSession.request
+    calls = {"n": 0}
+
+    def request(self: ResidentSession, payload: Any) -> list[Any]:
+        calls["n"] += 1
+        if calls["n"] == 4:  # (initialization, iterations 0, 1, then) iteration 2: kill a Python worker
+            os.kill(self.pids[1], signal.SIGKILL)
+        return original(self, payload)
+
+    monkeypatch.setattr(ResidentSession, "request", request)
+    with SparkEncodedData(df, estimator=EST, num_chunks=2) as handle:
+        fit = optimize(handle, EST, max_its=6, delta=None, seed=3)
+        assert handle.resident_starts == 2 and handle.resident_steps == 7  # one step ran as a job
+        assert handle.resident_off is None
+    local = optimize(x, EST, max_its=6, delta=None, seed=3)
+    np.testing.assert_allclose(_params(fit), _params(local), rtol=1e-10)
+    events = {rec.iteration: rec.events for rec in fit.fit_result.trace}
+    assert events[2][0].startswith("resident E-steps lost: lost the resident task of partition 1")
+    assert events[2][0].endswith("this step recomputed by a Spark job")
+    assert events[3][0].startswith("resident E-steps restarted (1 of at most 3): 2 tasks hold 3,000 rows")
+    assert [i for i, e in events.items() if e] == [0, 2, 3], events

@@ -1,0 +1,135 @@
+"""Hostile peers at the driver's resident port during the start of a fit: no code runs, the fit is
+unchanged, and none of them delays it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from mixle_spark.estimation import optimize
+from mixle_spark.parallel import _resident_wire as wire
+from mixle_spark.parallel._spark_resident import ResidentSession
+from mixle_spark.parallel.spark import SparkEncodedData
+from mixle_spark.stats import GaussianDistribution, GaussianEstimator, MixtureDistribution, MixtureEstimator
+
+pytestmark = pytest.mark.spark
+
+START = MixtureDistribution([GaussianDistribution(-3.0, 1.0), GaussianDistribution(2.0, 0.5)], [0.4, 0.6])
+EST = MixtureEstimator([GaussianEstimator()] * 2)
+
+
+class _Command:
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self) -> Any:
+        return (os.system, (self.command,))
+
+
+def _params(m: MixtureDistribution) -> np.ndarray:
+    return np.array([[w, c.mu, c.sigma2] for w, c in zip(m.w, m.components, strict=True)])
+
+
+class _Attackers:
+    """Four peers that connect as soon as the driver listens, before any task is launched."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+        self.outcomes: dict[str, str] = {}
+        self.silent_closed_after: float | None = None
+        self.threads: list[threading.Thread] = []
+
+    def _send_and_drain(self, name: str, address: tuple[str, int], message: bytes) -> None:
+        with socket.create_connection(address, timeout=30) as sock:
+            sock.sendall(message)
+            try:
+                while sock.recv(1 << 16):
+                    pass
+                self.outcomes[name] = "closed"
+            except ConnectionResetError:
+                self.outcomes[name] = "reset"
+
+    def _pickle(self, address: tuple[str, int]) -> None:
+        bomb = pickle.dumps(("hello", _Command(f"touch {self.marker}")), protocol=5)
+        # framed as the first message of the protocol before the handshake existed
+        self._send_and_drain("pickle", address, struct.pack("!Q", len(bomb)) + bomb)
+
+    def _garbage(self, address: tuple[str, int]) -> None:
+        self._send_and_drain("garbage", address, os.urandom(4096))
+
+    def _wrong_secret(self, address: tuple[str, int]) -> None:
+        with socket.create_connection(address, timeout=30) as sock:
+            try:
+                wire.connect_driver(sock, b"w" * 32, (0, 0, os.getpid()))
+                self.outcomes["wrong secret"] = "ACCEPTED"
+            except ConnectionError as err:
+                self.outcomes["wrong secret"] = f"refused: {err}"
+
+    def _silent(self, address: tuple[str, int]) -> None:
+        with socket.create_connection(address, timeout=60) as sock:
+            opened = time.monotonic()
+            assert sock.recv(40)  # the driver's challenge; then say nothing
+            assert sock.recv(1) == b""
+            self.silent_closed_after = time.monotonic() - opened
+
+    def launch(self, address: tuple[str, int]) -> None:
+        for attack in (self._pickle, self._garbage, self._wrong_secret, self._silent):
+            thread = threading.Thread(target=attack, args=(address,), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        time.sleep(0.5)  # they are all connected and waiting before the barrier job starts
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(30)
+
+
+def test_hostile_peers_during_the_start_of_a_resident_fit(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    x = np.asarray(START.sampler(4).sample(4000))
+    df = spark.createDataFrame(pa.table({"x": x}))
+    with SparkEncodedData(df, estimator=EST) as handle:
+        calm = optimize(handle, EST, max_its=5, delta=None, seed=2)
+        assert handle.resident_steps == 7
+
+    attackers = _Attackers(tmp_path / "pwned")
+    original = ResidentSession._listening
+
+    def listening(self: ResidentSession, address: tuple[str, int]) -> None:
+        original(self, address)
+        attackers.launch(address)
+
+    monkeypatch.setattr(ResidentSession, "_listening", listening)
+    monkeypatch.setattr(wire, "HANDSHAKE_TIMEOUT", 4.0)
+    caplog.set_level(logging.WARNING, logger="mixle_spark.parallel.spark")
+    with SparkEncodedData(df, estimator=EST) as handle:
+        started = time.monotonic()
+        attacked = optimize(handle, EST, max_its=5, delta=None, seed=2)
+        fit_seconds = time.monotonic() - started
+        assert handle.resident_steps == 7 and handle.resident_starts == 1
+    attackers.join()
+
+    assert not attackers.marker.exists(), "bytes from an unauthenticated peer were unpickled"
+    np.testing.assert_array_equal(_params(attacked), _params(calm))
+    assert attacked.fit_result.log_likelihood == calm.fit_result.log_likelihood
+    assert attackers.outcomes["wrong secret"].startswith("refused")
+    assert attackers.outcomes["garbage"] in ("closed", "reset")
+    assert attackers.outcomes["pickle"] in ("closed", "reset")
+    # the silent peer was closed by the handshake timeout, and the fit did not wait for it
+    assert attackers.silent_closed_after is not None and 3.5 < attackers.silent_closed_after < 10
+    rejected = [r.getMessage() for r in caplog.records if "did not authenticate" in r.getMessage()]
+    assert len(rejected) == 4, rejected
+    assert any("TimeoutError" in m for m in rejected) and any("AuthenticationFailed" in m for m in rejected)
+    assert fit_seconds < 60

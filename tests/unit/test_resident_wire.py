@@ -1,0 +1,149 @@
+"""The resident engine's wire protocol: nothing a peer sends is unpickled before it authenticates."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mixle_spark.parallel import _resident_wire as wire
+
+SECRET = b"s" * 32
+
+
+class _Touch:
+    """Unpickling this creates a file: proof that bytes from the socket were deserialized."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> Any:
+        return (os.system, (f"touch {self.path}",))
+
+
+def _pair() -> tuple[socket.socket, socket.socket]:
+    driver, task = socket.socketpair()
+    driver.settimeout(5)
+    task.settimeout(5)
+    return driver, task
+
+
+def _in_thread(fn: Any, *args: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn(*args)
+        except Exception as err:
+            out["error"] = err
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    out["thread"] = thread
+    return out
+
+
+def test_handshake_then_framed_messages_both_ways() -> None:
+    driver, task = _pair()
+    side = _in_thread(wire.connect_driver, task, SECRET, (3, 1, 4242))
+    hello, to_task = wire.accept_task(driver, SECRET)
+    side["thread"].join(5)
+    to_driver = side["value"]
+    assert (hello.partition, hello.attempt, hello.pid) == (3, 1, 4242)
+    to_task.send(("step", {"model": [1.0, 2.0]}))
+    assert to_driver.recv() == ("step", {"model": [1.0, 2.0]})
+    to_driver.send(("ok", b"x" * 100_000))
+    assert to_task.recv() == ("ok", b"x" * 100_000)
+
+
+def test_wrong_secret_is_refused_by_both_sides() -> None:
+    driver, task = _pair()
+    side = _in_thread(wire.connect_driver, task, b"t" * 32, (0, 0, 1))
+    with pytest.raises(wire.AuthenticationFailed, match="did not prove it holds the fit's secret"):
+        wire.accept_task(driver, SECRET)
+    driver.close()
+    side["thread"].join(5)
+    assert isinstance(side["error"], ConnectionError)
+
+    driver, task = _pair()  # a fake driver: the task refuses it before reading any request
+    driver.sendall(wire.MAGIC + os.urandom(32))
+    side = _in_thread(lambda: (wire.recv_exact(driver, 96), driver.sendall(os.urandom(32))))
+    with pytest.raises(wire.AuthenticationFailed, match="the driver did not prove"):
+        wire.connect_driver(task, SECRET, (0, 0, 1))
+    side["thread"].join(5)
+    assert "error" not in side
+
+
+@pytest.mark.parametrize("framed", [False, True])
+def test_a_pickle_instead_of_the_handshake_is_never_loaded(tmp_path: Path, framed: bool) -> None:
+    marker = tmp_path / "pwned"
+    bomb = pickle.dumps(_Touch(marker))
+    message = struct.pack("!Q", len(bomb)) + bomb
+    if framed:  # as an authenticated frame would look, MAC of zeros
+        message = struct.pack("!Q", len(bomb)) + b"\0" * 32 + bomb
+    driver, task = _pair()
+    task.sendall(message + b"\0" * 96)
+    with pytest.raises(wire.AuthenticationFailed, match="does not speak the resident protocol"):
+        wire.accept_task(driver, SECRET)
+    assert not marker.exists()
+
+
+def test_garbage_and_silence_are_refused(tmp_path: Path) -> None:
+    driver, task = _pair()
+    task.sendall(os.urandom(96))
+    with pytest.raises(wire.AuthenticationFailed):
+        wire.accept_task(driver, SECRET)
+    driver, task = _pair()
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        wire.accept_task(driver, SECRET, timeout=0.3)
+    assert time.monotonic() - started < 2.0
+    driver, task = _pair()
+    task.sendall(wire.MAGIC + b"\0" * 10)
+    task.close()  # a peer that vanishes mid-handshake
+    with pytest.raises(ConnectionError, match=r"Broken pipe|connection closed after 18 of 96 bytes"):
+        wire.accept_task(driver, SECRET)
+
+
+def test_forged_and_replayed_frames_are_refused_before_unpickling(tmp_path: Path) -> None:
+    driver, task = _pair()
+    side = _in_thread(wire.connect_driver, task, SECRET, (0, 0, 1))
+    _hello, to_task = wire.accept_task(driver, SECRET)
+    side["thread"].join(5)
+    to_driver = side["value"]
+
+    marker = tmp_path / "pwned"
+    bomb = pickle.dumps(_Touch(marker))
+    driver.sendall(struct.pack("!Q", len(bomb)) + b"\1" * 32 + bomb)  # a forged frame
+    with pytest.raises(wire.AuthenticationFailed, match="MAC did not verify"):
+        to_driver.recv()
+    assert not marker.exists()
+
+    driver, task = _pair()
+    side = _in_thread(wire.connect_driver, task, SECRET, (0, 0, 1))
+    _hello, to_task = wire.accept_task(driver, SECRET)
+    side["thread"].join(5)
+    to_driver = side["value"]
+    frame = to_task.frame(("step", 1))
+    driver.sendall(frame)
+    assert to_driver.recv() == ("step", 1)
+    driver.sendall(frame)  # the same bytes again: the sequence number no longer matches
+    with pytest.raises(wire.AuthenticationFailed, match="MAC did not verify"):
+        to_driver.recv()
+
+
+def test_an_absurd_frame_length_is_refused() -> None:
+    driver, task = _pair()
+    side = _in_thread(wire.connect_driver, task, SECRET, (0, 0, 1))
+    _hello, _to_task = wire.accept_task(driver, SECRET)
+    side["thread"].join(5)
+    driver.sendall(struct.pack("!Q", 1 << 40))
+    with pytest.raises(wire.AuthenticationFailed, match=r"frame of 1099511627776 bytes"):
+        side["value"].recv()
