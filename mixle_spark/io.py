@@ -270,7 +270,7 @@ def spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    if not local and spark.conf.get(SHIP_PACKAGE, "true").lower() != "false":
+    if not local and (spark.conf.get(SHIP_PACKAGE, "true") or "true").lower() != "false":
         ship_package(spark)
     if delta and not _has_delta(spark):
         raise RuntimeError(
