@@ -9,8 +9,9 @@ requests (the model in, one payload out) until the driver says stop. The driver 
 partition order, so the result is the same as the per-iteration path up to rounding.
 
 What it holds while a fit runs: one task slot per partition (the barrier stage needs all of them at
-once) and, in every such Python worker, the decoded partition beside Spark's cached copy; the session
-measures the workers' resident memory before and after (:meth:`ResidentSession.memory`).
+once) and, in every such Python worker, the decoded partition (and the features the E-step caches)
+beside Spark's cached copy; the tasks report those bytes and their workers' resident memory
+(:meth:`ResidentSession.memory`).
 
 It is an accelerator, not a requirement. :class:`ResidentUnavailable` says why it cannot serve and
 whether a later E-step may try again (``retry``): a lost task or a failed launch may, a session or a
@@ -36,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 from mixle_spark.parallel import _resident_wire as wire
+from mixle_spark.parallel.em_observability import stat_nbytes
 
 __all__ = ["ResidentLost", "ResidentSession", "ResidentUnavailable", "resident_task", "task_slots"]
 
@@ -103,7 +105,7 @@ def resident_task(
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             channel = wire.connect_driver(sock, secret, (part, ctx.attemptNumber(), os.getpid()))
             sock.settimeout(None)  # the driver paces the requests; it cancels the job when it is done
-            started, before = time.perf_counter(), _rss_bytes()
+            started = time.perf_counter()
             try:
                 chunks = [encode(b) for b in batches if b.num_rows]
             except Exception as err:  # reported to the driver, which runs ordinary jobs instead
@@ -111,7 +113,8 @@ def resident_task(
                 chunks = None
             if chunks is not None:
                 rows = sum(len(c[1]) for c in chunks)
-                channel.send(("ready", rows, before, _rss_bytes(), time.perf_counter() - started))
+                seconds = time.perf_counter() - started
+                channel.send(("ready", rows, stat_nbytes(chunks), _rss_bytes(), seconds))
                 while True:
                     try:
                         request = channel.recv()
@@ -120,7 +123,8 @@ def resident_task(
                     if request[0] == "stop":
                         break
                     try:
-                        reply: Any = ("ok", compute(chunks, request[1], part), _rss_bytes())
+                        payload = compute(chunks, request[1], part)  # may cache features in chunks
+                        reply: Any = ("ok", payload, stat_nbytes(chunks), _rss_bytes())
                     except Exception as err:  # reported to the driver, which falls back
                         reply = ("error", f"{type(err).__name__}: {err}")
                     channel.send(reply)
@@ -233,8 +237,8 @@ class ResidentSession:
         self.pids: dict[int, int] = {}
         self.rejected = 0
         """Connections closed because they did not authenticate."""
-        self._rss_before: dict[int, int] = {}
-        self._rss_now: dict[int, int] = {}
+        self._held: dict[int, int] = {}
+        self._rss: dict[int, int] = {}
         self._slowest = 0.0
 
     # -- start --------------------------------------------------------------------------------
@@ -278,7 +282,7 @@ class ResidentSession:
             listener.close()
             self.rejected = listener.rejected
         self.active = True
-        logger.info("resident E-steps: %s", self.describe())
+        logger.debug("resident E-steps: %s", self.describe())
 
     def _job_ended(self) -> ResidentUnavailable:
         cause = self._job_error
@@ -319,9 +323,9 @@ class ResidentSession:
             message = self._receive(part, None)
             if message[0] != "ready":
                 raise ResidentUnavailable(f"partition {part} could not be encoded in its task: {message[1]}")
-            _tag, rows, before, after, seconds = message
+            _tag, rows, held, rss, seconds = message
             self.rows += int(rows)
-            self._rss_before[part], self._rss_now[part] = int(before), int(after)
+            self._held[part], self._rss[part] = int(held), int(rss)
             slowest = max(slowest, float(seconds))
         self._slowest = slowest
 
@@ -365,7 +369,7 @@ class ResidentSession:
                 if message[0] != "ok":
                     raise ResidentUnavailable(f"partition {part} failed in its resident task: {message[1]}")
                 replies.append(message[1])
-                self._rss_now[part] = int(message[2])
+                self._held[part], self._rss[part] = int(message[2]), int(message[3])
         except ResidentUnavailable as err:  # a task's error leaves the tasks able to stop themselves
             self.stop(cancel=isinstance(err, ResidentLost))
             raise
@@ -377,20 +381,22 @@ class ResidentSession:
         self._slowest = max(self._slowest, time.monotonic() - started)
         return replies
 
-    def memory(self) -> tuple[int, int]:
-        """(resident bytes the tasks' Python workers added since they started encoding, rows held);
-        -1 bytes where the platform does not report it."""
-        if any(v < 0 for v in (*self._rss_before.values(), *self._rss_now.values())):
-            return -1, self.rows
-        return sum(self._rss_now.values()) - sum(self._rss_before.values()), self.rows
+    def memory(self) -> tuple[int, int, int]:
+        """(bytes of decoded data and cached features the tasks hold, rows they hold, resident memory
+        of their Python workers in bytes, -1 where the platform does not report it)."""
+        rss = -1 if any(v < 0 for v in self._rss.values()) else sum(self._rss.values())
+        return sum(self._held.values()), self.rows, rss
 
     def describe(self) -> str:
-        """One line: tasks, rows and the memory they added."""
-        added, rows = self.memory()
-        text = f"{len(self._channels)} tasks hold {rows:,} rows"
-        if added >= 0:
-            text += f", Python workers +{added / 2**20:.1f} MiB ({added / max(rows, 1):.0f} bytes/row)"
-        return text
+        """One line: tasks, rows and the memory they hold."""
+        held, rows, rss = self.memory()
+        tasks = len(self._channels)
+        who = "1 task holds" if tasks == 1 else f"{tasks} tasks hold"
+        per_row = held / max(rows, 1)
+        text = (
+            f"{who} {rows:,} rows, {held / 2**20:.1f} MiB decoded in Python workers ({per_row:.0f} bytes/row)"
+        )
+        return text + (f", worker RSS {rss / 2**20:.0f} MiB" if rss >= 0 else "")
 
     # -- stop ---------------------------------------------------------------------------------
     def _cancel(self) -> None:
