@@ -219,6 +219,15 @@ def _jvm_bytes(text: str | None, default_unit: str = "m") -> int | None:
     return out if out > 0 else None
 
 
+def _concurrent_tasks(spark_context: Any) -> int:
+    """Task slots of a live SparkContext (0 for anything else, or before executors register)."""
+    if getattr(spark_context, "_jsc", None) is None:
+        return 0
+    from mixle_spark.parallel._spark_common import task_slots
+
+    return task_slots(spark_context)
+
+
 def _spark_conf(spark_context: Any) -> dict[str, str]:
     get_conf = getattr(spark_context, "getConf", None)
     if not callable(get_conf):
@@ -402,7 +411,9 @@ class Resources:
 
         Reads, each only when present (a fake with just ``defaultParallelism`` works):
 
-        * ``defaultParallelism``: the number of slots;
+        * of a live SparkContext, the tasks its scheduler can run at once (executors' cores /
+          ``spark.task.cpus``): the number of slots; else ``defaultParallelism`` (which is only a
+          default partition count, ``spark.default.parallelism`` when that is set);
         * ``getConf().get(...)`` of ``spark.executor.instances`` and ``spark.executor.cores``: the slot
           count when ``defaultParallelism`` is missing, and each slot's executor (``node_id =
           "spark-executor:<i // cores>"``, ``local_rank = i % cores``);
@@ -416,10 +427,12 @@ class Resources:
         conf = _spark_conf(spark_context)
         instances = _positive_int(conf.get("spark.executor.instances"))
         cores = _positive_int(conf.get("spark.executor.cores"))
-        try:
-            parallelism = int(getattr(spark_context, "defaultParallelism", 0) or 0)
-        except (TypeError, ValueError):
-            parallelism = 0
+        parallelism = _concurrent_tasks(spark_context)
+        if parallelism <= 0:
+            try:
+                parallelism = int(getattr(spark_context, "defaultParallelism", 0) or 0)
+            except (TypeError, ValueError):
+                parallelism = 0
         if parallelism <= 0 and instances and cores:
             parallelism = instances * cores
         n = max(1, parallelism or 1)

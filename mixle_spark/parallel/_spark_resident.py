@@ -39,7 +39,7 @@ import pyarrow as pa
 from mixle_spark.parallel import _resident_wire as wire
 from mixle_spark.parallel.em_observability import stat_nbytes
 
-__all__ = ["ResidentLost", "ResidentSession", "ResidentUnavailable", "resident_task", "task_slots"]
+__all__ = ["ResidentLost", "ResidentSession", "ResidentUnavailable", "resident_task"]
 
 logger = logging.getLogger("mixle_spark.parallel.spark")
 
@@ -70,13 +70,6 @@ class ResidentLost(ResidentUnavailable):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retry=True)
-
-
-def task_slots(sc: Any) -> int:
-    """Tasks the session can run at once: executors' cores / ``spark.task.cpus`` as Spark's scheduler
-    counts them for the default resource profile (not ``spark.default.parallelism``)."""
-    jsc = sc._jsc.sc()
-    return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
 
 
 def _rss_bytes() -> int:

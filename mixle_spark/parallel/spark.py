@@ -63,6 +63,7 @@ from mixle_spark.parallel._spark_common import (
     _weights,
     is_spark_connect,
     state_paths,
+    task_slots,
 )
 from mixle_spark.parallel.registry import CONTROL_DEFAULTS, refuse_controls
 from mixle_spark.stats._validate import as_arrow_array, check_weights
@@ -489,7 +490,7 @@ class SparkEncodedData(PayloadHandle):
 
     def _start_resident(self) -> None:
         """Start a resident session, laying the encoded data out for the slots first (auto layout)."""
-        from mixle_spark.parallel._spark_resident import ResidentSession, ResidentUnavailable, task_slots
+        from mixle_spark.parallel._spark_resident import ResidentSession, ResidentUnavailable
 
         blocker = _resident_blocker(self.frame)
         if blocker is not None:
@@ -603,18 +604,22 @@ def _resident_blocker(data: Any) -> str | None:
 
 
 def _slots_for_layout(sc: Any) -> int:
-    """Task slots to lay the data out for; on a cluster that has no executors yet, waits for the first
-    ones up to :data:`EXECUTOR_WAIT` seconds (0 if none come)."""
+    """Task slots to lay the data out for. A cluster application younger than :data:`EXECUTOR_WAIT`
+    seconds may still be registering executors: wait for the first, then until the count has been
+    steady for 2 s (at most until the application is EXECUTOR_WAIT old); 0 if none came."""
     import time
 
-    from mixle_spark.parallel._spark_resident import task_slots
-
-    deadline = time.monotonic() + (0.0 if sc.master.startswith("local") else EXECUTOR_WAIT)
-    while True:
-        slots = task_slots(sc)
-        if slots > 0 or time.monotonic() >= deadline:
-            return slots
+    slots = task_slots(sc)
+    if sc.master.startswith("local"):
+        return slots
+    settle_by = sc.startTime / 1000.0 + EXECUTOR_WAIT
+    steady_since = time.time()
+    while time.time() < settle_by and (slots == 0 or time.time() - steady_since < 2.0):
         time.sleep(0.2)
+        now = task_slots(sc)
+        if now != slots:
+            slots, steady_since = now, time.time()
+    return slots
 
 
 SPARK_CONTROLS = ("encoder", "num_chunks", "resources", "engine", "precision", "num_workers")
