@@ -104,15 +104,18 @@ class Channel:
         self._out, self._in = outgoing, incoming
         self._sent = self._received = 0
 
-    def frame(self, obj: Any) -> bytes:
-        """``obj`` as the next outgoing frame (sequence numbers advance: send it, once)."""
-        body = pickle.dumps(obj, protocol=5)
+    def frame(self, body: bytes) -> bytes:
+        """A pickled message as the next outgoing frame (sequence numbers advance: send it, once)."""
         tag = _mac(self._key, self._out, _SEQ.pack(self._sent), body)
         self._sent += 1
         return _LENGTH.pack(len(body)) + tag + body
 
+    def send_pickled(self, body: bytes) -> None:
+        """Send a message pickled by the caller (once for many channels, or with cloudpickle)."""
+        self.sock.sendall(self.frame(body))
+
     def send(self, obj: Any) -> None:
-        self.sock.sendall(self.frame(obj))
+        self.send_pickled(pickle.dumps(obj, protocol=5))
 
     def recv(self) -> Any:
         """The next message; AuthenticationFailed (before any unpickling) when its MAC is wrong."""

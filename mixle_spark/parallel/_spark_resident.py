@@ -163,7 +163,6 @@ class _Listener:
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             hello, channel = wire.accept_task(conn, self.secret, wire.HANDSHAKE_TIMEOUT)
         except OSError as err:  # wrong secret, garbage, a silent peer timing out, a vanished peer
-            conn.close()
             self.rejected += 1
             logger.warning(
                 "resident E-steps: closed a connection from %s that did not authenticate (%s: %s)",
@@ -171,6 +170,7 @@ class _Listener:
                 type(err).__name__,
                 err,
             )
+            conn.close()
         else:
             if self._closed.is_set():
                 channel.close()
@@ -350,12 +350,23 @@ class ResidentSession:
         """Send one request to every task; their replies in partition order."""
         if not self.active:
             raise ResidentUnavailable("the resident session is not running", retry=True)
+        if self._thread is None or not self._thread.is_alive():  # Spark failed the stage (a lost executor)
+            self.stop(cancel=True)
+            raise ResidentLost("the resident job ended (Spark failed its stage)")
+        # cloudpickle, as Spark does for closures: classes of a notebook's __main__ travel by value
+        from pyspark import cloudpickle
+
+        try:
+            body = cloudpickle.dumps(("step", payload), protocol=5)
+        except Exception as err:  # a job would fail on it too, and report it
+            self.stop()
+            raise ResidentUnavailable(f"the request cannot be serialized: {err}") from err
         started = time.monotonic()
         deadline = started + self._reply_timeout()
         part = -1
         try:
             for part in self._channels:
-                self._channels[part].send(("step", payload))
+                self._channels[part].send_pickled(body)
             replies = []
             for part in sorted(self._channels):
                 message = self._receive(part, deadline)

@@ -199,7 +199,9 @@ class SparkEncodedData(PayloadHandle):
             slots = _slots_for_layout(data.sparkSession.sparkContext)
             num_chunks = slots or None  # no executors yet: the first resident start lays it out
         if num_chunks is not None:
-            frame = frame.repartition(num_chunks)
+            # rows stay in global order within a partition, so the first bad row a partition reports
+            # is its lowest, as without repartitioning
+            frame = frame.repartition(num_chunks).sortWithinPartitions(ROW_ID_COLUMN)
         self.frame = frame.persist(self._storage_level)
         try:
             self._scan, self.offsets, self.n, self.num_partitions = self._scan_pass(base, estimator)

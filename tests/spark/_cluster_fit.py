@@ -2,7 +2,7 @@
 with default options on a standalone cluster, once undisturbed and once killing a worker (its JVM,
 executor and Python workers) mid-fit, and writes what it saw as JSON.
 
-    python _cluster_fit.py MASTER_URL WORKER_PROCESS_GROUP OUTPUT_JSON
+    python _cluster_fit.py MASTER_URL WORKER_PID OUTPUT_JSON
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import numpy as np
+from _standalone import process_tree  # this script's folder is first on sys.path
 
 from mixle_spark.estimation import optimize
 from mixle_spark.io import spark_session
@@ -51,7 +52,7 @@ def _fit(df: Any, est: Any) -> dict[str, Any]:
         }
 
 
-def main(master: str, worker_group: int, output: str) -> None:
+def main(master: str, worker_pid: int, output: str) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     spark = spark_session(
         "mixle_spark-cluster-test",
@@ -88,7 +89,8 @@ def main(master: str, worker_group: int, output: str) -> None:
     def request(self: ResidentSession, payload: Any) -> list[Any]:
         calls["n"] += 1
         if calls["n"] == 5:  # mid-fit: the whole worker goes, with its executor and Python workers
-            os.killpg(worker_group, signal.SIGKILL)
+            for pid in process_tree(worker_pid):
+                os.kill(pid, signal.SIGKILL)
         return original(self, payload)
 
     ResidentSession.request = request  # type: ignore[method-assign]

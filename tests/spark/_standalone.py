@@ -3,6 +3,7 @@ own (started from pyspark's ``bin/spark-class``), each worker's executors in fur
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -16,6 +17,25 @@ from typing import BinaryIO
 import pyspark
 
 
+def process_tree(root: int) -> list[int]:
+    """``root`` and its descendants (pyspark's daemon puts itself in a process group of its own)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    tree, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        tree.append(pid)
+        pending += children.get(pid, [])
+    return tree
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -23,8 +43,8 @@ def _free_port() -> int:
 
 
 class StandaloneCluster:
-    """``with StandaloneCluster(tmp, workers=2) as cluster: cluster.url``; ``kill_worker(i)`` kills a
-    worker with its executors and their Python workers (one process group each)."""
+    """``with StandaloneCluster(tmp, workers=2) as cluster: cluster.url``; every process is killed with
+    its process group on exit."""
 
     def __init__(self, root: Path, workers: int = 2, worker_memory: str = "2g") -> None:
         self.root = root
@@ -51,7 +71,7 @@ class StandaloneCluster:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group: kill_worker takes its children too
+            start_new_session=True,  # its own process group, killed with its children on exit
         )
         self.processes.append(proc)
         return proc
@@ -96,19 +116,17 @@ class StandaloneCluster:
         self._wait_for("master", r"Registering worker", self.workers, 60)
         return self
 
-    def worker_group(self, i: int) -> int:
-        """The process group of worker ``i`` (its JVM, its executors and their Python workers)."""
-        return os.getpgid(self.processes[1 + i].pid)
+    def worker_pid(self, i: int) -> int:
+        """The process of worker ``i`` (its executors and their Python workers are its descendants)."""
+        return self.processes[1 + i].pid
 
     def __exit__(
         self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
     ) -> None:
         for proc in reversed(self.processes):
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=30)
+            for pid in process_tree(proc.pid) if proc.poll() is None else ():
+                with contextlib.suppress(ProcessLookupError):  # already gone
+                    os.kill(pid, signal.SIGKILL)
+            proc.wait(timeout=30)
         for log in self.logs:
             log.close()

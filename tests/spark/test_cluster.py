@@ -23,7 +23,7 @@ def test_default_fit_on_a_standalone_cluster_survives_a_lost_worker(tmp_path: Pa
     script = Path(__file__).with_name("_cluster_fit.py")
     with StandaloneCluster(tmp_path, workers=2) as cluster:
         run = subprocess.run(
-            [sys.executable, str(script), cluster.url, str(cluster.worker_group(1)), str(output)],
+            [sys.executable, str(script), cluster.url, str(cluster.worker_pid(1)), str(output)],
             capture_output=True,
             text=True,
             timeout=600,
@@ -45,11 +45,14 @@ def test_default_fit_on_a_standalone_cluster_survives_a_lost_worker(tmp_path: Pa
 
     killed = got["killed"]
     np.testing.assert_allclose(killed["params"], local, rtol=1e-9)
-    assert killed["resident_starts"] == 2 and killed["resident_off"] is None, killed
-    assert killed["resident_steps"] == 13  # one step recomputed by a Spark job
-    assert got["slots_after"] == 1 and killed["partitions_after"] == 1  # laid out again for 1 slot
     events = [e for record in killed["events"].values() for e in record]
-    assert any(e.startswith("resident E-steps lost: lost the resident task of partition") for e in events)
+    lost = [e for e in events if e.startswith("resident E-steps lost: ")]
+    # the loss (and, should the scheduler not have dropped the dead executor yet, a failed restart)
+    # costs one step each, recomputed by a Spark job; the fit then goes on resident
+    assert 1 <= len(lost) <= 2 and killed["resident_steps"] == 14 - len(lost), killed
+    assert lost[0].startswith("resident E-steps lost: lost the resident task of partition"), lost
+    assert killed["resident_starts"] == 2 and killed["resident_off"] is None, killed
+    assert got["slots_after"] == 1 and killed["partitions_after"] == 1  # laid out again for 1 slot
     assert any(
         e.startswith("encoded data laid out again for 1 task slot(s) (was 2 partitions)") for e in events
     )

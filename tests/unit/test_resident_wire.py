@@ -131,7 +131,7 @@ def test_forged_and_replayed_frames_are_refused_before_unpickling(tmp_path: Path
     _hello, to_task = wire.accept_task(driver, SECRET)
     side["thread"].join(5)
     to_driver = side["value"]
-    frame = to_task.frame(("step", 1))
+    frame = to_task.frame(pickle.dumps(("step", 1)))
     driver.sendall(frame)
     assert to_driver.recv() == ("step", 1)
     driver.sendall(frame)  # the same bytes again: the sequence number no longer matches
