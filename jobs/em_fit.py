@@ -134,7 +134,17 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--print-iter", type=int, help="print progress every N iterations")
     run = parser.add_argument_group("execution")
     run.add_argument("--backend", choices=("spark", "local"), default="spark", help="default: spark")
-    run.add_argument("--partitions", type=_positive_int, help="repartition the encoded data (num_chunks)")
+    run.add_argument(
+        "--partitions",
+        type=_positive_int,
+        help="repartition the encoded data (num_chunks; default: one partition per task slot)",
+    )
+    run.add_argument(
+        "--no-resident",
+        action="store_true",
+        help="one Spark job per E-step, not resident tasks holding every task slot for the fit "
+        "(for a cluster shared with other jobs; keeps the input's partitioning)",
+    )
     run.add_argument("--depth", type=_positive_int, help="treeAggregate depth (spark; default 2)")
     run.add_argument("--master", help="Spark master (default: spark-submit's, $MASTER or local[*])")
     run.add_argument(
@@ -184,6 +194,7 @@ def resolve_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> arg
     if args.backend == "local":
         given = [f"--{n}" for n in ("depth", "master") if getattr(args, n) is not None]
         given += ["--conf"] if args.conf else []
+        given += ["--no-resident"] if args.no_resident else []
         if given:
             parser.error(
                 f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to --backend spark"
@@ -419,6 +430,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         backend_options["num_chunks"] = args.partitions
     if args.depth is not None:
         backend_options["depth"] = args.depth
+    if args.no_resident:
+        backend_options["resident"] = False
     extra: dict[str, Any] = {}
     data, spark, owned = open_input(args, extra)
     try:

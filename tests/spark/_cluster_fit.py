@@ -12,10 +12,10 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _standalone import process_tree  # this script's folder is first on sys.path
 
 from mixle_spark.estimation import optimize
 from mixle_spark.io import spark_session
@@ -53,6 +53,9 @@ def _fit(df: Any, est: Any) -> dict[str, Any]:
 
 
 def main(master: str, worker_pid: int, output: str) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the checkout
+    from tests.spark._standalone import process_tree
+
     os.environ["PYSPARK_PYTHON"] = sys.executable
     spark = spark_session(
         "mixle_spark-cluster-test",

@@ -141,6 +141,25 @@ def test_em_fit_on_spark_writes_model_and_summary(fitted: tuple[Any, Path]) -> N
     assert summary["free_parameters"] == 35 and summary["bic"] > summary["aic"]
 
 
+def test_em_fit_no_resident_runs_one_job_per_step_to_the_same_model(
+    fitted: tuple[Any, Path], tmp_path: Path
+) -> None:
+    proc, out = fitted
+    assert proc.returncode == 0
+    resident_events = [e for line in (out / "trace.jsonl").read_text().splitlines()[1:]
+                       for e in json.loads(line).get("events", [])]  # fmt: skip
+    assert resident_events[0].startswith("resident E-steps started: 2 tasks hold 5,000 rows")
+    plain = tmp_path / "fit"
+    args = ("--input", str(SAMPLE), "--model", str(SPEC), "--output", str(plain), "--seed", "7")
+    run = _python("em_fit", *args, "--trials", "1", "--no-resident", "--quiet", *SPARK_ARGS)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = (plain / "trace.jsonl").read_text().splitlines()[1:]
+    assert not [e for line in lines for e in json.loads(line).get("events", []) if "resident" in e]
+    want, got = (json.loads((d / "summary.json").read_text()) for d in (out, plain))
+    assert got["iterations"] == want["iterations"]
+    assert got["log_likelihood"] == pytest.approx(want["log_likelihood"], rel=1e-12)
+
+
 def test_em_score_writes_delta_scores_and_refuses_to_overwrite(
     spark: Any, fitted: tuple[Any, Path], tmp_path: Path
 ) -> None:

@@ -135,6 +135,7 @@ def test_em_fit_bad_paths(tmp_path: Path, args: tuple[str, ...], message: str) -
         (("--input", "x.parquet"), "--input and --model go together"),
         (("--input", "x", "--model", "y"), "--output is required with --input"),
         (("--depth", "2", "--conf", "a=b"), "--depth, --conf only apply to --backend spark"),
+        (("--no-resident",), "--no-resident only applies to --backend spark"),
         (("--max-its", "0"), "argument --max-its: expected a positive integer, got 0"),
         (("--delta", "-1"), "argument --delta: expected a number >= 0, got -1"),
         (("--backend", "dask"), "argument --backend: invalid choice: 'dask'"),
