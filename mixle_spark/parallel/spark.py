@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import pickle
 import re
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -343,6 +344,23 @@ class SparkEncodedData(PayloadHandle):
         if self._resident is not None:
             self._resident.stop()
             self._resident = None
+        _RESIDENT_HANDLES.discard(self)
+
+    def _claim_slots(self) -> bool:
+        """Before this handle runs a job or starts resident tasks: other handles' resident tasks hold
+        the session's task slots, so they stop, and stay off for the rest of their fit (a fit that
+        also scores validation data on Spark alternates two handles; taking the slots back and forth
+        would re-encode the data every iteration). True when it took them from a running fit."""
+        self.release_workers()
+        taken = False
+        for other in list(_RESIDENT_HANDLES):
+            if other is not self and other._resident is not None:
+                other.release_workers()
+                if other._fitting > 0:
+                    taken = True
+                    other.resident_off = _SHARED_SLOTS
+                    other._event(f"resident E-steps off for this fit: {_SHARED_SLOTS}")
+        return taken
 
     def _release_broadcasts(self) -> None:
         for bc in self._broadcasts:
@@ -372,7 +390,7 @@ class SparkEncodedData(PayloadHandle):
         """One Spark job: ``partition_fn`` over every partition, payloads merged to the driver."""
         if self._closed:
             raise ValueError("this encoded-data handle is closed")
-        self.release_workers()  # a job needs task slots that resident tasks would hold
+        self._claim_slots()  # a job needs task slots that resident tasks would hold
         payloads = self.frame.mapInArrow(partition_fn, _PAYLOAD_SCHEMA)
         try:
             if self.merge == "tree":
@@ -497,6 +515,8 @@ class SparkEncodedData(PayloadHandle):
         blocker = _resident_blocker(self.frame)
         if blocker is not None:
             raise ResidentUnavailable(blocker)
+        if self._claim_slots():
+            raise ResidentUnavailable(_SHARED_SLOTS)
         slots = task_slots(self.frame.sparkSession.sparkContext)
         if self.auto_layout and slots > 0 and self.num_partitions != slots:
             self._relayout(slots)
@@ -518,6 +538,7 @@ class SparkEncodedData(PayloadHandle):
         session = ResidentSession(self.frame, self.num_partitions, encode, accumulate_chunks)
         session.start()
         self._resident = session
+        _RESIDENT_HANDLES.add(self)
         self.resident_starts += 1
         if self._announce is None:
             self._announce = "resident E-steps started"
@@ -558,7 +579,7 @@ class SparkEncodedData(PayloadHandle):
                         best = (int(ids[i]), float(ll[bad][i]))
             yield _payload_batch(best)
 
-        self.release_workers()
+        self._claim_slots()
         found = [pickle.loads(r[0]) for r in self.frame.mapInArrow(find, _PAYLOAD_SCHEMA).collect()]
         found = [f for f in found if f is not None]
         return min(found) if found else None
@@ -589,6 +610,9 @@ def executor_error(err: BaseException) -> ExecutorError | None:
     )
 
 
+_RESIDENT_HANDLES: weakref.WeakSet[SparkEncodedData] = weakref.WeakSet()
+"""Handles whose resident tasks hold the (one) SparkContext's task slots."""
+_SHARED_SLOTS = "another encoded-data handle (e.g. validation data) runs Spark jobs in this fit"
 MAX_RESIDENT_RESTARTS = 3
 """Resident sessions a fit may start again after lost tasks before it runs one job per E-step."""
 EXECUTOR_WAIT = 30.0

@@ -160,3 +160,21 @@ def test_a_killed_python_worker_restarts_the_session_and_keeps_the_estimates(
     assert events[2][0].endswith("this step recomputed by a Spark job")
     assert events[3][0].startswith("resident E-steps restarted (1 of at most 3): 2 tasks hold 3,000 rows")
     assert [i for i, e in events.items() if e] == [0, 2, 3], events
+
+
+def test_validation_data_on_spark_shares_the_slots_without_deadlock(spark: Any, frame: Any) -> None:
+    df, x = frame
+    v = np.asarray(START.sampler(13).sample(1000))
+    dv = spark.createDataFrame(pa.table({"x": v}))
+    fit = optimize(df, EST, max_its=4, delta=None, seed=3, vdata=dv)  # both handles want every slot
+    want = optimize(x, EST, max_its=4, delta=None, seed=3, vdata=list(v))
+    np.testing.assert_allclose(_params(fit), _params(want), rtol=1e-10)
+    assert fit.fit_result.validation_log_likelihood == pytest.approx(
+        want.fit_result.validation_log_likelihood, rel=1e-12
+    )
+    events = [e for rec in fit.fit_result.trace for e in rec.events]
+    assert events[0].startswith("resident E-steps started")
+    assert events[1] == (
+        "resident E-steps off for this fit: another encoded-data handle (e.g. validation data) runs "
+        "Spark jobs in this fit"
+    )
