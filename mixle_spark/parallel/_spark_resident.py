@@ -204,8 +204,9 @@ class ResidentSession:
     encode, compute : callables
         ``encode(batch) -> chunk`` runs once per batch in the task; ``compute(chunks, request,
         partition id) -> payload`` runs per E-step request.
-    launch_timeout : float
-        Seconds for every task to start and authenticate; then the stage is cancelled.
+    launch_timeout : float, optional
+        Seconds for every task to start and authenticate (default :data:`LAUNCH_TIMEOUT`); then the
+        stage is cancelled.
     """
 
     def __init__(
@@ -214,11 +215,11 @@ class ResidentSession:
         num_partitions: int,
         encode: Callable[..., Any],
         compute: Callable[..., Any],
-        launch_timeout: float = LAUNCH_TIMEOUT,
+        launch_timeout: float | None = None,
     ) -> None:
         self.frame = frame
         self.num_partitions = num_partitions
-        self.launch_timeout = launch_timeout
+        self.launch_timeout = LAUNCH_TIMEOUT if launch_timeout is None else launch_timeout
         self._encode = encode
         self._compute = compute
         self._channels: dict[int, wire.Channel] = {}

@@ -178,3 +178,38 @@ def test_validation_data_on_spark_shares_the_slots_without_deadlock(spark: Any, 
         "resident E-steps off for this fit: another encoded-data handle (e.g. validation data) runs "
         "Spark jobs in this fit"
     )
+
+
+def test_a_barrier_stage_without_free_slots_is_cancelled_and_the_fit_goes_on(
+    spark: Any, frame: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+    import time
+
+    from mixle_spark.parallel import _spark_resident
+
+    df, x = frame
+    sc = spark.sparkContext
+    monkeypatch.setattr(_spark_resident, "LAUNCH_TIMEOUT", 3.0)
+
+    def occupy_one_slot() -> None:  # another job on the session holds one of the two slots
+        sc.setJobGroup("someone-else", "a long job of another user")
+        sc.parallelize([0], 1).map(lambda v: time.sleep(12) or v).collect()
+
+    other = threading.Thread(target=occupy_one_slot)
+    other.start()
+    time.sleep(1.0)
+    started = time.monotonic()
+    with SparkEncodedData(df, estimator=EST) as handle:
+        fit = optimize(handle, EST, max_its=3, delta=None, seed=3)
+        assert handle.resident_steps == 0 and handle.resident_starts == 0
+        assert "did not start 2 tasks within 3 s" in (handle.resident_off or "")
+    assert time.monotonic() - started < 11  # not held up until the other job ends
+    events = [e for rec in fit.fit_result.trace for e in rec.events]
+    assert len(events) == 1 and events[0].startswith("resident E-steps off for this fit: the barrier stage")
+    np.testing.assert_allclose(
+        _params(fit), _params(optimize(x, EST, max_its=3, delta=None, seed=3)), rtol=1e-10
+    )
+    other.join()
+    time.sleep(1.0)
+    assert list(sc.statusTracker().getActiveJobsIds()) == []  # the barrier job was not resubmitted
