@@ -108,6 +108,7 @@ def resident_task(
                 rows = sum(len(c[1]) for c in chunks)
                 seconds = time.perf_counter() - started
                 channel.send(("ready", rows, stat_nbytes(chunks), _rss_bytes(), seconds))
+                measured = False
                 while True:
                     try:
                         request = channel.recv()
@@ -116,8 +117,11 @@ def resident_task(
                     if request[0] == "stop":
                         break
                     try:
-                        payload = compute(chunks, request[1], part)  # may cache features in chunks
-                        reply: Any = ("ok", payload, stat_nbytes(chunks), _rss_bytes())
+                        payload = compute(chunks, request[1], part)
+                        # the first step caches the E-step's features in the chunks: measure once
+                        held = -1 if measured else stat_nbytes(chunks)
+                        measured = True
+                        reply: Any = ("ok", payload, held, _rss_bytes())
                     except Exception as err:  # reported to the driver, which falls back
                         reply = ("error", f"{type(err).__name__}: {err}")
                     channel.send(reply)
@@ -374,7 +378,9 @@ class ResidentSession:
                 if message[0] != "ok":
                     raise ResidentUnavailable(f"partition {part} failed in its resident task: {message[1]}")
                 replies.append(message[1])
-                self._held[part], self._rss[part] = int(message[2]), int(message[3])
+                if message[2] >= 0:  # measured after the first step only
+                    self._held[part] = int(message[2])
+                self._rss[part] = int(message[3])
         except ResidentUnavailable as err:  # a task's error leaves the tasks able to stop themselves
             self.stop(cancel=isinstance(err, ResidentLost))
             raise
