@@ -28,10 +28,21 @@ class _Touch:
         return (os.system, (f"touch {self.path}",))
 
 
+_OPEN: list[socket.socket] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_sockets() -> Any:
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
 def _pair() -> tuple[socket.socket, socket.socket]:
     driver, task = socket.socketpair()
     driver.settimeout(5)
     task.settimeout(5)
+    _OPEN.extend((driver, task))
     return driver, task
 
 
