@@ -138,7 +138,6 @@ class _Listener:
         self.server = server
         self.secret = secret
         self.accepted: queue.Queue[tuple[wire.Hello, wire.Channel]] = queue.Queue()
-        self.rejected = 0
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
         self._closed = threading.Event()
         server.settimeout(0.2)
@@ -155,7 +154,6 @@ class _Listener:
                 return
             if not self._pending.acquire(blocking=False):
                 conn.close()
-                self.rejected += 1
                 logger.warning(
                     "resident E-steps: closed a connection from %s: too many handshakes at once", peer
                 )
@@ -167,7 +165,6 @@ class _Listener:
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             hello, channel = wire.accept_task(conn, self.secret, wire.HANDSHAKE_TIMEOUT)
         except OSError as err:  # wrong secret, garbage, a silent peer timing out, a vanished peer
-            self.rejected += 1
             logger.warning(
                 "resident E-steps: closed a connection from %s that did not authenticate (%s: %s)",
                 peer,
@@ -233,8 +230,6 @@ class ResidentSession:
         self.active = False
         self.rows = 0
         self.pids: dict[int, int] = {}
-        self.rejected = 0
-        """Connections closed because they did not authenticate."""
         self._held: dict[int, int] = {}
         self._rss: dict[int, int] = {}
         self._slowest = 0.0
@@ -278,7 +273,6 @@ class ResidentSession:
             raise ResidentUnavailable(f"a resident task failed while starting: {err}", retry=True) from err
         finally:
             listener.close()
-            self.rejected = listener.rejected
         self.active = True
         logger.debug("resident E-steps: %s", self.describe())
 
