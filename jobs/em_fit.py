@@ -73,6 +73,7 @@ from mixle_spark.errors import ConvergenceWarning
 from mixle_spark.estimation import ON_DEGENERATE, best_of, optimize
 from mixle_spark.parallel import encoded_data
 from mixle_spark.parallel.sdc_audit import SDCAudit
+from mixle_spark.seeding import INIT_MODES, SeedingFallbackWarning
 from mixle_spark.spec import ModelSpec, load_spec, save_model
 from mixle_spark.summary import count_free_parameters, describe_model, information_criteria
 
@@ -129,7 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--delta", type=_non_negative_float, help="stop when the log-likelihood gain is below this"
     )
     fit.add_argument("--seed", type=int, help="initialization seed")
-    fit.add_argument("--init-p", type=float, help="fraction of rows used for the initial model")
+    fit.add_argument(
+        "--init",
+        choices=INIT_MODES,
+        help="how EM starts: kmeans|| seeding (default) or random responsibilities over a row sample",
+    )
+    fit.add_argument("--init-steps", type=_positive_int, help="k-means|| rounds (default 2)")
+    fit.add_argument("--init-p", type=float, help="fraction of rows used for a random initial model")
     fit.add_argument("--trials", type=_positive_int, help="random restarts (the best log-likelihood wins)")
     fit.add_argument("--print-iter", type=int, help="print progress every N iterations")
     run = parser.add_argument_group("execution")
@@ -211,10 +218,11 @@ def resolve_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> arg
 def fit_options(args: argparse.Namespace, spec: ModelSpec) -> dict[str, Any]:
     """The spec's fit options overridden by the command line."""
     options = dict(spec.fit)
-    for key in ("max_its", "delta", "seed", "init_p", "trials", "print_iter"):
+    for key in ("max_its", "delta", "seed", "init", "init_steps", "init_p", "trials", "print_iter"):
         value = getattr(args, key)
         if value is not None:
             options[key] = value
+    options.setdefault("init", "kmeans||")
     return options
 
 
@@ -345,7 +353,9 @@ def long_fit_summary(args: argparse.Namespace, result: Any) -> dict[str, Any]:
 def _report_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
     ours = []
     for w in caught:
-        if issubclass(w.category, ConvergenceWarning) or "mixle_spark" in str(w.filename):
+        if issubclass(w.category, (ConvergenceWarning, SeedingFallbackWarning)) or "mixle_spark" in str(
+            w.filename
+        ):
             ours.append(str(w.message))
             print(f"{PROG}: warning: {w.message}", file=sys.stderr)
         else:
@@ -405,6 +415,7 @@ def fit_model(
         print(f"{PROG}: encoded {len(handle)} rows in {t1 - t0:.1f}s", file=sys.stderr)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConvergenceWarning)
+            warnings.simplefilter("always", SeedingFallbackWarning)
             if trials > 1:
                 ll, model = best_of(
                     handle, spec.estimator, trials=trials, out=out, **options, **extra_options

@@ -13,7 +13,7 @@ import logging
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from mixle_spark._em_records import (
     nonfinite_error,
 )
 from mixle_spark.errors import ConvergenceWarning
+from mixle_spark.seeding import Seeding, kmeans_parallel
 from mixle_spark.stats._random import seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -53,6 +54,7 @@ class Settings:
     audit: Any = None
     trace_path: Any = None
     mlflow: bool | None = None
+    seeding: Seeding = field(default_factory=Seeding)
 
     @classmethod
     def build(
@@ -64,6 +66,8 @@ class Settings:
         audit: Any,
         trace_path: Any,
         mlflow: bool | None,
+        init: Any = "kmeans||",
+        init_steps: Any = None,
     ) -> Settings:
         if type(checkpoint_every) is not int or checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
@@ -83,7 +87,10 @@ class Settings:
             raise TypeError(f"audit must be an SDCAudit, True or None, got {audit!r}")
         if mlflow is not None and type(mlflow) is not bool:
             raise TypeError(f"mlflow must be True, False or None, got {mlflow!r}")
-        return cls(checkpoint_dir, checkpoint_every, resume, on_degenerate, audit, trace_path, mlflow)
+        seeding = Seeding.build(init, init_steps)
+        return cls(
+            checkpoint_dir, checkpoint_every, resume, on_degenerate, audit, trace_path, mlflow, seeding
+        )
 
     def for_trial(self, k: int) -> Settings:
         """Settings of restart ``k`` of ``best_of``: checkpoints and trace files per trial."""
@@ -154,12 +161,14 @@ class EMRun:
         self.dead_reported: set[int] = set()
         self.reseeds: dict[int, int] = {}
         self.resumed_from: int | None = None
+        self.init_events: list[str] = []
         self.trace = EMTrace(
             metadata={
                 "backend": type(handle).__name__,
                 "rows": len(handle),
                 "estimator": type(estimator).__name__,
                 "seed": seed,
+                "init": settings.seeding.mode,
                 "max_its": max_its,
                 "delta": delta,
                 "on_degenerate": settings.on_degenerate,
@@ -178,10 +187,7 @@ class EMRun:
             if finished is not None:
                 return finished
             if self.model is None:
-                init_est = self.init_estimator or self.estimator
-                self.model = self.handle.pysp_seq_initialize(
-                    init_est, self.seed, init_fraction(self.init_p, init_est, len(self.handle))
-                )
+                self.model = self._initial_model()
             while self.iteration < self.max_its:
                 t0 = time.perf_counter()
                 nobs, ll, nxt, events = self._step(self.model)
@@ -203,6 +209,25 @@ class EMRun:
                 close = getattr(sink, "close", None)
                 if close is not None:
                     close()
+
+    def _initial_model(self) -> Distribution:
+        """The starting model: seeded by k-means|| (the default), else random responsibilities over
+        a row sample (``init="random"``, and models k-means|| cannot seed)."""
+        init_est = self.init_estimator or self.estimator
+        if self.settings.seeding.mode == "kmeans||":
+            lines: list[str] = []
+
+            def report(line: str) -> None:
+                lines.append(line)
+                self.progress(line, 0)
+
+            model = kmeans_parallel(self.handle, init_est, self.seed, self.settings.seeding, report)
+            if model is not None:
+                self.init_events.append(lines[-1])
+                return model
+        return self.handle.pysp_seq_initialize(  # type: ignore[no-any-return]
+            init_est, self.seed, init_fraction(self.init_p, init_est, len(self.handle))
+        )
 
     def _finish(self) -> Distribution:
         assert self.model is not None
@@ -280,7 +305,8 @@ class EMRun:
         """What the backend reports about its workers since the last pass (resident tasks lost,
         restarted, data laid out again), for the trace and the progress log."""
         take = getattr(self.handle, "take_events", None)
-        return [] if take is None else list(take())
+        events, self.init_events = self.init_events, []
+        return events + ([] if take is None else list(take()))
 
     def _audit_parts(self) -> frozenset[int]:
         if not getattr(self.handle, "supports_pass_options", False):
@@ -499,6 +525,7 @@ class EMRun:
             on_degenerate=self.settings.on_degenerate,
             prev_estimate=self.prev_estimate,
             init_estimator=self.init_estimator,
+            init=self.settings.seeding.to_dict(),
         )
         if not self.settings.resume:
             self.store.clear()

@@ -25,6 +25,7 @@ __all__ = [
     "DataTypeError",
     "DataValueError",
     "DegenerateComponentError",
+    "EmbeddingUnavailableError",
     "EmptyDataError",
     "ExecutorError",
     "FieldError",
@@ -304,3 +305,8 @@ class CorruptCheckpointWarning(UserWarning):
 
 class ConvergenceWarning(UserWarning):
     """EM stopped at ``max_its`` before the log-likelihood gain fell below ``delta``."""
+
+
+class EmbeddingUnavailableError(MixleError, TypeError):
+    """A family offers no numeric embedding, so ``init="kmeans||"`` cannot seed a model of it (the
+    fit falls back to ``init="random"`` with a warning naming the family)."""

@@ -41,6 +41,7 @@ from mixle_spark._em_records import (
 )
 from mixle_spark._em_run import EMRun, Settings
 from mixle_spark.errors import ConvergenceWarning
+from mixle_spark.seeding import Seeding, kmeans_parallel
 from mixle_spark.stats._random import RowRandom, seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -90,14 +91,28 @@ def _release(handle: Any, owned: bool) -> None:
 
 
 def initialize(
-    data: Any, estimator: Estimator, *, seed: int | None = None, p: float = 0.1, **backend_options: Any
+    data: Any,
+    estimator: Estimator,
+    *,
+    seed: int | None = None,
+    p: float = 0.1,
+    init: str | Seeding = "kmeans||",
+    init_steps: int | None = None,
+    **backend_options: Any,
 ) -> Distribution:
-    """An initial model: rows kept with probability ``p`` (by a hash of seed and row id) and
-    randomised statistics (mixtures: random responsibilities) from the same row-keyed stream."""
+    """The model ``optimize`` would start from: seeded by k-means|| (``init="kmeans||"``, mixtures and
+    hidden Markov models; see :mod:`mixle_spark.seeding`), or (``init="random"``, and models with no
+    clusters to seed) rows kept with probability ``p`` (by a hash of seed and row id) and randomised
+    statistics (mixtures: random responsibilities) from the same row-keyed stream."""
+    seeding = Seeding.build(init, init_steps)
     handle, owned = _handle(data, estimator, backend_options)
     try:
         check_rows(handle, estimator)
-        return handle.pysp_seq_initialize(
+        if seeding.mode == "kmeans||":
+            model = kmeans_parallel(handle, estimator, seed_to_int(seed), seeding)
+            if model is not None:
+                return model
+        return handle.pysp_seq_initialize(  # type: ignore[no-any-return]
             estimator, seed_to_int(seed), init_fraction(p, estimator, len(handle))
         )
     finally:
@@ -124,6 +139,8 @@ def optimize(
     audit: Any = None,
     trace_path: str | os.PathLike[str] | None = None,
     mlflow: bool | None = None,
+    init: str | Seeding = "kmeans||",
+    init_steps: int | None = None,
     **backend_options: Any,
 ) -> Distribution:
     """Fit ``estimator`` to ``data`` by EM and return the model (with ``model.fit_result``).
@@ -139,7 +156,7 @@ def optimize(
     delta : float or None
         Stop when the log-likelihood gain is in ``[0, delta)``; None runs exactly ``max_its``.
     init_p : float
-        Fraction of rows used for the random initial model (ignored with ``prev_estimate``).
+        Fraction of rows used for a random initial model (``init="random"``).
     seed : int, optional
         Seed of the initialization (None means 0: an unseeded fit is deterministic).
     prev_estimate : Distribution, optional
@@ -179,6 +196,14 @@ def optimize(
     mlflow : bool, optional
         Log per-iteration metrics to MLflow; None (default) does when mlflow is installed and a run
         is active.
+    init : {"kmeans||", "random"} or Seeding
+        How the starting model is made when ``prev_estimate`` is not given (:mod:`mixle_spark.seeding`).
+        ``"kmeans||"`` (default) seeds mixtures and hidden Markov models by distributed k-means||
+        over a numeric embedding of the records, then builds each component from the rows nearest
+        its centre (a few passes over the data); ``"random"`` uses random responsibilities over a
+        row sample of fraction ``init_p``. Other models start alike either way.
+    init_steps : int, optional
+        k-means|| rounds (pyspark.ml ``initSteps``; default 2).
 
     The per-iteration trace (:class:`~mixle_spark.parallel.em_observability.EMTrace`: log-likelihood,
     gain, rows, seconds, rows/s, bytes of statistics merged, partition time skew, component
@@ -189,7 +214,7 @@ def optimize(
     if delta is not None and not (delta >= 0):
         raise ValueError(f"delta must be >= 0 or None, got {delta}")
     settings = Settings.build(
-        checkpoint_dir, checkpoint_every, resume, on_degenerate, audit, trace_path, mlflow
+        checkpoint_dir, checkpoint_every, resume, on_degenerate, audit, trace_path, mlflow, init, init_steps
     )
     started = time.perf_counter()
     handle, owned = _handle(data, estimator, backend_options)
@@ -246,6 +271,8 @@ def best_of(
     audit: Any = None,
     trace_path: str | os.PathLike[str] | None = None,
     mlflow: bool | None = None,
+    init: str | Seeding = "kmeans||",
+    init_steps: int | None = None,
     **backend_options: Any,
 ) -> tuple[float, Distribution]:
     """Run ``trials`` EM restarts with distinct seeds derived from ``seed``; return the best
@@ -259,7 +286,7 @@ def best_of(
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
     settings = Settings.build(
-        checkpoint_dir, checkpoint_every, resume, on_degenerate, audit, trace_path, mlflow
+        checkpoint_dir, checkpoint_every, resume, on_degenerate, audit, trace_path, mlflow, init, init_steps
     )
     handle, owned = _handle(data, estimator, backend_options)
     vhandle, vowned = (None, False) if vdata is None else _handle(vdata, estimator, {})

@@ -51,7 +51,7 @@ __all__ = [
 
 MODEL_FORMAT = "mixle_spark.model"
 MODEL_FORMAT_VERSION = 1
-FIT_OPTIONS = ("max_its", "delta", "init_p", "seed", "trials", "print_iter")
+FIT_OPTIONS = ("max_its", "delta", "init", "init_steps", "init_p", "seed", "trials", "print_iter")
 
 
 # Families with a "K copies of one spec" shorthand: type -> (list key, copy key).
@@ -122,6 +122,13 @@ def load_spec(source: str | os.PathLike[str] | Mapping[str, Any]) -> ModelSpec:
         raise SpecError(
             f"{where}: unknown fit option(s) {sorted(bad)}; expected one of {', '.join(FIT_OPTIONS)}"
         )
+    if "init" in fit or "init_steps" in fit:
+        from mixle_spark.seeding import Seeding
+
+        try:
+            Seeding.build(fit.get("init", "kmeans||"), fit.get("init_steps"))
+        except SpecError as err:
+            raise SpecError(f"{where}: fit section: {err}") from None
     return ModelSpec(estimator_from_spec(raw["estimator"]), fit, str(raw.get("description", "")))
 
 

@@ -173,7 +173,9 @@ def accumulate_chunks(chunks: Iterable[tuple[Any, np.ndarray, Any]], request: An
     """One partition's payload: ``request = (factory, model, initialize[, options])``.
 
     ``factory`` None scores ``model`` only; ``initialize = (seed, p)`` runs the row-keyed initial
-    selection; otherwise an E-step from ``model``. ``chunks`` are ``(encoded, weights, row ids)``;
+    selection; ``initialize`` a row task (:mod:`mixle_spark._seeding_passes`: an object with
+    ``fold(acc, enc, weights, row_ids)``) folds every chunk into ``factory``'s accumulator; otherwise
+    an E-step from ``model``. ``chunks`` are ``(encoded, weights, row ids)``;
     ``part`` is this partition's id in the payload's :class:`PartReport` (timing, rows, bytes of
     statistics) and in ``options`` (:class:`PassOptions`).
     """
@@ -192,11 +194,13 @@ def accumulate_chunks(chunks: Iterable[tuple[Any, np.ndarray, Any]], request: An
         rows += len(w)
         if acc is None:
             ll += weighted_sum(w, model.seq_log_density(enc))
-        elif initialize is not None:
+        elif isinstance(initialize, tuple):
             seed, p = initialize
             kept = w * initial_keep_weights(seed, ids, p)
             acc.seq_initialize(enc, kept, RowRandom(seed, ids).child("init"))
             w = kept
+        elif initialize is not None:  # a row task (seeding): it folds the chunk into acc itself
+            initialize.fold(acc, enc, w, ids)
         elif reference:
             from mixle_spark.stats.mixture import reference_kernels
 
@@ -260,7 +264,7 @@ class PayloadHandle:
         self,
         factory: Any,
         model: Distribution | None,
-        initialize: tuple[int, float] | None,
+        initialize: Any,
         options: PassOptions | None = None,
     ) -> Payload:
         raise NotImplementedError
@@ -269,7 +273,7 @@ class PayloadHandle:
         self,
         factory: Any,
         model: Distribution | None,
-        initialize: tuple[int, float] | None,
+        initialize: Any,
         options: PassOptions | None = None,
     ) -> Payload:
         payload = self._estep(factory, model, initialize, options)
@@ -311,6 +315,12 @@ class PayloadHandle:
         """(total weight, weighted total log-likelihood of ``estimate``)."""
         nobs, ll, _value, _parts = self._pass(None, estimate, None)
         return nobs, ll
+
+    def pysp_row_pass(self, factory: Any, task: Any) -> tuple[float, Any]:
+        """One pass of a row task (the seeding's passes): (total weight, merged value of ``factory``'s
+        accumulators, each folded by ``task.fold(acc, enc, weights, row_ids)``)."""
+        nobs, _ll, value, _parts = self._pass(factory, None, task)
+        return nobs, value
 
     def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
         """An initial model from rows kept with probability ``p`` (a hash of seed and global row id)

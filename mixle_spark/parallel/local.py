@@ -21,10 +21,12 @@ from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
 from mixle_spark.parallel._handle import (
     PartReport,
     PassOptions,
+    accumulate_chunks,
     bind_estimator,
     check_engine_and_precision,
     fold_key_passes,
     initial_keep_weights,
+    merge_payloads,
     one_column_error,
     seed_from,
     weighted_sum,
@@ -361,6 +363,17 @@ class LocalEncodedData:
     def seq_log_density(self, estimate: Distribution) -> np.ndarray:
         """Per-row log-density of ``estimate``, shape (n,), in row order."""
         return np.concatenate([estimate.seq_log_density(enc) for _ids, enc, _w in self._iter_chunks()])
+
+    def pysp_row_pass(self, factory: Any, task: Any) -> tuple[float, Any]:
+        """One pass of a row task (the seeding's passes): (total weight, merged value of ``factory``'s
+        accumulators, each folded by ``task.fold(acc, enc, weights, row_ids)``), merged in chunk order."""
+        payloads = self._map_chunks(lambda c: accumulate_chunks([(c[1], c[2], c[0])], (factory, None, task)))
+        merged: Any = None
+        for payload in payloads:
+            merged = merge_payloads(factory, merged, payload)
+        if merged is None or merged[2] is None:
+            raise EmptyDataError("no rows: the encoded data is empty")
+        return merged[0], merged[2]
 
     def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
         """An initial model: each row kept with probability ``p`` (decided by a hash of the seed and

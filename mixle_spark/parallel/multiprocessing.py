@@ -260,7 +260,7 @@ class MPEncodedData(PayloadHandle):
         self,
         factory: Any,
         model: Distribution | None,
-        initialize: tuple[int, float] | None,
+        initialize: Any,
         options: PassOptions | None = None,
     ) -> Payload:
         if self._closed:

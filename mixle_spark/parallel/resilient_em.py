@@ -86,6 +86,7 @@ def fit_fingerprint(
     on_degenerate: str,
     prev_estimate: Distribution | None = None,
     init_estimator: Estimator | None = None,
+    init: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What identifies a fit for resuming: the settings that change its path (``max_its`` is not one:
     a resumed fit may run longer)."""
@@ -100,6 +101,7 @@ def fit_fingerprint(
         "on_degenerate": on_degenerate,
         "prev_estimate": None if prev_estimate is None else _digest(model_to_dict(prev_estimate)["model"]),
         "init_estimator": _digest(_estimator_spec(init_estimator)) if init_estimator is not None else None,
+        "init": None if init is None or prev_estimate is not None else dict(init),
     }
 
 
@@ -112,6 +114,7 @@ _WHAT = {
     "on_degenerate": "on_degenerate",
     "prev_estimate": "prev_estimate",
     "init_estimator": "init_estimator",
+    "init": "the initialization (init, init_steps)",
 }
 
 
@@ -119,6 +122,8 @@ def check_fingerprint(saved: Mapping[str, Any], current: Mapping[str, Any], wher
     """Raise :class:`CheckpointMismatchError` naming every setting that differs."""
     differs = []
     for key in sorted(set(saved) | set(current)):
+        if key == "init" and key not in saved:  # written before init= existed: nothing to compare
+            continue
         if saved.get(key) != current.get(key):
             if key in ("estimator", "prev_estimate", "init_estimator"):
                 differs.append(f"{_WHAT.get(key, key)} differs")

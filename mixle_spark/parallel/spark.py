@@ -359,7 +359,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         self,
         factory: Any,
         model: Distribution | None,
-        initialize: tuple[int, float] | None,
+        initialize: Any,
         options: PassOptions | None = None,
     ) -> Payload:
         request = (factory, model, initialize, options)

@@ -23,6 +23,7 @@ from mixle_spark.errors import (
     SchemaError,
     SpecError,
 )
+from mixle_spark.stats._embed import label_frequencies, label_width, scales
 from mixle_spark.stats._labels import (
     normalize_label,
     readable_label_type,
@@ -454,6 +455,17 @@ class MultinomialEncoder(Encoder):
         state = dict(vars(self))
         state["_value_sets"] = {}  # a per-process lookup cache; shipped encoders rebuild it
         return state
+
+    def embedding_scales(self) -> np.ndarray:
+        own = [np.ones(1, dtype=bool)] if self.len_encoder is not None else []
+        return np.concatenate([scales(False, label_width(self.labels)), *own])
+
+    def embed(self, enc: Any) -> np.ndarray:
+        """Normalized token frequencies, then ``log1p(document length)`` with a length model."""
+        out = label_frequencies(enc.n, enc.row, enc.codes, enc.counts, label_width(self.labels))
+        if self.len_encoder is None:
+            return out
+        return np.hstack([out, np.log1p(np.asarray(enc.totals, dtype=np.float64))[:, None]])
 
 
 def _python_count(token: Any, c: Any, row: int, n: int) -> float:

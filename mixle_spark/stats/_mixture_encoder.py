@@ -73,3 +73,9 @@ class MixtureEncoder(Encoder):
 
     def __repr__(self) -> str:
         return f"MixtureEncoder({self.inner!r})"
+
+    def embedding_scales(self) -> Any:
+        return self.inner.embedding_scales()
+
+    def embed(self, enc: Any) -> Any:
+        return self.inner.embed(enc)

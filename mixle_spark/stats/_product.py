@@ -183,6 +183,14 @@ class ProductEncoder(Encoder):
         )
         return f"{type(self).__name__}({inner})"
 
+    def embedding_scales(self) -> np.ndarray:
+        parts = [child.embedding_scales() for child in self.children]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+    def embed(self, enc: Any) -> np.ndarray:
+        parts = [child.embed(e) for child, e in zip(self.children, enc, strict=True)]
+        return np.hstack(parts) if parts else np.zeros((0, 0))
+
 
 class ProductAccumulator(Accumulator):
     """Child accumulators side by side; value is the tuple of child values in field order.

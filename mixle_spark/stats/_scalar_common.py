@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mixle_spark.errors import SchemaError
+from mixle_spark.stats._embed import scales
 from mixle_spark.stats._validate import arrow_float_values, check_integer, check_range, float_values
 from mixle_spark.stats.base import (
     Accumulator,
@@ -64,6 +65,21 @@ class ScalarEncoder(Encoder):
     Subclasses set ``estimator_name`` and ``expectation`` (message fragment) and override
     :meth:`validate` and, when the encoded form is more than the values, :meth:`pack`.
     """
+
+    embedding: ClassVar[str] = "number"
+    """How seeding embeds the values: ``number`` (standardized), ``count`` (``log1p``, standardized) or
+    ``binary`` (0 / 1, kept as it is)."""
+
+    def seed_values(self, enc: Any) -> np.ndarray:
+        """The record values of an encoded batch, shape (n,) (the packed form's source)."""
+        return np.asarray(enc, dtype=np.float64)
+
+    def embedding_scales(self) -> np.ndarray:
+        return scales(self.embedding != "binary", 1)
+
+    def embed(self, enc: Any) -> np.ndarray:
+        x = self.seed_values(enc)
+        return (np.log1p(x) if self.embedding == "count" else x)[:, None]
 
     estimator_name: ClassVar[str] = ""
     expectation: ClassVar[str] = "a finite number"

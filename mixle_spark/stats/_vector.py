@@ -16,7 +16,13 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.errors import DataTypeError, DataValueError, FieldError, SchemaError
+from mixle_spark.errors import (
+    DataTypeError,
+    DataValueError,
+    EmbeddingUnavailableError,
+    FieldError,
+    SchemaError,
+)
 from mixle_spark.stats._validate import arrow_float_values, as_arrow_array, check_finite, first_true
 from mixle_spark.stats.base import Accumulator, Encoder, check_parameter
 
@@ -344,6 +350,14 @@ class VectorEncoder(Encoder):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(dim={self.dim!r})"
+
+    def embedding_scales(self) -> np.ndarray:
+        if self.dim is None:
+            raise EmbeddingUnavailableError(f"{type(self).__name__}: the vector length is not known yet")
+        return np.ones(self.dim, dtype=bool)
+
+    def embed(self, enc: Any) -> np.ndarray:
+        return np.asarray(enc.x, dtype=np.float64)
 
 
 def _scan_of(x: np.ndarray) -> Any:

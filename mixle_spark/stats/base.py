@@ -40,7 +40,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from mixle_spark.errors import SpecError, UnknownNameError
+from mixle_spark.errors import EmbeddingUnavailableError, SpecError, UnknownNameError
 from mixle_spark.stats._random import RowRandom
 
 __all__ = [
@@ -149,6 +149,17 @@ class Encoder(ABC):
         """``data`` (already accepted by :meth:`from_arrow`) in a compact Arrow form that
         :meth:`from_arrow` reads back to the same encoding; the default returns it unchanged."""
         return data
+
+    # -- seeding: a numeric embedding for init="kmeans||" (see stats._embed) ---------------------
+    def embedding_scales(self) -> np.ndarray:
+        """One flag per column of :meth:`embed`: True for a number the seeding standardizes, False
+        for a column already on a comparable scale (one-hot, frequencies). Raises
+        :class:`~mixle_spark.errors.EmbeddingUnavailableError` when the family has no embedding."""
+        raise EmbeddingUnavailableError(f"{type(self).__name__} has no numeric embedding for seeding")
+
+    def embed(self, enc: Encoded) -> np.ndarray:
+        """The batch as a float64 array of shape (n, m), m = ``len(embedding_scales())``; NaN = missing."""
+        raise EmbeddingUnavailableError(f"{type(self).__name__} has no numeric embedding for seeding")
 
     def union(self, other: Encoder) -> Encoder:
         """An encoder that can encode whatever ``self`` and ``other`` can (used by mixtures of models

@@ -117,6 +117,8 @@ class BernoulliSampler(Sampler):
 class BernoulliEncoder(ScalarEncoder):
     """Reads 0 / 1 / booleans into a float64 array of zeros and ones, shape (n,)."""
 
+    embedding = "binary"
+
     estimator_name = "BernoulliEstimator"
     expectation = "0, 1 or a boolean"
     accepts_bool = True

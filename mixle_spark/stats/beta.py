@@ -212,6 +212,9 @@ class BetaSampler(Sampler):
 class BetaEncoder(ScalarEncoder):
     """Reads numbers in (0, 1) into ``(log x, log(1 - x))``, two float64 arrays of shape (n,)."""
 
+    def seed_values(self, enc: Any) -> np.ndarray:
+        return np.exp(enc[0])  # type: ignore[no-any-return]
+
     estimator_name = "BetaEstimator"
     expectation = "a number strictly between 0 and 1"
 

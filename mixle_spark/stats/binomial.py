@@ -152,6 +152,11 @@ class BinomialEncoder(ScalarEncoder):
     the distribution; a scan returns the largest count seen.
     """
 
+    embedding = "count"
+
+    def seed_values(self, enc: Any) -> np.ndarray:
+        return np.asarray(enc.x, dtype=np.float64)
+
     estimator_name = "BinomialEstimator"
 
     def __init__(self, n: int | None = None) -> None:

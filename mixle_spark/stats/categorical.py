@@ -32,6 +32,7 @@ from mixle_spark.errors import (
     SchemaError,
     SpecError,
 )
+from mixle_spark.stats._embed import label_width, one_hot, scales
 from mixle_spark.stats._labels import (
     CODES_FIELD,
     EXPECTED_LABEL,
@@ -364,6 +365,12 @@ class CategoricalEncoder(Encoder):
     def __repr__(self) -> str:
         size = "?" if self.labels is None else len(self.labels)
         return f"CategoricalEncoder(<{size} labels>, unseen={self.unseen!r})"
+
+    def embedding_scales(self) -> np.ndarray:
+        return scales(False, label_width(self.labels))
+
+    def embed(self, enc: Any) -> np.ndarray:
+        return one_hot(enc.codes, label_width(self.labels))
 
 
 class CategoricalAccumulator(Accumulator):

@@ -156,6 +156,9 @@ class GammaSampler(Sampler):
 class GammaEncoder(ScalarEncoder):
     """Reads positive finite numbers into ``(x, log x)``, two float64 arrays of shape (n,)."""
 
+    def seed_values(self, enc: Any) -> np.ndarray:
+        return np.asarray(enc[1], dtype=np.float64)  # log x: the scale of a Gamma is multiplicative
+
     estimator_name = "GammaEstimator"
     expectation = "a positive finite number"
 

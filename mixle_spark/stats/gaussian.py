@@ -169,6 +169,12 @@ class GaussianEncoder(Encoder):
     def __hash__(self) -> int:
         return hash("GaussianEncoder")
 
+    def embedding_scales(self) -> np.ndarray:
+        return np.ones(1, dtype=bool)
+
+    def embed(self, enc: Any) -> np.ndarray:
+        return np.asarray(enc, dtype=np.float64)[:, None]
+
 
 class GaussianAccumulator(Accumulator):
     """Sums ``sw = Σw``, ``s1 = Σw(x - shift)``, ``s2 = Σw(x - shift)^2``; value ``(sw, s1, s2, shift)``."""

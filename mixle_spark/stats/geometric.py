@@ -111,6 +111,8 @@ class GeometricSampler(Sampler):
 class GeometricEncoder(ScalarEncoder):
     """Reads integers >= 1 into a float64 array of shape (n,)."""
 
+    embedding = "count"
+
     estimator_name = "GeometricEstimator"
     expectation = "an integer >= 1 (trials up to the first success)"
 

@@ -334,21 +334,27 @@ class HiddenMarkovAccumulator(Accumulator):
         """Random, nearly hard state responsibilities per element (approximately Dirichlet(1/K^2))
         from the row-keyed ``rng``; initial and transition counts from consecutive elements."""
         k = len(self.emissions)
+        self.seq_assign(enc, weights, rng.expand(enc.lengths).dirichlet_like(k, alpha=1.0 / k**2), rng)
+
+    def seq_assign(self, enc: SequenceEncoded, weights: np.ndarray, resp: np.ndarray, rng: RowRandom) -> None:
+        """Initial statistics from given state responsibilities ``resp`` of shape (elements, K) (the
+        seeding's hard assignments, or random ones); initial and transition counts from consecutive
+        elements."""
         weights = np.asarray(weights, dtype=np.float64)
         self.row_weight += float(weights.sum())
         if enc.owner.size:
-            r = rng.expand(enc.lengths).dirichlet_like(k, alpha=1.0 / k**2)
+            r = np.asarray(resp, dtype=np.float64)
             w_elem = weights[enc.owner]
             first = np.ones(len(enc.owner), dtype=bool)
             first[1:] = enc.owner[1:] != enc.owner[:-1]
             self.initial += w_elem[first] @ r[first]
             nxt = np.flatnonzero(~first)
             self.transitions += (r[nxt - 1] * w_elem[nxt][:, None]).T @ r[nxt]
-            resp = r * w_elem[:, None]
-            self.state_weights += resp.sum(axis=0)
+            weighted = r * w_elem[:, None]
+            self.state_weights += weighted.sum(axis=0)
             for j, acc in enumerate(self.emissions):
                 acc.seq_initialize(
-                    enc.values, np.ascontiguousarray(resp[:, j]), rng.expand(enc.lengths).child(j)
+                    enc.values, np.ascontiguousarray(weighted[:, j]), rng.expand(enc.lengths).child(j)
                 )
         if self.len_acc is not None:
             len_enc = (

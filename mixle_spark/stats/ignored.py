@@ -103,6 +103,12 @@ class IgnoredEncoder(Encoder):
     def __hash__(self) -> int:
         return hash("IgnoredEncoder")
 
+    def embedding_scales(self) -> np.ndarray:
+        return np.zeros(0, dtype=bool)
+
+    def embed(self, enc: Any) -> np.ndarray:
+        return np.zeros((int(enc), 0))
+
 
 class IgnoredAccumulator(Accumulator):
     """Holds nothing; ``value()`` is None."""

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from mixle_spark.errors import DataValueError, EmptyDataError, SchemaError
+from mixle_spark.stats._embed import label_width, one_hot, scales
 from mixle_spark.stats._validate import (
     arrow_float_values,
     as_arrow_array,
@@ -255,6 +256,17 @@ class IntegerCategoricalEncoder(Encoder):
 
     def __repr__(self) -> str:
         return f"IntegerCategoricalEncoder(min_val={self.min_val!r}, max_val={self.max_val!r})"
+
+    def _embedding_width(self) -> int:
+        if self.min_val is None or self.max_val is None:
+            return 1
+        return label_width(range(self.max_val - self.min_val + 1))
+
+    def embedding_scales(self) -> np.ndarray:
+        return scales(False, self._embedding_width())
+
+    def embed(self, enc: Any) -> np.ndarray:
+        return one_hot(enc.codes, self._embedding_width())
 
 
 def _align(min_val: int, counts: np.ndarray, lo: int, hi: int) -> np.ndarray:

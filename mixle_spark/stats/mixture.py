@@ -352,8 +352,12 @@ class MixtureAccumulator(Accumulator):
         weights = np.asarray(weights, dtype=np.float64)
         if weights.shape[0] == 0:
             return
-        r = rng.dirichlet_like(k, alpha=1.0 / k**2)
-        r *= weights[:, None]
+        self.seq_assign(enc, weights, rng.dirichlet_like(k, alpha=1.0 / k**2), rng)
+
+    def seq_assign(self, enc: Any, weights: np.ndarray, resp: np.ndarray, rng: RowRandom) -> None:
+        """Initial statistics from given responsibilities ``resp`` of shape (n, K) (the seeding's
+        hard assignments, or random ones); each component initializes from its weighted rows."""
+        r = np.asarray(resp, dtype=np.float64) * np.asarray(weights, dtype=np.float64)[:, None]
         self.counts += r.sum(axis=0)
         for j, acc in enumerate(self.accumulators):
             acc.seq_initialize(enc, np.ascontiguousarray(r[:, j]), rng.child(j))

@@ -220,6 +220,11 @@ class NegativeBinomialSampler(Sampler):
 class NegativeBinomialEncoder(ScalarEncoder):
     """Reads counts into ``(x, log x!)``, two float64 arrays of shape (n,)."""
 
+    embedding = "count"
+
+    def seed_values(self, enc: Any) -> np.ndarray:
+        return np.asarray(enc[0], dtype=np.float64)
+
     estimator_name = "NegativeBinomialEstimator"
     expectation = "a non-negative integer count"
 

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mixle_spark.errors import FieldError
+from mixle_spark.stats._embed import scatter_rows
 from mixle_spark.stats._product import as_record_list
 from mixle_spark.stats._validate import as_arrow_array
 from mixle_spark.stats.base import (
@@ -260,6 +261,14 @@ class OptionalEncoder(Encoder):
 
     def __repr__(self) -> str:
         return f"OptionalEncoder({self.child!r})"
+
+    def embedding_scales(self) -> np.ndarray:
+        return self.child.embedding_scales()
+
+    def embed(self, enc: Any) -> np.ndarray:
+        width = len(self.child.embedding_scales())
+        present = self.child.embed(enc.child) if len(enc.present_index) else np.zeros((0, width))
+        return scatter_rows(enc.n, enc.present_index, present)
 
 
 class OptionalAccumulator(Accumulator):

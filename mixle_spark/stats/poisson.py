@@ -115,6 +115,11 @@ class PoissonSampler(Sampler):
 class PoissonEncoder(ScalarEncoder):
     """Reads counts into ``(x, log x!)``, two float64 arrays of shape (n,)."""
 
+    embedding = "count"
+
+    def seed_values(self, enc: Any) -> np.ndarray:
+        return np.asarray(enc[0], dtype=np.float64)
+
     estimator_name = "PoissonEstimator"
     expectation = "a non-negative integer count"
 

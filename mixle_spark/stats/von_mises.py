@@ -243,6 +243,12 @@ class VonMisesSampler(Sampler):
 class VonMisesEncoder(ScalarEncoder):
     """Reads finite angles (radians, any real) into ``(cos x, sin x)``, two float64 arrays of shape (n,)."""
 
+    def embedding_scales(self) -> np.ndarray:
+        return np.zeros(2, dtype=bool)  # a point on the unit circle: (cos, sin)
+
+    def embed(self, enc: Any) -> np.ndarray:
+        return np.column_stack([enc[0], enc[1]])
+
     estimator_name = "VonMisesEstimator"
     expectation = "a finite angle in radians"
 

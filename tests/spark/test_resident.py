@@ -40,13 +40,13 @@ def test_resident_equals_per_iteration_jobs_and_local(frame: Any) -> None:
     fits = []
     for resident in (True, False):
         with SparkEncodedData(df, estimator=EST, num_chunks=2, resident=resident) as handle:
-            fits.append(optimize(handle, EST, max_its=6, delta=None, seed=3))
+            fits.append(optimize(handle, EST, max_its=6, delta=None, seed=3, init="random"))
             assert handle.resident_steps == (8 if resident else 0)  # init + 6 steps + final score
             assert handle._resident is None  # released when the fit ended: the session is free
             assert handle.frame.sparkSession.range(3).count() == 3
             init = initialize(handle, EST, seed=5)
             np.testing.assert_allclose(_params(init), _params(initialize(x, EST, seed=5)), rtol=1e-12)
-    local = optimize(x, EST, max_its=6, delta=None, seed=3)
+    local = optimize(x, EST, max_its=6, delta=None, seed=3, init="random")
     for fit in fits:
         np.testing.assert_allclose(_params(fit), _params(local), rtol=1e-10)
         assert fit.fit_result.log_likelihood == pytest.approx(local.fit_result.log_likelihood, rel=1e-12)
@@ -120,11 +120,11 @@ def test_default_layout_is_one_partition_per_task_slot(spark: Any, frame: Any) -
     many = spark.createDataFrame(spark.sparkContext.parallelize([(float(v),) for v in x], 7), "x double")
     with SparkEncodedData(many, estimator=EST) as handle:
         assert handle.auto_layout and handle.num_partitions == 2  # local[2]: two slots, not 7 partitions
-        fit = optimize(handle, EST, max_its=4, delta=None, seed=3)
+        fit = optimize(handle, EST, max_its=4, delta=None, seed=3, init="random")
         assert handle.resident_steps == 6 and handle.resident_starts == 1
     with SparkEncodedData(many, estimator=EST, resident=False) as handle:  # kept as it came
         assert not handle.auto_layout and handle.num_partitions == 7
-    local = optimize(x, EST, max_its=4, delta=None, seed=3)
+    local = optimize(x, EST, max_its=4, delta=None, seed=3, init="random")
     np.testing.assert_allclose(_params(fit), _params(local), rtol=1e-10)
     first = fit.fit_result.trace[0].events
     assert len(first) == 1 and first[0].startswith("resident E-steps started: 2 tasks hold 3,000 rows")
@@ -150,10 +150,10 @@ def test_a_killed_python_worker_restarts_the_session_and_keeps_the_estimates(
 
     monkeypatch.setattr(ResidentSession, "request", request)
     with SparkEncodedData(df, estimator=EST, num_chunks=2) as handle:
-        fit = optimize(handle, EST, max_its=6, delta=None, seed=3)
+        fit = optimize(handle, EST, max_its=6, delta=None, seed=3, init="random")
         assert handle.resident_starts == 2 and handle.resident_steps == 7  # one step ran as a job
         assert handle.resident_off is None
-    local = optimize(x, EST, max_its=6, delta=None, seed=3)
+    local = optimize(x, EST, max_its=6, delta=None, seed=3, init="random")
     np.testing.assert_allclose(_params(fit), _params(local), rtol=1e-10)
     events = {rec.iteration: rec.events for rec in fit.fit_result.trace}
     assert events[2][0].startswith("resident E-steps lost: lost the resident task of partition 1")
@@ -166,8 +166,10 @@ def test_validation_data_on_spark_shares_the_slots_without_deadlock(spark: Any, 
     df, x = frame
     v = np.asarray(START.sampler(13).sample(1000))
     dv = spark.createDataFrame(pa.table({"x": v}))
-    fit = optimize(df, EST, max_its=4, delta=None, seed=3, vdata=dv)  # both handles want every slot
-    want = optimize(x, EST, max_its=4, delta=None, seed=3, vdata=list(v))
+    fit = optimize(
+        df, EST, max_its=4, delta=None, seed=3, init="random", vdata=dv
+    )  # both handles want every slot
+    want = optimize(x, EST, max_its=4, delta=None, seed=3, init="random", vdata=list(v))
     np.testing.assert_allclose(_params(fit), _params(want), rtol=1e-10)
     assert fit.fit_result.validation_log_likelihood == pytest.approx(
         want.fit_result.validation_log_likelihood, rel=1e-12
@@ -201,14 +203,14 @@ def test_a_barrier_stage_without_free_slots_is_cancelled_and_the_fit_goes_on(
     time.sleep(1.0)
     started = time.monotonic()
     with SparkEncodedData(df, estimator=EST) as handle:
-        fit = optimize(handle, EST, max_its=3, delta=None, seed=3)
+        fit = optimize(handle, EST, max_its=3, delta=None, seed=3, init="random")
         assert handle.resident_steps == 0 and handle.resident_starts == 0
         assert "did not start 2 tasks within 3 s" in (handle.resident_off or "")
     assert time.monotonic() - started < 11  # not held up until the other job ends
     events = [e for rec in fit.fit_result.trace for e in rec.events]
     assert len(events) == 1 and events[0].startswith("resident E-steps off for this fit: the barrier stage")
     np.testing.assert_allclose(
-        _params(fit), _params(optimize(x, EST, max_its=3, delta=None, seed=3)), rtol=1e-10
+        _params(fit), _params(optimize(x, EST, max_its=3, delta=None, seed=3, init="random")), rtol=1e-10
     )
     other.join()
     time.sleep(1.0)

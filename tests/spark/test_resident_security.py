@@ -101,7 +101,7 @@ def test_hostile_peers_during_the_start_of_a_resident_fit(
     x = np.asarray(START.sampler(4).sample(4000))
     df = spark.createDataFrame(pa.table({"x": x}))
     with SparkEncodedData(df, estimator=EST) as handle:
-        calm = optimize(handle, EST, max_its=5, delta=None, seed=2)
+        calm = optimize(handle, EST, max_its=5, delta=None, seed=2, init="random")
         assert handle.resident_steps == 7
 
     attackers = _Attackers(tmp_path / "pwned")
@@ -116,7 +116,7 @@ def test_hostile_peers_during_the_start_of_a_resident_fit(
     caplog.set_level(logging.WARNING, logger="mixle_spark.parallel.spark")
     with SparkEncodedData(df, estimator=EST) as handle:
         started = time.monotonic()
-        attacked = optimize(handle, EST, max_its=5, delta=None, seed=2)
+        attacked = optimize(handle, EST, max_its=5, delta=None, seed=2, init="random")
         fit_seconds = time.monotonic() - started
         assert handle.resident_steps == 7 and handle.resident_starts == 1
     attackers.join()
