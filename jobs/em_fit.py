@@ -69,8 +69,9 @@ from typing import Any
 
 from mixle_spark._cli import JobArgumentParser, atomic_directory, check_output_free, run_job
 from mixle_spark._version import __version__
-from mixle_spark.errors import ConvergenceWarning
+from mixle_spark.errors import ConvergenceWarning, SpecError
 from mixle_spark.estimation import ON_DEGENERATE, best_of, optimize
+from mixle_spark.model_selection import parse_ks, select_k, with_components
 from mixle_spark.parallel import encoded_data
 from mixle_spark.parallel.sdc_audit import SDCAudit
 from mixle_spark.seeding import INIT_MODES, SeedingFallbackWarning
@@ -139,6 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--init-p", type=float, help="fraction of rows used for a random initial model")
     fit.add_argument("--trials", type=_positive_int, help="random restarts (the best log-likelihood wins)")
     fit.add_argument("--print-iter", type=int, help="print progress every N iterations")
+    fit.add_argument(
+        "--k",
+        metavar="KS",
+        help="choose the number of components: fit each candidate (2:12 or 2,4,8) and keep the best "
+        "by --criterion (the spec's mixture component, or hidden Markov state, is repeated k times)",
+    )
+    fit.add_argument(
+        "--criterion", choices=("bic", "aic"), default="bic", help="how --k chooses (default: bic)"
+    )
     run = parser.add_argument_group("execution")
     run.add_argument("--backend", choices=("spark", "local"), default="spark", help="default: spark")
     run.add_argument(
@@ -206,6 +216,16 @@ def resolve_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> arg
             parser.error(
                 f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to --backend spark"
             )
+    if args.k is not None:
+        try:
+            args.ks = parse_ks(args.k)
+        except SpecError as err:
+            parser.error(f"--k: {err}")
+        clash = [
+            f"--{n.replace('_', '-')}" for n in ("checkpoint_dir", "trace") if getattr(args, n) is not None
+        ]
+        if clash:
+            parser.error(f"--k fits several models; {', '.join(clash)} apply to a single fit")
     try:
         from mixle_spark.io import parse_conf
 
@@ -403,20 +423,40 @@ def fit_model(
     backend_options: dict[str, Any],
     out: Any,
     reliability: dict[str, Any] | None = None,
+    selection: Any = None,
 ) -> tuple[Any, float, dict[str, float], list[str]]:
     """Encode once, run EM (``trials`` restarts: ``best_of``); ``(model, ll, timings, warnings)``.
 
     ``reliability`` holds ``optimize``'s checkpoint / degenerate-component / audit / trace keywords.
+    ``selection`` (the parsed arguments, with ``ks`` and ``criterion``) chooses the number of
+    components by ``select_k``; the choice is left in ``selection.found``.
     """
     extra_options = reliability or {}
     t0 = time.perf_counter()
-    with encoded_data(data, spec.estimator, **backend_options) as handle:
+    ks = getattr(selection, "ks", None)
+    estimator = spec.estimator if ks is None else with_components(spec.estimator, max(ks))
+    with encoded_data(data, estimator, **backend_options) as handle:
         t1 = time.perf_counter()
         print(f"{PROG}: encoded {len(handle)} rows in {t1 - t0:.1f}s", file=sys.stderr)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConvergenceWarning)
             warnings.simplefilter("always", SeedingFallbackWarning)
-            if trials > 1:
+            if ks is not None:
+                found = select_k(
+                    handle,
+                    spec.estimator,
+                    ks=ks,
+                    criterion=selection.criterion,
+                    trials=trials,
+                    out=out,
+                    **options,
+                    **extra_options,
+                )
+                print(found, file=sys.stderr)
+                selection.found = found
+                model = found.model
+                ll = model.fit_result.log_likelihood
+            elif trials > 1:
                 ll, model = best_of(
                     handle, spec.estimator, trials=trials, out=out, **options, **extra_options
                 )
@@ -450,7 +490,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"{PROG}: fitting {args.model} to {args.input} (backend {args.backend})", file=sys.stderr)
         out = None if args.quiet else sys.stderr
         reliability = reliability_options(args)
-        model, ll, timings, caught = fit_model(data, spec, options, trials, backend_options, out, reliability)
+        model, ll, timings, caught = fit_model(
+            data, spec, options, trials, backend_options, out, reliability, args if args.k else None
+        )
+        if args.k:
+            extra["model_selection"] = args.found.to_dict()
         extra["warnings"] = caught
         extra["long_fit"] = long_fit_summary(args, model.fit_result)
         summary = build_summary(args, model, ll, {**options, "trials": trials}, extra)

@@ -42,16 +42,23 @@ def _img(fig: Any, alt: str) -> str:
     return f'<img class="figure" alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def log_likelihood_png(figure_class: Any, iterations: Sequence[int], values: Sequence[float]) -> str:
-    """The log-likelihood per EM iteration as an inline PNG ``<img>`` tag."""
+def log_likelihood_png(
+    figure_class: Any,
+    iterations: Sequence[int],
+    values: Sequence[float],
+    xlabel: str = "iteration",
+    ylabel: str = "log-likelihood",
+) -> str:
+    """The log-likelihood per EM iteration (or any curve over integers, e.g. a model-selection
+    criterion per number of components) as an inline PNG ``<img>`` tag."""
     fig = figure_class(figsize=_SIZE)
     ax = fig.add_subplot()
     ax.plot(iterations, values, marker="o", markersize=3, linewidth=1.5)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("log-likelihood")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(alpha=0.3)
-    return _img(fig, "log-likelihood per iteration")
+    return _img(fig, f"{ylabel} per {xlabel}")
 
 
 def weights_png(figure_class: Any, weights: Sequence[float]) -> str:
@@ -97,8 +104,14 @@ def _colors(n: int) -> list[Any]:
     return [cmap(k % cmap.N) for k in range(n)]
 
 
-def log_likelihood_svg(iterations: Sequence[int], values: Sequence[float]) -> str:
-    """The log-likelihood per iteration as a plain inline ``<svg>`` line chart (no matplotlib).
+def log_likelihood_svg(
+    iterations: Sequence[int],
+    values: Sequence[float],
+    xlabel: str = "iteration",
+    ylabel: str = "log-likelihood",
+) -> str:
+    """The log-likelihood per iteration (or any curve over integers) as a plain inline ``<svg>`` line
+    chart (no matplotlib).
 
     >>> log_likelihood_svg([0, 1, 2], [-10.0, -5.0, -4.5]).startswith('<svg')
     True
@@ -114,8 +127,9 @@ def log_likelihood_svg(iterations: Sequence[int], values: Sequence[float]) -> st
     points = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(px, py, strict=True))
     base, edge = height - bottom, width - right
     text = 'font-size="12" font-family="sans-serif" fill="#333"'
+    xname, yname = html.escape(xlabel), html.escape(ylabel)
     return (
-        f'<svg class="figure" role="img" aria-label="log-likelihood per iteration" width="{width}" '
+        f'<svg class="figure" role="img" aria-label="{yname} per {xname}" width="{width}" '
         f'height="{height}" viewBox="0 0 {width} {height}">'
         f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>'
         f'<line x1="{left}" y1="{base}" x2="{edge}" y2="{base}" stroke="#333"/>'
@@ -125,8 +139,8 @@ def log_likelihood_svg(iterations: Sequence[int], values: Sequence[float]) -> st
         f'<text x="{left - 6}" y="{base}" text-anchor="end" {text}>{y_lo:.6g}</text>'
         f'<text x="{left}" y="{base + 16}" text-anchor="middle" {text}>{x_lo:g}</text>'
         f'<text x="{edge}" y="{base + 16}" text-anchor="middle" {text}>{x_hi:g}</text>'
-        f'<text x="{(left + edge) / 2}" y="{height - 6}" text-anchor="middle" {text}>iteration</text>'
+        f'<text x="{(left + edge) / 2}" y="{height - 6}" text-anchor="middle" {text}>{xname}</text>'
         f'<text x="14" y="{(top + base) / 2}" text-anchor="middle" {text} '
-        f'transform="rotate(-90 14 {(top + base) / 2})">log-likelihood</text>'
+        f'transform="rotate(-90 14 {(top + base) / 2})">{yname}</text>'
         "</svg>"
     )

@@ -34,7 +34,8 @@ from mixle_spark.summary import count_free_parameters, information_criteria
 __all__ = ["PLOT_HINT", "SECTIONS", "report_html", "write_report"]
 
 SECTIONS = ("overview", "log-likelihood", "weights", "parameters", "projection")
-"""The ``id`` of every ``<section>`` of a report, in page order."""
+"""The ``id`` of every ``<section>`` of a report, in page order; a fit that chose its number of
+components (``em_fit --k``: the summary's ``model_selection``) has ``model-selection`` after ``overview``."""
 
 PLOT_HINT = "Figures need matplotlib: install mixle-spark[plot]."
 
@@ -154,6 +155,7 @@ def report_html(
     body = "\n".join(
         [
             _overview(model, spec, history, info),
+            _model_selection(info, figure_class),
             _log_likelihood(history, figure_class),
             _weights(spec, figure_class),
             _parameters(spec),
@@ -161,7 +163,8 @@ def report_html(
         ]
     )
     hint = "" if figure_class is not None else _note(PLOT_HINT)
-    nav = " · ".join(f'<a href="#{s}">{s}</a>' for s in SECTIONS)
+    shown = [*SECTIONS[:1], *(["model-selection"] if info.get("model_selection") else []), *SECTIONS[1:]]
+    nav = " · ".join(f'<a href="#{s}">{s}</a>' for s in shown)
     return (
         f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{_esc(title)}</title>\n'
         f"<style>{_CSS}</style>\n</head>\n<body>\n<h1>{_esc(title)}</h1>\n"
@@ -240,6 +243,40 @@ def _overview(
         facts.append((f"time: {name}", f"{_num(seconds, 4)} s"))
     facts += [("warning", w) for w in info.get("warnings") or []]
     return _section("overview", "Overview", _table(["", "value"], facts))
+
+
+def _model_selection(info: Mapping[str, Any], figure_class: Any) -> str:
+    """The criterion per number of components (``select_k``; em_fit ``--k``), when there was a choice."""
+    found = info.get("model_selection")
+    if not found:
+        return ""
+    criterion, table = str(found["criterion"]), list(found["table"])
+    key = "validation_log_likelihood" if criterion == "validation" else criterion
+    label = "validation log-likelihood" if criterion == "validation" else criterion.upper()
+    points = [(row["k"], row[key]) for row in table if row.get(key) is not None]
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    if not points:
+        chart = ""
+    elif figure_class is not None:
+        chart = figures.log_likelihood_png(figure_class, xs, ys, xlabel="components (k)", ylabel=label)
+    else:
+        chart = figures.log_likelihood_svg(xs, ys, xlabel="components (k)", ylabel=label)
+    rows = [
+        [
+            f"{row['k']}{' (chosen)' if row['k'] == found['best_k'] else ''}",
+            _num(row["log_likelihood"]),
+            row["free_parameters"],
+            _num(row["bic"]),
+            _num(row["aic"]),
+            row["iterations"],
+            "yes" if row["converged"] else "no",
+        ]
+        for row in table
+    ]
+    header = ["k", "log-likelihood", "free parameters", "BIC", "AIC", "iterations", "converged"]
+    body = _table(header, rows, numeric=range(1, 6))
+    heading = f"Model selection: k = {found['best_k']} by {label}"
+    return _section("model-selection", heading, f'{chart}<div class="scroll">{body}</div>')
 
 
 def _log_likelihood(history: list[dict[str, Any]], figure_class: Any) -> str:

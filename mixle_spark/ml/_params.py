@@ -2,9 +2,10 @@
 
 The names and defaults of ``pyspark.ml.clustering.GaussianMixture`` (``featuresCol``,
 ``predictionCol``, ``probabilityCol``, ``k=2``, ``maxIter=100``, ``tol=0.01``, ``seed``,
-``aggregationDepth=2``, ``weightCol``) plus ours (``inputCols``, ``modelSpec``, ``initFraction``,
-``numPartitions``, ``logLikelihoodCol``). Every Param's type converter also validates, so a bad
-value is refused when it is set, with a message naming the Param and the value.
+``aggregationDepth=2``, ``weightCol``), pyspark.ml ``KMeans``'s ``initMode`` and ``initSteps``, plus
+ours (``inputCols``, ``modelSpec``, ``initFraction``, ``numPartitions``, ``logLikelihoodCol``). Every
+Param's type converter also validates, so a bad value is refused when it is set, with a message naming
+the Param and the value.
 
 :func:`fit_plan` turns the Params and a DataFrame schema into the estimator to fit and the columns
 it reads, checking the combinations a single Param cannot (``inputCols`` with ``featuresCol``,
@@ -66,6 +67,19 @@ def _float_param(name: str, check: Callable[[float], bool], expected: str) -> Ca
         return number
 
     return convert
+
+
+INIT_MODES = ("k-means||", "random")
+"""``initMode`` values, spelled as pyspark.ml ``KMeans`` spells them (``"kmeans||"`` is accepted too)."""
+
+
+def _init_mode(value: Any) -> str:
+    if value == "kmeans||":
+        value = "k-means||"
+    if not isinstance(value, str) or value not in INIT_MODES:
+        valid = ", ".join(map(repr, INIT_MODES))
+        raise SpecError(f"param 'initMode': expected one of {valid}, got {describe_value(value)}")
+    return value
 
 
 def _column_param(name: str, allow_empty: bool) -> Callable[[Any], str]:
@@ -198,6 +212,19 @@ class MixleParams(
         "fraction of rows the random initial model is drawn from, in (0, 1].",
         typeConverter=_float_param("initFraction", lambda v: 0 < v <= 1, "a number in (0, 1]"),
     )
+    initMode: Param[str] = Param(
+        Params._dummy(),
+        "initMode",
+        "how EM starts: 'k-means||' (k-means|| seeding, as pyspark.ml KMeans) or 'random' (random "
+        "responsibilities over an initFraction sample of rows).",
+        typeConverter=_init_mode,
+    )
+    initSteps: Param[int] = Param(
+        Params._dummy(),
+        "initSteps",
+        "k-means|| rounds, one pass over the data each (>= 1).",
+        typeConverter=_int_param("initSteps", 1),
+    )
     numPartitions: Param[int] = Param(
         Params._dummy(),
         "numPartitions",
@@ -223,6 +250,8 @@ class MixleParams(
             seed=DEFAULT_SEED,
             aggregationDepth=2,
             initFraction=0.1,
+            initMode="k-means||",
+            initSteps=2,
             logLikelihoodCol="logLikelihood",
         )
 
@@ -237,6 +266,14 @@ class MixleParams(
     def getModelSpec(self) -> str:
         """Gets the value of ``modelSpec`` as canonical JSON (raises KeyError when unset)."""
         return self.getOrDefault(self.modelSpec)
+
+    def getInitMode(self) -> str:
+        """Gets the value of ``initMode`` or its default value."""
+        return self.getOrDefault(self.initMode)
+
+    def getInitSteps(self) -> int:
+        """Gets the value of ``initSteps`` or its default value."""
+        return self.getOrDefault(self.initSteps)
 
     def getInitFraction(self) -> float:
         """Gets the value of ``initFraction`` or its default value."""

@@ -107,8 +107,13 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         or a component spec repeated ``k`` times (see :mod:`mixle_spark.spec`). Stored as JSON.
         Default: a full-covariance Gaussian over ``featuresCol``.
     initFraction : float
-        Fraction of rows the random initial model is drawn from (default 0.1; mixtures cap it at
-        about 20 rows per component).
+        Fraction of rows a random initial model is drawn from (``initMode="random"``; default 0.1;
+        mixtures cap it at about 20 rows per component).
+    initMode : {"k-means||", "random"}
+        How EM starts (default ``"k-means||"``: distributed k-means|| seeding, then each component
+        built from the rows nearest its centre; see :mod:`mixle_spark.seeding`).
+    initSteps : int
+        k-means|| rounds (default 2).
     numPartitions : int, optional
         Repartition the encoded training data (cached for the fit) into this many partitions.
 
@@ -136,6 +141,8 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         inputCols: list[str] | None = None,
         modelSpec: Any = None,
         initFraction: float = 0.1,
+        initMode: str = "k-means||",
+        initSteps: int = 2,
         numPartitions: int | None = None,
         logLikelihoodCol: str = "logLikelihood",
     ) -> None:
@@ -158,6 +165,8 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         inputCols: list[str] | None = None,
         modelSpec: Any = None,
         initFraction: float = 0.1,
+        initMode: str = "k-means||",
+        initSteps: int = 2,
         numPartitions: int | None = None,
         logLikelihoodCol: str = "logLikelihood",
     ) -> MixleEstimator:
@@ -203,6 +212,12 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
     def setInitFraction(self, value: float) -> MixleEstimator:
         return self._set(initFraction=value)
 
+    def setInitMode(self, value: str) -> MixleEstimator:
+        return self._set(initMode=value)
+
+    def setInitSteps(self, value: int) -> MixleEstimator:
+        return self._set(initSteps=value)
+
     def setNumPartitions(self, value: int) -> MixleEstimator:
         return self._set(numPartitions=value)
 
@@ -231,6 +246,8 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
                 max_its=self.getMaxIter(),
                 delta=self.getTol(),
                 init_p=self.getInitFraction(),
+                init="random" if self.getInitMode() == "random" else "kmeans||",
+                init_steps=self.getInitSteps(),
                 seed=self.getSeed(),
                 print_iter=0,
             )

@@ -95,8 +95,10 @@ def test_gaussian_mixture_equals_local(comm: Any) -> None:
 def test_initialization_equals_local_for_a_seed(comm: Any) -> None:
     data, est = _gaussian_data(), MixtureEstimator([GaussianEstimator()] * 4)
     for seed in (0, 9):
-        with MPIEncodedData(data, est, comm=comm, num_chunks=3) as handle:
-            assert_same_model(initialize(data, est, seed=seed), initialize(handle, est, seed=seed))
+        for init in ("kmeans||", "random"):
+            with MPIEncodedData(data, est, comm=comm, num_chunks=3) as handle:
+                want = initialize(data, est, seed=seed, init=init)
+                assert_same_model(want, initialize(handle, est, seed=seed, init=init))
 
 
 def test_record_with_categorical_merges_vocabularies_across_ranks(comm: Any) -> None:

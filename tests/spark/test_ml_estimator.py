@@ -137,6 +137,27 @@ def test_drop_in_for_mllib_gaussian_mixture(fitted: Any, mllib_fitted: Any, vect
     assert agreement > 0.995
 
 
+def test_init_mode_and_steps_reach_the_fit(vectors: Any) -> None:
+    import warnings
+
+    from mixle_spark.estimation import optimize
+    from mixle_spark.ml import MixleEstimator
+    from mixle_spark.stats import MixtureEstimator, MultivariateGaussianEstimator
+
+    est = MixtureEstimator([MultivariateGaussianEstimator()] * 3)
+    for mode, init in (("random", "random"), ("kmeans||", "kmeans||"), ("k-means||", "kmeans||")):
+        ours = MixleEstimator(k=3, seed=3, maxIter=2, initMode=mode, initSteps=1)
+        assert ours.getInitMode() == ("random" if mode == "random" else "k-means||")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = ours.fit(vectors)
+            want = optimize(
+                vectors, est, max_its=2, delta=0.01, seed=3, init=init, init_steps=1, column="features"
+            )
+        np.testing.assert_allclose(model.weights, want.w, rtol=1e-9)
+    assert MixleEstimator().getInitMode() == "k-means||" and MixleEstimator().getInitSteps() == 2
+
+
 def test_summary(fitted: Any) -> None:
     model = fitted
     s = model.summary
@@ -309,6 +330,12 @@ def test_input_cols_default_is_a_record_of_gaussians_and_max_iter_zero_warns(poi
         ({"tol": float("nan")}, SpecError, r"param 'tol'.*got nan"),
         ({"aggregationDepth": 0}, SpecError, r"param 'aggregationDepth'.*got 0"),
         ({"initFraction": 1.5}, SpecError, r"param 'initFraction'.*\(0, 1\].*got 1\.5"),
+        (
+            {"initMode": "kmeans++"},
+            SpecError,
+            r"param 'initMode': expected one of 'k-means\|\|', 'random', got string 'kmeans\+\+'",
+        ),
+        ({"initSteps": 0}, SpecError, r"param 'initSteps': expected an integer >= 1, got 0"),
         ({"numPartitions": 0}, SpecError, r"param 'numPartitions'.*got 0"),
         ({"featuresCol": ""}, SpecError, r"param 'featuresCol'.*got ''"),
         ({"inputCols": ["a", "a"]}, SpecError, r"param 'inputCols'.*\['a', 'a'\]"),

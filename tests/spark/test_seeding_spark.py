@@ -93,3 +93,27 @@ def test_default_fit_on_spark_recovers_all_eight_centres_in_50_dimensions(spark:
     assert sorted(np.argmin(distance, axis=0).tolist()) == list(range(8))  # a component per centre
     assert distance.min(axis=0).max() < 0.5
     np.testing.assert_allclose(np.sort(model.w), np.sort(np.bincount(labels) / 8000), atol=1e-6)
+
+
+def test_select_k_on_spark_equals_local(spark: Any) -> None:
+    from mixle_spark.model_selection import select_k
+    from mixle_spark.stats import DiagonalGaussianEstimator
+
+    rng = np.random.default_rng(6)
+    centres = np.array([[-6.0, 0.0], [0.0, 6.0], [6.0, 0.0]])
+    x = np.vstack([c + rng.normal(size=(400, 2)) for c in centres])
+    df = spark.createDataFrame(pa.table({"x": pa.array(list(x), pa.list_(pa.float64()))}).to_pandas())
+    est = MixtureEstimator([DiagonalGaussianEstimator()])
+    local = select_k(list(x), est, ks="1:5", seed=2)
+    remote = select_k(df, est, ks="1:5", seed=2)
+    assert local.best_k == remote.best_k == 3
+    for a, b in zip(local.table, remote.table, strict=True):
+        assert (a.k, a.free_parameters, a.iterations, a.converged) == (
+            b.k,
+            b.free_parameters,
+            b.iterations,
+            b.converged,
+        )
+        assert b.log_likelihood == pytest.approx(a.log_likelihood, rel=1e-9)
+        assert b.bic == pytest.approx(a.bic, rel=1e-9)
+    np.testing.assert_allclose(_flat(remote.model), _flat(local.model), rtol=1e-9, atol=1e-9)

@@ -144,6 +144,15 @@ def test_em_fit_bad_paths(tmp_path: Path, args: tuple[str, ...], message: str) -
         (("--audit-fraction", "0"), "argument --audit-fraction: must be in (0, 1], got '0'"),
         (("--audit-every", "0"), "argument --audit-every: expected a positive integer, got 0"),
         (("--checkpoint-every", "x"), "argument --checkpoint-every: invalid _positive_int value: 'x'"),
+        (("--init", "kmeans"), "argument --init: invalid choice: 'kmeans' (choose from 'kmeans||', 'random')"),
+        (("--init-steps", "0"), "argument --init-steps: expected a positive integer, got 0"),
+        (("--k", "0:3"), "--k: ks: every k must be an integer >= 1, got 0 in '0:3'"),
+        (("--k", "two"), "--k: ks: expected 'LOW:HIGH' or a comma-separated list of integers, got 'two'"),
+        (("--k", "2:4", "--criterion", "icl"), "argument --criterion: invalid choice: 'icl'"),
+        (
+            ("--k", "2:4", "--checkpoint-dir", "c"),
+            "--k fits several models; --checkpoint-dir apply to a single fit",
+        ),
     ],
 )
 def test_em_fit_bad_arguments_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:
@@ -244,3 +253,31 @@ def test_em_fit_fits_a_hidden_markov_model_from_a_sequence_column(tmp_path: Path
         np.asarray(model.transitions)[np.ix_(order, order)], truth.transitions, atol=0.03
     )
     assert model.len_dist is not None and abs(model.len_dist.lam - 15.0) < 0.3
+
+
+def test_em_fit_chooses_k_by_bic_and_reports_the_curve(tmp_path: Path) -> None:
+    out = tmp_path / "fit"
+    proc = _run(
+        "--input",
+        str(SAMPLE),
+        "--model",
+        str(SPEC),
+        "--output",
+        str(out),
+        *FAST,
+        "--k",
+        "1:4",
+        "--quiet",
+        "--report",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "select_k by bic: best k = 3" in proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    found = summary["model_selection"]
+    assert found["criterion"] == "bic" and found["best_k"] == 3
+    assert [row["k"] for row in found["table"]] == [1, 2, 3, 4]
+    bics = [row["bic"] for row in found["table"]]
+    assert min(bics) == bics[2] and summary["bic"] == pytest.approx(bics[2])
+    assert len(load_model(out / "model.json").components) == 3
+    page = (out / "report.html").read_text()
+    assert '<section id="model-selection">' in page and "k = 3 by BIC" in page

@@ -1,0 +1,268 @@
+"""Choosing the number of components: ``select_k`` fits a mixture (or hidden Markov model) for every
+candidate ``k`` on data encoded once and keeps the best by BIC, AIC or validation log-likelihood.
+
+    >>> import numpy as np
+    >>> from mixle_spark.stats import GaussianEstimator, MixtureEstimator
+    >>> rng = np.random.default_rng(0)
+    >>> x = list(np.concatenate([rng.normal(-4, 1, 400), rng.normal(0, 1, 400), rng.normal(5, 1, 400)]))
+    >>> found = select_k(x, MixtureEstimator([GaussianEstimator()]), ks=range(1, 6), max_its=200)
+    >>> found.best_k
+    3
+
+As mclust does on one machine, on any backend. Every candidate is a full fit from the same seed and
+initialization (``init="kmeans||"`` by default); the table records each one's log-likelihood, free
+parameters (:func:`mixle_spark.summary.count_free_parameters`), BIC and AIC (lower is better), the
+validation log-likelihood when ``vdata`` is given, iterations and convergence.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any
+
+from mixle_spark.errors import ConvergenceWarning, SpecError, TooFewRowsError
+from mixle_spark.stats.base import Distribution, Estimator
+
+__all__ = ["CRITERIA", "CandidateFit", "KSelection", "parse_ks", "select_k", "with_components"]
+
+CRITERIA = ("bic", "aic", "validation")
+"""How ``select_k`` ranks the candidates: BIC and AIC (lowest wins) or the validation log-likelihood
+(highest wins; needs ``vdata``)."""
+
+
+@dataclass(frozen=True)
+class CandidateFit:
+    """One candidate of :func:`select_k`: ``k`` components and how its fit went."""
+
+    k: int
+    log_likelihood: float
+    free_parameters: int
+    bic: float
+    aic: float
+    validation_log_likelihood: float | None
+    iterations: int
+    converged: bool
+    seconds: float
+
+
+@dataclass
+class KSelection:
+    """What :func:`select_k` found: the best ``k`` under ``criterion``, its model and the whole table."""
+
+    criterion: str
+    best_k: int
+    model: Distribution
+    table: list[CandidateFit]
+    models: dict[int, Distribution] = field(repr=False, default_factory=dict)
+
+    def scores(self) -> list[float]:
+        """The criterion of every candidate, in table order (BIC / AIC: lower wins; validation: higher)."""
+        return [_score(row, self.criterion) for row in self.table]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (the fit summary's ``model_selection`` entry)."""
+        return {"criterion": self.criterion, "best_k": self.best_k, "table": [asdict(r) for r in self.table]}
+
+    def to_pandas(self) -> Any:
+        """The table as a pandas DataFrame, one row per candidate."""
+        import pandas as pd
+
+        return pd.DataFrame([asdict(r) for r in self.table])
+
+    def __str__(self) -> str:
+        head = f"{'k':>4} {'log-likelihood':>16} {'params':>7} {'BIC':>14} {'AIC':>14} {'its':>5}  converged"
+        lines = [f"select_k by {self.criterion}: best k = {self.best_k}", head]
+        for r in self.table:
+            mark = " <" if r.k == self.best_k else ""
+            lines.append(
+                f"{r.k:>4} {r.log_likelihood:>16.6f} {r.free_parameters:>7} {r.bic:>14.3f} {r.aic:>14.3f} "
+                f"{r.iterations:>5}  {r.converged}{mark}"
+            )
+        return "\n".join(lines)
+
+
+def _score(row: CandidateFit, criterion: str) -> float:
+    if criterion == "validation":
+        return float(row.validation_log_likelihood)  # type: ignore[arg-type]
+    return float(getattr(row, criterion))
+
+
+def parse_ks(ks: Any) -> list[int]:
+    """The candidate ``k`` values from an iterable of ints or a string ``"2:12"`` (inclusive) /
+    ``"2,4,8"``; sorted, without repeats. Raises SpecError for anything else, naming it."""
+    if isinstance(ks, str):
+        text = ks.strip()
+        try:
+            if ":" in text:
+                low, high = (int(p) for p in text.split(":", 1))
+                values: list[Any] = list(range(low, high + 1))
+            else:
+                values = [int(p) for p in text.split(",") if p.strip()]
+        except ValueError:
+            raise SpecError(
+                f"ks: expected 'LOW:HIGH' or a comma-separated list of integers, got {ks!r}"
+            ) from None
+    elif isinstance(ks, Iterable):
+        values = list(ks)
+    else:
+        raise SpecError(f"ks: expected integers (e.g. range(1, 13) or '2:12'), got {ks!r}")
+    if not values:
+        raise SpecError(f"ks: no candidate number of components in {ks!r}")
+    for k in values:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise SpecError(f"ks: every k must be an integer >= 1, got {k!r} in {ks!r}")
+    return sorted(set(values))
+
+
+def with_components(estimator: Estimator | Mapping[str, Any] | str, k: int) -> Estimator:
+    """``estimator`` (a mixture of identical components or a hidden Markov model, possibly threaded by
+    ``ModelParallelEstimator``, or its spec) with ``k`` components / states, its other options kept."""
+    from mixle_spark.spec import estimator_from_spec
+
+    if not isinstance(estimator, Estimator):
+        estimator = estimator_from_spec(estimator)  # type: ignore[arg-type]
+    inner = getattr(estimator, "inner", None)
+    if inner is not None:
+        from mixle_spark.parallel.model_parallel import ModelParallelEstimator
+
+        return ModelParallelEstimator(with_components(inner, k), getattr(estimator, "num_workers", None))
+    spec = estimator.to_dict()
+    key = {"mixture": "components", "hidden_markov": "estimators"}.get(str(spec.get("type")))
+    if key is None:
+        raise SpecError(
+            f"select_k varies the components of a mixture or the states of a hidden Markov model; "
+            f"got {type(estimator).__name__}"
+        )
+    parts = spec[key]
+    if any(p != parts[0] for p in parts[1:]):
+        raise SpecError(
+            f"select_k needs a {spec['type']} whose {key} are all alike (it repeats the first one k "
+            f"times); this one has {len(parts)} different ones"
+        )
+    if spec.get("keys") is not None and k != len(parts):
+        raise SpecError(f"select_k cannot vary the components of a {spec['type']} with tied keys")
+    return type(estimator).from_dict({**spec, key: [parts[0]] * k})
+
+
+def select_k(
+    data: Any,
+    estimator: Estimator | Mapping[str, Any] | str,
+    ks: Any = range(1, 13),
+    criterion: str = "bic",
+    *,
+    vdata: Any = None,
+    max_its: int = 100,
+    delta: float | None = 1e-6,
+    seed: int | None = None,
+    trials: int = 1,
+    out: IO[str] | None = None,
+    print_iter: int = 0,
+    **options: Any,
+) -> KSelection:
+    """Fit every candidate number of components and keep the best.
+
+    Parameters
+    ----------
+    data : anything ``optimize`` accepts
+        Encoded once (``encoded_data(data, ..., **options)``) and shared by every candidate.
+    estimator : Estimator or spec
+        A mixture of identical components (``MixtureEstimator([comp])`` will do) or a hidden Markov
+        model; its component / state is repeated ``k`` times.
+    ks : iterable of int or str
+        Candidate numbers of components (``range(1, 13)``, ``[2, 4, 8]``, ``"2:12"``).
+    criterion : {"bic", "aic", "validation"}
+        Lowest BIC / AIC, or highest log-likelihood on ``vdata``.
+    vdata : optional
+        Validation data (required by ``criterion="validation"``; scored for every candidate).
+    max_its, delta, seed
+        As ``optimize``; every candidate starts from the same seed.
+    trials : int
+        Restarts per candidate (``best_of``); 1 runs ``optimize``.
+    out : text stream, optional
+        One line per candidate (and EM progress every ``print_iter`` iterations when > 0).
+    **options
+        ``optimize``'s other keywords (``init``, ``init_steps``, ``on_degenerate``, ...) and the
+        backend's (``backend``, ``num_chunks``, ...).
+
+    Returns
+    -------
+    KSelection
+        ``best_k``, ``model`` (the best fit, with its ``fit_result``), ``table`` (a
+        :class:`CandidateFit` per k) and ``models`` (every candidate's fit).
+    """
+    from mixle_spark.estimation import _handle, _release, best_of, optimize
+    from mixle_spark.seeding import Seeding
+    from mixle_spark.summary import count_free_parameters, information_criteria
+
+    candidates = parse_ks(ks)
+    if criterion not in CRITERIA:
+        raise SpecError(f"unknown criterion {criterion!r}; valid criteria: {', '.join(map(repr, CRITERIA))}")
+    if criterion == "validation" and vdata is None:
+        raise SpecError("criterion='validation' needs vdata (the held-out rows to score every candidate on)")
+    if type(trials) is not int or trials < 1:
+        raise SpecError(f"trials must be an integer >= 1, got {trials!r}")
+    fit_keys = {"init", "init_steps", "init_p", "on_degenerate", "mlflow", "audit", "init_estimator"}
+    fit_options = {key: options.pop(key) for key in list(options) if key in fit_keys}
+    Seeding.build(fit_options.get("init", "kmeans||"), fit_options.get("init_steps"))
+    estimators = {k: with_components(estimator, k) for k in candidates}
+
+    handle, owned = _handle(data, estimators[candidates[-1]], options)
+    vhandle, vowned = None, False
+    try:
+        n = len(handle)
+        if candidates[-1] > n:
+            raise TooFewRowsError(
+                f"ks: k={candidates[-1]} components need at least as many rows, but the data has {n}"
+            )
+        if vdata is not None:
+            vhandle, vowned = _handle(vdata, estimators[candidates[-1]], {})
+        table: list[CandidateFit] = []
+        models: dict[int, Distribution] = {}
+        for k in candidates:
+            started = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                common = dict(max_its=max_its, delta=delta, seed=seed, print_iter=print_iter, **fit_options)
+                if trials > 1:
+                    _ll, model = best_of(handle, estimators[k], trials=trials, out=out, **common)
+                else:
+                    model = optimize(handle, estimators[k], out=out if print_iter else None, **common)
+            result = model.fit_result
+            params = count_free_parameters(model)
+            ic = information_criteria(result.log_likelihood, params, float(n))
+            vll = None if vhandle is None else float(vhandle.pysp_seq_log_density_sum(model)[1])
+            row = CandidateFit(
+                k=k,
+                log_likelihood=float(result.log_likelihood),
+                free_parameters=params,
+                bic=ic["bic"],
+                aic=ic["aic"],
+                validation_log_likelihood=vll,
+                iterations=int(result.n_iter),
+                converged=bool(result.converged),
+                seconds=time.perf_counter() - started,
+            )
+            table.append(row)
+            models[k] = model
+            if out is not None:
+                extra = "" if vll is None else f"  validation {vll:.6f}"
+                out.write(
+                    f"k={k}: log-likelihood {row.log_likelihood:.6f}  BIC {row.bic:.3f}  AIC {row.aic:.3f}"
+                    f"{extra}  {row.iterations} iterations{'' if row.converged else ' (not converged)'}\n"
+                )
+    finally:
+        _release(handle, owned)
+        _release(vhandle, vowned)
+    scores = [_score(r, criterion) for r in table]
+    if criterion == "validation":
+        best = max(range(len(table)), key=lambda i: (scores[i], -table[i].k))
+    else:
+        best = min(
+            range(len(table)), key=lambda i: (scores[i] if math.isfinite(scores[i]) else math.inf, table[i].k)
+        )
+    best_k = table[best].k
+    return KSelection(criterion, best_k, models[best_k], table, models)

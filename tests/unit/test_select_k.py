@@ -1,0 +1,149 @@
+"""select_k: the true number of components by BIC, AIC and validation, its table, and its errors."""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mixle_spark.errors import ConvergenceWarning, SpecError, TooFewRowsError
+from mixle_spark.estimation import optimize
+from mixle_spark.model_selection import parse_ks, select_k, with_components
+from mixle_spark.parallel import ModelParallelEstimator
+from mixle_spark.stats import (
+    CategoricalEstimator,
+    DiagonalGaussianEstimator,
+    GaussianEstimator,
+    HiddenMarkovEstimator,
+    MixtureEstimator,
+    PoissonEstimator,
+)
+from mixle_spark.summary import count_free_parameters
+
+
+def _blobs(k: int, seed: int, n_per: int = 300, d: int = 2) -> np.ndarray:
+    """``k`` well-separated round clusters in ``d`` dimensions."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(-12.0, 12.0, size=(k, d))
+    while True:  # centres at least 5 apart
+        gaps = np.sqrt(((centres[:, None] - centres[None]) ** 2).sum(axis=2)) + np.eye(k) * 99
+        if gaps.min() > 5.0:
+            break
+        centres = rng.uniform(-12.0, 12.0, size=(k, d))
+    return np.vstack([c + rng.normal(size=(n_per, d)) for c in centres])
+
+
+@pytest.mark.parametrize("true_k", [3, 6, 9])
+def test_bic_picks_the_true_number_of_clusters(true_k: int) -> None:
+    x = list(_blobs(true_k, seed=true_k))
+    found = select_k(x, MixtureEstimator([DiagonalGaussianEstimator()]), ks=range(1, 13), max_its=200, seed=1)
+    assert found.best_k == true_k, str(found)
+    assert [row.k for row in found.table] == list(range(1, 13))
+    assert found.model is found.models[true_k] and len(found.model.components) == true_k
+
+
+def test_the_table_holds_each_candidates_fit_and_criteria() -> None:
+    x = list(_blobs(3, seed=4))
+    out = io.StringIO()
+    found = select_k(
+        x, MixtureEstimator([DiagonalGaussianEstimator()]), ks="2:4", criterion="aic", out=out, seed=2
+    )
+    assert [r.k for r in found.table] == [2, 3, 4] and found.criterion == "aic" and found.best_k == 3
+    for row in found.table:
+        model = found.models[row.k]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            direct = optimize(
+                x, MixtureEstimator([DiagonalGaussianEstimator()] * row.k), max_its=100, delta=1e-6, seed=2
+            )
+        assert row.log_likelihood == pytest.approx(direct.fit_result.log_likelihood, rel=1e-12)
+        assert row.free_parameters == count_free_parameters(model) == 5 * row.k - 1
+        assert row.bic == pytest.approx(row.free_parameters * math.log(900) - 2 * row.log_likelihood)
+        assert row.aic == pytest.approx(2 * row.free_parameters - 2 * row.log_likelihood)
+        assert row.iterations == model.fit_result.n_iter and row.converged == model.fit_result.converged
+    assert found.scores() == [r.aic for r in found.table]
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and lines[1].startswith("k=3: log-likelihood -") and " BIC " in lines[1]
+    text = str(found)
+    assert text.splitlines()[0] == "select_k by aic: best k = 3" and text.count(" <") == 1
+    frame = found.to_pandas()
+    assert list(frame.columns)[:5] == ["k", "log_likelihood", "free_parameters", "bic", "aic"]
+    assert found.to_dict()["best_k"] == 3 and len(found.to_dict()["table"]) == 3
+
+
+def test_validation_criterion_scores_held_out_rows() -> None:
+    x = _blobs(4, seed=7, n_per=400)
+    order = np.random.default_rng(0).permutation(len(x))
+    train, held = list(x[order[:1200]]), list(x[order[1200:]])
+    found = select_k(
+        train,
+        MixtureEstimator([DiagonalGaussianEstimator()]),
+        ks=[2, 3, 4, 5, 6],
+        criterion="validation",
+        vdata=held,
+    )
+    assert found.best_k == 4
+    vll = [r.validation_log_likelihood for r in found.table]
+    assert all(v is not None and v < 0 for v in vll) and max(vll) == found.table[2].validation_log_likelihood
+
+
+def test_hidden_markov_states_and_threaded_mixtures_vary_too() -> None:
+    hmm = HiddenMarkovEstimator(
+        [CategoricalEstimator()] * 2, len_estimator=PoissonEstimator(), pseudo_count=1.0
+    )
+    three = with_components(hmm, 3)
+    assert isinstance(three, HiddenMarkovEstimator) and len(three.estimators) == 3
+    assert three.pseudo_count == 1.0 and three.len_estimator is not None
+    threaded = with_components(ModelParallelEstimator(MixtureEstimator([GaussianEstimator()] * 2), 2), 5)
+    assert isinstance(threaded, ModelParallelEstimator) and len(threaded.inner.estimators) == 5
+    spec = with_components({"type": "mixture", "k": 2, "component": {"type": "poisson"}}, 4)
+    assert isinstance(spec, MixtureEstimator) and len(spec.estimators) == 4
+
+
+@pytest.mark.parametrize(
+    ("ks", "match"),
+    [
+        ([], r"ks: no candidate number of components in \[\]"),
+        ([0, 2], r"ks: every k must be an integer >= 1, got 0 in \[0, 2\]"),
+        ([2, 2.5], r"ks: every k must be an integer >= 1, got 2.5"),
+        ("2-5", r"ks: expected 'LOW:HIGH' or a comma-separated list of integers, got '2-5'"),
+        (7, r"ks: expected integers \(e.g. range\(1, 13\) or '2:12'\), got 7"),
+    ],
+)
+def test_bad_ks_are_refused_before_any_pass(ks: Any, match: str) -> None:
+    with pytest.raises(SpecError, match=match):
+        select_k(object(), MixtureEstimator([GaussianEstimator()]), ks=ks)
+
+
+def test_bad_criterion_and_estimators_are_refused() -> None:
+    est = MixtureEstimator([GaussianEstimator()])
+    with pytest.raises(
+        SpecError, match=r"unknown criterion 'icl'; valid criteria: 'bic', 'aic', 'validation'"
+    ):
+        select_k(object(), est, criterion="icl")
+    with pytest.raises(SpecError, match=r"criterion='validation' needs vdata"):
+        select_k(object(), est, criterion="validation")
+    with pytest.raises(SpecError, match=r"unknown init 'kmeans'"):
+        select_k(object(), est, init="kmeans")
+    with pytest.raises(SpecError, match=r"varies the components of a mixture .* got GaussianEstimator"):
+        select_k([1.0, 2.0], GaussianEstimator(), ks=[1])
+    mixed = MixtureEstimator([GaussianEstimator(), PoissonEstimator()])
+    with pytest.raises(SpecError, match=r"components are all alike .* this one has 2 different ones"):
+        select_k([1.0, 2.0], mixed, ks=[1])
+
+
+def test_more_components_than_rows_is_refused_before_fitting() -> None:
+    with pytest.raises(
+        TooFewRowsError, match=r"ks: k=12 components need at least as many rows, but the data has 5"
+    ):
+        select_k([1.0, 2.0, 3.0, 4.0, 5.0], MixtureEstimator([GaussianEstimator()]), ks=range(1, 13))
+
+
+def test_parse_ks_forms() -> None:
+    assert parse_ks("2:5") == [2, 3, 4, 5]
+    assert parse_ks("8, 2,4") == [2, 4, 8]
+    assert parse_ks(range(3, 0, -1)) == [1, 2, 3]
