@@ -144,7 +144,10 @@ def test_em_fit_bad_paths(tmp_path: Path, args: tuple[str, ...], message: str) -
         (("--audit-fraction", "0"), "argument --audit-fraction: must be in (0, 1], got '0'"),
         (("--audit-every", "0"), "argument --audit-every: expected a positive integer, got 0"),
         (("--checkpoint-every", "x"), "argument --checkpoint-every: invalid _positive_int value: 'x'"),
-        (("--init", "kmeans"), "argument --init: invalid choice: 'kmeans' (choose from 'kmeans||', 'random')"),
+        (
+            ("--init", "kmeans"),
+            "argument --init: invalid choice: 'kmeans' (choose from 'kmeans||', 'random')",
+        ),
         (("--init-steps", "0"), "argument --init-steps: expected a positive integer, got 0"),
         (("--k", "0:3"), "--k: ks: every k must be an integer >= 1, got 0 in '0:3'"),
         (("--k", "two"), "--k: ks: expected 'LOW:HIGH' or a comma-separated list of integers, got 'two'"),
