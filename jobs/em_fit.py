@@ -24,6 +24,12 @@ bytes of statistics merged) goes to stderr (``--quiet`` turns it off); the fitte
 goes to stdout. ``--trace PATH`` also writes the trace live, one line per iteration as it happens
 (``tail -f`` it), for a long fit.
 
+How EM starts: ``--init kmeans||`` (default; k-means|| seeding, ``--init-steps`` rounds) or ``--init
+random`` (see ``mixle_spark.seeding``). ``--k 2:12`` (or ``--k 2,4,8``) fits every candidate number of
+components of the spec's mixture (its component, or a hidden Markov model's state, repeated k times)
+and keeps the best by ``--criterion bic`` (default) or ``aic``; ``summary.json`` gets the table
+(``model_selection``) and ``--report`` the criterion curve.
+
 Long fits (see ``mixle_spark.parallel.resilient_em`` and ``sdc_audit``):
 
 * ``--checkpoint-dir DIR`` saves the fit state every ``--checkpoint-every`` iterations (atomic,
