@@ -26,7 +26,6 @@ __all__ = [
     "ASSIGN_EPSILON",
     "Assign",
     "Candidates",
-    "CentreWeights",
     "Lloyd",
     "Moments",
     "SeedStats",
@@ -231,22 +230,9 @@ class Candidates:
 
 
 @dataclass(frozen=True)
-class CentreWeights:
-    """The weight of the units nearest to each candidate (the candidates' weights for k-means++)."""
-
-    target: Target
-    space: Space
-    centres: np.ndarray
-
-    def fold(self, acc: SeedStats, enc: Any, w: np.ndarray, ids: np.ndarray) -> None:
-        emb, wu, _keys = self.target.units(enc, w, ids)
-        index, _d2 = nearest(self.space(emb), self.centres)
-        acc.add("weight", np.bincount(index, weights=wu, minlength=len(self.centres)))
-
-
-@dataclass(frozen=True)
 class Lloyd:
-    """A Lloyd step: per centre the weight and weighted coordinate sum of its nearest units, and the cost."""
+    """A Lloyd step: per centre the weight and weighted coordinate sum of its nearest units, and the
+    cost (the weights are also the k-means|| candidates' weights for the driver's k-means++)."""
 
     target: Target
     space: Space

@@ -35,7 +35,6 @@ import numpy as np
 from mixle_spark._seeding_passes import (
     Assign,
     Candidates,
-    CentreWeights,
     Lloyd,
     Moments,
     SeedStatsFactory,
@@ -226,7 +225,7 @@ def _centres(
         _fallback(f"the data has only {len(centres)} distinct points in seeding space for {k} components")
         return None
     if len(centres) > k:
-        weights = run(CentreWeights(target, space, centres))[0]["weight"]
+        weights = run(Lloyd(target, space, centres))[0]["count"]
         passes += 1
         rng = np.random.default_rng(int(RowRandom(seed, [0]).child("kmeans||-local").bits()[0]))
         centres = local_kmeans(centres, weights, k, rng)

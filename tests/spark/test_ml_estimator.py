@@ -478,7 +478,7 @@ def test_pipeline_under_spark_connect(tmp_path: Path) -> None:
     got = model_from_dict(facts["model"])
     np.testing.assert_allclose(got.w, want.w, rtol=1e-9)
     for a, b in zip(got.components, want.components, strict=True):
-        np.testing.assert_allclose(a.mu, b.mu, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(a.mu, b.mu, rtol=1e-9, atol=1e-9)  # data scale ~5: a mean near 0
         np.testing.assert_allclose(a.covar, b.covar, rtol=1e-9, atol=1e-12)
 
 
