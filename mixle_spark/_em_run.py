@@ -164,7 +164,7 @@ class EMRun:
         self.init_events: list[str] = []
         self.trace = EMTrace(
             metadata={
-                "backend": type(handle).__name__,
+                "backend": getattr(handle, "backend_name", type(handle).__name__),
                 "rows": len(handle),
                 "estimator": type(estimator).__name__,
                 "seed": seed,

@@ -24,6 +24,7 @@ import logging
 import os
 import time
 import warnings
+from collections.abc import Callable
 from typing import IO, Any
 
 import numpy as np
@@ -40,6 +41,7 @@ from mixle_spark._em_records import (
     init_fraction,
 )
 from mixle_spark._em_run import EMRun, Settings
+from mixle_spark._lockstep import can_share_passes, run_together
 from mixle_spark.errors import ConvergenceWarning
 from mixle_spark.seeding import Seeding, kmeans_parallel
 from mixle_spark.stats._random import RowRandom, seed_to_int
@@ -245,6 +247,51 @@ def iterate(data: Any, estimator: Estimator, max_its: int = 10, **kwargs: Any) -
     return optimize(data, estimator, max_its=max_its, delta=None, **kwargs)
 
 
+def _em_run(
+    estimator: Estimator,
+    max_its: int,
+    delta: float | None,
+    init_p: float,
+    seed: int,
+    init_estimator: Estimator | None,
+    progress: Progress,
+    settings: Settings,
+) -> Callable[[Any], Distribution]:
+    """One fit from scratch (no starting model, no validation data) over the handle it is given."""
+
+    def run(handle: Any) -> Distribution:
+        started = time.perf_counter()
+        return EMRun(
+            handle,
+            None,
+            estimator,
+            max_its,
+            delta,
+            init_p,
+            seed,
+            None,
+            init_estimator,
+            progress,
+            started,
+            settings,
+        ).run()
+
+    return run
+
+
+def fit_together(
+    handle: Any, runs: list[Callable[[Any], Distribution]], shared: bool = True
+) -> list[Distribution]:
+    """The models of ``runs`` (fits over ``handle``), advanced together with one pass over the data
+    per step for every fit still running (:mod:`mixle_spark._lockstep`) when the backend runs row
+    passes and ``shared``; else one after the other. Either way each model equals its fit run alone."""
+    if shared and len(runs) > 1 and can_share_passes(handle):
+        models, passes = run_together(handle, runs)
+        logger.info(f"{len(runs)} fits advanced together in {passes} passes over the data")
+        return models
+    return [run(handle) for run in runs]
+
+
 def trial_seeds(seed: int | None, trials: int) -> list[int]:
     """Distinct, reproducible seeds for ``trials`` restarts derived from one seed."""
     bits = RowRandom(seed_to_int(seed), np.arange(trials, dtype=np.uint64)).child("best_of").bits()
@@ -278,10 +325,13 @@ def best_of(
     """Run ``trials`` EM restarts with distinct seeds derived from ``seed``; return the best
     ``(log_likelihood, model)``, scored on ``vdata`` when given, else on ``data``.
 
-    The data (and ``vdata``) are encoded once and shared by every trial. The reliability and trace
-    options are ``optimize``'s; each trial checkpoints under ``checkpoint_dir/trial-K`` and writes its
-    trace to ``NAME.trial-K.jsonl`` next to ``trace_path``, so an interrupted ``best_of`` resumes
-    trial by trial (finished trials return at once).
+    The data (and ``vdata``) are encoded once and shared by every trial, and the trials advance
+    together: each pass over the data (one Spark job, or one resident request) makes the next step of
+    every trial still running (a converged one drops out), with the same models as trials run one by
+    one (an audited fit, ``audit=``, runs its trials one by one). The reliability and trace options are
+    ``optimize``'s; each trial checkpoints under ``checkpoint_dir/trial-K`` and writes its trace to
+    ``NAME.trial-K.jsonl`` next to ``trace_path``, so an interrupted ``best_of`` resumes trial by trial
+    (finished trials return at once).
     """
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
@@ -292,23 +342,23 @@ def best_of(
     vhandle, vowned = (None, False) if vdata is None else _handle(vdata, estimator, {})
     best: tuple[float, Distribution] | None = None
     try:
-        for k, trial_seed in enumerate(trial_seeds(seed, trials)):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                model = EMRun(
-                    handle,
-                    None,
-                    estimator,
-                    max_its,
-                    delta,
-                    init_p,
-                    trial_seed,
-                    None,
-                    init_estimator,
-                    Progress(out, print_iter, f"trial {k}: "),
-                    time.perf_counter(),
-                    settings.for_trial(k),
-                ).run()
+        runs = [
+            _em_run(
+                estimator,
+                max_its,
+                delta,
+                init_p,
+                trial_seed,
+                init_estimator,
+                Progress(out, print_iter, f"trial {k}: "),
+                settings.for_trial(k),
+            )
+            for k, trial_seed in enumerate(trial_seeds(seed, trials))
+        ]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            models = fit_together(handle, runs, shared=settings.audit is None)
+        for k, model in enumerate(models):
             ll = (
                 model.fit_result.log_likelihood
                 if vhandle is None

@@ -194,8 +194,10 @@ def select_k(
         ``best_k``, ``model`` (the best fit, with its ``fit_result``), ``table`` (a
         :class:`CandidateFit` per k) and ``models`` (every candidate's fit).
     """
-    from mixle_spark.estimation import _handle, _release, best_of, optimize
-    from mixle_spark.seeding import Seeding
+    from mixle_spark._em_records import Progress
+    from mixle_spark._em_run import Settings
+    from mixle_spark.estimation import _em_run, _handle, _release, fit_together, trial_seeds
+    from mixle_spark.stats._random import seed_to_int
     from mixle_spark.summary import count_free_parameters, information_criteria
 
     candidates = parse_ks(ks)
@@ -207,7 +209,17 @@ def select_k(
         raise SpecError(f"trials must be an integer >= 1, got {trials!r}")
     fit_keys = {"init", "init_steps", "init_p", "on_degenerate", "mlflow", "audit", "init_estimator"}
     fit_options = {key: options.pop(key) for key in list(options) if key in fit_keys}
-    Seeding.build(fit_options.get("init", "kmeans||"), fit_options.get("init_steps"))
+    settings = Settings.build(
+        None,
+        1,
+        True,
+        fit_options.get("on_degenerate", "stop"),
+        fit_options.get("audit"),
+        None,
+        fit_options.get("mlflow"),
+        fit_options.get("init", "kmeans||"),
+        fit_options.get("init_steps"),
+    )
     estimators = {k: with_components(estimator, k) for k in candidates}
 
     handle, owned = _handle(data, estimators[candidates[-1]], options)
@@ -220,17 +232,37 @@ def select_k(
             )
         if vdata is not None:
             vhandle, vowned = _handle(vdata, estimators[candidates[-1]], {})
-        table: list[CandidateFit] = []
-        models: dict[int, Distribution] = {}
+        seeds = trial_seeds(seed, trials) if trials > 1 else [seed_to_int(seed)]
+        runs, owners = [], []
         for k in candidates:
-            started = time.perf_counter()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                common = dict(max_its=max_its, delta=delta, seed=seed, print_iter=print_iter, **fit_options)
-                if trials > 1:
-                    _ll, model = best_of(handle, estimators[k], trials=trials, out=out, **common)
-                else:
-                    model = optimize(handle, estimators[k], out=out if print_iter else None, **common)
+            for t, trial_seed in enumerate(seeds):
+                label = f"k={k}: " if trials == 1 else f"k={k} trial {t}: "
+                progress = Progress(out if print_iter else None, print_iter, label)
+                runs.append(
+                    _em_run(
+                        estimators[k],
+                        max_its,
+                        delta,
+                        float(fit_options.get("init_p", 0.1)),
+                        trial_seed,
+                        fit_options.get("init_estimator"),
+                        progress,
+                        settings,
+                    )
+                )
+                owners.append(k)
+        started = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            fitted = fit_together(handle, runs, shared=settings.audit is None)
+        seconds = (time.perf_counter() - started) / len(runs)
+        models: dict[int, Distribution] = {}
+        for k, model in zip(owners, fitted, strict=True):
+            if k not in models or model.fit_result.log_likelihood > models[k].fit_result.log_likelihood:
+                models[k] = model
+        table: list[CandidateFit] = []
+        for k in candidates:
+            model = models[k]
             result = model.fit_result
             params = count_free_parameters(model)
             ic = information_criteria(result.log_likelihood, params, float(n))
@@ -244,10 +276,9 @@ def select_k(
                 validation_log_likelihood=vll,
                 iterations=int(result.n_iter),
                 converged=bool(result.converged),
-                seconds=time.perf_counter() - started,
+                seconds=seconds * len(seeds),
             )
             table.append(row)
-            models[k] = model
             if out is not None:
                 extra = "" if vll is None else f"  validation {vll:.6f}"
                 out.write(

@@ -69,6 +69,27 @@ def _float_param(name: str, check: Callable[[float], bool], expected: str) -> Ca
     return convert
 
 
+def _k_param(value: Any) -> int | list[int]:
+    """``k``: a number of components (>= 1), or a list of candidates for :func:`select_k`."""
+    if isinstance(value, list | tuple):
+        if not value:
+            raise SpecError("param 'k': expected an integer >= 1 or a non-empty list of them, got []")
+        convert = _int_param("k", 1)
+        return sorted({convert(v) for v in value})
+    return _int_param("k", 1)(value)
+
+
+SELECTION_CRITERIA = ("bic", "aic")
+"""``selectionCriterion`` values: how a list of ``k`` is decided."""
+
+
+def _criterion(value: Any) -> str:
+    if not isinstance(value, str) or value not in SELECTION_CRITERIA:
+        valid = ", ".join(map(repr, SELECTION_CRITERIA))
+        raise SpecError(f"param 'selectionCriterion': expected one of {valid}, got {describe_value(value)}")
+    return value
+
+
 INIT_MODES = ("k-means||", "random")
 """``initMode`` values, spelled as pyspark.ml ``KMeans`` spells them (``"kmeans||"`` is accepted too)."""
 
@@ -164,11 +185,18 @@ class MixleParams(
         "non-negative row weight column; unset means every row weighs 1.",
         typeConverter=_column_param("weightCol", allow_empty=False),
     )
-    k: Param[int] = Param(
+    k: Param[Any] = Param(
         Params._dummy(),
         "k",
-        "number of mixture components (>= 1).",
-        typeConverter=_int_param("k", 1),
+        "number of mixture components (>= 1), or a list of candidates: the fit keeps the best by "
+        "selectionCriterion (mixle_spark.model_selection.select_k).",
+        typeConverter=_k_param,
+    )
+    selectionCriterion: Param[str] = Param(
+        Params._dummy(),
+        "selectionCriterion",
+        "how a list of k is decided: 'bic' (default) or 'aic', lowest wins.",
+        typeConverter=_criterion,
     )
     maxIter: Param[int] = Param(
         Params._dummy(),
@@ -251,13 +279,18 @@ class MixleParams(
             aggregationDepth=2,
             initFraction=0.1,
             initMode="k-means||",
+            selectionCriterion="bic",
             initSteps=2,
             logLikelihoodCol="logLikelihood",
         )
 
-    def getK(self) -> int:
-        """Gets the value of ``k`` or its default value."""
+    def getK(self) -> Any:
+        """Gets the value of ``k`` (an int, or the list of candidates before a fit) or its default."""
         return self.getOrDefault(self.k)
+
+    def getSelectionCriterion(self) -> str:
+        """Gets the value of ``selectionCriterion`` or its default value."""
+        return self.getOrDefault(self.selectionCriterion)
 
     def getInputCols(self) -> list[str]:
         """Gets the value of ``inputCols`` (raises KeyError when unset)."""
@@ -310,10 +343,12 @@ def _is(spec: Mapping[str, Any], family: str) -> bool:
 
 
 def _mixture_spec(params: MixleParams, component: dict[str, Any]) -> dict[str, Any]:
+    k = params.getK()
+    candidates = isinstance(k, list)
     if not _is(component, "mixture"):
-        return {"type": "mixture", "k": params.getK(), "component": component}
+        return {"type": "mixture", "k": max(k) if candidates else k, "component": component}
     count = len(component["components"]) if "components" in component else component.get("k")
-    if params.isSet(params.k) and count != params.getK():
+    if params.isSet(params.k) and not candidates and count != k:
         raise SpecError(
             f"param 'k' = {params.getK()} contradicts param 'modelSpec', a mixture of {count} "
             "components; leave k unset or make them agree"

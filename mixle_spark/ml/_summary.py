@@ -71,6 +71,8 @@ class MixleSummary:
         self.featuresCol: str = model.getFeaturesCol()
         self.inputCols: list[str] | None = model._optional(model.inputCols)
         self.k: int = len(model.weights)
+        self.modelSelection: dict[str, Any] | None = None
+        """With a list of ``k``: the criterion, the chosen k and every candidate's row (select_k)."""
         self.numIter: int = fit_result.n_iter
         self.logLikelihood: float = fit_result.log_likelihood
         self.logLikelihoodHistory: list[float] = [r.log_likelihood for r in fit_result.history]

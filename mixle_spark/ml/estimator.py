@@ -86,8 +86,13 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         ``modelSpec`` that reads one column, that column (any type the spec reads).
     predictionCol, probabilityCol, logLikelihoodCol : str
         Output columns of the model (``""`` leaves one out).
-    k : int
-        Number of components (default 2; ``k = 1`` is allowed, unlike MLlib).
+    k : int or list of int
+        Number of components (default 2; ``k = 1`` is allowed, unlike MLlib), or candidates (e.g.
+        ``[2, 3, 4, 5]``): every one is fitted on the data encoded once (advancing together) and the
+        best by ``selectionCriterion`` is kept; the model's ``k`` is the chosen one and
+        ``model.summary.modelSelection`` holds the table.
+    selectionCriterion : {"bic", "aic"}
+        How a list of ``k`` is decided (default ``"bic"``).
     tol : float
         Convergence tolerance on the gain of the total log-likelihood (default 0.01; see the
         module docstring for how it relates to MLlib's).
@@ -131,7 +136,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         *,
         featuresCol: str = "features",
         predictionCol: str = "prediction",
-        k: int = 2,
+        k: Any = 2,
         probabilityCol: str = "probability",
         tol: float = 0.01,
         maxIter: int = 100,
@@ -143,6 +148,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         initFraction: float = 0.1,
         initMode: str = "k-means||",
         initSteps: int = 2,
+        selectionCriterion: str = "bic",
         numPartitions: int | None = None,
         logLikelihoodCol: str = "logLikelihood",
     ) -> None:
@@ -155,7 +161,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         *,
         featuresCol: str = "features",
         predictionCol: str = "prediction",
-        k: int = 2,
+        k: Any = 2,
         probabilityCol: str = "probability",
         tol: float = 0.01,
         maxIter: int = 100,
@@ -167,6 +173,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         initFraction: float = 0.1,
         initMode: str = "k-means||",
         initSteps: int = 2,
+        selectionCriterion: str = "bic",
         numPartitions: int | None = None,
         logLikelihoodCol: str = "logLikelihood",
     ) -> MixleEstimator:
@@ -185,7 +192,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
     def setLogLikelihoodCol(self, value: str) -> MixleEstimator:
         return self._set(logLikelihoodCol=value)
 
-    def setK(self, value: int) -> MixleEstimator:
+    def setK(self, value: Any) -> MixleEstimator:
         return self._set(k=value)
 
     def setTol(self, value: float) -> MixleEstimator:
@@ -218,6 +225,9 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
     def setInitSteps(self, value: int) -> MixleEstimator:
         return self._set(initSteps=value)
 
+    def setSelectionCriterion(self, value: str) -> MixleEstimator:
+        return self._set(selectionCriterion=value)
+
     def setNumPartitions(self, value: int) -> MixleEstimator:
         return self._set(numPartitions=value)
 
@@ -239,24 +249,35 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
                 raise
             raise SchemaError(f"param 'featuresCol' ({plan.column!r}): {err}") from err
         encoded = time.perf_counter()
+        fit_options: dict[str, Any] = {
+            "max_its": self.getMaxIter(),
+            "delta": self.getTol(),
+            "init_p": self.getInitFraction(),
+            "init": "random" if self.getInitMode() == "random" else "kmeans||",
+            "init_steps": self.getInitSteps(),
+            "seed": self.getSeed(),
+        }
+        selection = None
         try:
-            fitted = optimize(
-                handle,
-                plan.estimator,
-                max_its=self.getMaxIter(),
-                delta=self.getTol(),
-                init_p=self.getInitFraction(),
-                init="random" if self.getInitMode() == "random" else "kmeans||",
-                init_steps=self.getInitSteps(),
-                seed=self.getSeed(),
-                print_iter=0,
-            )
+            if isinstance(self.getK(), list):
+                from mixle_spark.model_selection import select_k
+
+                found = select_k(
+                    handle,
+                    plan.estimator,
+                    ks=self.getK(),
+                    criterion=self.getSelectionCriterion(),
+                    **fit_options,
+                )
+                fitted, selection = found.model, found.to_dict()
+            else:
+                fitted = optimize(handle, plan.estimator, print_iter=0, **fit_options)
             num_rows = len(handle)
         finally:
             handle.close()
         model = self._copyValues(MixleModel(fitted))
         model._resetUid(self.uid)  # as MLlib: the model carries its estimator's uid
-        if len(model.weights) != model.getK():  # a mixture modelSpec with k left unset
+        if len(model.weights) != model.getK():  # a mixture modelSpec with k left unset, or chosen
             model._set(k=len(model.weights))
         model._summary = MixleSummary(
             model,
@@ -266,6 +287,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
             encoded - started,
             time.perf_counter() - started,
         )
+        model._summary.modelSelection = selection
         return model
 
     def write(self) -> MixleWriter:

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mixle_spark.errors import DataTypeError, SchemaError
-from mixle_spark.estimation import initialize, optimize
+from mixle_spark.estimation import best_of, initialize, optimize
 from mixle_spark.parallel.local import LocalEncodedData
 from mixle_spark.parallel.mpi import MPIEncodedData, make_mpi
 from mixle_spark.parallel.registry import UnsupportedControlError
@@ -99,6 +99,15 @@ def test_initialization_equals_local_for_a_seed(comm: Any) -> None:
             with MPIEncodedData(data, est, comm=comm, num_chunks=3) as handle:
                 want = initialize(data, est, seed=seed, init=init)
                 assert_same_model(want, initialize(handle, est, seed=seed, init=init))
+
+
+def test_best_of_trials_share_passes_and_equal_local(comm: Any) -> None:
+    data, est = _gaussian_data(), MixtureEstimator([GaussianEstimator()] * 3)
+    _ll, local = best_of(data, est, trials=3, max_its=10, delta=None, seed=6)
+    with MPIEncodedData(data, est, comm=comm, chunk_size=211) as handle:
+        _ll, model = best_of(handle, est, trials=3, max_its=10, delta=None, seed=6)
+    assert_same_model(local, model)
+    assert len({repr(m) for m in comm.allgather(model.to_dict())}) == 1
 
 
 def test_record_with_categorical_merges_vocabularies_across_ranks(comm: Any) -> None:

@@ -158,6 +158,31 @@ def test_init_mode_and_steps_reach_the_fit(vectors: Any) -> None:
     assert MixleEstimator().getInitMode() == "k-means||" and MixleEstimator().getInitSteps() == 2
 
 
+def test_a_list_of_k_fits_every_candidate_and_keeps_the_best(vectors: Any, tmp_path: Path) -> None:
+    from mixle_spark.ml import MixleEstimator
+    from mixle_spark.model_selection import select_k
+    from mixle_spark.stats import MixtureEstimator, MultivariateGaussianEstimator
+
+    model = MixleEstimator(k=[1, 2, 3, 4, 5], seed=3).fit(vectors)
+    assert model.getK() == 3 and len(model.weights) == 3
+    found = model.summary.modelSelection
+    assert found["criterion"] == "bic" and found["best_k"] == 3
+    assert [row["k"] for row in found["table"]] == [1, 2, 3, 4, 5]
+    want = select_k(
+        vectors,
+        MixtureEstimator([MultivariateGaussianEstimator()]),
+        ks=[1, 2, 3, 4, 5],
+        seed=3,
+        delta=0.01,
+        column="features",
+    )
+    assert [row["bic"] for row in found["table"]] == pytest.approx([r.bic for r in want.table], rel=1e-9)
+    assert MixleEstimator(k=[4, 2, 2]).getK() == [2, 4]
+    MixleEstimator(k=[2, 4], selectionCriterion="aic").write().save(str(tmp_path / "est"))
+    loaded = MixleEstimator.load(str(tmp_path / "est"))
+    assert loaded.getK() == [2, 4] and loaded.getSelectionCriterion() == "aic"
+
+
 def test_summary(fitted: Any) -> None:
     model = fitted
     s = model.summary
@@ -336,6 +361,13 @@ def test_input_cols_default_is_a_record_of_gaussians_and_max_iter_zero_warns(poi
             r"param 'initMode': expected one of 'k-means\|\|', 'random', got string 'kmeans\+\+'",
         ),
         ({"initSteps": 0}, SpecError, r"param 'initSteps': expected an integer >= 1, got 0"),
+        ({"k": []}, SpecError, r"param 'k': expected an integer >= 1 or a non-empty list of them, got \[\]"),
+        ({"k": [2, 0]}, SpecError, r"param 'k': expected an integer >= 1, got 0"),
+        (
+            {"selectionCriterion": "icl"},
+            SpecError,
+            r"param 'selectionCriterion': expected one of 'bic', 'aic'",
+        ),
         ({"numPartitions": 0}, SpecError, r"param 'numPartitions'.*got 0"),
         ({"featuresCol": ""}, SpecError, r"param 'featuresCol'.*got ''"),
         ({"inputCols": ["a", "a"]}, SpecError, r"param 'inputCols'.*\['a', 'a'\]"),

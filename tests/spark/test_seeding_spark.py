@@ -117,3 +117,21 @@ def test_select_k_on_spark_equals_local(spark: Any) -> None:
         assert b.log_likelihood == pytest.approx(a.log_likelihood, rel=1e-9)
         assert b.bic == pytest.approx(a.bic, rel=1e-9)
     np.testing.assert_allclose(_flat(remote.model), _flat(local.model), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("resident", [False, True])
+def test_best_of_on_spark_shares_passes_and_equals_the_trials_alone(segments: Any, resident: bool) -> None:
+    from mixle_spark.estimation import best_of, trial_seeds
+
+    df, rows = segments
+    with SparkEncodedData(df, estimator=EST, resident=resident) as handle, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ll, together = best_of(handle, EST, trials=3, max_its=8, seed=2)
+        alone = [optimize(handle, EST, max_its=8, seed=s) for s in trial_seeds(2, 3)]
+    best = max(alone, key=lambda m: m.fit_result.log_likelihood)
+    np.testing.assert_allclose(_flat(together), _flat(best), rtol=1e-12, atol=1e-12)
+    assert ll == pytest.approx(best.fit_result.log_likelihood, rel=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _ll, local = best_of(rows, EST, trials=3, max_its=8, seed=2)
+    np.testing.assert_allclose(_flat(together), _flat(local), rtol=1e-9, atol=1e-9)

@@ -1,0 +1,214 @@
+"""Fits that advance together, one pass over the data per step for all of them (private).
+
+``best_of`` restarts and ``select_k`` candidates are independent EM fits over the same encoded data.
+:func:`run_together` runs each fit's ordinary code (``EMRun``: seeding, iterations, convergence,
+checkpoints, the degenerate-component policy) in its own thread against a :class:`SharedPassHandle`,
+a stand-in for the real handle whose passes do not run at once: they wait until every fit still
+running has asked for its next pass, and then run as *one* pass (:class:`~mixle_spark._shared_passes.
+SharedPass`: one Spark job or resident request) on the calling thread. A fit that has converged has
+ended its thread and asks for nothing; the others go on without it. Threads only order the control
+flow: the passes, and everything that touches the real handle, run on the calling thread, one at a
+time, in the fits' order, so the same passes run on every MPI rank and in every run.
+
+Each fit gets exactly what its own pass would have given (see :mod:`mixle_spark._shared_passes`), so
+the results equal the fits run one by one. Calls a shared pass cannot carry (an audited E-step, a
+silent-corruption recomputation, finding the first non-finite row) run on their own, in turn.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mixle_spark._shared_passes import Member, SharedPass
+from mixle_spark.parallel._handle import fold_key_passes, seed_from
+from mixle_spark.stats.base import Distribution, Estimator
+
+__all__ = ["SharedPassHandle", "can_share_passes", "run_together"]
+
+
+def can_share_passes(handle: Any) -> bool:
+    """Whether ``handle`` runs row tasks (``pysp_row_pass``), which shared passes are."""
+    return callable(getattr(handle, "pysp_row_pass", None)) and callable(getattr(handle, "bind", None))
+
+
+class _Request:
+    __slots__ = ("call", "done", "error", "member", "result")
+
+    def __init__(self, member: Member | None, call: Callable[[], Any] | None) -> None:
+        self.member, self.call = member, call
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class _Coordinator:
+    """Collects the fits' requests and serves them, a shared pass when every running fit waits."""
+
+    def __init__(self, handle: Any, count: int) -> None:
+        self.handle = handle
+        self.cond = threading.Condition()
+        self.pending: dict[int, _Request] = {}
+        self.running = set(range(count))
+        self.passes = 0
+
+    def ask(self, slot: int, member: Member | None = None, call: Callable[[], Any] | None = None) -> Any:
+        request = _Request(member, call)
+        with self.cond:
+            self.pending[slot] = request
+            self.cond.notify_all()
+            while not request.done:
+                self.cond.wait()
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    def finished(self, slot: int) -> None:
+        with self.cond:
+            self.running.discard(slot)
+            self.cond.notify_all()
+
+    def serve(self) -> None:
+        """Serve requests until every fit has finished (runs on the calling thread)."""
+        while True:
+            with self.cond:
+                while self.running and set(self.pending) != self.running:
+                    self.cond.wait()
+                if not self.running:
+                    return
+                batch = dict(sorted(self.pending.items()))
+            self._serve(batch)
+            with self.cond:
+                for slot, request in batch.items():
+                    if request.done:
+                        del self.pending[slot]
+                self.cond.notify_all()
+
+    def _serve(self, batch: dict[int, _Request]) -> None:
+        calls = [r for r in batch.values() if r.call is not None]
+        if calls:  # a call a shared pass cannot carry: the first one, alone
+            request = calls[0]
+            try:
+                request.result = request.call()  # type: ignore[misc]
+            except BaseException as err:
+                request.error = err
+            request.done = True
+            return
+        members = [r.member for r in batch.values()]
+        shared = SharedPass(tuple(members))  # type: ignore[arg-type]
+        try:
+            _nobs, value = self.handle.pysp_row_pass(shared.factory(), shared)
+            self.passes += 1
+        except BaseException as err:
+            for request in batch.values():
+                request.error, request.done = err, True
+            return
+        values, nobs, ll, _touched = value
+        parts = tuple(getattr(self.handle, "last_parts", ()))
+        for i, request in enumerate(batch.values()):
+            request.result = (float(nobs[i]), float(ll[i]), values[i], parts)
+            request.done = True
+
+
+class SharedPassHandle:
+    """The stand-in handle one fit of :func:`run_together` sees: its passes become members of shared
+    passes; anything else is the real handle's, called on the serving thread."""
+
+    supports_pass_options = False
+
+    def __init__(self, coordinator: _Coordinator, slot: int) -> None:
+        self._coordinator, self._slot = coordinator, slot
+        self._handle = coordinator.handle
+        self.backend_name = type(self._handle).__name__
+        self.last_parts: tuple[Any, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self._handle)
+
+    def bind(self, estimator: Estimator) -> Estimator:
+        return self._handle.bind(estimator)  # type: ignore[no-any-return]
+
+    def take_events(self) -> list[str]:
+        take = getattr(self._handle, "take_events", None)
+        return [] if take is None else self._call(lambda: list(take()))  # type: ignore[no-any-return]
+
+    def first_nonfinite_row(self, estimate: Distribution) -> Any:
+        finder = getattr(self._handle, "first_nonfinite_row", None)
+        return None if finder is None else self._call(lambda: finder(estimate))
+
+    def _call(self, call: Callable[[], Any]) -> Any:
+        return self._coordinator.ask(self._slot, call=call)
+
+    def _member(self, kind: str, factory: Any, arg: Any) -> tuple[float, float, Any]:
+        nobs, ll, value, parts = self._coordinator.ask(self._slot, member=Member(kind, factory, arg))
+        self.last_parts = parts
+        return nobs, ll, value
+
+    # -- the pass contract, each pass a member of a shared pass --------------------------------------
+    def pysp_em_step(
+        self, estimator: Estimator, prev_estimate: Distribution, options: Any = None
+    ) -> tuple[float, float, Distribution]:
+        if options is not None:
+            raise ValueError("shared passes carry no pass options (run audited fits one by one)")
+        bound = self.bind(estimator)
+        factory = bound.accumulator_factory()
+        nobs, ll, value = self._member("estep", factory, prev_estimate)
+        return nobs, ll, bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
+
+    def pysp_seq_estimate(self, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
+        return self.pysp_em_step(estimator, prev_estimate)[2]
+
+    def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
+        factory = self.bind(estimator).accumulator_factory()
+        nobs, _ll, value = self._member("estep", factory, model)
+        return nobs, fold_key_passes(factory.make().from_value(value)).value()
+
+    def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
+        nobs, ll, _value = self._member("score", None, estimate)
+        return nobs, ll
+
+    def pysp_row_pass(self, factory: Any, task: Any) -> tuple[float, Any]:
+        nobs, _ll, value = self._member("task", factory, task)
+        return nobs, value
+
+    def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
+        """As every backend's: rows kept with probability ``p``; all rows when too few are kept."""
+        bound = self.bind(estimator)
+        seed = seed_from(rng)
+        p = 1.0 if p is None or p >= 1.0 else (0.1 if p <= 0.0 else float(p))
+        factory = bound.accumulator_factory()
+        nobs, _ll, value = self._member("init", factory, (seed, p))
+        if nobs < max(bound.min_rows(), 1) and p < 1.0:
+            nobs, _ll, value = self._member("init", factory, (seed, 1.0))
+        return bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
+
+
+def run_together(handle: Any, fits: Sequence[Callable[[Any], Any]]) -> tuple[list[Any], int]:
+    """Run ``fits`` (each called with its :class:`SharedPassHandle`) with shared passes; returns their
+    results in order (an exception a fit raised is raised here, the first in fit order) and the
+    number of shared passes made."""
+    coordinator = _Coordinator(handle, len(fits))
+    results: list[Any] = [None] * len(fits)
+    errors: list[BaseException | None] = [None] * len(fits)
+
+    def work(slot: int) -> None:
+        try:
+            results[slot] = fits[slot](SharedPassHandle(coordinator, slot))
+        except BaseException as err:
+            errors[slot] = err
+        finally:
+            coordinator.finished(slot)
+
+    threads = [
+        threading.Thread(target=work, args=(i,), name=f"mixle-fit-{i}", daemon=True) for i in range(len(fits))
+    ]
+    for thread in threads:
+        thread.start()
+    coordinator.serve()
+    for thread in threads:
+        thread.join()
+    for err in errors:
+        if err is not None:
+            raise err
+    return results, coordinator.passes
