@@ -82,17 +82,17 @@ def test_kmeans_init_on_spark_equals_local_for_any_layout(segments: Any) -> None
 def test_default_fit_on_spark_recovers_all_eight_centres_in_50_dimensions(spark: Any) -> None:
     rng = np.random.default_rng(3)
     centres = rng.uniform(-10.0, 10.0, size=(8, 50))
-    labels = rng.integers(0, 8, size=8000)
-    x = centres[labels] + rng.normal(size=(8000, 50))
+    labels = rng.integers(0, 8, size=20_000)
+    x = centres[labels] + rng.normal(size=(20_000, 50))
     df = spark.createDataFrame(pa.table({"x": pa.array(list(x), pa.list_(pa.float64()))}).to_pandas())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = optimize(df, MixtureEstimator([MultivariateGaussianEstimator()] * 8), max_its=100)
+        model = optimize(df, MixtureEstimator([MultivariateGaussianEstimator()] * 8))  # default options
     means = np.array([c.mu for c in model.components])
     distance = np.sqrt(((means[:, None, :] - centres[None, :, :]) ** 2).sum(axis=2))
     assert sorted(np.argmin(distance, axis=0).tolist()) == list(range(8))  # a component per centre
     assert distance.min(axis=0).max() < 0.5
-    np.testing.assert_allclose(np.sort(model.w), np.sort(np.bincount(labels) / 8000), atol=1e-6)
+    np.testing.assert_allclose(np.sort(model.w), np.sort(np.bincount(labels) / 20_000), atol=1e-6)
 
 
 def test_select_k_on_spark_equals_local(spark: Any) -> None:
