@@ -1,6 +1,6 @@
 """Per-iteration EM time of mixle_spark against a peer measured in the same run.
 
-    python jobs/benchmark.py --local                 # n=1e6, d=10, k=16 (DESIGN.md's reference size)
+    python jobs/benchmark.py --local                 # n=1e6, d=10, k=16 (the performance targets' size)
     python jobs/benchmark.py --local --rows 200000   # quicker
     python jobs/benchmark.py --spark                 # Spark backend vs MLlib, vs local, driver memory
     python jobs/benchmark.py --model-parallel        # component threading: 2 workers vs 1

@@ -1,14 +1,17 @@
 """Model specs (JSON) -> estimators, and fitted models <-> JSON. Never pickle on disk.
 
 An estimator spec is a dict with a ``"type"`` (a registered family name) and that family's keys, or
-a bare family name::
+a bare family name:
 
-    {"type": "mixture", "k": 5,
-     "component": {"type": "record", "fields": {
-         "amount": "log_gaussian",
-         "channel": "categorical",
-         "n_items": "poisson",
-         "tags": {"type": "sequence", "element": "categorical", "length": "poisson"}}}}
+>>> estimator = estimator_from_spec(
+...     {"type": "mixture", "k": 5,
+...      "component": {"type": "record", "fields": {
+...          "amount": "log_gaussian",
+...          "channel": "categorical",
+...          "n_items": "poisson",
+...          "tags": {"type": "sequence", "estimator": "categorical", "len_estimator": "poisson"}}}})
+>>> len(estimator.estimators), sorted(estimator.estimators[0].fields)
+(5, ['amount', 'channel', 'n_items', 'tags'])
 
 ``{"type": "mixture", "k": K, "component": C}`` is shorthand for ``K`` copies of ``C``. A spec *file*
 may wrap the estimator with fit options: ``{"estimator": {...}, "fit": {"max_its": 100, ...}}``.

@@ -378,12 +378,16 @@ class LocalEncodedData:
     def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
         """An initial model: each row kept with probability ``p`` (decided by a hash of the seed and
         the row id), then randomised statistics (mixtures: random responsibilities) from the same
-        row-keyed stream. If fewer rows than the estimator needs are kept, every row is used."""
+        row-keyed stream. If the kept rows weigh less than the rows the estimator needs, every row is
+        used (the rule of every backend: they compare the payload's total weight)."""
         bound = self.bind(estimator)
         seed = seed_from(rng)
         p = 1.0 if p is None or p >= 1.0 else (0.1 if p <= 0.0 else float(p))
         keep = [initial_keep_weights(seed, ids, p) for ids, _enc, _w in self._iter_chunks()]
-        if sum(float(k.sum()) for k in keep) < max(bound.min_rows(), 1):
+        kept_weight = sum(
+            float(np.dot(k, w)) for k, (_ids, _enc, w) in zip(keep, self._iter_chunks(), strict=True)
+        )
+        if kept_weight < max(bound.min_rows(), 1) and p < 1.0:
             keep = [np.ones_like(k) for k in keep]
         factory = bound.accumulator_factory()
         total: Any = None

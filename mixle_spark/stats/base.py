@@ -1,6 +1,6 @@
 """The contracts every family implements, and the family registry.
 
-Five roles (see DESIGN.md, "The contracts"):
+Five roles:
 
 * :class:`Distribution` scores records: ``log_density(x)`` for one record and the vectorized
   ``seq_log_density(enc)`` over an encoded batch.

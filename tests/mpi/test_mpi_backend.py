@@ -110,6 +110,20 @@ def test_best_of_trials_share_passes_and_equal_local(comm: Any) -> None:
     assert len({repr(m) for m in comm.allgather(model.to_dict())}) == 1
 
 
+@pytest.mark.parametrize("init", ["random", "kmeans||"])
+def test_weighted_initialization_and_step_equal_local(comm: Any, init: str) -> None:
+    from tests.unit.test_backends_agree import EST, flat, weighted_table
+
+    table = weighted_table()
+    local_start = initialize(table, EST, seed=3, init=init, weights="w", column="x")
+    local_step = optimize(table, EST, max_its=1, delta=None, seed=3, init=init, weights="w", column="x")
+    with MPIEncodedData(table, EST, comm=comm, weights="w", column="x") as handle:
+        start = initialize(handle, EST, seed=3, init=init)
+        step = optimize(handle, EST, max_its=1, delta=None, seed=3, init=init)
+    np.testing.assert_allclose(flat(start), flat(local_start), rtol=1e-12)
+    np.testing.assert_allclose(flat(step), flat(local_step), rtol=1e-10)
+
+
 def test_record_with_categorical_merges_vocabularies_across_ranks(comm: Any) -> None:
     table, est = _records(), _record_estimator()
     local = optimize(table, est, max_its=12, delta=None, seed=1)

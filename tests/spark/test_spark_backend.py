@@ -313,3 +313,26 @@ def test_plan_measures_a_spark_dataframe(spark: Any) -> None:
     assert placement.num_chunks == 4
     assert placement.encoded_row_bytes > 8
     assert placement.fits
+
+
+@pytest.mark.parametrize("init", ["random", "kmeans||"])
+def test_weighted_initialization_and_step_equal_local(spark: Any, init: str) -> None:
+    import warnings
+
+    from mixle_spark.estimation import initialize
+    from tests.unit.test_backends_agree import EST, flat, weighted_table
+
+    table = weighted_table()
+    df = spark.createDataFrame(table.to_pandas())  # row order kept: initialization is keyed by row
+    for resident in (False, True):
+        fits = []
+        for data, options in ((table, {"backend": "local"}), (df, {"resident": resident})):
+            start = initialize(data, EST, seed=3, init=init, weights="w", column="x", **options)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                step = optimize(
+                    data, EST, max_its=1, delta=None, seed=3, init=init, weights="w", column="x", **options
+                )
+            fits.append((flat(start), flat(step)))
+        np.testing.assert_allclose(fits[1][0], fits[0][0], rtol=1e-12)
+        np.testing.assert_allclose(fits[1][1], fits[0][1], rtol=1e-10)
