@@ -23,7 +23,7 @@ from mixle_spark.errors import (
     SchemaError,
     SpecError,
 )
-from mixle_spark.stats._embed import label_frequencies, label_width, scales
+from mixle_spark.stats._embed import label_frequencies, label_width, length_scales, scales, with_length
 from mixle_spark.stats._labels import (
     normalize_label,
     readable_label_type,
@@ -457,15 +457,12 @@ class MultinomialEncoder(Encoder):
         return state
 
     def embedding_scales(self) -> np.ndarray:
-        own = [np.ones(1, dtype=bool)] if self.len_encoder is not None else []
-        return np.concatenate([scales(False, label_width(self.labels)), *own])
+        return length_scales(scales(False, label_width(self.labels)), self.len_encoder is not None)
 
     def embed(self, enc: Any) -> np.ndarray:
         """Normalized token frequencies, then ``log1p(document length)`` with a length model."""
         out = label_frequencies(enc.n, enc.row, enc.codes, enc.counts, label_width(self.labels))
-        if self.len_encoder is None:
-            return out
-        return np.hstack([out, np.log1p(np.asarray(enc.totals, dtype=np.float64))[:, None]])
+        return with_length(out, None if self.len_encoder is None else enc.totals)
 
 
 def _python_count(token: Any, c: Any, row: int, n: int) -> float:

@@ -22,10 +22,12 @@ __all__ = [
     "MAX_LABEL_COLUMNS",
     "label_frequencies",
     "label_width",
+    "length_scales",
     "one_hot",
     "scales",
     "scatter_rows",
     "segment_mean",
+    "with_length",
 ]
 
 MAX_LABEL_COLUMNS = 256
@@ -86,3 +88,17 @@ def scatter_rows(n: int, index: np.ndarray, rows: np.ndarray) -> np.ndarray:
     out = np.full((n, rows.shape[1]), np.nan)
     out[np.asarray(index, dtype=np.int64)] = rows
     return out
+
+
+def length_scales(flags: np.ndarray, has_length: bool) -> np.ndarray:
+    """A list field's column flags: its values' ``flags``, then a standardized length column when the
+    model has a length distribution."""
+    return np.concatenate([flags, np.ones(1, dtype=bool)]) if has_length else flags
+
+
+def with_length(values: np.ndarray, lengths: np.ndarray | None) -> np.ndarray:
+    """A list field's embedding: its values' columns, then ``log1p(length)`` when ``lengths`` is given
+    (the model has a length distribution)."""
+    if lengths is None:
+        return values
+    return np.hstack([values, np.log1p(np.asarray(lengths, dtype=np.float64))[:, None]])

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mixle_spark.errors import DataTypeError, DataValueError, SchemaError, SpecError
-from mixle_spark.stats._embed import label_frequencies, label_width, scales
+from mixle_spark.stats._embed import label_frequencies, label_width, length_scales, scales, with_length
 from mixle_spark.stats._hmm_kernels import Layout
 from mixle_spark.stats._labels import (
     CODES_FIELD,
@@ -584,14 +584,11 @@ class MarkovChainEncoder(Encoder):
         return f"MarkovChainEncoder(<{size} labels>, {self.len_encoder!r}, unseen={self.unseen!r})"
 
     def embedding_scales(self) -> np.ndarray:
-        own = [np.ones(1, dtype=bool)] if self.len_encoder is not None else []
-        return np.concatenate([scales(False, label_width(self.labels)), *own])
+        return length_scales(scales(False, label_width(self.labels)), self.len_encoder is not None)
 
     def embed(self, enc: Any) -> np.ndarray:
         """Normalized label frequencies of each chain, then ``log1p(length)`` with a length model."""
         lengths = np.asarray(enc.lengths, dtype=np.int64)
         owner = np.repeat(np.arange(len(lengths)), lengths)
         out = label_frequencies(len(lengths), owner, enc.codes, None, label_width(self.labels))
-        if self.len_encoder is None:
-            return out
-        return np.hstack([out, np.log1p(lengths.astype(np.float64))[:, None]])
+        return with_length(out, None if self.len_encoder is None else lengths)

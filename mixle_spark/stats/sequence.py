@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from mixle_spark.errors import DataTypeError, DataValueError, FieldError, SchemaError, SpecError
-from mixle_spark.stats._embed import segment_mean
+from mixle_spark.stats._embed import length_scales, segment_mean, with_length
 from mixle_spark.stats._product import as_record_list
 from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import (
@@ -342,18 +342,16 @@ class SequenceEncoder(Encoder):
         return f"SequenceEncoder({self.child!r}, {self.len_encoder!r})"
 
     def embedding_scales(self) -> np.ndarray:
-        own = [np.ones(1, dtype=bool)] if self.len_encoder is not None else []
-        return np.concatenate([self.child.embedding_scales(), *own])
+        return length_scales(self.child.embedding_scales(), self.len_encoder is not None)
 
     def embed(self, enc: Any) -> np.ndarray:
         """The mean of the elements' embeddings (label frequencies for labels), then ``log1p(length)``
         when the model has a length distribution."""
         width = len(self.child.embedding_scales())
         elements = self.child.embed(enc.values) if len(enc.owner) else np.zeros((0, width))
-        out = segment_mean(enc.n, enc.owner, elements)
-        if self.len_encoder is None:
-            return out
-        return np.hstack([out, np.log1p(np.asarray(enc.lengths, dtype=np.float64))[:, None]])
+        return with_length(
+            segment_mean(enc.n, enc.owner, elements), None if self.len_encoder is None else enc.lengths
+        )
 
 
 class SequenceAccumulator(Accumulator):
