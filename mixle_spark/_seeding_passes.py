@@ -32,6 +32,8 @@ __all__ = [
     "SeedStatsFactory",
     "Space",
     "Target",
+    "lloyd_sums",
+    "moved_centres",
     "nearest",
 ]
 
@@ -85,6 +87,21 @@ def nearest(z: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     d2 = zz[:, None] - 2.0 * np.einsum("ij,kj->ik", z, centres) + cc[None, :]
     index = np.argmin(d2, axis=1)
     return index, np.maximum(d2[np.arange(len(z)), index], 0.0)
+
+
+def lloyd_sums(z: np.ndarray, w: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Lloyd's statistics of rows ``z`` (u, m) weighted ``w``: per centre the weight and the weighted
+    coordinate sum of its nearest rows (shapes (k,), (k, m)), and the weighted squared distance."""
+    index, d2 = nearest(z, centres)
+    k = len(centres)
+    sums = np.zeros((k, z.shape[1]))
+    np.add.at(sums, index, z * w[:, None])
+    return np.bincount(index, weights=w, minlength=k), sums, float(np.dot(w, d2))
+
+
+def moved_centres(count: np.ndarray, sums: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """Lloyd's update: every centre to the mean of its rows; a centre with none stays where it is."""
+    return np.where(count[:, None] > 0, sums / np.maximum(count, 1e-300)[:, None], centres)
 
 
 class SeedStats:
@@ -240,14 +257,10 @@ class Lloyd:
 
     def fold(self, acc: SeedStats, enc: Any, w: np.ndarray, ids: np.ndarray) -> None:
         emb, wu, _keys = self.target.units(enc, w, ids)
-        z = self.space(emb)
-        index, d2 = nearest(z, self.centres)
-        k = len(self.centres)
-        acc.add("count", np.bincount(index, weights=wu, minlength=k))
-        sums = np.zeros((k, z.shape[1]))
-        np.add.at(sums, index, z * wu[:, None])
+        count, sums, cost = lloyd_sums(self.space(emb), wu, self.centres)
+        acc.add("count", count)
         acc.add("sum", sums)
-        acc.add("cost", float(np.dot(wu, d2)))
+        acc.add("cost", cost)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ from mixle_spark._seeding_passes import (
     SeedStatsFactory,
     Space,
     Target,
-    nearest,
+    lloyd_sums,
+    moved_centres,
 )
 from mixle_spark.errors import EmbeddingUnavailableError, SpecError
 from mixle_spark.stats._random import RowRandom
@@ -205,16 +206,15 @@ def _centres(
     space = _space(target, moments)
     centres = space(first[2][None, :])
     passes = 1
+    expected = seeding.oversampling * k  # candidates drawn per round, in expectation
     for round_ in range(seeding.steps):
-        sums, _moments, rows, _first = run(
-            Candidates(target, space, centres, seed, round_, seeding.oversampling * k)
-        )
+        sums, _moments, rows, _first = run(Candidates(target, space, centres, seed, round_, expected))
         passes += 1
         phi = float(sums.get("cost", 0.0))
         if rows is not None and phi > 0:
             keys, coords, race = rows
             order = np.argsort(keys, kind="stable")
-            chosen = order[race[order] > phi / (seeding.oversampling * k)]
+            chosen = order[race[order] > phi / expected]
             centres = np.vstack([centres, coords[chosen]])
         logger.info(f"kmeans|| round {round_ + 1}: {len(centres)} candidates, cost {phi:.6g}")
         if phi <= 0:
@@ -233,8 +233,7 @@ def _centres(
     for step in range(seeding.lloyd_iterations):
         sums = run(Lloyd(target, space, centres))[0]
         passes += 1
-        count = sums["count"]
-        moved = np.where(count[:, None] > 0, sums["sum"] / np.maximum(count, 1e-300)[:, None], centres)
+        moved = moved_centres(sums["count"], sums["sum"], centres)
         shift = float(((moved - centres) ** 2).sum())
         centres = moved
         logger.info(
@@ -245,21 +244,25 @@ def _centres(
     return space, centres, passes
 
 
+def _variance(moments: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """The weighted variance of every embedding column (0 for a column without values)."""
+    n, _mean, m2 = moments
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, m2 / n, 0.0)  # type: ignore[no-any-return]
+
+
 def _space(target: Target, moments: tuple[np.ndarray, np.ndarray, np.ndarray]) -> Space:
     """Standardize the number columns (by the weighted standard deviation; a constant one by 1),
     centre every column."""
-    n, mean, m2 = moments
     standardize = np.asarray(target.encoder.embedding_scales(), dtype=bool)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sd = np.sqrt(np.where(n > 0, m2 / n, 0.0))
+    sd = np.sqrt(_variance(moments))
     scale = np.where(standardize & (sd > 0), sd, 1.0)
-    return Space(np.asarray(mean, dtype=np.float64), scale)
+    return Space(np.asarray(moments[1], dtype=np.float64), scale)
 
 
 def _coordinate_variance(moments: tuple[np.ndarray, np.ndarray, np.ndarray], space: Space) -> np.ndarray:
-    n, _mean, m2 = moments
-    with np.errstate(invalid="ignore", divide="ignore"):
-        var = np.where(n > 0, m2 / n, 0.0) / space.scale**2
+    """The variance of every seeding coordinate (one 0 for an empty embedding)."""
+    var = _variance(moments) / space.scale**2
     return var if len(var) else np.zeros(1)
 
 
@@ -292,11 +295,8 @@ def local_kmeans(points: np.ndarray, weights: np.ndarray, k: int, rng: np.random
         closest = np.minimum(closest, ((points - points[pick]) ** 2).sum(axis=1))
     centres = points[chosen].copy()
     for _ in range(LOCAL_LLOYD_ITERATIONS):
-        index, _d2 = nearest(points, centres)
-        count = np.bincount(index, weights=weights, minlength=k)
-        sums = np.zeros_like(centres)
-        np.add.at(sums, index, points * weights[:, None])
-        moved = np.where(count[:, None] > 0, sums / np.maximum(count, 1e-300)[:, None], centres)
+        count, sums, _cost = lloyd_sums(points, weights, centres)
+        moved = moved_centres(count, sums, centres)
         if np.allclose(moved, centres, rtol=0.0, atol=1e-12):
             centres = moved
             break
