@@ -13,6 +13,7 @@ import logging
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from mixle_spark.seeding import Seeding, kmeans_parallel
 from mixle_spark.stats._random import seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
 
-__all__ = ["EMRun", "Settings"]
+__all__ = ["EMRun", "Settings", "start_model"]
 
 logger = logging.getLogger("mixle_spark.estimation")
 
@@ -127,6 +128,26 @@ def _mixture_of(estimator: Estimator) -> Any:
     return candidate if isinstance(candidate, MixtureEstimator) else None
 
 
+def start_model(
+    handle: Any,
+    estimator: Estimator,
+    seed: int,
+    init_p: float | None,
+    seeding: Seeding,
+    report: Callable[[str], None] = logger.info,
+) -> Distribution:
+    """The model a fit starts from: seeded by k-means|| (the default; ``report`` gets its summary
+    line), else random responsibilities over a row sample (``init="random"``, and models k-means||
+    cannot seed)."""
+    if seeding.mode == "kmeans||":
+        model = kmeans_parallel(handle, estimator, seed, seeding, report)
+        if model is not None:
+            return model
+    return handle.pysp_seq_initialize(  # type: ignore[no-any-return]
+        estimator, seed, init_fraction(init_p, estimator, len(handle))
+    )
+
+
 class EMRun:
     """One EM fit: the loop, its bookkeeping, checkpoints, the degenerate-component policy, audits
     and the trace. ``iteration`` counts M-steps done; ``model`` is the model the next pass scores."""
@@ -211,23 +232,15 @@ class EMRun:
                     close()
 
     def _initial_model(self) -> Distribution:
-        """The starting model: seeded by k-means|| (the default), else random responsibilities over
-        a row sample (``init="random"``, and models k-means|| cannot seed)."""
+        """The starting model (:func:`start_model`); the seeding's summary line goes to the progress
+        log and is an event of iteration 0."""
+
+        def report(line: str) -> None:
+            self.init_events.append(line)
+            self.progress(line, 0)
+
         init_est = self.init_estimator or self.estimator
-        if self.settings.seeding.mode == "kmeans||":
-            lines: list[str] = []
-
-            def report(line: str) -> None:
-                lines.append(line)
-                self.progress(line, 0)
-
-            model = kmeans_parallel(self.handle, init_est, self.seed, self.settings.seeding, report)
-            if model is not None:
-                self.init_events.append(lines[-1])
-                return model
-        return self.handle.pysp_seq_initialize(  # type: ignore[no-any-return]
-            init_est, self.seed, init_fraction(self.init_p, init_est, len(self.handle))
-        )
+        return start_model(self.handle, init_est, self.seed, self.init_p, self.settings.seeding, report)
 
     def _finish(self) -> Distribution:
         assert self.model is not None

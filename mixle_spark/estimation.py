@@ -40,10 +40,10 @@ from mixle_spark._em_records import (
     check_rows,
     init_fraction,
 )
-from mixle_spark._em_run import EMRun, Settings
+from mixle_spark._em_run import EMRun, Settings, start_model
 from mixle_spark._lockstep import can_share_passes, run_together
 from mixle_spark.errors import ConvergenceWarning
-from mixle_spark.seeding import Seeding, kmeans_parallel
+from mixle_spark.seeding import Seeding
 from mixle_spark.stats._random import RowRandom, seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -110,13 +110,7 @@ def initialize(
     handle, owned = _handle(data, estimator, backend_options)
     try:
         check_rows(handle, estimator)
-        if seeding.mode == "kmeans||":
-            model = kmeans_parallel(handle, estimator, seed_to_int(seed), seeding)
-            if model is not None:
-                return model
-        return handle.pysp_seq_initialize(  # type: ignore[no-any-return]
-            estimator, seed_to_int(seed), init_fraction(p, estimator, len(handle))
-        )
+        return start_model(handle, estimator, seed_to_int(seed), p, seeding)
     finally:
         _release(handle, owned)
 

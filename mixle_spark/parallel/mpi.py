@@ -466,11 +466,6 @@ class MPIEncodedData(PayloadHandle):
 
         return self._root_estimate((factory, model, None), fold)  # type: ignore[no-any-return]
 
-    def pysp_row_pass(self, factory: Any, task: Any) -> tuple[float, Any]:
-        """One pass of a row task (the seeding's passes): (total weight, merged value), on every rank."""
-        payload = self._estep(factory, None, task)
-        return payload[0], payload[2]
-
     def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
         """The local backend's initial model for this seed: rows kept by a hash of (seed, global row id)."""
         bound = self.bind(estimator)
