@@ -21,8 +21,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mixle_spark._shared_passes import Member, SharedPass
-from mixle_spark.parallel._handle import fold_key_passes, seed_from
+from mixle_spark._shared_passes import SharedPass
+from mixle_spark.parallel._handle import Payload, PayloadHandle
 from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = ["SharedPassHandle", "can_share_passes", "run_together"]
@@ -36,7 +36,7 @@ def can_share_passes(handle: Any) -> bool:
 class _Request:
     __slots__ = ("call", "done", "error", "member", "result")
 
-    def __init__(self, member: Member | None, call: Callable[[], Any] | None) -> None:
+    def __init__(self, member: tuple[Any, Any, Any] | None, call: Callable[[], Any] | None) -> None:
         self.member, self.call = member, call
         self.result: Any = None
         self.error: BaseException | None = None
@@ -53,7 +53,9 @@ class _Coordinator:
         self.running = set(range(count))
         self.passes = 0
 
-    def ask(self, slot: int, member: Member | None = None, call: Callable[[], Any] | None = None) -> Any:
+    def ask(
+        self, slot: int, member: tuple[Any, Any, Any] | None = None, call: Callable[[], Any] | None = None
+    ) -> Any:
         request = _Request(member, call)
         with self.cond:
             self.pending[slot] = request
@@ -95,8 +97,8 @@ class _Coordinator:
                 request.error = err
             request.done = True
             return
-        members = [r.member for r in batch.values()]
-        shared = SharedPass(tuple(members))  # type: ignore[arg-type]
+        members = [r.member for r in batch.values() if r.member is not None]  # no calls left here
+        shared = SharedPass(tuple(members))
         try:
             _nobs, value = self.handle.pysp_row_pass(shared.factory(), shared)
             self.passes += 1
@@ -111,9 +113,10 @@ class _Coordinator:
             request.done = True
 
 
-class SharedPassHandle:
-    """The stand-in handle one fit of :func:`run_together` sees: its passes become members of shared
-    passes; anything else is the real handle's, called on the serving thread."""
+class SharedPassHandle(PayloadHandle):
+    """The stand-in handle one fit of :func:`run_together` sees: the pass contract is
+    :class:`~mixle_spark.parallel._handle.PayloadHandle`'s, each pass a member of a shared pass;
+    anything else is the real handle's, called on the serving thread."""
 
     supports_pass_options = False
 
@@ -121,10 +124,7 @@ class SharedPassHandle:
         self._coordinator, self._slot = coordinator, slot
         self._handle = coordinator.handle
         self.backend_name = type(self._handle).__name__
-        self.last_parts: tuple[Any, ...] = ()
-
-    def __len__(self) -> int:
-        return len(self._handle)
+        self.n = len(self._handle)
 
     def bind(self, estimator: Estimator) -> Estimator:
         return self._handle.bind(estimator)  # type: ignore[no-any-return]
@@ -140,48 +140,12 @@ class SharedPassHandle:
     def _call(self, call: Callable[[], Any]) -> Any:
         return self._coordinator.ask(self._slot, call=call)
 
-    def _member(self, kind: str, factory: Any, arg: Any) -> tuple[float, float, Any]:
-        nobs, ll, value, parts = self._coordinator.ask(self._slot, member=Member(kind, factory, arg))
-        self.last_parts = parts
-        return nobs, ll, value
-
-    # -- the pass contract, each pass a member of a shared pass --------------------------------------
-    def pysp_em_step(
-        self, estimator: Estimator, prev_estimate: Distribution, options: Any = None
-    ) -> tuple[float, float, Distribution]:
+    def _estep(
+        self, factory: Any, model: Distribution | None, initialize: Any, options: Any = None
+    ) -> Payload:
         if options is not None:
             raise ValueError("shared passes carry no pass options (run audited fits one by one)")
-        bound = self.bind(estimator)
-        factory = bound.accumulator_factory()
-        nobs, ll, value = self._member("estep", factory, prev_estimate)
-        return nobs, ll, bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
-
-    def pysp_seq_estimate(self, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
-        return self.pysp_em_step(estimator, prev_estimate)[2]
-
-    def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
-        factory = self.bind(estimator).accumulator_factory()
-        nobs, _ll, value = self._member("estep", factory, model)
-        return nobs, fold_key_passes(factory.make().from_value(value)).value()
-
-    def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
-        nobs, ll, _value = self._member("score", None, estimate)
-        return nobs, ll
-
-    def pysp_row_pass(self, factory: Any, task: Any) -> tuple[float, Any]:
-        nobs, _ll, value = self._member("task", factory, task)
-        return nobs, value
-
-    def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
-        """As every backend's: rows kept with probability ``p``; all rows when too few are kept."""
-        bound = self.bind(estimator)
-        seed = seed_from(rng)
-        p = 1.0 if p is None or p >= 1.0 else (0.1 if p <= 0.0 else float(p))
-        factory = bound.accumulator_factory()
-        nobs, _ll, value = self._member("init", factory, (seed, p))
-        if nobs < max(bound.min_rows(), 1) and p < 1.0:
-            nobs, _ll, value = self._member("init", factory, (seed, 1.0))
-        return bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
+        return self._coordinator.ask(self._slot, member=(factory, model, initialize))  # type: ignore[no-any-return]
 
 
 def run_together(handle: Any, fits: Sequence[Callable[[Any], Any]]) -> tuple[list[Any], int]:

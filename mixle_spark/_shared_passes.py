@@ -17,25 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.parallel._handle import initial_keep_weights, weighted_sum
-from mixle_spark.stats._random import RowRandom
-from mixle_spark.stats.base import seq_update_with_ll
+from mixle_spark.parallel._handle import fold_chunk
 
-__all__ = ["Member", "SharedAccumulator", "SharedFactory", "SharedPass"]
-
-
-@dataclass(frozen=True)
-class Member:
-    """One fit's part of a shared pass.
-
-    ``kind``: ``"estep"`` (``arg`` the model), ``"score"`` (``arg`` the model; no statistics),
-    ``"init"`` (``arg`` = ``(seed, p)``: the random initial selection) or ``"task"`` (``arg`` a row
-    task such as a seeding pass). ``factory`` makes the member's accumulator (None for ``"score"``).
-    """
-
-    kind: str
-    factory: Any
-    arg: Any
+__all__ = ["SharedAccumulator", "SharedFactory", "SharedPass"]
 
 
 class SharedAccumulator:
@@ -91,28 +75,21 @@ class SharedFactory:
 
 @dataclass(frozen=True)
 class SharedPass:
-    """The row task folding every member into its own part of a :class:`SharedAccumulator`."""
+    """The row task folding every member into its own part of a :class:`SharedAccumulator`.
 
-    members: tuple[Member, ...]
+    A member is a pass request ``(factory, model, initialize)`` as
+    :func:`~mixle_spark.parallel._handle.accumulate_chunks` takes it: an E-step, a score (``factory``
+    None), the random initial selection (``initialize = (seed, p)``) or a row task (a seeding pass).
+    """
+
+    members: tuple[tuple[Any, Any, Any], ...]
 
     def factory(self) -> SharedFactory:
-        return SharedFactory(tuple(m.factory for m in self.members))
+        return SharedFactory(tuple(member[0] for member in self.members))
 
     def fold(self, acc: SharedAccumulator, enc: Any, w: np.ndarray, ids: np.ndarray) -> None:
-        for i, member in enumerate(self.members):
-            own: Any = acc.accs[i]
+        for i, (_factory, model, initialize) in enumerate(self.members):
+            weight, ll = fold_chunk(acc.accs[i], model, initialize, enc, w, ids)
+            acc.nobs[i] += weight
+            acc.ll[i] += ll
             acc.touched[i] = True
-            if member.kind == "estep":
-                acc.ll[i] += weighted_sum(w, seq_update_with_ll(own, enc, w, member.arg))
-                acc.nobs[i] += float(w.sum())
-            elif member.kind == "score":
-                acc.ll[i] += weighted_sum(w, member.arg.seq_log_density(enc))
-                acc.nobs[i] += float(w.sum())
-            elif member.kind == "init":
-                seed, p = member.arg
-                kept = w * initial_keep_weights(seed, ids, p)
-                own.seq_initialize(enc, kept, RowRandom(seed, ids).child("init"))
-                acc.nobs[i] += float(kept.sum())
-            else:
-                member.arg.fold(own, enc, w, ids)
-                acc.nobs[i] += float(w.sum())

@@ -28,6 +28,7 @@ __all__ = [
     "PayloadHandle",
     "accumulate_chunks",
     "bind_estimator",
+    "fold_chunk",
     "fold_key_passes",
     "initial_keep_weights",
     "merge_payloads",
@@ -169,6 +170,37 @@ def check_engine_and_precision(backend: str, engine: Any, precision: Any) -> Non
         )
 
 
+def fold_chunk(
+    acc: Accumulator | None,
+    model: Distribution | None,
+    initialize: Any,
+    enc: Any,
+    w: np.ndarray,
+    ids: Any,
+    reference: bool = False,
+) -> tuple[float, float]:
+    """Fold one encoded chunk into ``acc`` as the request ``(factory, model, initialize)`` asks (see
+    :func:`accumulate_chunks`); returns the chunk's (total weight, weighted log-likelihood)."""
+    ll = 0.0
+    if acc is None:
+        ll = weighted_sum(w, model.seq_log_density(enc))  # type: ignore[union-attr]
+    elif isinstance(initialize, tuple):
+        seed, p = initialize
+        w = w * initial_keep_weights(seed, ids, p)
+        acc.seq_initialize(enc, w, RowRandom(seed, ids).child("init"))
+    elif initialize is not None:  # a row task (seeding): it folds the chunk into acc itself
+        initialize.fold(acc, enc, w, ids)
+    elif reference:
+        from mixle_spark.stats.mixture import reference_kernels
+
+        with reference_kernels():
+            acc.seq_update(enc, w, model)
+            ll = weighted_sum(w, model.seq_log_density(enc))  # type: ignore[union-attr]
+    else:
+        ll = weighted_sum(w, seq_update_with_ll(acc, enc, w, model))  # type: ignore[arg-type]
+    return float(w.sum()), ll
+
+
 def accumulate_chunks(chunks: Iterable[tuple[Any, np.ndarray, Any]], request: Any, part: int = 0) -> Payload:
     """One partition's payload: ``request = (factory, model, initialize[, options])``.
 
@@ -192,24 +224,9 @@ def accumulate_chunks(chunks: Iterable[tuple[Any, np.ndarray, Any]], request: An
     for enc, w, ids in chunks:
         touched = True
         rows += len(w)
-        if acc is None:
-            ll += weighted_sum(w, model.seq_log_density(enc))
-        elif isinstance(initialize, tuple):
-            seed, p = initialize
-            kept = w * initial_keep_weights(seed, ids, p)
-            acc.seq_initialize(enc, kept, RowRandom(seed, ids).child("init"))
-            w = kept
-        elif initialize is not None:  # a row task (seeding): it folds the chunk into acc itself
-            initialize.fold(acc, enc, w, ids)
-        elif reference:
-            from mixle_spark.stats.mixture import reference_kernels
-
-            with reference_kernels():
-                acc.seq_update(enc, w, model)
-                ll += weighted_sum(w, model.seq_log_density(enc))
-        else:
-            ll += weighted_sum(w, seq_update_with_ll(acc, enc, w, model))
-        nobs += float(w.sum())
+        weight, chunk_ll = fold_chunk(acc, model, initialize, enc, w, ids, reference)
+        nobs += weight
+        ll += chunk_ll
     value = acc.value() if acc is not None and touched else None
     from mixle_spark.parallel.em_observability import stat_nbytes  # the module imports this one
 
