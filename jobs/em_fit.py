@@ -222,6 +222,7 @@ def resolve_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> arg
             parser.error(
                 f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to --backend spark"
             )
+    args.ks = None
     if args.k is not None:
         try:
             args.ks = parse_ks(args.k)
@@ -429,17 +430,19 @@ def fit_model(
     backend_options: dict[str, Any],
     out: Any,
     reliability: dict[str, Any] | None = None,
-    selection: Any = None,
-) -> tuple[Any, float, dict[str, float], list[str]]:
-    """Encode once, run EM (``trials`` restarts: ``best_of``); ``(model, ll, timings, warnings)``.
+    ks: list[int] | None = None,
+    criterion: str = "bic",
+) -> tuple[Any, float, dict[str, float], list[str], Any]:
+    """Encode once, run EM (``trials`` restarts: ``best_of``); ``(model, ll, timings, warnings,
+    selection)``.
 
     ``reliability`` holds ``optimize``'s checkpoint / degenerate-component / audit / trace keywords.
-    ``selection`` (the parsed arguments, with ``ks`` and ``criterion``) chooses the number of
-    components by ``select_k``; the choice is left in ``selection.found``.
+    ``ks`` chooses the number of components among these by ``select_k`` and ``criterion``;
+    ``selection`` is its :class:`~mixle_spark.model_selection.KSelection` (else None).
     """
     extra_options = reliability or {}
     t0 = time.perf_counter()
-    ks = getattr(selection, "ks", None)
+    found = None
     estimator = spec.estimator if ks is None else with_components(spec.estimator, max(ks))
     with encoded_data(data, estimator, **backend_options) as handle:
         t1 = time.perf_counter()
@@ -452,14 +455,13 @@ def fit_model(
                     handle,
                     spec.estimator,
                     ks=ks,
-                    criterion=selection.criterion,
+                    criterion=criterion,
                     trials=trials,
                     out=out,
                     **options,
                     **extra_options,
                 )
                 print(found, file=sys.stderr)
-                selection.found = found
                 model = found.model
                 ll = model.fit_result.log_likelihood
             elif trials > 1:
@@ -470,7 +472,7 @@ def fit_model(
                 model = optimize(handle, spec.estimator, out=out, **options, **extra_options)
                 ll = model.fit_result.log_likelihood
     timings = {"encode": t1 - t0, "em": time.perf_counter() - t1}
-    return model, ll, timings, _report_warnings(caught)
+    return model, ll, timings, _report_warnings(caught), found
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -496,11 +498,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"{PROG}: fitting {args.model} to {args.input} (backend {args.backend})", file=sys.stderr)
         out = None if args.quiet else sys.stderr
         reliability = reliability_options(args)
-        model, ll, timings, caught = fit_model(
-            data, spec, options, trials, backend_options, out, reliability, args if args.k else None
+        model, ll, timings, caught, found = fit_model(
+            data,
+            spec,
+            options,
+            trials,
+            backend_options,
+            out,
+            reliability,
+            args.ks,
+            args.criterion,
         )
-        if args.k:
-            extra["model_selection"] = args.found.to_dict()
+        if found is not None:
+            extra["model_selection"] = found.to_dict()
         extra["warnings"] = caught
         extra["long_fit"] = long_fit_summary(args, model.fit_result)
         summary = build_summary(args, model, ll, {**options, "trials": trials}, extra)
