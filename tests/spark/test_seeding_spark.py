@@ -12,7 +12,6 @@ import pytest
 
 from mixle_spark.estimation import initialize, optimize
 from mixle_spark.parallel.spark import SparkEncodedData
-from mixle_spark.spec import model_to_dict
 from mixle_spark.stats import (
     CategoricalEstimator,
     GaussianEstimator,
@@ -21,25 +20,9 @@ from mixle_spark.stats import (
     PoissonEstimator,
     RecordEstimator,
 )
+from tests.spark.test_spark_backend import _numbers
 
 pytestmark = pytest.mark.spark
-
-
-def _flat(model: Any) -> np.ndarray:
-    out: list[float] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            for key in sorted(value):
-                walk(value[key])
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                walk(v)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            out.append(float(value))
-
-    walk(model_to_dict(model)["model"])
-    return np.array(out)
 
 
 @pytest.fixture(scope="module")
@@ -67,16 +50,16 @@ EST = MixtureEstimator(
 
 def test_kmeans_init_on_spark_equals_local_for_any_layout(segments: Any) -> None:
     df, rows = segments
-    local = _flat(initialize(rows, EST, seed=4))
+    local = _numbers(initialize(rows, EST, seed=4))
     for options in ({"resident": False}, {"resident": False, "num_chunks": 3}, {"resident": True}):
         with SparkEncodedData(df, estimator=EST, **options) as handle:
             handle.begin_fit()
             try:
-                got = _flat(initialize(handle, EST, seed=4))
+                got = _numbers(initialize(handle, EST, seed=4))
             finally:
                 handle.end_fit()
         np.testing.assert_allclose(got, local, rtol=1e-9, atol=1e-12, err_msg=str(options))
-    assert not np.allclose(_flat(initialize(rows, EST, seed=5)), local)
+    assert not np.allclose(_numbers(initialize(rows, EST, seed=5)), local)
 
 
 def test_default_fit_on_spark_recovers_all_eight_centres_in_50_dimensions(spark: Any) -> None:
@@ -116,7 +99,7 @@ def test_select_k_on_spark_equals_local(spark: Any) -> None:
         )
         assert b.log_likelihood == pytest.approx(a.log_likelihood, rel=1e-9)
         assert b.bic == pytest.approx(a.bic, rel=1e-9)
-    np.testing.assert_allclose(_flat(remote.model), _flat(local.model), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(_numbers(remote.model), _numbers(local.model), rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("resident", [False, True])
@@ -129,9 +112,9 @@ def test_best_of_on_spark_shares_passes_and_equals_the_trials_alone(segments: An
         ll, together = best_of(handle, EST, trials=3, max_its=8, seed=2)
         alone = [optimize(handle, EST, max_its=8, seed=s) for s in trial_seeds(2, 3)]
     best = max(alone, key=lambda m: m.fit_result.log_likelihood)
-    np.testing.assert_allclose(_flat(together), _flat(best), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(_numbers(together), _numbers(best), rtol=1e-12, atol=1e-12)
     assert ll == pytest.approx(best.fit_result.log_likelihood, rel=1e-12)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _ll, local = best_of(rows, EST, trials=3, max_its=8, seed=2)
-    np.testing.assert_allclose(_flat(together), _flat(local), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(_numbers(together), _numbers(local), rtol=1e-9, atol=1e-9)
