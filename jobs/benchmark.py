@@ -327,7 +327,7 @@ def run_mp(rows: int, dim: int, k: int, its: int, seed: int, rounds: int) -> int
 
 def _mpi_rank_main(rows: int, dim: int, k: int, its: int, seed: int) -> int:
     """One rank of ``--mpi``: fit with the mpi backend; the root prints ``MPI_RESULT s/it ll``."""
-    from mixle_spark.parallel.mpi import MPIEncodedData
+    from mixle_spark.parallel.backends.mpi import MPIEncodedData
 
     x, _ = make_data(rows, dim, k, seed)
     start = starting_point(x, k, seed)

@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mixle_spark.em.observability import stat_nbytes
+from mixle_spark.em.sdc_audit import SDCAudit
 from mixle_spark.estimation import optimize
 from mixle_spark.parallel import LocalEncodedData
-from mixle_spark.parallel.em_observability import stat_nbytes
-from mixle_spark.parallel.sdc_audit import SDCAudit
 from mixle_spark.stats import (
     MixtureDistribution,
     MixtureEstimator,

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from mixle_spark.io import spark_session
-    from mixle_spark.parallel.spark import SparkEncodedData
+    from mixle_spark.parallel.backends.spark import SparkEncodedData
 
     seqs = make_sequences(args.sequences, args.mean_length, args.seed)
     symbols = len(seqs.values)

@@ -12,7 +12,7 @@ back with ``mixle_spark.spec.load_model``) and ``summary.json`` (rows, iteration
 log-likelihood history, free parameters, BIC / AIC, timings, a summary of the EM trace) and
 ``trace.jsonl`` (one JSON line per iteration: log-likelihood, gain, rows, seconds, rows/s, bytes of
 statistics merged, partition time skew, stragglers, component weights, events; read it back with
-``mixle_spark.parallel.em_observability.EMTrace.from_jsonl``). All are written to a staging
+``mixle_spark.em.observability.EMTrace.from_jsonl``). All are written to a staging
 directory that is renamed into place, so a failed run leaves no output and an existing output is
 replaced (``--overwrite``) only by a complete one. ``--report`` adds ``report.html`` to the same
 directory: a self-contained page (``mixle_spark.report``) with the log-likelihood per iteration, the
@@ -25,12 +25,12 @@ goes to stdout. ``--trace PATH`` also writes the trace live, one line per iterat
 (``tail -f`` it), for a long fit.
 
 How EM starts: ``--init kmeans||`` (default; k-means|| seeding, ``--init-steps`` rounds) or ``--init
-random`` (see ``mixle_spark.seeding``). ``--k 2:12`` (or ``--k 2,4,8``) fits every candidate number of
+random`` (see ``mixle_spark.em.seeding``). ``--k 2:12`` (or ``--k 2,4,8``) fits every candidate number of
 components of the spec's mixture (its component, or a hidden Markov model's state, repeated k times)
 and keeps the best by ``--criterion bic`` (default) or ``aic``; ``summary.json`` gets the table
 (``model_selection``) and ``--report`` the criterion curve.
 
-Long fits (see ``mixle_spark.parallel.resilient_em`` and ``sdc_audit``):
+Long fits (see ``mixle_spark.em.resilient`` and ``sdc_audit``):
 
 * ``--checkpoint-dir DIR`` saves the fit state every ``--checkpoint-every`` iterations (atomic,
   checksummed JSON files; a Hadoop/cloud URI works too). Re-running the same command after a crash
@@ -75,12 +75,12 @@ from typing import Any
 
 from mixle_spark._cli import JobArgumentParser, atomic_directory, check_output_free, run_job
 from mixle_spark._version import __version__
+from mixle_spark.em.sdc_audit import SDCAudit
+from mixle_spark.em.seeding import INIT_MODES, SeedingFallbackWarning
 from mixle_spark.errors import ConvergenceWarning, SpecError
 from mixle_spark.estimation import ON_DEGENERATE, best_of, optimize
 from mixle_spark.model_selection import parse_ks, select_k, with_components
 from mixle_spark.parallel import encoded_data
-from mixle_spark.parallel.sdc_audit import SDCAudit
-from mixle_spark.seeding import INIT_MODES, SeedingFallbackWarning
 from mixle_spark.spec import ModelSpec, load_spec, save_model
 from mixle_spark.summary import count_free_parameters, describe_model, information_criteria
 

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
     spark = spark_session("mixle_spark em_score", master=args.master, conf=spark_conf)
     try:
         spark.sparkContext.setLogLevel("ERROR")
-        from mixle_spark.parallel.spark import score
+        from mixle_spark.parallel.backends.spark import score
 
         scored = score(model, read_table(spark, args.input))
         print(f"{PROG}: scoring {args.input} with {args.model} into {output}", file=sys.stderr)

@@ -284,7 +284,7 @@ class ExecutorError(MixleError, RuntimeError):
 
 class SilentCorruptionError(MixleError, RuntimeError):
     """Two computations of the same partition's statistics disagree beyond the audit's tolerance
-    (:mod:`mixle_spark.parallel.sdc_audit`); ``mismatches`` lists them."""
+    (:mod:`mixle_spark.em.sdc_audit`); ``mismatches`` lists them."""
 
     def __init__(self, message: str, mismatches: Any = ()) -> None:
         super().__init__(message)

@@ -29,7 +29,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from mixle_spark._em_records import (
+from mixle_spark.em._lockstep import can_share_passes, run_together
+from mixle_spark.em._records import (
     DECREASE_RTOL,
     FLOOR_WEIGHT,
     MAX_RESEEDS,
@@ -40,10 +41,9 @@ from mixle_spark._em_records import (
     check_rows,
     init_fraction,
 )
-from mixle_spark._em_run import EMRun, Settings, start_model
-from mixle_spark._lockstep import can_share_passes, run_together
+from mixle_spark.em._run import EMRun, Settings, start_model
+from mixle_spark.em.seeding import Seeding
 from mixle_spark.errors import ConvergenceWarning
-from mixle_spark.seeding import Seeding
 from mixle_spark.stats._random import RowRandom, seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -103,7 +103,7 @@ def initialize(
     **backend_options: Any,
 ) -> Distribution:
     """The model ``optimize`` would start from: seeded by k-means|| (``init="kmeans||"``, mixtures and
-    hidden Markov models; see :mod:`mixle_spark.seeding`), or (``init="random"``, and models with no
+    hidden Markov models; see :mod:`mixle_spark.em.seeding`), or (``init="random"``, and models with no
     clusters to seed) rows kept with probability ``p`` (by a hash of seed and row id) and randomised
     statistics (mixtures: random responsibilities) from the same row-keyed stream."""
     seeding = Seeding.build(init, init_steps)
@@ -167,7 +167,7 @@ def optimize(
         Print every ``print_iter``-th iteration.
     checkpoint_dir : path or URI, optional
         Write a checkpoint there every ``checkpoint_every`` iterations and resume from the newest
-        valid one (:mod:`mixle_spark.parallel.resilient_em`): an interrupted fit re-run with the
+        valid one (:mod:`mixle_spark.em.resilient`): an interrupted fit re-run with the
         same arguments continues where it stopped and gives the uninterrupted run's estimates.
     checkpoint_every : int
         Iterations between checkpoints (>= 1).
@@ -185,7 +185,7 @@ def optimize(
         left with weight 0 (no rows) is reported in the trace; ``floor`` gives it
         :data:`FLOOR_WEIGHT`, ``reseed`` restarts it.
     audit : SDCAudit or True, optional
-        Silent-corruption audit (:class:`~mixle_spark.parallel.sdc_audit.SDCAudit`; True = defaults):
+        Silent-corruption audit (:class:`~mixle_spark.em.sdc_audit.SDCAudit`; True = defaults):
         recompute a sample of partitions by an independent pass and compare.
     trace_path : path, optional
         Write the EM trace there as JSON lines while the fit runs (one line per iteration).
@@ -193,7 +193,7 @@ def optimize(
         Log per-iteration metrics to MLflow; None (default) does when mlflow is installed and a run
         is active.
     init : {"kmeans||", "random"} or Seeding
-        How the starting model is made when ``prev_estimate`` is not given (:mod:`mixle_spark.seeding`).
+        How the starting model is made when ``prev_estimate`` is not given (:mod:`mixle_spark.em.seeding`).
         ``"kmeans||"`` (default) seeds mixtures and hidden Markov models by distributed k-means||
         over a numeric embedding of the records, then builds each component from the rows nearest
         its centre (a few passes over the data); ``"random"`` uses random responsibilities over a
@@ -201,7 +201,7 @@ def optimize(
     init_steps : int, optional
         k-means|| rounds (pyspark.ml ``initSteps``; default 2).
 
-    The per-iteration trace (:class:`~mixle_spark.parallel.em_observability.EMTrace`: log-likelihood,
+    The per-iteration trace (:class:`~mixle_spark.em.observability.EMTrace`: log-likelihood,
     gain, rows, seconds, rows/s, bytes of statistics merged, partition time skew, component
     weights, events) is returned as ``model.fit_result.trace``.
     """
@@ -277,7 +277,7 @@ def fit_together(
     handle: Any, runs: list[Callable[[Any], Distribution]], shared: bool = True
 ) -> list[Distribution]:
     """The models of ``runs`` (fits over ``handle``), advanced together with one pass over the data
-    per step for every fit still running (:mod:`mixle_spark._lockstep`) when the backend runs row
+    per step for every fit still running (:mod:`mixle_spark.em._lockstep`) when the backend runs row
     passes and ``shared``; else one after the other. Either way each model equals its fit run alone."""
     if shared and len(runs) > 1 and can_share_passes(handle):
         models, passes = run_together(handle, runs)

@@ -127,7 +127,7 @@ def with_components(estimator: Estimator | Mapping[str, Any] | str, k: int) -> E
         estimator = estimator_from_spec(estimator)  # type: ignore[arg-type]
     inner = getattr(estimator, "inner", None)
     if inner is not None:
-        from mixle_spark.parallel.model_parallel import ModelParallelEstimator
+        from mixle_spark.parallel.backends.model_parallel import ModelParallelEstimator
 
         return ModelParallelEstimator(with_components(inner, k), getattr(estimator, "num_workers", None))
     spec = estimator.to_dict()
@@ -194,8 +194,8 @@ def select_k(
         ``best_k``, ``model`` (the best fit, with its ``fit_result``), ``table`` (a
         :class:`CandidateFit` per k) and ``models`` (every candidate's fit).
     """
-    from mixle_spark._em_records import Progress
-    from mixle_spark._em_run import Settings
+    from mixle_spark.em._records import Progress
+    from mixle_spark.em._run import Settings
     from mixle_spark.estimation import _em_run, _handle, _release, fit_together, trial_seeds
     from mixle_spark.stats._random import seed_to_int
     from mixle_spark.summary import count_free_parameters, information_criteria

@@ -126,7 +126,7 @@ def load_spec(source: str | os.PathLike[str] | Mapping[str, Any]) -> ModelSpec:
             f"{where}: unknown fit option(s) {sorted(bad)}; expected one of {', '.join(FIT_OPTIONS)}"
         )
     if "init" in fit or "init_steps" in fit:
-        from mixle_spark.seeding import Seeding
+        from mixle_spark.em.seeding import Seeding
 
         try:
             Seeding.build(fit.get("init", "kmeans||"), fit.get("init_steps"))

@@ -116,7 +116,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         mixtures cap it at about 20 rows per component).
     initMode : {"k-means||", "random"}
         How EM starts (default ``"k-means||"``: distributed k-means|| seeding, then each component
-        built from the rows nearest its centre; see :mod:`mixle_spark.seeding`).
+        built from the rows nearest its centre; see :mod:`mixle_spark.em.seeding`).
     initSteps : int
         k-means|| rounds (default 2).
     numPartitions : int, optional
@@ -436,7 +436,7 @@ class MixleModel(Model, MixleParams, MLReadable["MixleModel"], MLWritable):
         from pyspark.ml.linalg import VectorUDT
         from pyspark.sql import functions as F
 
-        from mixle_spark.parallel.spark import score
+        from mixle_spark.parallel.backends.spark import score
 
         model = self.distribution
         column = None

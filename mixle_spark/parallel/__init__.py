@@ -1,32 +1,45 @@
-"""Planning and backends: importing this namespace registers the built-in encoded-data backends.
+"""The reference API's parallel namespace: backends, planning and training contracts.
 
-The names follow the reference API page (``mixle.utils.parallel``): resources and advisory plans
-(:mod:`~mixle_spark.parallel.planner`), the encoded-data registry, model-parallel E-steps
-(:mod:`~mixle_spark.parallel.model_parallel`), model decomposition and balance plans.
+Every name below is importable from here (the documented API); the code lives by role:
+
+- :mod:`mixle_spark.parallel.backends`: where a fit runs (the encoded-data contract, the registry,
+  the local, spark, mp, mpi, torchrun and model-parallel backends);
+- :mod:`mixle_spark.parallel.planning`: advisory resources, placements, model decomposition, balance;
+- :mod:`mixle_spark.parallel.training`: contracts and launchers for distributed gradient training.
+
+The EM driver and its services (trace, checkpoints, audit) are :mod:`mixle_spark.em`. Importing this
+namespace registers the built-in encoded-data backends.
 """
 
-from typing import Any
-
-from mixle_spark.parallel.balance import (
+from mixle_spark.parallel.backends.local import (
+    ComponentParallelEncodedData,
+    LocalEncodedData,
+    ModelParallelEncodedData,
+)
+from mixle_spark.parallel.backends.model_parallel import (
+    ComponentParallelEstimator,
+    ModelParallelEstimator,
+    auto_parallel_estimator,
+    component_parallel_fold,
+    model_parallel_fold,
+)
+from mixle_spark.parallel.backends.multiprocessing import MPEncodedData
+from mixle_spark.parallel.backends.registry import (
+    EncodedDataControlConflictError,
+    UnsupportedControlError,
+    available_encoded_data_backends,
+    encoded_data,
+    is_encoded_data_handle,
+    register_encoded_data_backend,
+)
+from mixle_spark.parallel.planning.balance import (
     BalancePlan,
     UnrealizedModelPlacementError,
     auto_balanced_estimator,
     balance_plan,
 )
-from mixle_spark.parallel.local import LocalEncodedData, make_local
-from mixle_spark.parallel.model_decomposition import ModelDecomposition, decompose_model
-from mixle_spark.parallel.model_parallel import (
-    ComponentParallelEncodedData,
-    ComponentParallelEstimator,
-    ModelParallelEncodedData,
-    ModelParallelEstimator,
-    auto_parallel_estimator,
-    component_parallel_fold,
-    make_model_parallel,
-    model_parallel_fold,
-)
-from mixle_spark.parallel.multiprocessing import MPEncodedData, make_mp
-from mixle_spark.parallel.planner import (
+from mixle_spark.parallel.planning.model_decomposition import ModelDecomposition, decompose_model
+from mixle_spark.parallel.planning.planner import (
     DeviceSpec,
     ModelShard,
     Placement,
@@ -35,15 +48,7 @@ from mixle_spark.parallel.planner import (
     model_sharding_plan,
     plan,
 )
-from mixle_spark.parallel.registry import (
-    EncodedDataControlConflictError,
-    UnsupportedControlError,
-    available_encoded_data_backends,
-    encoded_data,
-    is_encoded_data_handle,
-    register_encoded_data_backend,
-)
-from mixle_spark.parallel.training_contracts import (
+from mixle_spark.parallel.training.contracts import (
     BackendCapabilities,
     CollectiveKind,
     DistributedUpdate,
@@ -57,49 +62,12 @@ from mixle_spark.parallel.training_contracts import (
     get_training_backend,
     register_training_backend,
 )
-from mixle_spark.parallel.training_launchers import (
+from mixle_spark.parallel.training.launchers import (
     LightningFabricLauncher,
     RayTrainLauncher,
     WorkerTopologyAttestation,
     attest_worker_coordinate,
 )
-
-register_encoded_data_backend("local", make_local, aliases=("serial", "numpy"))
-register_encoded_data_backend("mp", make_mp, aliases=("multiprocessing",))
-register_encoded_data_backend(
-    "model_parallel", make_model_parallel, aliases=("component_parallel", "mp_model")
-)
-
-
-def _make_spark(data: Any, **options: Any) -> Any:
-    # Imported on first use: pyspark is an optional extra and only parallel.spark imports it.
-    from mixle_spark.parallel.spark import make_spark
-
-    return make_spark(data, **options)
-
-
-def _make_mpi(data: Any, **options: Any) -> Any:
-    # Imported on first use: mpi4py is an optional extra (and ``python -m ...mpi`` must not find
-    # the module already imported).
-    from mixle_spark.parallel.mpi import make_mpi
-
-    return make_mpi(data, **options)
-
-
-def _make_torchrun(data: Any, **options: Any) -> Any:
-    from mixle_spark.parallel.torchrun import make_torchrun  # torch is an optional extra
-
-    return make_torchrun(data, **options)
-
-
-def _is_spark_dataframe(data: Any) -> bool:
-    cls = type(data)
-    return cls.__name__ == "DataFrame" and cls.__module__.startswith("pyspark.sql")
-
-
-register_encoded_data_backend("mpi", _make_mpi, aliases=("mpi4py",))
-register_encoded_data_backend("torchrun", _make_torchrun, aliases=("torch",))
-register_encoded_data_backend("spark", _make_spark, aliases=("pyspark",), default_for=_is_spark_dataframe)
 
 __all__ = [
     "BackendCapabilities",

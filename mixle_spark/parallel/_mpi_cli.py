@@ -1,6 +1,6 @@
-"""The entry point of the ``mpi`` backend: ``mpiexec -n N python -m mixle_spark.parallel.mpi ...``.
+"""The entry point of the ``mpi`` backend: ``mpiexec -n N python -m mixle_spark.parallel.backends.mpi ...``.
 
-Every rank runs :func:`main`; the data is read in shares (see :mod:`mixle_spark.parallel.mpi`), the root
+Every rank runs :func:`main`; the data is read in shares (see :mod:`mixle_spark.parallel.backends.mpi`), the root
 writes ``model.json`` and ``summary.json`` (atomically, into ``--output``) and prints progress on its
 stderr. Exit codes: 0 success; 2 bad arguments or bad input; 1 any other failure.
 """
@@ -11,15 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.parallel.mpi import MPIEncodedData, agree, on_root, require_mpi
+from mixle_spark.parallel.backends.mpi import MPIEncodedData, agree, on_root, require_mpi
 
 __all__ = ["PROG", "build_parser", "main"]
 
-PROG = "mixle_spark.parallel.mpi"
+PROG = "mixle_spark.parallel.backends.mpi"
 
 
 def build_parser() -> Any:
-    """The command line of ``python -m mixle_spark.parallel.mpi`` (run it under ``mpiexec``)."""
+    """The command line of ``python -m mixle_spark.parallel.backends.mpi`` (run it under ``mpiexec``)."""
     from mixle_spark._cli import JobArgumentParser
 
     parser = JobArgumentParser(

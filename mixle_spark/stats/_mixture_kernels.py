@@ -156,7 +156,7 @@ def reference_kernels() -> Iterator[None]:
 
     The two paths compute the same statistics in a different order with different code, so their
     results agree to rounding (~1e-12 relative) and a corrupted result shows up as a mismatch: the
-    silent-corruption audit (:mod:`mixle_spark.parallel.sdc_audit`) recomputes partitions this way.
+    silent-corruption audit (:mod:`mixle_spark.em.sdc_audit`) recomputes partitions this way.
     It is process-wide while active (E-step threads of this process see it too).
     """
     global _REFERENCE_DEPTH

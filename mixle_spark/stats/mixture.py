@@ -157,10 +157,10 @@ class MixtureDistribution(Distribution):
         return joint
 
     # -- a scikit-learn style face for small in-memory data -------------------------------------
-    def _local(self, X: Any) -> Any:
-        from mixle_spark.parallel.local import LocalEncodedData  # encoding rules of the local backend
+    def _encoded(self, X: Any) -> list[Any]:
+        from mixle_spark.stats._tables import encode_rows  # the rules of every in-process encoding
 
-        return LocalEncodedData(X, model=self)
+        return encode_rows(X, self.encoder())
 
     def score_samples(self, X: Any) -> np.ndarray:
         """Log-density of every row of ``X``, shape (n,).
@@ -168,7 +168,8 @@ class MixtureDistribution(Distribution):
         ``X``: a numpy array (rows = records; 2-D for vector components), a list of records, or a
         pandas / pyarrow table (a Record model reads the columns its fields name).
         """
-        return np.asarray(self._local(X).seq_log_density(self))
+        chunks = [self.seq_log_density(enc) for enc in self._encoded(X)]
+        return np.concatenate(chunks) if chunks else np.zeros(0)
 
     def score(self, X: Any) -> float:
         """Mean log-density per row of ``X`` (scikit-learn's ``score``)."""
@@ -176,7 +177,7 @@ class MixtureDistribution(Distribution):
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Component responsibilities of every row of ``X``, shape (n, K); rows sum to 1."""
-        chunks = [self.seq_posterior(enc) for _start, _stop, enc in self._local(X).chunks]
+        chunks = [self.seq_posterior(enc) for enc in self._encoded(X)]
         return np.concatenate(chunks) if chunks else np.zeros((0, self.num_components))
 
     def predict(self, X: Any) -> np.ndarray:

@@ -16,9 +16,9 @@ import pytest
 
 from mixle_spark.errors import DataTypeError, SchemaError
 from mixle_spark.estimation import best_of, initialize, optimize
-from mixle_spark.parallel.local import LocalEncodedData
-from mixle_spark.parallel.mpi import MPIEncodedData, make_mpi
-from mixle_spark.parallel.registry import UnsupportedControlError
+from mixle_spark.parallel.backends.local import LocalEncodedData
+from mixle_spark.parallel.backends.mpi import MPIEncodedData, make_mpi
+from mixle_spark.parallel.backends.registry import UnsupportedControlError
 from mixle_spark.stats import (
     CategoricalEstimator,
     GaussianEstimator,

@@ -1,4 +1,4 @@
-"""``python -m mixle_spark.parallel.mpi`` under ``mpiexec -n 2`` (launched from a plain pytest run),
+"""``python -m mixle_spark.parallel.backends.mpi`` under ``mpiexec -n 2`` (launched from a plain pytest run),
 and the error a missing mpi4py gives."""
 
 from __future__ import annotations
@@ -50,7 +50,15 @@ def _table(n: int = 800) -> pa.Table:
 
 def _run(tmp_path: Path, *args: str, ranks: int = 2) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    command = [str(mpiexec()), "-n", str(ranks), sys.executable, "-m", "mixle_spark.parallel.mpi", *args]
+    command = [
+        str(mpiexec()),
+        "-n",
+        str(ranks),
+        sys.executable,
+        "-m",
+        "mixle_spark.parallel.backends.mpi",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
 
 
@@ -109,7 +117,7 @@ def test_entry_point_missing_input_exits_2(tmp_path: Path) -> None:
 
 
 def test_missing_mpi4py_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mixle_spark.parallel.mpi import MPIEncodedData
+    from mixle_spark.parallel.backends.mpi import MPIEncodedData
     from mixle_spark.stats import GaussianEstimator
 
     monkeypatch.setitem(sys.modules, "mpi4py", None)

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from mixle_spark.estimation import initialize, optimize
-from mixle_spark.parallel.spark import SparkEncodedData
+from mixle_spark.parallel.backends.spark import SparkEncodedData
 from mixle_spark.stats import (
     GaussianAccumulator,
     GaussianAccumulatorFactory,
@@ -136,7 +136,7 @@ def test_a_killed_python_worker_restarts_the_session_and_keeps_the_estimates(
     import os
     import signal
 
-    from mixle_spark.parallel._spark_resident import ResidentSession
+    from mixle_spark.parallel.backends._spark_resident import ResidentSession
 
     df, x = frame
     original = ResidentSession.request
@@ -188,7 +188,7 @@ def test_a_barrier_stage_without_free_slots_is_cancelled_and_the_fit_goes_on(
     import threading
     import time
 
-    from mixle_spark.parallel import _spark_resident
+    from mixle_spark.parallel.backends import _spark_resident
 
     df, x = frame
     sc = spark.sparkContext

@@ -18,9 +18,9 @@ import pyarrow as pa
 import pytest
 
 from mixle_spark.estimation import optimize
-from mixle_spark.parallel import _resident_wire as wire
-from mixle_spark.parallel._spark_resident import ResidentSession
-from mixle_spark.parallel.spark import SparkEncodedData
+from mixle_spark.parallel.backends import _resident_wire as wire
+from mixle_spark.parallel.backends._spark_resident import ResidentSession
+from mixle_spark.parallel.backends.spark import SparkEncodedData
 from mixle_spark.stats import GaussianDistribution, GaussianEstimator, MixtureDistribution, MixtureEstimator
 
 pytestmark = pytest.mark.spark
@@ -113,7 +113,7 @@ def test_hostile_peers_during_the_start_of_a_resident_fit(
 
     monkeypatch.setattr(ResidentSession, "_listening", listening)
     monkeypatch.setattr(wire, "HANDSHAKE_TIMEOUT", 4.0)
-    caplog.set_level(logging.WARNING, logger="mixle_spark.parallel.spark")
+    caplog.set_level(logging.WARNING, logger="mixle_spark.parallel.backends.spark")
     with SparkEncodedData(df, estimator=EST) as handle:
         started = time.monotonic()
         attacked = optimize(handle, EST, max_its=5, delta=None, seed=2, init="random")

@@ -16,10 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from mixle_spark.em.resilient import CheckpointStore
+from mixle_spark.em.sdc_audit import SDCAudit, SilentCorruptionError
 from mixle_spark.errors import ExecutorError
 from mixle_spark.estimation import optimize
-from mixle_spark.parallel.resilient_em import CheckpointStore
-from mixle_spark.parallel.sdc_audit import SDCAudit, SilentCorruptionError
 from mixle_spark.stats import (
     GaussianAccumulator,
     GaussianAccumulatorFactory,
@@ -182,7 +182,7 @@ def test_the_trace_reports_every_partition(spark: Any, tmp_path: Path) -> None:
         assert t.stat_bytes > 0 and t.skew >= 1.0 and t.rows_per_second > 0
         assert t.partition_seconds[0] <= t.partition_seconds[1] <= t.partition_seconds[2]
     assert trace[1].component_weights == pytest.approx(tuple(model.fit_result.trace[1].component_weights))
-    from mixle_spark.parallel.em_observability import EMTrace
+    from mixle_spark.em.observability import EMTrace
 
     written = EMTrace.from_jsonl(path)
     assert [r.to_dict() for r in written] == [r.to_dict() for r in trace]

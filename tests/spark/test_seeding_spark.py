@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from mixle_spark.estimation import initialize, optimize
-from mixle_spark.parallel.spark import SparkEncodedData
+from mixle_spark.parallel.backends.spark import SparkEncodedData
 from mixle_spark.stats import (
     CategoricalEstimator,
     GaussianEstimator,

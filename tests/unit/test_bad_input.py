@@ -115,7 +115,7 @@ def test_field_errors_keep_their_row_scope_through_pickling() -> None:
 def test_local_and_mpi_weight_errors_read_like_spark_s() -> None:
     """One message for a bad weight on every backend: the column, the value, the first row, the count."""
     from mixle_spark.parallel import LocalEncodedData
-    from mixle_spark.parallel.mpi import _check_weights
+    from mixle_spark.parallel.backends.mpi import _check_weights
 
     table = pa.table({"x": [1.0, 2.0, 3.0, 4.0], "w": [1.0, None, -1.0, 2.0]})
     with pytest.raises(

@@ -8,21 +8,21 @@ import json
 import numpy as np
 import pytest
 
-from mixle_spark.parallel.balance import (
+from mixle_spark.parallel.planning.balance import (
     BalancePlan,
     UnrealizedModelPlacementError,
     auto_balanced_estimator,
     balance_chunks,
     balance_plan,
 )
-from mixle_spark.parallel.model_decomposition import (
+from mixle_spark.parallel.planning.model_decomposition import (
     DecompositionAxis,
     Reduction,
     decompose_model,
     subtree_bytes,
     subtree_work,
 )
-from mixle_spark.parallel.planner import DeviceSpec, Resources
+from mixle_spark.parallel.planning.planner import DeviceSpec, Resources
 from mixle_spark.stats.gaussian import GaussianDistribution, GaussianEstimator
 from mixle_spark.stats.mixture import MixtureDistribution, MixtureEstimator
 from mixle_spark.stats.multivariate_gaussian import MultivariateGaussianDistribution

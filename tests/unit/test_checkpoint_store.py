@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pyarrow import fs as pafs
 
-from mixle_spark.parallel._checkpoint_store import (
+from mixle_spark.em._checkpoint_store import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_VERSION,
     CheckpointStore,

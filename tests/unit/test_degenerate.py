@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mixle_spark.em.resilient import CheckpointStore
 from mixle_spark.errors import DegenerateComponentError, NonFiniteLikelihoodError
 from mixle_spark.estimation import FLOOR_WEIGHT, MAX_RESEEDS, optimize
-from mixle_spark.parallel.resilient_em import CheckpointStore
 from mixle_spark.stats import (
     GaussianDistribution,
     GaussianEstimator,

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mixle_spark.parallel.em_observability import (
+from mixle_spark.em.observability import (
     EMTrace,
     FitReport,
     IterationTrace,

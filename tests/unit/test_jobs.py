@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mixle_spark.parallel.em_observability import EMTrace
+from mixle_spark.em.observability import EMTrace
 from mixle_spark.spec import load_model
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mixle_spark._em_records import Progress
-from mixle_spark._em_run import Settings
-from mixle_spark._lockstep import run_together
+from mixle_spark.em._lockstep import run_together
+from mixle_spark.em._records import Progress
+from mixle_spark.em._run import Settings
 from mixle_spark.errors import ConvergenceWarning
 from mixle_spark.estimation import _em_run, best_of, optimize, trial_seeds
 from mixle_spark.parallel import encoded_data

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from mixle_spark.parallel.model_decomposition import (
+from mixle_spark.parallel.planning.model_decomposition import (
     DecompositionAxis,
     ParallelAxisKind,
     Reduction,
@@ -26,7 +26,7 @@ from mixle_spark.parallel.model_decomposition import (
     threaded_nodes,
     tree_axes,
 )
-from mixle_spark.parallel.planner import DeviceSpec, Resources
+from mixle_spark.parallel.planning.planner import DeviceSpec, Resources
 from mixle_spark.stats.composite import CompositeDistribution
 from mixle_spark.stats.gaussian import GaussianDistribution
 from mixle_spark.stats.mixture import MixtureDistribution

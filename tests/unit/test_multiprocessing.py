@@ -21,7 +21,7 @@ from mixle_spark.parallel import (
     UnsupportedControlError,
     encoded_data,
 )
-from mixle_spark.parallel.multiprocessing import WorkerError
+from mixle_spark.parallel.backends.multiprocessing import WorkerError
 from mixle_spark.stats import (
     CategoricalEstimator,
     GaussianDistribution,

@@ -1,4 +1,4 @@
-"""Resources, row placement and model sharding (mixle_spark.parallel.planner)."""
+"""Resources, row placement and model sharding (mixle_spark.parallel.planning.planner)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 from mixle_spark.errors import SchemaError
-from mixle_spark.parallel import _devices
-from mixle_spark.parallel.planner import (
+from mixle_spark.parallel.planning import _devices
+from mixle_spark.parallel.planning.planner import (
     DeviceSpec,
     ModelShard,
     Placement,

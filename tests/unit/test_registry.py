@@ -18,7 +18,7 @@ from mixle_spark.parallel import (
     is_encoded_data_handle,
     register_encoded_data_backend,
 )
-from mixle_spark.parallel import registry as registry_module
+from mixle_spark.parallel.backends import registry as registry_module
 from mixle_spark.stats import GaussianDistribution, GaussianEstimator, MixtureDistribution, MixtureEstimator
 
 X = np.random.default_rng(0).normal(size=200)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mixle_spark.parallel import _resident_wire as wire
+from mixle_spark.parallel.backends import _resident_wire as wire
 
 SECRET = b"s" * 32
 

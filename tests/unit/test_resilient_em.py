@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mixle_spark.estimation import best_of, optimize
-from mixle_spark.parallel.resilient_em import (
+from mixle_spark.em.resilient import (
     CheckpointMismatchError,
     CheckpointStore,
     CorruptCheckpointWarning,
     checkpointed_fold,
 )
+from mixle_spark.estimation import best_of, optimize
 from mixle_spark.spec import model_from_dict, model_to_dict
 from mixle_spark.stats import (
     CategoricalEstimator,

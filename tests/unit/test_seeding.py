@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mixle_spark.em.seeding import Seeding, SeedingFallbackWarning, local_kmeans
 from mixle_spark.errors import CheckpointMismatchError, EmbeddingUnavailableError, SpecError
 from mixle_spark.estimation import best_of, initialize, optimize
 from mixle_spark.parallel import ModelParallelEstimator, encoded_data
-from mixle_spark.seeding import Seeding, SeedingFallbackWarning, local_kmeans
 from mixle_spark.spec import load_spec, model_to_dict
 from mixle_spark.stats import (
     CategoricalEncoder,

@@ -17,7 +17,7 @@ import pytest
 from mixle_spark.errors import DataTypeError
 from mixle_spark.estimation import optimize
 from mixle_spark.parallel import encoded_data
-from mixle_spark.parallel.torchrun import TorchComm, TorchRunEncodedData, require_torch_distributed
+from mixle_spark.parallel.backends.torchrun import TorchComm, TorchRunEncodedData, require_torch_distributed
 from mixle_spark.stats import (
     CategoricalEstimator,
     GaussianEstimator,
@@ -151,7 +151,7 @@ def test_missing_torch_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
 
 @pytest.mark.torch
 def test_the_entry_point_under_real_torchrun(tmp_path: Any) -> None:
-    """With torch installed: ``torchrun --nproc-per-node 2 -m mixle_spark.parallel.torchrun`` fits a
+    """With torch installed: ``torchrun --nproc-per-node 2 -m mixle_spark.parallel.backends.torchrun`` fits a
     Parquet file like the local backend."""
     import os
     import subprocess
@@ -170,7 +170,7 @@ def test_the_entry_point_under_real_torchrun(tmp_path: Any) -> None:
     (tmp_path / "spec.json").write_text(__import__("json").dumps(spec))
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
-        "mixle_spark.parallel.torchrun", "--input", str(tmp_path / "x.parquet"),
+        "mixle_spark.parallel.backends.torchrun", "--input", str(tmp_path / "x.parquet"),
         "--model", str(tmp_path / "spec.json"), "--output", str(tmp_path / "out"), "--seed", "1",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}

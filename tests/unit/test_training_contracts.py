@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from mixle_spark.errors import UnknownNameError
-from mixle_spark.parallel import training_contracts as contracts
-from mixle_spark.parallel.training_contracts import (
+from mixle_spark.parallel.training import contracts as contracts
+from mixle_spark.parallel.training.contracts import (
     PHYSICAL_AXES,
     BackendCapabilities,
     CollectiveKind,

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from mixle_spark.parallel.training_contracts import ParallelAxis, ParallelPlan, UnsupportedParallelismError
-from mixle_spark.parallel.training_launchers import (
+from mixle_spark.parallel.training.contracts import ParallelAxis, ParallelPlan, UnsupportedParallelismError
+from mixle_spark.parallel.training.launchers import (
     PLAN_CONFIG_KEY,
     TOPOLOGY_CONFIG_KEY,
     LightningFabricLauncher,

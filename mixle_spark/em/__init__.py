@@ -1,0 +1,17 @@
+"""The EM driver and the services of its loop.
+
+``estimation.optimize`` / ``best_of`` / ``initialize`` (and ``model_selection.select_k``) are the public
+face; this package is what they run:
+
+- ``_run``: one fit (:class:`EMRun`): start (:mod:`~mixle_spark.em.seeding`), iterate, stop, the
+  degenerate-component policy, checkpoints, the trace; ``_records``: its records and stopping rules;
+- ``_lockstep`` and ``_shared_passes``: several fits advancing together, one pass over the data each
+  step (``best_of`` trials, ``select_k`` candidates);
+- :mod:`~mixle_spark.em.seeding` and ``_seeding_passes``: the k-means|| start;
+- services: :mod:`~mixle_spark.em.observability` (the per-iteration trace, rank receipts),
+  :mod:`~mixle_spark.em.resilient` (checkpointed fits; ``_checkpoint_store``),
+  :mod:`~mixle_spark.em.sdc_audit` (silent-corruption audit).
+
+It reaches the data only through the encoded-data contract
+(:mod:`mixle_spark.parallel.backends.contract`).
+"""

@@ -1,0 +1,178 @@
+"""Fits that advance together, one pass over the data per step for all of them (private).
+
+``best_of`` restarts and ``select_k`` candidates are independent EM fits over the same encoded data.
+:func:`run_together` runs each fit's ordinary code (``EMRun``: seeding, iterations, convergence,
+checkpoints, the degenerate-component policy) in its own thread against a :class:`SharedPassHandle`,
+a stand-in for the real handle whose passes do not run at once: they wait until every fit still
+running has asked for its next pass, and then run as *one* pass (:class:`~mixle_spark.em._shared_passes.
+SharedPass`: one Spark job or resident request) on the calling thread. A fit that has converged has
+ended its thread and asks for nothing; the others go on without it. Threads only order the control
+flow: the passes, and everything that touches the real handle, run on the calling thread, one at a
+time, in the fits' order, so the same passes run on every MPI rank and in every run.
+
+Each fit gets exactly what its own pass would have given (see :mod:`mixle_spark.em._shared_passes`), so
+the results equal the fits run one by one. Calls a shared pass cannot carry (an audited E-step, a
+silent-corruption recomputation, finding the first non-finite row) run on their own, in turn.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mixle_spark.em._shared_passes import SharedPass
+from mixle_spark.parallel.backends._handle import Payload, PayloadHandle
+from mixle_spark.stats.base import Distribution, Estimator
+
+__all__ = ["SharedPassHandle", "can_share_passes", "run_together"]
+
+
+def can_share_passes(handle: Any) -> bool:
+    """Whether ``handle`` runs row tasks (``pysp_row_pass``), which shared passes are."""
+    return callable(getattr(handle, "pysp_row_pass", None)) and callable(getattr(handle, "bind", None))
+
+
+class _Request:
+    __slots__ = ("call", "done", "error", "member", "result")
+
+    def __init__(self, member: tuple[Any, Any, Any] | None, call: Callable[[], Any] | None) -> None:
+        self.member, self.call = member, call
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class _Coordinator:
+    """Collects the fits' requests and serves them, a shared pass when every running fit waits."""
+
+    def __init__(self, handle: Any, count: int) -> None:
+        self.handle = handle
+        self.cond = threading.Condition()
+        self.pending: dict[int, _Request] = {}
+        self.running = set(range(count))
+        self.passes = 0
+
+    def ask(
+        self, slot: int, member: tuple[Any, Any, Any] | None = None, call: Callable[[], Any] | None = None
+    ) -> Any:
+        request = _Request(member, call)
+        with self.cond:
+            self.pending[slot] = request
+            self.cond.notify_all()
+            while not request.done:
+                self.cond.wait()
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    def finished(self, slot: int) -> None:
+        with self.cond:
+            self.running.discard(slot)
+            self.cond.notify_all()
+
+    def serve(self) -> None:
+        """Serve requests until every fit has finished (runs on the calling thread)."""
+        while True:
+            with self.cond:
+                while self.running and set(self.pending) != self.running:
+                    self.cond.wait()
+                if not self.running:
+                    return
+                batch = dict(sorted(self.pending.items()))
+            self._serve(batch)
+            with self.cond:
+                for slot, request in batch.items():
+                    if request.done:
+                        del self.pending[slot]
+                self.cond.notify_all()
+
+    def _serve(self, batch: dict[int, _Request]) -> None:
+        calls = [r for r in batch.values() if r.call is not None]
+        if calls:  # a call a shared pass cannot carry: the first one, alone
+            request = calls[0]
+            try:
+                request.result = request.call()  # type: ignore[misc]
+            except BaseException as err:
+                request.error = err
+            request.done = True
+            return
+        members = [r.member for r in batch.values() if r.member is not None]  # no calls left here
+        shared = SharedPass(tuple(members))
+        try:
+            _nobs, value = self.handle.pysp_row_pass(shared.factory(), shared)
+            self.passes += 1
+        except BaseException as err:
+            for request in batch.values():
+                request.error, request.done = err, True
+            return
+        values, nobs, ll, _touched = value
+        parts = tuple(getattr(self.handle, "last_parts", ()))
+        for i, request in enumerate(batch.values()):
+            request.result = (float(nobs[i]), float(ll[i]), values[i], parts)
+            request.done = True
+
+
+class SharedPassHandle(PayloadHandle):
+    """The stand-in handle one fit of :func:`run_together` sees: the pass contract is
+    :class:`~mixle_spark.parallel.backends._handle.PayloadHandle`'s, each pass a member of a shared pass;
+    anything else is the real handle's, called on the serving thread."""
+
+    supports_pass_options = False
+
+    def __init__(self, coordinator: _Coordinator, slot: int) -> None:
+        self._coordinator, self._slot = coordinator, slot
+        self._handle = coordinator.handle
+        self.backend_name = type(self._handle).__name__
+        self.n = len(self._handle)
+
+    def bind(self, estimator: Estimator) -> Estimator:
+        return self._handle.bind(estimator)  # type: ignore[no-any-return]
+
+    def take_events(self) -> list[str]:
+        take = getattr(self._handle, "take_events", None)
+        return [] if take is None else self._call(lambda: list(take()))  # type: ignore[no-any-return]
+
+    def first_nonfinite_row(self, estimate: Distribution) -> Any:
+        finder = getattr(self._handle, "first_nonfinite_row", None)
+        return None if finder is None else self._call(lambda: finder(estimate))
+
+    def _call(self, call: Callable[[], Any]) -> Any:
+        return self._coordinator.ask(self._slot, call=call)
+
+    def _estep(
+        self, factory: Any, model: Distribution | None, initialize: Any, options: Any = None
+    ) -> Payload:
+        if options is not None:
+            raise ValueError("shared passes carry no pass options (run audited fits one by one)")
+        return self._coordinator.ask(self._slot, member=(factory, model, initialize))  # type: ignore[no-any-return]
+
+
+def run_together(handle: Any, fits: Sequence[Callable[[Any], Any]]) -> tuple[list[Any], int]:
+    """Run ``fits`` (each called with its :class:`SharedPassHandle`) with shared passes; returns their
+    results in order (an exception a fit raised is raised here, the first in fit order) and the
+    number of shared passes made."""
+    coordinator = _Coordinator(handle, len(fits))
+    results: list[Any] = [None] * len(fits)
+    errors: list[BaseException | None] = [None] * len(fits)
+
+    def work(slot: int) -> None:
+        try:
+            results[slot] = fits[slot](SharedPassHandle(coordinator, slot))
+        except BaseException as err:
+            errors[slot] = err
+        finally:
+            coordinator.finished(slot)
+
+    threads = [
+        threading.Thread(target=work, args=(i,), name=f"mixle-fit-{i}", daemon=True) for i in range(len(fits))
+    ]
+    for thread in threads:
+        thread.start()
+    coordinator.serve()
+    for thread in threads:
+        thread.join()
+    for err in errors:
+        if err is not None:
+            raise err
+    return results, coordinator.passes

@@ -1,0 +1,149 @@
+"""Records and rules of the EM loop (private; re-exported by :mod:`mixle_spark.estimation`).
+
+``IterationRecord`` / ``FitResult`` (what a fit did), the convergence and decrease rules, the initial
+sample fraction, the fused E-/M-step call and the error for a non-finite log-likelihood.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from mixle_spark.errors import NonFiniteLikelihoodError, TooFewRowsError
+from mixle_spark.stats.base import Distribution, Estimator
+
+__all__ = [
+    "DECREASE_RTOL",
+    "FLOOR_WEIGHT",
+    "MAX_RESEEDS",
+    "ON_DEGENERATE",
+    "FitResult",
+    "IterationRecord",
+    "Progress",
+    "check_rows",
+    "em_step",
+    "has_converged",
+    "has_decreased",
+    "init_fraction",
+    "nonfinite_error",
+]
+
+logger = logging.getLogger("mixle_spark.estimation")
+
+DECREASE_RTOL = 1e-9
+"""A log-likelihood drop smaller than this (relative to |ll|, or absolute below 1) is rounding."""
+
+
+@dataclass(frozen=True)
+class IterationRecord:
+    """One scored model: ``iteration`` counts the M-steps that produced it (0 = initial model)."""
+
+    iteration: int
+    log_likelihood: float
+    gain: float | None
+    nobs: float
+    seconds: float
+
+
+@dataclass
+class FitResult:
+    """What ``optimize`` did; attached to the returned model as ``model.fit_result``."""
+
+    converged: bool
+    n_iter: int
+    log_likelihood: float
+    seed: int
+    delta: float | None
+    max_its: int
+    history: list[IterationRecord] = field(default_factory=list)
+    validation_log_likelihood: float | None = None
+    seconds: float = 0.0
+    stopped_because: str = ""
+    trace: Any = None
+    """The per-iteration :class:`~mixle_spark.em.observability.EMTrace`."""
+    resumed_from: int | None = None
+    """The iteration of the checkpoint this fit resumed from, if it did."""
+
+
+def check_rows(handle: Any, estimator: Estimator) -> None:
+    need = estimator.min_rows()
+    if len(handle) < need:
+        raise TooFewRowsError(
+            f"{type(estimator).__name__} needs at least {need} rows (for example one per mixture "
+            f"component), but the data has {len(handle)}"
+        )
+
+
+def init_fraction(init_p: float | None, estimator: Estimator, n: int) -> float:
+    """The row-selection probability for the initial model.
+
+    ``init_p`` (values <= 0 or None mean the default 0.1; values >= 1 mean every row), bounded by
+    the estimator's preferred initial sample size when it has one (mixtures: a few rows per
+    component, so the starting components differ).
+    """
+    p = 0.1 if init_p is None or init_p <= 0 else min(float(init_p), 1.0)
+    bounds = estimator.init_sample_size()
+    if bounds is not None:
+        fewest, most = bounds
+        p = min(max(p, fewest / n), most / n, 1.0)
+    return p
+
+
+def em_step(handle: Any, estimator: Estimator, model: Distribution) -> tuple[float, float, Distribution]:
+    step = getattr(handle, "pysp_em_step", None)
+    if step is not None:
+        return step(estimator, model)
+    # A reference-style handle without the fused pass: score, then estimate (two passes).
+    nobs, ll = handle.pysp_seq_log_density_sum(model)
+    return nobs, ll, handle.pysp_seq_estimate(estimator, model)
+
+
+def nonfinite_error(iteration: int, ll: float, model: Distribution, handle: Any) -> NonFiniteLikelihoodError:
+    parts = [f"log-likelihood is {ll} at iteration {iteration}"]
+    bad = model.nonfinite_parameters()
+    if bad:
+        parts.append(f"non-finite parameters: {', '.join(bad[:5])}")
+    finder = getattr(handle, "first_nonfinite_row", None)
+    found = finder(model) if finder is not None else None
+    if found is not None:
+        parts.append(
+            f"row {found[0] + 1} has log-density {found[1]} under the model "
+            "(zero density under every component)"
+        )
+    return NonFiniteLikelihoodError("; ".join(parts))
+
+
+class Progress:
+    """Per-iteration progress: every line logged at INFO, every ``print_iter``-th written to ``out``."""
+
+    def __init__(self, out: IO[str] | None, print_iter: int, label: str = "") -> None:
+        self.out = out
+        self.print_iter = max(int(print_iter or 0), 0)
+        self.label = label
+
+    def __call__(self, line: str, iteration: int, note: bool = False) -> None:
+        line = self.label + line
+        logger.info(line)
+        if self.out is not None and self.print_iter and (iteration % self.print_iter == 0 or note):
+            self.out.write(line + "\n")
+            self.out.flush()
+
+
+def has_converged(gain: float | None, ll: float, delta: float) -> bool:
+    """``0 <= gain < delta``, a drop within rounding counting as 0."""
+    return gain is not None and -DECREASE_RTOL * max(1.0, abs(ll)) <= gain < delta
+
+
+def has_decreased(ll: float, best_ll: float) -> bool:
+    return ll < best_ll - DECREASE_RTOL * max(1.0, abs(best_ll))
+
+
+ON_DEGENERATE = ("stop", "floor", "reseed")
+"""What the EM driver does when an M-step degenerates a mixture component (see ``optimize``)."""
+
+MAX_RESEEDS = 3
+"""How often ``on_degenerate="reseed"`` restarts one component in a fit before the fit stops."""
+
+FLOOR_WEIGHT = 1e-6
+"""The weight a floored component keeps (``on_degenerate="floor"``), before renormalisation."""

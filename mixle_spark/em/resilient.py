@@ -1,0 +1,158 @@
+"""Checkpointed EM: a long fit survives the loss of its driver and resumes to the same estimates.
+
+``optimize(data, estimator, checkpoint_dir=PATH, checkpoint_every=N)`` writes, after every ``N``
+iterations, the current model, the iteration number, the log-likelihood history, the best model
+seen so far, the EM trace and the random state (the fit's seed: every random draw of a fit — the
+initial rows, the random responsibilities, re-seeded components, the audit's partition sample — is
+a hash of the seed and a stable key, so the seed *is* the whole RNG state). Each checkpoint is one
+JSON file written atomically (temporary file, fsync, rename) with a SHA-256 of its contents; the
+newest ``keep`` are kept.
+
+Run the same call again (same data, estimator, seed) and the fit resumes from the newest checkpoint
+that verifies: a truncated, corrupt or foreign file is skipped with a
+:class:`CorruptCheckpointWarning` and never loaded. The resumed fit gives exactly the estimates of
+an uninterrupted run: models round-trip through JSON bit for bit, and every later pass is a
+deterministic function of the model. A checkpoint of a *different* fit (other estimator, row count,
+seed, ...) raises :class:`CheckpointMismatchError` instead of being used; ``resume=False`` starts
+afresh and replaces the old checkpoints. A finished fit leaves a final checkpoint, so re-running a
+completed pipeline stage returns the fitted model without a pass over the data.
+
+``checkpoint_dir`` is a local path (Databricks: ``/dbfs/...``), a ``file://`` URI, or any URI
+``pyarrow.fs`` understands (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``). Only the driver writes.
+
+Spark task failures need nothing from this module: an E-step has no side effects, so Spark's task
+retries (``spark.task.maxFailures``) recompute a lost partition and the estimates do not change
+(``tests/spark/test_task_retry.py``). An error that persists fails the fit with the executor's
+error; the checkpoints written before it stay valid.
+
+The reference's ``checkpointed_fold`` is here too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from mixle_spark.em._checkpoint_store import (
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_VERSION,
+    CheckpointStore,
+    CheckpointStoreError,
+    CorruptCheckpointWarning,
+)
+from mixle_spark.errors import CheckpointMismatchError
+from mixle_spark.stats.base import Distribution, Estimator
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_VERSION",
+    "CheckpointMismatchError",
+    "CheckpointStore",
+    "CheckpointStoreError",
+    "CorruptCheckpointWarning",
+    "check_fingerprint",
+    "checkpointed_fold",
+    "fit_fingerprint",
+]
+
+
+def _estimator_spec(estimator: Estimator | None) -> Any:
+    if estimator is None:
+        return None
+    inner = getattr(estimator, "inner", None)  # ModelParallelEstimator threads; same fit
+    if inner is not None:
+        return _estimator_spec(inner)
+    try:
+        return estimator.to_dict()
+    except Exception:  # an estimator without a spec form: its type must match at least
+        return f"{type(estimator).__module__}.{type(estimator).__qualname__}"
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def fit_fingerprint(
+    estimator: Estimator,
+    *,
+    rows: int,
+    seed: int,
+    init_p: float,
+    delta: float | None,
+    on_degenerate: str,
+    prev_estimate: Distribution | None = None,
+    init_estimator: Estimator | None = None,
+    init: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What identifies a fit for resuming: the settings that change its path (``max_its`` is not one:
+    a resumed fit may run longer)."""
+    from mixle_spark.spec import model_to_dict
+
+    return {
+        "estimator": _digest(_estimator_spec(estimator)),
+        "rows": int(rows),
+        "seed": int(seed),
+        "init_p": float(init_p),
+        "delta": delta,
+        "on_degenerate": on_degenerate,
+        "prev_estimate": None if prev_estimate is None else _digest(model_to_dict(prev_estimate)["model"]),
+        "init_estimator": _digest(_estimator_spec(init_estimator)) if init_estimator is not None else None,
+        "init": None if init is None or prev_estimate is not None else dict(init),
+    }
+
+
+_WHAT = {
+    "estimator": "the estimator (model spec)",
+    "rows": "the number of rows",
+    "seed": "the seed",
+    "init_p": "init_p",
+    "delta": "delta",
+    "on_degenerate": "on_degenerate",
+    "prev_estimate": "prev_estimate",
+    "init_estimator": "init_estimator",
+    "init": "the initialization (init, init_steps)",
+}
+
+
+def check_fingerprint(saved: Mapping[str, Any], current: Mapping[str, Any], where: str) -> None:
+    """Raise :class:`CheckpointMismatchError` naming every setting that differs."""
+    differs = []
+    for key in sorted(set(saved) | set(current)):
+        if key == "init" and key not in saved:  # written before init= existed: nothing to compare
+            continue
+        if saved.get(key) != current.get(key):
+            if key in ("estimator", "prev_estimate", "init_estimator"):
+                differs.append(f"{_WHAT.get(key, key)} differs")
+            else:
+                differs.append(
+                    f"{_WHAT.get(key, key)}: checkpoint {saved.get(key)!r}, now {current.get(key)!r}"
+                )
+    if differs:
+        raise CheckpointMismatchError(
+            f"checkpoint_dir {where} holds checkpoints of a different fit ({'; '.join(differs)}); "
+            "use another checkpoint_dir, or resume=False to start afresh and replace them"
+        )
+
+
+def checkpointed_fold(
+    estimator: Estimator, payloads: Iterable[Any], checkpoint_after: int | None = None
+) -> Any:
+    """Fold statistics ``payloads`` (accumulator values) in order, as a driver does.
+
+    After ``checkpoint_after`` payloads the running accumulator is serialised, dropped and rebuilt
+    from the bytes with ``from_value`` before the fold goes on — what a restart between payloads
+    does. The result equals the uninterrupted fold exactly (tested); returns the merged value.
+    """
+    factory = estimator.accumulator_factory()
+    acc = factory.make()
+    for index, value in enumerate(payloads):
+        acc.combine(value)
+        if checkpoint_after is not None and index + 1 == checkpoint_after:
+            saved = pickle.dumps(acc.value(), protocol=5)
+            del acc
+            acc = factory.make().from_value(pickle.loads(saved))
+    return acc.value()

@@ -1,0 +1,304 @@
+"""How EM starts: ``init="kmeans||"`` (the default for mixtures and hidden Markov models) or ``"random"``.
+
+``kmeans||`` is Bahmani et al.'s scalable k-means++ (VLDB 2012), the seeding of Spark's ``KMeans``:
+
+1. one pass for the embedding's moments (:mod:`mixle_spark.stats._embed`: numbers standardized,
+   labels one-hot, counts on a log scale, ...) and a first centre drawn by weight;
+2. ``steps`` rounds (pyspark.ml's ``initSteps``), one pass each, in which every unit becomes a
+   candidate with probability ``min(1, l d²/φ)`` (``l = oversampling * k``);
+3. one pass weighting each candidate by the units nearest to it; on the driver a weighted k-means++
+   (greedy, ``2 + ln k`` tries per centre) and Lloyd iterations reduce the candidates to ``k`` centres;
+4. at most ``lloyd_iterations`` Lloyd passes over the data (stopping when the centres move less than
+   ``tol`` times the mean variance, as scikit-learn's ``KMeans``);
+5. one pass in which every unit is assigned to its nearest centre and each component's own estimator
+   builds the component from its units (so any component family works).
+
+Units are rows for a mixture and sequence elements for a hidden Markov model. All randomness is keyed
+by seed and row id, so one seed gives the same initial model on every backend and partitioning. A model
+whose encoder cannot embed (named in a warning), a backend without row passes, or data with fewer
+distinct points than components falls back to ``"random"``: random responsibilities over a random
+subset of rows, exactly as before ``kmeans||`` existed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.em._seeding_passes import (
+    Assign,
+    Candidates,
+    Lloyd,
+    Moments,
+    SeedStatsFactory,
+    Space,
+    Target,
+    lloyd_sums,
+    moved_centres,
+)
+from mixle_spark.errors import EmbeddingUnavailableError, SpecError
+from mixle_spark.stats._random import RowRandom
+from mixle_spark.stats.base import Distribution, Estimator
+
+__all__ = ["INIT_MODES", "Seeding", "SeedingFallbackWarning", "kmeans_parallel", "seed_target"]
+
+logger = logging.getLogger("mixle_spark.estimation")
+
+INIT_MODES = ("kmeans||", "random")
+"""The initialization strategies of ``optimize(..., init=...)``."""
+
+LOCAL_LLOYD_ITERATIONS = 30
+"""Lloyd iterations over the weighted candidates on the driver (as Spark's LocalKMeans)."""
+
+
+class SeedingFallbackWarning(UserWarning):
+    """``init="kmeans||"`` could not seed this model or data; the fit started from ``init="random"``."""
+
+
+@dataclass(frozen=True)
+class Seeding:
+    """How a fit starts.
+
+    Parameters
+    ----------
+    mode : {"kmeans||", "random"}
+        ``kmeans||`` seeds mixtures and hidden Markov models by distributed k-means|| (other models
+        start as with ``random``); ``random`` draws random responsibilities over a row sample.
+    steps : int
+        k-means|| rounds (pyspark.ml ``KMeans.initSteps``), one pass over the data each.
+    oversampling : float
+        Expected candidates per round, as a multiple of the number of components.
+    lloyd_iterations : int
+        Most Lloyd passes over the data after the candidates are reduced to ``k`` centres.
+    tol : float
+        The Lloyd passes stop when the centres' total squared shift is below ``tol`` times the mean
+        variance of the seeding coordinates.
+    """
+
+    mode: str = "kmeans||"
+    steps: int = 2
+    oversampling: float = 2.0
+    lloyd_iterations: int = 10
+    tol: float = 1e-4
+
+    @classmethod
+    def build(cls, init: Any = "kmeans||", init_steps: Any = None) -> Seeding:
+        """Validate ``optimize``'s ``init`` (a mode name or a Seeding) and ``init_steps``."""
+        if isinstance(init, Seeding):
+            seeding = init
+        elif isinstance(init, str) and init in INIT_MODES:
+            seeding = cls(mode=init)
+        else:
+            raise SpecError(
+                f"unknown init {init!r}; valid values: {', '.join(map(repr, INIT_MODES))} or a Seeding"
+            )
+        if init_steps is not None:
+            seeding = cls(
+                seeding.mode, init_steps, seeding.oversampling, seeding.lloyd_iterations, seeding.tol
+            )
+        seeding.check()
+        return seeding
+
+    def check(self) -> None:
+        if self.mode not in INIT_MODES:
+            raise SpecError(f"unknown init {self.mode!r}; valid values: {', '.join(map(repr, INIT_MODES))}")
+        if type(self.steps) is not int or self.steps < 1:
+            raise SpecError(f"init_steps (initSteps) must be an integer >= 1, got {self.steps!r}")
+        if not (isinstance(self.oversampling, (int, float)) and self.oversampling > 0):
+            raise SpecError(f"oversampling must be a number > 0, got {self.oversampling!r}")
+        if type(self.lloyd_iterations) is not int or self.lloyd_iterations < 0:
+            raise SpecError(f"lloyd_iterations must be an integer >= 0, got {self.lloyd_iterations!r}")
+        if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
+            raise SpecError(f"tol must be a number >= 0, got {self.tol!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "init": self.mode,
+            "init_steps": self.steps,
+            "oversampling": self.oversampling,
+            "lloyd_iterations": self.lloyd_iterations,
+            "tol": self.tol,
+        }
+
+
+def seed_target(estimator: Estimator) -> Target | None:
+    """What k-means|| seeds for ``estimator`` (bound to the data), or None when it has no latent
+    clusters to seed (then ``random`` and ``kmeans||`` start alike). Raises
+    :class:`~mixle_spark.errors.EmbeddingUnavailableError` when the units cannot be embedded."""
+    from mixle_spark.stats.hidden_markov import HiddenMarkovEstimator
+    from mixle_spark.stats.mixture import MixtureEstimator
+
+    inner = getattr(estimator, "inner", estimator)  # ModelParallelEstimator threads a mixture
+    if isinstance(inner, MixtureEstimator):
+        target = Target("rows", inner.encoder(), len(inner.estimators))
+    elif isinstance(inner, HiddenMarkovEstimator):
+        target = Target("elements", inner.encoder().child, len(inner.estimators))
+    else:
+        return None
+    target.encoder.embedding_scales()  # raises for a family without an embedding
+    return target
+
+
+def _fallback(reason: str) -> None:
+    warnings.warn(
+        f'init="kmeans||": {reason}; starting from init="random" instead',
+        SeedingFallbackWarning,
+        stacklevel=5,
+    )
+
+
+def kmeans_parallel(
+    handle: Any,
+    estimator: Estimator,
+    seed: int,
+    seeding: Seeding,
+    report: Callable[[str], None] = logger.info,
+) -> Distribution | None:
+    """The initial model of ``estimator`` seeded by k-means|| over ``handle``'s data, or None (with a
+    :class:`SeedingFallbackWarning` where the user asked for something that could not be done) when
+    the fit must start from ``init="random"``. Each pass is logged at INFO; ``report`` gets the
+    summary line."""
+    bound = handle.bind(estimator)
+    try:
+        target = seed_target(bound)
+    except EmbeddingUnavailableError as err:
+        _fallback(str(err))
+        return None
+    if target is None:
+        return None
+    run = getattr(handle, "pysp_row_pass", None)
+    if run is None:
+        _fallback(f"the {type(handle).__name__} backend cannot run seeding passes")
+        return None
+    started = time.perf_counter()
+    found = _centres(lambda task: run(SeedStatsFactory(), task)[1], target, seed, seeding)
+    if found is None:
+        return None
+    space, centres, passes = found
+    factory = bound.accumulator_factory()
+    nobs, value = run(factory, Assign(target, space, centres, seed))
+    from mixle_spark.parallel.backends._handle import fold_key_passes
+
+    model = bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
+    report(
+        f"kmeans|| seeding: {target.k} centres in {passes + 1} passes over the data "
+        f"({time.perf_counter() - started:.2f} s)"
+    )
+    return model
+
+
+def _centres(
+    run: Callable[[Any], Any], target: Target, seed: int, seeding: Seeding
+) -> tuple[Space, np.ndarray, int] | None:
+    """(coordinates, k centres, passes made) by k-means|| and Lloyd passes, or None to fall back."""
+    k = target.k
+    sums, moments, _rows, first = run(Moments(target, seed))
+    if first is None or moments is None:
+        _fallback("no row has a positive weight")
+        return None
+    space = _space(target, moments)
+    centres = space(first[2][None, :])
+    passes = 1
+    expected = seeding.oversampling * k  # candidates drawn per round, in expectation
+    for round_ in range(seeding.steps):
+        sums, _moments, rows, _first = run(Candidates(target, space, centres, seed, round_, expected))
+        passes += 1
+        phi = float(sums.get("cost", 0.0))
+        if rows is not None and phi > 0:
+            keys, coords, race = rows
+            order = np.argsort(keys, kind="stable")
+            chosen = order[race[order] > phi / expected]
+            centres = np.vstack([centres, coords[chosen]])
+        logger.info(f"kmeans|| round {round_ + 1}: {len(centres)} candidates, cost {phi:.6g}")
+        if phi <= 0:
+            break
+    _unique, first_seen = np.unique(centres, axis=0, return_index=True)
+    centres = centres[np.sort(first_seen)]  # a repeated point (discrete data) is one candidate
+    if len(centres) < k:
+        _fallback(f"the data has only {len(centres)} distinct points in seeding space for {k} components")
+        return None
+    if len(centres) > k:
+        weights = run(Lloyd(target, space, centres))[0]["count"]
+        passes += 1
+        rng = np.random.default_rng(int(RowRandom(seed, [0]).child("kmeans||-local").bits()[0]))
+        centres = local_kmeans(centres, weights, k, rng)
+    tol = seeding.tol * float(np.mean(_coordinate_variance(moments, space)))
+    for step in range(seeding.lloyd_iterations):
+        sums = run(Lloyd(target, space, centres))[0]
+        passes += 1
+        moved = moved_centres(sums["count"], sums["sum"], centres)
+        shift = float(((moved - centres) ** 2).sum())
+        centres = moved
+        logger.info(
+            f"kmeans|| Lloyd pass {step + 1}: cost {float(sums['cost']):.6g}, centre shift {shift:.3g}"
+        )
+        if shift <= tol:
+            break
+    return space, centres, passes
+
+
+def _variance(moments: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """The weighted variance of every embedding column (0 for a column without values)."""
+    n, _mean, m2 = moments
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, m2 / n, 0.0)  # type: ignore[no-any-return]
+
+
+def _space(target: Target, moments: tuple[np.ndarray, np.ndarray, np.ndarray]) -> Space:
+    """Standardize the number columns (by the weighted standard deviation; a constant one by 1),
+    centre every column."""
+    standardize = np.asarray(target.encoder.embedding_scales(), dtype=bool)
+    sd = np.sqrt(_variance(moments))
+    scale = np.where(standardize & (sd > 0), sd, 1.0)
+    return Space(np.asarray(moments[1], dtype=np.float64), scale)
+
+
+def _coordinate_variance(moments: tuple[np.ndarray, np.ndarray, np.ndarray], space: Space) -> np.ndarray:
+    """The variance of every seeding coordinate (one 0 for an empty embedding)."""
+    var = _variance(moments) / space.scale**2
+    return var if len(var) else np.zeros(1)
+
+
+def local_kmeans(points: np.ndarray, weights: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """``k`` centres of weighted ``points`` (c, m): greedy k-means++ then Lloyd iterations.
+
+    Greedy k-means++ (Arthur & Vassilvitskii 2007, as scikit-learn's ``kmeans_plusplus``) tries
+    ``2 + ln k`` candidates per centre and keeps the one that lowers the weighted cost most.
+    """
+    weights = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
+    if weights.sum() <= 0:
+        weights = np.ones(len(points))
+    tries = 2 + int(math.log(k))
+    chosen = [int(rng.choice(len(points), p=weights / weights.sum()))]
+    closest = ((points - points[chosen[0]]) ** 2).sum(axis=1)
+    for _ in range(1, k):
+        mass = weights * closest
+        total = mass.sum()
+        if total <= 0:
+            remaining = np.setdiff1d(np.arange(len(points)), chosen)
+            pick = int(remaining[0]) if len(remaining) else chosen[-1]
+        else:
+            cumulative = np.cumsum(mass)
+            tried = np.searchsorted(cumulative, rng.random(tries) * total, side="right")
+            tried = np.minimum(tried, len(points) - 1)
+            d2 = ((points[None, :, :] - points[tried][:, None, :]) ** 2).sum(axis=2)
+            costs = (weights[None, :] * np.minimum(closest[None, :], d2)).sum(axis=1)
+            pick = int(tried[int(np.argmin(costs))])
+        chosen.append(pick)
+        closest = np.minimum(closest, ((points - points[pick]) ** 2).sum(axis=1))
+    centres = points[chosen].copy()
+    for _ in range(LOCAL_LLOYD_ITERATIONS):
+        count, sums, _cost = lloyd_sums(points, weights, centres)
+        moved = moved_centres(count, sums, centres)
+        if np.allclose(moved, centres, rtol=0.0, atol=1e-12):
+            centres = moved
+            break
+        centres = moved
+    return centres

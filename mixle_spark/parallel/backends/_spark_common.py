@@ -1,0 +1,172 @@
+"""Helpers of the ``spark`` backend that run on executors or are shared by its modules: payload
+framing, column selection and schema checks, row ids and weights, the per-partition fold and the
+DataFrame-only payload merge (Spark Connect)."""
+
+from __future__ import annotations
+
+import math
+import operator
+import pickle
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from mixle_spark.errors import SchemaError
+from mixle_spark.parallel.backends._handle import (
+    Payload,
+    merge_payloads,
+)
+from mixle_spark.stats._tables import one_column_error
+from mixle_spark.stats.base import Encoder
+from mixle_spark.stats.record import RecordDistribution
+
+ROW_ID_COLUMN = "__mixle_mid"
+WEIGHT_COLUMN = "__mixle_weight"
+_PAYLOAD_SCHEMA = "payload binary"
+_SCAN_SCHEMA = "payload binary"
+_LOW_BITS = (1 << 33) - 1  # monotonically_increasing_id = (partition index << 33) + offset
+
+
+def is_spark_connect(df: Any) -> bool:
+    """True for a Spark Connect DataFrame (no RDDs, broadcasts or SparkContext)."""
+    return type(df).__module__.startswith("pyspark.sql.connect")
+
+
+def task_slots(sc: Any) -> int:
+    """Tasks the session can run at once: executors' cores / ``spark.task.cpus`` as Spark's scheduler
+    counts them for the default resource profile (not ``spark.default.parallelism``); 0 before any
+    executor has registered."""
+    jsc = sc._jsc.sc()
+    return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+
+
+def _dumps(value: Any) -> bytes:
+    return pickle.dumps(value, protocol=5)
+
+
+def _payload_batch(value: Any) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"payload": pa.array([_dumps(value)], pa.binary())})
+
+
+def _vector_columns_to_arrays(df: DataFrame, columns: list[str]) -> DataFrame:
+    """ML Vector columns become array<double> once, at encoding (Arrow cannot carry the UDT cheaply)."""
+    try:
+        from pyspark.ml.functions import vector_to_array
+        from pyspark.ml.linalg import VectorUDT
+    except ImportError:  # pragma: no cover - pyspark.ml needs numpy, which we require
+        return df
+    for name in columns:
+        if isinstance(df.schema[name].dataType, VectorUDT):
+            df = df.withColumn(name, vector_to_array(F.col(name)))
+    return df
+
+
+def _data_columns(df: DataFrame, encoder: Encoder, column: str | None, weights: str | None) -> list[str]:
+    names = encoder.column_names()
+    available = [c for c in df.columns if c != weights]
+    if names is not None:
+        for name in names:
+            if name not in df.columns:
+                raise SchemaError(f"column {name!r} not found; the DataFrame has columns {df.columns}")
+        return list(names)
+    if column is not None:
+        if column not in df.columns:
+            raise SchemaError(f"column {column!r} not found; the DataFrame has columns {df.columns}")
+        return [column]
+    if len(available) != 1:
+        raise one_column_error(available)
+    return available
+
+
+def _check_schema(df: DataFrame, encoder: Encoder, columns: list[str]) -> None:
+    """Check the Arrow types the columns will arrive as before any job runs."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        schema = to_arrow_schema(df.select(*columns).schema)
+    except Exception as err:  # a type Arrow cannot carry
+        raise SchemaError(f"columns {columns}: cannot be read through Arrow: {err}") from None
+    if encoder.column_names() is not None:
+        encoder.check_arrow_type(schema)
+        return
+    try:
+        encoder.check_arrow_type(schema.field(0).type)
+    except SchemaError as err:
+        raise SchemaError(f"column {columns[0]!r}: {err}") from None
+
+
+def _reader(columns: list[str], reads_table: bool) -> Callable[[pa.RecordBatch], Any]:
+    """What an encoder's from_arrow reads out of a batch: the record columns, or one column."""
+    if reads_table:
+        return lambda batch: batch.select(columns)
+    return lambda batch: batch.column(columns[0])
+
+
+def _row_ids(batch: pa.RecordBatch, offsets: np.ndarray) -> np.ndarray:
+    mid = batch.column(ROW_ID_COLUMN).to_numpy().astype(np.int64)
+    return (offsets[mid >> 33] + (mid & _LOW_BITS)).astype(np.uint64)
+
+
+def _weights(batch: pa.RecordBatch, has_weights: bool) -> np.ndarray:
+    if has_weights:
+        return np.asarray(batch.column(WEIGHT_COLUMN).to_numpy(zero_copy_only=False), dtype=np.float64)
+    return np.ones(batch.num_rows)
+
+
+def _global_row(mid: int, offsets: np.ndarray) -> int:
+    part = mid >> 33
+    return int(offsets[part]) + (mid & _LOW_BITS) if part < len(offsets) else mid & _LOW_BITS
+
+
+def _merge_with_dataframes(payloads: DataFrame, factory: Any, parts: int, depth: int) -> Payload | None:
+    """Merge payload rows without RDDs: rounds of repartition + mapInArrow, the last rows collected."""
+
+    def merge_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        merged = None
+        for batch in batches:
+            for blob in batch.column(0).to_pylist():
+                merged = merge_payloads(factory, merged, pickle.loads(blob))
+        yield _payload_batch(merged)
+
+    scale = max(math.ceil(parts ** (1.0 / depth)), 2)
+    frame = payloads
+    while parts > scale:
+        parts = math.ceil(parts / scale)
+        frame = frame.repartition(parts).mapInArrow(merge_partition, _PAYLOAD_SCHEMA)
+    merged: Payload | None = None
+    for row in frame.collect():
+        merged = merge_payloads(factory, merged, pickle.loads(row[0]))
+    return merged
+
+
+def state_paths(model: Any, states_col: str | None) -> list[tuple[str, Callable[[Any], pa.Array]]]:
+    """The Viterbi-path columns ``score`` adds, each with the function that turns a batch's encoding
+    into that array<int> column: ``states_col`` for a hidden Markov model, ``<field>_<states_col>``
+    for every hidden Markov field of a top-level record; none when ``states_col`` is None."""
+    if states_col is None:
+        return []
+
+    def column(hmm: Any, pick: Callable[[Any], Any]) -> Callable[[Any], pa.Array]:
+        def of(enc: Any) -> pa.Array:
+            seqs = pick(enc)
+            states, _ = hmm.seq_viterbi(seqs)
+            ends = np.concatenate(([0], np.cumsum(seqs.lengths))).astype(np.int32)
+            return pa.ListArray.from_arrays(
+                pa.array(ends, pa.int32()), pa.array(states.astype(np.int32), pa.int32())
+            )
+
+        return of
+
+    if hasattr(model, "seq_viterbi"):
+        return [(states_col, column(model, lambda enc: enc))]
+    if not isinstance(model, RecordDistribution):
+        return []
+    return [
+        (f"{name}_{states_col}", column(dist, operator.itemgetter(i)))
+        for i, (name, dist) in enumerate(model.fields.items())
+        if hasattr(dist, "seq_viterbi")
+    ]

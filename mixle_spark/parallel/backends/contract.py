@@ -1,0 +1,165 @@
+"""The encoded-data contract: what the EM driver asks of a backend's handle, written down once.
+
+:class:`EncodedData` is what every handle is (the reference's sequence-orchestrator contract, plus
+``len`` and ``close``); ``optimize``, ``best_of``, ``select_k`` and the scoring functions need
+nothing more. The EM driver uses the optional capabilities below when a handle has them and falls
+back when it does not; each is a small :class:`typing.Protocol` checked with ``isinstance``:
+
+============================  =======================================================================
+:class:`EMStep`               one pass gives the previous model's log-likelihood and the next model
+                              (else two passes an iteration: a score and an estimate)
+:class:`RowPasses`            row tasks over the data (the k-means|| seeding; fits sharing passes)
+:class:`PartitionAudit`       recompute chosen partitions alone (the silent-corruption audit)
+:class:`PartReports`          per-partition timings, rows and bytes of the last pass (the EM trace)
+:class:`FitSession`           resources held for one fit (the spark backend's resident tasks)
+:class:`WorkerEvents`         what happened to the workers since the last pass (for the trace)
+:class:`RowDiagnosis`         the first row whose log-density is not finite (for the error message)
+:class:`SingleWriter`         several processes run the fit (SPMD, MPI): one of them writes files
+============================  =======================================================================
+
+:class:`~mixle_spark.parallel.backends._handle.PayloadHandle` implements :class:`EncodedData`,
+:class:`EMStep`, :class:`RowPasses`, :class:`PartitionAudit` and :class:`PartReports` over one
+method a backend writes (``_estep``: fold each partition's chunks, merge the payloads); see
+``docs/architecture.md`` for adding a backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from mixle_spark.stats.base import Distribution, Estimator
+
+__all__ = [
+    "EMStep",
+    "EncodedData",
+    "FitSession",
+    "PartReports",
+    "PartitionAudit",
+    "RowDiagnosis",
+    "RowPasses",
+    "SingleWriter",
+    "WorkerEvents",
+    "on_writer",
+]
+
+_T = TypeVar("_T")
+
+
+@runtime_checkable
+class EncodedData(Protocol):
+    """Encoded rows held by a backend, re-read by every pass; ``len`` is the number of rows."""
+
+    def __len__(self) -> int: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: Any) -> Any: ...
+
+    def close(self) -> None:
+        """Release workers and caches; idempotent."""
+
+    def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
+        """``(total weight, weighted total log-likelihood)`` of ``estimate``."""
+        ...
+
+    def pysp_seq_estimate(self, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
+        """The next EM estimate from ``prev_estimate``."""
+        ...
+
+    def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
+        """An initial model from rows kept with probability ``p``, decided by a hash of the seed and
+        the global row id (the same model on every backend and partitioning for one seed)."""
+        ...
+
+    def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
+        """The E-step fold without the M-step: ``(total weight, merged statistics value)``."""
+        ...
+
+
+@runtime_checkable
+class EMStep(Protocol):
+    """One pass: ``(total weight, log-likelihood of prev_estimate, next estimate)``."""
+
+    def pysp_em_step(
+        self, estimator: Estimator, prev_estimate: Distribution, options: Any = None
+    ) -> tuple[float, float, Distribution]: ...
+
+
+@runtime_checkable
+class RowPasses(Protocol):
+    """Row tasks: ``task.fold(acc, encoded, weights, row_ids)`` over every chunk, merged."""
+
+    def bind(self, estimator: Estimator) -> Estimator:
+        """``estimator`` with the data's scanned vocabularies / ranges fixed."""
+        ...
+
+    def pysp_row_pass(self, factory: Any, task: Any) -> tuple[float, Any]:
+        """``(total weight, merged value of factory's accumulators)``."""
+        ...
+
+
+@runtime_checkable
+class PartReports(Protocol):
+    """``last_parts``: the partitions' reports of the last pass (timings, rows, bytes)."""
+
+    last_parts: tuple[Any, ...]
+
+
+@runtime_checkable
+class PartitionAudit(Protocol):
+    """E-steps that keep or recompute single partitions (only when ``supports_pass_options``)."""
+
+    supports_pass_options: bool
+    last_parts: tuple[Any, ...]
+
+    def partition_ids(self) -> Iterable[int]: ...
+
+    def pysp_em_step(
+        self, estimator: Estimator, prev_estimate: Distribution, options: Any = None
+    ) -> tuple[float, float, Distribution]: ...
+
+    def pysp_partition_payloads(
+        self, estimator: Estimator, model: Distribution, parts: Iterable[int], *, reference: bool = True
+    ) -> dict[int, tuple[float, float, Any]]: ...
+
+
+@runtime_checkable
+class FitSession(Protocol):
+    """Resources a handle holds only while a fit runs (``begin_fit`` ... ``end_fit``)."""
+
+    def begin_fit(self) -> None: ...
+
+    def end_fit(self) -> None: ...
+
+
+@runtime_checkable
+class WorkerEvents(Protocol):
+    """What happened to the backend's workers since the last call (tasks lost, restarted, ...)."""
+
+    def take_events(self) -> list[str]: ...
+
+
+@runtime_checkable
+class RowDiagnosis(Protocol):
+    """``(global row, value)`` of the first row whose log-density is NaN or infinite, else None."""
+
+    def first_nonfinite_row(self, estimate: Distribution) -> tuple[int, float] | None: ...
+
+
+@runtime_checkable
+class SingleWriter(Protocol):
+    """A handle of an SPMD run: every process runs the fit; files are written by one of them.
+
+    ``on_root(fn)`` runs ``fn`` on the writing process and returns its result on every process
+    (an error there is raised on every process).
+    """
+
+    def on_root(self, fn: Callable[[], _T]) -> _T: ...
+
+
+def on_writer(handle: Any, fn: Callable[[], _T]) -> _T:
+    """``fn()`` where files are written: on the root of an SPMD handle (result shared), else here."""
+    if isinstance(handle, SingleWriter):
+        return handle.on_root(fn)
+    return fn()

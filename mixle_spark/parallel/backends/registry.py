@@ -1,0 +1,208 @@
+"""The encoded-data backend registry: ``encoded_data(data, backend=NAME)`` dispatches here.
+
+Registering is the only way to add a backend; nothing branches on backend names. Names and aliases
+are case-insensitive; ``None`` means the default for the data (``spark`` for a Spark DataFrame once
+that backend is registered, otherwise ``local``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from mixle_spark.parallel.backends.contract import EncodedData
+
+__all__ = [
+    "CONTROL_DEFAULTS",
+    "EncodedDataControlConflictError",
+    "UnsupportedControlError",
+    "available_encoded_data_backends",
+    "encoded_data",
+    "is_encoded_data_handle",
+    "refuse_controls",
+    "register_encoded_data_backend",
+]
+
+_FACTORIES: dict[str, Callable[..., Any]] = {}
+_CANONICAL: dict[str, str] = {}
+# Data types that pick a backend when backend=None: (predicate, backend name), first match wins.
+_DEFAULT_FOR_DATA: list[tuple[Callable[[Any], bool], str]] = []
+
+
+class EncodedDataControlConflictError(ValueError):
+    """Controls asked to change an existing encoded-data handle (it would be silently ignored)."""
+
+
+def is_encoded_data_handle(obj: Any) -> bool:
+    """True when ``obj`` is an encoded-data handle
+    (:class:`~mixle_spark.parallel.backends.contract.EncodedData`)."""
+    return isinstance(obj, EncodedData)
+
+
+def register_encoded_data_backend(
+    name: str,
+    factory: Callable[..., Any],
+    aliases: Iterable[str] = (),
+    *,
+    override: bool = False,
+    default_for: Callable[[Any], bool] | None = None,
+) -> None:
+    """Register ``factory(data, **options)`` under ``name`` and ``aliases``.
+
+    Re-registering the same factory is a no-op; a different factory under a taken name raises
+    ValueError naming the owner unless ``override=True``. ``default_for(data)`` (optional) makes this
+    backend the default for data it accepts when ``backend=None``.
+    """
+    if not callable(factory):
+        raise TypeError(f"backend factory must be callable, got {factory!r}")
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a backend needs a non-empty name, got {name!r}")
+    canonical = name.lower()
+    names = [canonical, *(a.lower() for a in aliases)]
+    for key in names:
+        owner = _FACTORIES.get(key)
+        if owner is not None and owner is not factory and not override:
+            raise ValueError(
+                f"encoded-data backend name {key!r} is already registered to "
+                f"{getattr(owner, '__qualname__', owner)!r} (backend {_CANONICAL[key]!r}); "
+                "pass override=True to replace it"
+            )
+    for key in names:
+        _FACTORIES[key] = factory
+        _CANONICAL[key] = canonical
+    if default_for is not None:
+        _DEFAULT_FOR_DATA[:] = [(p, n) for p, n in _DEFAULT_FOR_DATA if n != canonical]
+        _DEFAULT_FOR_DATA.append((default_for, canonical))
+
+
+def available_encoded_data_backends() -> list[str]:
+    """Canonical names of the registered backends."""
+    return sorted(set(_CANONICAL.values()))
+
+
+def _resolve(backend: str | None, data: Any) -> str:
+    if backend is None:
+        for accepts, name in _DEFAULT_FOR_DATA:
+            if accepts(data):
+                return name
+        return "local"
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a name (str) or None, got {backend!r}")
+    key = backend.strip().lower()
+    if not key:
+        raise ValueError(
+            "backend must be a non-empty name (or None for the default); registered backends: "
+            f"{', '.join(sorted(_FACTORIES))}"
+        )
+    if key not in _FACTORIES:
+        raise ValueError(
+            f"unknown encoded-data backend {backend!r}; registered backends: {', '.join(sorted(_FACTORIES))}"
+        )
+    return key
+
+
+# The controls of ``encoded_data`` and the value that means "not asked for".
+CONTROL_DEFAULTS: dict[str, Any] = {
+    "encoder": None,
+    "placement": None,
+    "resources": None,
+    "engine": None,
+    "precision": None,
+    "num_chunks": None,
+    "sub_chunks": 1,
+    "backend": None,
+    "num_workers": None,
+    "client": None,
+    "comm": None,
+    "root": 0,
+    "root_only": False,
+    "parallel_chunks": False,
+    "chunk_workers": None,
+    "batch_size": None,
+    "shuffle": None,
+    "seed": None,
+}
+
+
+class UnsupportedControlError(ValueError):
+    """A backend was asked for a control it cannot honour (it is refused, never silently ignored)."""
+
+
+def refuse_controls(backend: str, controls: dict[str, Any], honoured: Iterable[str]) -> None:
+    """Raise :class:`UnsupportedControlError` for any control in ``controls`` not in ``honoured``."""
+    honoured = set(honoured)
+    refused = [k for k in controls if k not in honoured]
+    if refused:
+        asked = ", ".join(f"{k}={controls[k]!r}" for k in refused)
+        raise UnsupportedControlError(
+            f"the {backend!r} backend cannot honour {asked}; it honours: {', '.join(sorted(honoured))}"
+        )
+
+
+def encoded_data(
+    data: Any,
+    estimator: Any = None,
+    model: Any = None,
+    encoder: Any = None,
+    placement: Any = None,
+    resources: Any = None,
+    engine: Any = None,
+    precision: Any = None,
+    num_chunks: int | None = None,
+    sub_chunks: int = 1,
+    backend: str | None = None,
+    num_workers: int | None = None,
+    client: Any = None,
+    comm: Any = None,
+    root: int = 0,
+    root_only: bool = False,
+    parallel_chunks: bool = False,
+    chunk_workers: int | None = None,
+    batch_size: int | None = None,
+    shuffle: bool | None = None,
+    seed: int | None = None,
+    **options: Any,
+) -> Any:
+    """Encode ``data`` for ``estimator`` (or for scoring with ``model``) with the chosen backend.
+
+    Parameters
+    ----------
+    data : records, numpy array, pandas / pyarrow table, Spark DataFrame, or an encoded handle
+    estimator, model, encoder : what the data is encoded for (the encoder is resolved from them)
+    placement, resources, engine, precision, num_chunks, sub_chunks : placement controls (see
+        :func:`mixle_spark.parallel.planning.planner.plan`)
+    backend : str, optional
+        A registered backend name or alias (case-insensitive); None picks the default for the
+        data (``spark`` for a Spark DataFrame, else ``local``).
+    num_workers, client, comm, root, root_only, parallel_chunks, chunk_workers, batch_size,
+    shuffle, seed : backend controls, as in the reference API.
+    **options : backend-specific options (e.g. ``column``, ``weights``, ``depth`` for Spark).
+
+    Only the controls that differ from their defaults reach the backend's factory, which honours
+    them or raises :class:`UnsupportedControlError` naming them. An existing handle is returned
+    unchanged when no control is given; otherwise :class:`EncodedDataControlConflictError`.
+    """
+    controls = _controls(locals())
+    if is_encoded_data_handle(data):
+        asked = [k for k, v in (("estimator", estimator), ("model", model)) if v is not None]
+        asked += [*controls, *sorted(options)]
+        if asked:
+            raise EncodedDataControlConflictError(
+                f"existing encoded handle ({type(data).__name__}) cannot apply control(s): "
+                f"{', '.join(asked)}; omit controls to reuse it unchanged"
+            )
+        return data
+    name = _resolve(backend, data)
+    controls.pop("backend", None)
+    return _FACTORIES[name](data, estimator=estimator, model=model, **controls, **options)
+
+
+def _controls(scope: dict[str, Any]) -> dict[str, Any]:
+    """The controls in ``scope`` that differ from their defaults (ints and bools compared exactly)."""
+    out = {}
+    for name, default in CONTROL_DEFAULTS.items():
+        value = scope[name]
+        if value is default or (type(value) is type(default) and value == default):
+            continue
+        out[name] = value
+    return out

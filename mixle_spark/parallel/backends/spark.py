@@ -1,0 +1,559 @@
+"""The ``spark`` backend: encoded data as a persisted, Arrow-read Spark DataFrame.
+
+Building a handle (:class:`SparkEncodedData`) runs **one** distributed pass over the selected columns
+that learns vocabularies / ranges (the encoders' scans), validates every value with a batch-local
+encoder (so a string in a numeric column, a null without Optional, NaN, a negative count... are
+reported before any EM iteration, with the column, the value, the global row and the count of bad
+rows) and counts rows per input partition. The same pass fills the persisted cache
+(``MEMORY_AND_DISK``), so the data is read from its source once.
+
+Each EM iteration is one Spark job: the model travels as a broadcast (or, under Spark Connect,
+inside the function's closure); ``mapInArrow`` runs the E-step over every Arrow batch of a
+partition and yields one small payload (total weight, log-likelihood of the current model,
+statistics); payloads merge with ``treeAggregate`` (``depth``, default 2) or, without RDDs
+(Spark Connect, or ``merge="dataframe"``), with rounds of ``repartition`` + ``mapInArrow`` merges
+whose last few rows are collected. Only statistics reach the driver. The E-step has no side
+effects, so task retries and speculative execution do not change the result.
+
+Rows keep a stable global id (their index in the input DataFrame's order, from
+``monotonically_increasing_id`` and per-partition counts), so initialization selects the same rows
+and draws the same random responsibilities as the local backend for one seed, whatever
+``num_chunks`` is.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import re
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.broadcast import Broadcast
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from mixle_spark.errors import EmptyDataError, ExecutorError, FieldError, SchemaError
+from mixle_spark.parallel.backends._handle import (
+    PassOptions,
+    Payload,
+    PayloadHandle,
+    accumulate_chunks,
+    bind_estimator,
+    check_engine_and_precision,
+    merge_payloads,
+)
+from mixle_spark.parallel.backends._resident_policy import ResidentPolicy, resident_blocker, slots_for_layout
+from mixle_spark.parallel.backends._spark_common import (
+    _LOW_BITS,
+    _PAYLOAD_SCHEMA,
+    _SCAN_SCHEMA,
+    ROW_ID_COLUMN,
+    WEIGHT_COLUMN,
+    _check_schema,
+    _data_columns,
+    _global_row,
+    _merge_with_dataframes,
+    _payload_batch,
+    _reader,
+    _row_ids,
+    _vector_columns_to_arrays,
+    _weights,
+    is_spark_connect,
+    state_paths,
+)
+from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
+from mixle_spark.stats._validate import as_arrow_array, check_weights
+from mixle_spark.stats.base import Distribution, Encoder, Estimator
+
+__all__ = ["ROW_ID_COLUMN", "WEIGHT_COLUMN", "SparkEncodedData", "is_spark_connect", "make_spark", "score"]
+
+logger = logging.getLogger("mixle_spark.parallel.backends.spark")
+
+
+def _check_weights(column: pa.Array, name: str) -> None:
+    """Raise a DataValueError naming the first null, NaN, infinite or negative weight and its row."""
+    w = column.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls become NaN
+    nulls = np.asarray(column.is_null().to_numpy(zero_copy_only=False)) if column.null_count else None
+    check_weights(w, name=name, nulls=nulls)
+
+
+class SparkEncodedData(ResidentPolicy, PayloadHandle):
+    """Encoded data held by Spark; implements the encoded-data handle contract.
+
+    Parameters
+    ----------
+    data : pyspark.sql.DataFrame
+        The records. A Record model reads the columns its fields name (nested Record = struct
+        column); any other model reads a DataFrame of one column, or the one named by ``column``.
+    estimator : Estimator, optional
+        What will be fitted (its encoders' scans run in the encoding pass).
+    model : Distribution, optional
+        Encode for scoring with this model instead.
+    num_chunks : int, optional
+        Repartition the encoded data into this many partitions (row ids are assigned before). By
+        default (unless ``resident=False`` or the session cannot run resident tasks) the backend lays
+        the data out itself, one partition per task slot the session really has (executors' cores /
+        ``spark.task.cpus``), whatever the input's partitioning, and lays it out again when a resident
+        session starts with another number of slots (after a lost executor). With ``resident=False``
+        the input's partitioning is kept.
+    weights : str, optional
+        Name of a non-negative weight column.
+    depth : int
+        ``treeAggregate`` depth for merging partition payloads (>= 1).
+    resident : bool, optional
+        Keep decoded partitions in long-lived tasks for the whole fit (one barrier job, E-steps
+        requested over an authenticated socket; see :mod:`mixle_spark.parallel.backends._spark_resident`).
+        None (default) uses them during fits run by :mod:`mixle_spark.estimation` whenever the session
+        can (classic Spark without dynamic allocation, partitions <= task slots); a lost task ends the
+        session, the step is recomputed by a Spark job and the next step starts a new session (both
+        recorded in the EM trace); a session that cannot start, or keeps failing, leaves one job per
+        E-step for the rest of the fit. Resident tasks hold every task slot of the session while a fit
+        runs (direct ``pysp_*`` calls outside a fit run ordinary jobs). True requires them for every
+        E-step (until ``release_workers`` / ``close``); False never uses them: use it on a cluster
+        shared with other jobs.
+    merge : {"auto", "tree", "dataframe"}
+        ``tree`` uses ``treeAggregate`` (needs RDDs), ``dataframe`` rounds of repartition +
+        ``mapInArrow`` merges (works under Spark Connect); ``auto`` picks ``dataframe`` under
+        Spark Connect and ``tree`` otherwise.
+    storage_level : pyspark.StorageLevel
+        How the encoded DataFrame is persisted (default ``MEMORY_AND_DISK``).
+    num_workers : int, optional
+        Thread each task's E-step over this many threads (a mixture's components or row blocks, a
+        record's fields; see :mod:`mixle_spark.parallel.backends.model_parallel`), e.g. ``spark.task.cpus``.
+    """
+
+    def __init__(
+        self,
+        data: DataFrame,
+        estimator: Estimator | None = None,
+        model: Distribution | None = None,
+        *,
+        num_chunks: int | None = None,
+        column: str | None = None,
+        weights: str | None = None,
+        depth: int = 2,
+        merge: str = "auto",
+        storage_level: StorageLevel | None = None,
+        encoder: Encoder | None = None,
+        resident: bool | None = None,
+        num_workers: int | None = None,
+    ) -> None:
+        if estimator is None and model is None and encoder is None:
+            raise TypeError("SparkEncodedData needs an estimator, a model or an encoder")
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+        if merge not in ("auto", "tree", "dataframe"):
+            raise ValueError(f"merge must be 'auto', 'tree' or 'dataframe', got {merge!r}")
+        if num_chunks is not None and (not isinstance(num_chunks, int) or num_chunks < 1):
+            raise ValueError(f"num_chunks must be a positive integer, got {num_chunks!r}")
+        if num_workers is not None and (type(num_workers) is not int or num_workers < 1):
+            raise ValueError(f"num_workers must be None or an integer >= 1, got {num_workers!r}")
+        self.connect = is_spark_connect(data)
+        if merge == "tree" and self.connect:
+            raise ValueError("merge='tree' needs RDDs, which Spark Connect does not have; use 'dataframe'")
+        self.merge = ("dataframe" if self.connect else "tree") if merge == "auto" else merge
+        self.num_workers = num_workers
+        self.depth = depth
+        if resident and self.connect:
+            raise ValueError(
+                "resident=True needs a classic Spark session (Spark Connect has no SparkContext)"
+            )
+        self._init_resident(resident)
+        self._broadcasts: list[Any] = []
+        self._closed = False
+        base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
+        if weights is not None and weights not in data.columns:
+            raise SchemaError(
+                f"weight column {weights!r} not found; the DataFrame has columns {data.columns}"
+            )
+        self.columns = _data_columns(data, base, column, weights)
+        self.reads_table = base.column_names() is not None
+        selected = _vector_columns_to_arrays(data, self.columns)
+        _check_schema(selected, base, self.columns)
+        cols = [F.col(c) for c in self.columns]
+        if weights is not None:
+            cols.append(F.col(weights).cast("double").alias(WEIGHT_COLUMN))
+        self.has_weights = weights is not None
+        self.weight_name = weights or ""
+        frame = selected.select(*cols, F.monotonically_increasing_id().alias(ROW_ID_COLUMN))
+        self._storage_level = storage_level or StorageLevel.MEMORY_AND_DISK
+        self.auto_layout = num_chunks is None and resident is not False and resident_blocker(data) is None
+        """The backend lays the encoded data out for the task slots (one partition each), again
+        whenever a resident session starts with another number of slots."""
+        if self.auto_layout:
+            slots = slots_for_layout(data.sparkSession.sparkContext)
+            num_chunks = slots or None  # no executors yet: the first resident start lays it out
+        if num_chunks is not None:
+            # rows stay in global order within a partition, so the first bad row a partition reports
+            # is its lowest, as without repartitioning
+            frame = frame.repartition(num_chunks).sortWithinPartitions(ROW_ID_COLUMN)
+        self.frame = frame.persist(self._storage_level)
+        try:
+            self._scan, self.offsets, self.n, self.num_partitions = self._scan_pass(base, estimator)
+        except BaseException:
+            self.frame.unpersist()
+            raise
+        self.encoder = (
+            estimator.with_scan(self._scan).encoder() if estimator is not None and base.needs_scan else base
+        )
+        if self.encoder.compacts:
+            self.frame = self._compacted(self.frame, self._storage_level)
+
+    # -- the encoding pass --------------------------------------------------------------------
+    def _scan_pass(self, encoder: Encoder, estimator: Estimator | None) -> tuple[Any, np.ndarray, int, int]:
+        read = _reader(self.columns, self.reads_table)
+        needs_scan = estimator is not None and encoder.needs_scan
+        has_weights, weight_name = self.has_weights, self.weight_name
+
+        def scan_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            state: Any = None
+            seen: dict[int, int] = {}
+            error: tuple[int, FieldError] | None = None
+            bad = 0
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                mid = batch.column(ROW_ID_COLUMN).to_numpy().astype(np.int64)
+                parts = mid >> 33
+                for p in np.unique(parts):
+                    seen[int(p)] = max(seen.get(int(p), 0), int((mid[parts == p] & _LOW_BITS).max()) + 1)
+                data = read(batch)
+                try:
+                    if has_weights:
+                        _check_weights(batch.column(WEIGHT_COLUMN), weight_name)
+                    local = encoder.scan_arrow(data) if needs_scan else None
+                    checker = estimator.with_scan(local).encoder() if needs_scan else encoder  # type: ignore[union-attr]
+                    checker.from_arrow(data)
+                except FieldError as err:
+                    bad += err.count or 1
+                    if error is None:
+                        row = err.row if err.row is not None else 0
+                        error = (int(mid[min(row, len(mid) - 1)]), err)
+                    continue
+                state = local if state is None else encoder.merge_scans(state, local)
+            yield _payload_batch((state, seen, error, bad))
+
+        rows = self.frame.mapInArrow(scan_partition, _SCAN_SCHEMA).collect()
+        payloads = [pickle.loads(r[0]) for r in rows]
+        counts: dict[int, int] = {}
+        for _state, seen, _error, _bad in payloads:
+            for p, c in seen.items():
+                counts[p] = max(counts.get(p, 0), c)
+        top = max(counts) + 1 if counts else 0
+        sizes = np.zeros(top, dtype=np.int64)
+        for p, c in counts.items():
+            sizes[p] = c
+        offsets = (
+            np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if top else np.zeros(1, np.int64)
+        )
+        n = int(sizes.sum())
+        if n == 0:
+            raise EmptyDataError("no rows to encode: the DataFrame is empty")
+        errors = [(e, b) for _s, _seen, e, b in payloads if e is not None]
+        if errors:
+            total_bad = sum(b for _e, b in errors)
+            (mid, err), _b = min(errors, key=lambda eb: _global_row(eb[0][0], offsets))
+            raise err.located(_global_row(mid, offsets), n, total_bad) from None
+        state: Any = None
+        for s, *_rest in payloads:
+            if s is not None:
+                state = s if state is None else encoder.merge_scans(state, s)
+        return state, offsets, n, len(payloads)
+
+    def _compacted(self, frame: DataFrame, level: StorageLevel) -> DataFrame:
+        """The cache in the encoder's compact form (labels -> int32 codes), built from the first
+        cache in one more pass (no second read of the source), which is then released."""
+        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+        encoder, read, columns = self.encoder, _reader(self.columns, self.reads_table), self.columns
+        reads_table = self.reads_table
+
+        def compact(batch: pa.RecordBatch) -> pa.RecordBatch:
+            data = encoder.compact_arrow(read(batch))
+            new = {c: data.column(c) for c in columns} if reads_table else {columns[0]: data}
+            arrays = [as_arrow_array(new.get(name, batch.column(name))) for name in batch.schema.names]
+            return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+        schema = compact(pa.RecordBatch.from_pylist([], schema=to_arrow_schema(frame.schema))).schema
+
+        def compact_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                if batch.num_rows:
+                    yield compact(batch)
+
+        out = frame.mapInArrow(compact_partition, from_arrow_schema(schema)).persist(level)
+        try:
+            out.count()
+        except BaseException:
+            out.unpersist()
+            frame.unpersist()
+            raise
+        frame.unpersist()
+        return out
+
+    # -- the handle contract ------------------------------------------------------------------
+    def close(self) -> None:
+        """Unpersist the encoded DataFrame and drop broadcasts (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self.release_workers()
+            self._release_broadcasts()
+            self.frame.unpersist()
+
+    def _release_broadcasts(self) -> None:
+        for bc in self._broadcasts:
+            bc.unpersist()
+        self._broadcasts = []
+
+    def bind(self, estimator: Estimator) -> Estimator:
+        """``estimator`` with this data's scanned vocabularies / ranges fixed (its E-step threaded
+        over ``num_workers`` threads per task when that was asked for)."""
+        return bind_estimator(estimator, self._scan, self.encoder, self.num_workers)
+
+    def partition_ids(self) -> range:
+        """The ids partitions report in ``last_parts``: the encoded DataFrame's partitions."""
+        return range(self.num_partitions)
+
+    def _ship(self, model: Any) -> Any:
+        """A reference to ``model`` for executors: a broadcast, or the model itself under Connect."""
+        if self.merge == "dataframe" or self.connect:
+            return model
+        bc = self.frame.sparkSession.sparkContext.broadcast(model)
+        self._broadcasts.append(bc)
+        return bc
+
+    def _run(
+        self, partition_fn: Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]], factory: Any
+    ) -> Payload:
+        """One Spark job: ``partition_fn`` over every partition, payloads merged to the driver."""
+        if self._closed:
+            raise ValueError("this encoded-data handle is closed")
+        self._claim_slots()  # a job needs task slots that resident tasks would hold
+        payloads = self.frame.mapInArrow(partition_fn, _PAYLOAD_SCHEMA)
+        try:
+            if self.merge == "tree":
+                merged = payloads.rdd.map(lambda row: row[0]).treeAggregate(
+                    None,
+                    lambda acc, blob: merge_payloads(factory, acc, pickle.loads(blob)),
+                    lambda a, b: merge_payloads(factory, a, b),
+                    depth=self.depth,
+                )
+            else:
+                merged = _merge_with_dataframes(payloads, factory, self.num_partitions, self.depth)
+        except Exception as err:
+            failed = executor_error(err)
+            if failed is None:
+                raise
+            raise failed from err
+        finally:
+            self._release_broadcasts()
+        if merged is None:
+            raise EmptyDataError("no rows: every partition of the encoded data is empty")
+        return merged  # type: ignore[no-any-return]
+
+    def _estep(
+        self,
+        factory: Any,
+        model: Distribution | None,
+        initialize: Any,
+        options: PassOptions | None = None,
+    ) -> Payload:
+        request = (factory, model, initialize, options)
+        use_resident = self._resident_mode is True or (self._resident_mode is None and self._fitting > 0)
+        if use_resident and not self.connect:
+            merged = self._resident_estep(request)
+            if merged is not None:
+                return merged
+        ref = self._ship(model)
+        encoder, read = self.encoder, _reader(self.columns, self.reads_table)
+        has_weights, offsets = self.has_weights, self.offsets
+
+        def estep_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            from pyspark import TaskContext
+
+            context = TaskContext.get()
+            part = context.partitionId() if context is not None else 0
+            if options is not None and options.only is not None and part not in options.only:
+                yield _payload_batch((0.0, 0.0, None, ()))  # not asked for: its batches stay unread
+                return
+            current = ref.value if isinstance(ref, Broadcast) else ref
+            chunks = (
+                (
+                    encoder.from_arrow(read(b)),
+                    _weights(b, has_weights),
+                    _row_ids(b, offsets) if initialize is not None else None,
+                )
+                for b in batches
+                if b.num_rows
+            )
+            try:
+                payload = accumulate_chunks(chunks, (factory, current, initialize, options), part)
+            except Exception as err:
+                note = getattr(err, "add_note", None)  # Python >= 3.11; the driver names the partition
+                if note is not None:
+                    note(f"{_EXECUTOR_NOTE} {part}")
+                raise
+            yield _payload_batch(payload)
+
+        return self._run(estep_partition, factory)
+
+    def _resident_encoder(self) -> Callable[[pa.RecordBatch], Any]:
+        encoder, read = self.encoder, _reader(self.columns, self.reads_table)
+        has_weights, offsets = self.has_weights, self.offsets
+
+        def encode(batch: pa.RecordBatch) -> Any:
+            return (encoder.from_arrow(read(batch)), _weights(batch, has_weights), _row_ids(batch, offsets))
+
+        return encode
+
+    def first_nonfinite_row(self, estimate: Distribution) -> tuple[int, float] | None:
+        """(global row index, value) of the first row whose log-density is NaN or infinite, if any."""
+        encoder, read, offsets = self.encoder, _reader(self.columns, self.reads_table), self.offsets
+        has_weights = self.has_weights
+
+        def find(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            best: tuple[int, float] | None = None
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                ll = estimate.seq_log_density(encoder.from_arrow(read(batch)))
+                bad = ~np.isfinite(ll) & (_weights(batch, has_weights) > 0)
+                if bad.any():
+                    ids = _row_ids(batch, offsets)[bad]
+                    i = int(np.argmin(ids))
+                    if best is None or int(ids[i]) < best[0]:
+                        best = (int(ids[i]), float(ll[bad][i]))
+            yield _payload_batch(best)
+
+        self._claim_slots()
+        found = [pickle.loads(r[0]) for r in self.frame.mapInArrow(find, _PAYLOAD_SCHEMA).collect()]
+        found = [f for f in found if f is not None]
+        return min(found) if found else None
+
+
+_EXECUTOR_NOTE = "mixle_spark: E-step failed in partition"
+_REMOTE_ERROR = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Interrupt|Exit)): (.*)$", re.MULTILINE)
+
+
+def executor_error(err: BaseException) -> ExecutorError | None:
+    """An :class:`~mixle_spark.errors.ExecutorError` for a Spark job that failed in our E-step (the
+    partition from the note the task added, the remote error from its traceback), else None."""
+    text = str(err)
+    where = re.search(re.escape(_EXECUTOR_NOTE) + r" (\d+)", text)
+    if where is None:
+        return None
+    before = text[: where.start()]
+    found = _REMOTE_ERROR.findall(before)
+    remote_type, remote_message = found[-1] if found else ("Error", "")
+    remote_type = remote_type.rsplit(".", 1)[-1]
+    part = int(where.group(1))
+    return ExecutorError(
+        f"E-step failed in partition {part} (after Spark's task retries): {remote_type}: "
+        f"{remote_message.strip()}; the fit stopped (checkpoints written before this iteration stay valid)",
+        partition=part,
+        remote_type=remote_type,
+        remote_message=remote_message.strip(),
+    )
+
+
+SPARK_CONTROLS = ("encoder", "num_chunks", "resources", "engine", "precision", "num_workers")
+
+
+def make_spark(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> SparkEncodedData:
+    """Registry factory of the ``spark`` backend.
+
+    Honours :data:`SPARK_CONTROLS`: ``num_chunks`` repartitions; ``resources`` (without
+    ``num_chunks``) asks for one partition per resource slot; ``num_workers`` threads each task's
+    E-step (:class:`~mixle_spark.parallel.backends.model_parallel.ModelParallelEstimator`). Row placements
+    and ``sub_chunks`` are Spark's to decide (Arrow batches split partitions), so they are refused.
+    """
+    controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
+    refuse_controls("spark", controls, SPARK_CONTROLS)
+    check_engine_and_precision("spark", controls.pop("engine", None), controls.pop("precision", None))
+    resources = controls.pop("resources", None)
+    if resources is not None and controls.get("num_chunks") is None:
+        controls["num_chunks"] = len(resources.devices)
+    return SparkEncodedData(data, estimator=estimator, model=model, **controls, **options)
+
+
+def score(
+    model: Distribution,
+    df: DataFrame,
+    *,
+    column: str | None = None,
+    log_likelihood_col: str = "log_likelihood",
+    prediction_col: str | None = "prediction",
+    probability_col: str | None = "probability",
+    states_col: str | None = "states",
+) -> DataFrame:
+    """Add per-row scores to ``df`` lazily, through ``mapInArrow``, keeping every input column.
+
+    Adds ``log_likelihood_col`` (double); for mixture models also ``prediction_col`` (int, the most
+    probable component) and ``probability_col`` (array<double>, the posterior over components);
+    for hidden Markov models ``states_col`` (array<int>, the Viterbi path, one state per element),
+    and for a record ``<field>_<states_col>`` per hidden Markov field.
+    Pass None to skip the mixture / state columns. ML Vector input columns are read as
+    array<double> (and returned as such).
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import ArrayType, DoubleType, IntegerType, StructField, StructType
+
+    encoder = model.encoder()
+    columns = (
+        _data_columns(df, encoder, column, None)
+        if encoder.column_names() is None
+        else list(encoder.column_names() or [])
+    )
+    if encoder.column_names() is not None:
+        _data_columns(df, encoder, None, None)
+    df = _vector_columns_to_arrays(df, columns)
+    _check_schema(df, encoder, columns)
+    mixture = hasattr(model, "seq_posterior")
+    added = [StructField(log_likelihood_col, DoubleType(), False)]
+    if mixture and prediction_col:
+        added.append(StructField(prediction_col, IntegerType(), False))
+    if mixture and probability_col:
+        added.append(StructField(probability_col, ArrayType(DoubleType(), False), False))
+    paths = state_paths(model, states_col)
+    added += [StructField(name, ArrayType(IntegerType(), False), False) for name, _ in paths]
+    for field in added:
+        if field.name in df.columns:
+            raise SchemaError(f"column {field.name!r} already exists; choose another output column name")
+    out_schema = StructType(list(df.schema.fields) + added)
+    arrow_schema = to_arrow_schema(out_schema)
+    read = _reader(columns, encoder.column_names() is not None)
+    with_prediction, with_probability = mixture and bool(prediction_col), mixture and bool(probability_col)
+
+    def score_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        first = 0  # rows of this partition before the batch, so errors name the partition's row
+        for batch in batches:
+            arrays = list(batch.columns)
+            if batch.num_rows == 0:
+                yield pa.RecordBatch.from_pylist([], schema=arrow_schema)
+                continue
+            try:
+                enc = encoder.from_arrow(read(batch))
+            except FieldError as err:
+                ctx = TaskContext.get()
+                where = "the input" if ctx is None else f"partition {ctx.partitionId()}"
+                raise err.in_scope(first, where) from None
+            first += batch.num_rows
+            arrays.append(pa.array(model.seq_log_density(enc), pa.float64()))
+            if with_prediction or with_probability:
+                post = model.seq_posterior(enc)  # type: ignore[attr-defined]
+                if with_prediction:
+                    arrays.append(pa.array(post.argmax(axis=1).astype(np.int32), pa.int32()))
+                if with_probability:
+                    k = post.shape[1]
+                    offsets = pa.array(np.arange(0, (len(post) + 1) * k, k, dtype=np.int32), pa.int32())
+                    arrays.append(pa.ListArray.from_arrays(offsets, pa.array(post.ravel(), pa.float64())))
+            arrays += [path(enc) for _, path in paths]
+            yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+    return df.mapInArrow(score_partition, out_schema)

@@ -1,0 +1,180 @@
+"""The ``torchrun`` backend: the mpi backend's SPMD handle over ``torch.distributed`` (gloo on CPU).
+
+Every process started by ``torchrun`` builds the handle with the same arguments; rank and world size
+come from the torchrun environment (validated by
+:meth:`~mixle_spark.parallel.planning.planner.Resources.from_torchrun`), the default process group is
+initialised with the ``gloo`` backend when it is not already, and :class:`TorchComm` gives the
+handle the few object collectives it needs (allgather, broadcast, scatter, point-to-point for the
+binomial reduction tree). Everything else — shares, scans, the E-step, the tree merge in rank order,
+the M-step on the root and its broadcast, error agreement — is
+:class:`~mixle_spark.parallel.backends.mpi.MPIEncodedData`, so the estimates equal the local backend's.
+
+Entry point::
+
+    torchrun --nproc-per-node 2 -m mixle_spark.parallel.backends.torchrun --input PATH --model SPEC --output DIR
+
+torch is an optional extra (``pip install 'mixle-spark[torch]'``), imported on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from mixle_spark.parallel.backends._handle import check_engine_and_precision
+from mixle_spark.parallel.backends.mpi import MPIEncodedData
+from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
+from mixle_spark.stats.base import Distribution, Estimator
+
+__all__ = [
+    "TORCHRUN_CONTROLS",
+    "TorchComm",
+    "TorchRunEncodedData",
+    "make_torchrun",
+    "require_torch_distributed",
+]
+
+TORCHRUN_CONTROLS = ("encoder", "num_chunks", "sub_chunks", "comm", "root", "root_only", "num_workers")
+
+
+def require_torch_distributed() -> Any:
+    """``torch.distributed``, or an ImportError saying how to install it."""
+    try:
+        import torch.distributed as dist
+    except ImportError as err:
+        raise ImportError(
+            "the torchrun backend needs torch (torch.distributed with gloo): pip install 'mixle-spark[torch]'"
+        ) from err
+    return dist
+
+
+class _Pending:
+    """An mpi4py-style request over a torch async work handle (``Test`` = completed)."""
+
+    def __init__(self, work: Any) -> None:
+        self.work = work
+
+    def Test(self) -> bool:
+        return bool(self.work is None or self.work.is_completed())
+
+
+class TorchComm:
+    """The mpi4py communicator methods the SPMD handle uses, over a ``torch.distributed`` group.
+
+    Parameters
+    ----------
+    dist : module
+        ``torch.distributed`` (or an object with the same functions).
+    group : ProcessGroup, optional
+        Default: the world. Ranks given to ``bcast`` / ``send`` / ``recv`` are global ranks.
+    """
+
+    def __init__(self, dist: Any, group: Any = None) -> None:
+        self.dist = dist
+        self.group = group
+
+    def Get_rank(self) -> int:
+        return int(self.dist.get_rank(self.group))
+
+    def Get_size(self) -> int:
+        return int(self.dist.get_world_size(self.group))
+
+    def allgather(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.Get_size()
+        self.dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        box = [obj]
+        self.dist.broadcast_object_list(box, src=root, group=self.group)
+        return box[0]
+
+    def scatter(self, items: Any, root: int = 0) -> Any:
+        out: list[Any] = [None]
+        self.dist.scatter_object_list(
+            out, items if self.Get_rank() == root else None, src=root, group=self.group
+        )
+        return out[0]
+
+    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
+        # gloo keeps the order of messages between two ranks, which is all the reduction tree needs.
+        self.dist.send_object_list([obj], dst=dest, group=self.group)
+
+    def recv(self, source: int, tag: int = 0) -> Any:
+        box: list[Any] = [None]
+        self.dist.recv_object_list(box, src=source, group=self.group)
+        return box[0]
+
+    def Barrier(self) -> None:
+        self.dist.barrier(group=self.group)
+
+    def Ibarrier(self) -> _Pending:
+        return _Pending(self.dist.barrier(group=self.group, async_op=True))
+
+    def Abort(self, code: int = 1) -> None:
+        # torchrun's agent stops the other workers when one exits non-zero.
+        os._exit(code)
+
+    def Dup(self) -> TorchComm:
+        return self
+
+    def Free(self) -> None:
+        """Nothing to free: the process group belongs to the caller (or to the entry point)."""
+
+
+def world_comm(group: Any = None) -> TorchComm:
+    """A :class:`TorchComm` over the default group, initialised with gloo from the torchrun
+    environment (rank, world size and topology validated first) when it is not already."""
+    dist = require_torch_distributed()
+    if not dist.is_initialized():
+        from mixle_spark.parallel.planning.planner import Resources
+
+        Resources.from_torchrun()  # refuses an inconsistent RANK / LOCAL_RANK / WORLD_SIZE topology
+        dist.init_process_group(backend="gloo")
+    return TorchComm(dist, group)
+
+
+class TorchRunEncodedData(MPIEncodedData):
+    """Encoded data shared by the processes of a ``torchrun`` job (the ``torchrun`` backend).
+
+    Same parameters as :class:`~mixle_spark.parallel.backends.mpi.MPIEncodedData`; ``comm`` is a
+    :class:`TorchComm` (default: the world group, initialised with gloo when needed) or a
+    ``torch.distributed`` process group.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        estimator: Estimator | None = None,
+        model: Distribution | None = None,
+        *,
+        comm: Any = None,
+        **options: Any,
+    ) -> None:
+        if not isinstance(comm, TorchComm):
+            comm = world_comm(comm)
+        super().__init__(data, estimator, model, comm=comm, **options)
+
+
+def make_torchrun(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> TorchRunEncodedData:
+    """Registry factory of the ``torchrun`` backend: honours :data:`TORCHRUN_CONTROLS` (``comm`` =
+    a process group or :class:`TorchComm`) and refuses the other controls of ``encoded_data``."""
+    controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
+    refuse_controls("torchrun", controls, (*TORCHRUN_CONTROLS, "engine", "precision"))
+    check_engine_and_precision("torchrun", controls.pop("engine", None), controls.pop("precision", None))
+    return TorchRunEncodedData(data, estimator=estimator, model=model, **controls, **options)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``torchrun ... -m mixle_spark.parallel.backends.torchrun --input PATH --model SPEC --output DIR``."""
+    from mixle_spark.parallel._mpi_cli import main as spmd_main
+
+    comm = world_comm()
+    try:
+        return spmd_main(argv, comm=comm)
+    finally:
+        comm.dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,195 @@
+"""In-memory data as rows to encode: the rules every in-process encoding follows.
+
+A Python list of records, a numpy array, a pandas DataFrame or a pyarrow Table / RecordBatch / Array
+becomes :class:`TableRows`: its row count, its per-row weights (an array or a weight column), and the
+source an encoder reads (the whole table for a Record model, else the one column it reads). Rows are
+cut into contiguous chunks and encoded chunk by chunk; a bad value is reported at its row in the
+whole data set. The local and mp backends (:mod:`mixle_spark.parallel.backends`) and the models'
+scikit-learn-style methods (``MixtureDistribution.score_samples``, ``predict``, ...) all encode
+through here, so they accept the same data and report the same errors.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
+from mixle_spark.stats._validate import check_weights
+from mixle_spark.stats.base import Encoder, Estimator
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "TableRows",
+    "as_table",
+    "chunk_bounds",
+    "encode_rows",
+    "one_column_error",
+    "split",
+]
+
+DEFAULT_CHUNK_SIZE = 262_144
+"""Rows per encoded chunk: large enough for efficient matrix products, small enough that the
+n x k temporaries of a mixture E-step stay in memory comfortably."""
+
+
+def split(start: int, stop: int, pieces: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` cut into ``pieces`` near-equal contiguous ranges (empty ones dropped)."""
+    edges = np.linspace(start, stop, pieces + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in itertools.pairwise(edges) if b > a]
+
+
+def chunk_bounds(
+    n: int, chunk_size: int | None = None, num_chunks: int | None = None
+) -> list[tuple[int, int]]:
+    """``[0, n)`` as chunks of ``chunk_size`` rows (default :data:`DEFAULT_CHUNK_SIZE`), or as
+    ``num_chunks`` near-equal chunks."""
+    if chunk_size is not None and num_chunks is not None:
+        raise ValueError("pass chunk_size or num_chunks, not both")
+    if num_chunks is not None:
+        if num_chunks < 1:
+            raise ValueError(f"num_chunks must be >= 1, got {num_chunks}")
+        edges = np.linspace(0, n, min(num_chunks, n) + 1).round().astype(int)
+    else:
+        size = DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size
+        if size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {size}")
+        edges = np.append(np.arange(0, n, size), n)
+    return [(int(a), int(b)) for a, b in itertools.pairwise(edges) if b > a]
+
+
+def as_table(data: Any) -> pa.Table | None:
+    """``data`` as a pyarrow Table when it is a table (pyarrow or pandas); None for records / arrays."""
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    import pandas as pd
+
+    if isinstance(data, pd.DataFrame):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    return None
+
+
+def one_column_error(columns: list[str]) -> SchemaError:
+    return SchemaError(
+        f"the model reads one column but the data has {len(columns)}: {columns}; "
+        "pass column=NAME or use a RecordEstimator"
+    )
+
+
+class TableRows:
+    """In-memory data as rows: ``n``, ``weights`` (float64, checked) and the encoders' source.
+
+    Parameters
+    ----------
+    data : list, numpy array, pandas DataFrame, pyarrow Table, RecordBatch or Array
+    weights : array-like or str, optional
+        Per-row non-negative weights, or the name of a weight column (dropped from the table).
+    column : str, optional
+        The column a non-Record model reads from a multi-column table.
+    """
+
+    def __init__(self, data: Any, weights: Any = None, column: str | None = None) -> None:
+        table = as_table(data)
+        if table is None and isinstance(data, pa.ChunkedArray | pa.Array):
+            table = pa.table({column or "value": data})
+        n = table.num_rows if table is not None else len(data)
+        if n == 0:
+            raise EmptyDataError("no rows to encode: the data is empty")
+        self.n = n
+        self.weights = self._weights(weights, table, n)
+        if table is not None and isinstance(weights, str):
+            table = table.drop_columns([weights])
+        self.table = table
+        self.data = data
+        self.column = column
+
+    @property
+    def arrow(self) -> bool:
+        """True when the rows are Arrow columns (encoded by ``from_arrow``), False for records."""
+        return self.table is not None
+
+    @staticmethod
+    def _weights(weights: Any, table: pa.Table | None, n: int) -> np.ndarray:
+        if weights is None:
+            return np.ones(n)
+        nulls = None
+        if isinstance(weights, str):
+            if table is None or weights not in table.column_names:
+                raise SchemaError(f"weight column {weights!r} not found")
+            column = table.column(weights)
+            w = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+            if column.null_count:
+                nulls = np.asarray(column.is_null().to_numpy(zero_copy_only=False))
+        else:
+            w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (n,):
+            raise ValueError(f"weights must have one entry per row ({n}), got shape {w.shape}")
+        return check_weights(w, name=weights if isinstance(weights, str) else None, nulls=nulls)
+
+    def source(self, encoder: Encoder) -> Any:
+        """What ``encoder`` reads: the table (a Record model names its columns), the one column, or
+        the records themselves."""
+        if self.table is None:
+            return self.data
+        table = self.table
+        if encoder.column_names() is not None:
+            return table
+        if self.column is not None:
+            if self.column not in table.column_names:
+                raise SchemaError(
+                    f"column {self.column!r} not found; the data has columns {table.column_names}"
+                )
+            return table.column(self.column)
+        if table.num_columns != 1:
+            raise one_column_error(table.column_names)
+        return table.column(0)
+
+    def piece(self, source: Any, start: int, stop: int) -> Any:
+        """Rows ``[start, stop)`` of ``source``."""
+        return source.slice(start, stop - start) if self.arrow else source[start:stop]
+
+    def scanned(
+        self, encoder: Encoder, estimator: Estimator | None, source: Any, bounds: list[tuple[int, int]]
+    ) -> tuple[Any, Encoder]:
+        """``(scan, encoder)``: the estimator's vocabularies / ranges scanned chunk by chunk over
+        ``source`` and the encoder they fix; ``(None, encoder)`` when nothing needs a scan."""
+        if estimator is None or not encoder.needs_scan:
+            return None, encoder
+        state: Any = None
+        for i, (start, stop) in enumerate(bounds):
+            scan = encoder.scan_arrow if self.arrow else encoder.scan
+            part = located(scan, self.piece(source, start, stop), start, stop, self.n)
+            state = part if i == 0 else encoder.merge_scans(state, part)
+        return state, estimator.with_scan(state).encoder()
+
+    def encode(
+        self, encoder: Encoder, source: Any, bounds: list[tuple[int, int]]
+    ) -> list[tuple[int, int, Any]]:
+        """``(start, stop, encoded)`` of every chunk of ``bounds``."""
+        encode = encoder.from_arrow if self.arrow else encoder.encode
+        return [
+            (start, stop, located(encode, self.piece(source, start, stop), start, stop, self.n))
+            for start, stop in bounds
+        ]
+
+
+def located(fn: Callable[[Any], Any], piece: Any, start: int, stop: int, n: int) -> Any:
+    """``fn(piece)`` for rows ``[start, stop)`` of ``n``; a bad value is reported at its row in the
+    whole data set."""
+    try:
+        return fn(piece)
+    except FieldError as err:
+        raise err.in_rows(np.arange(start, stop), n) from None
+
+
+def encode_rows(data: Any, encoder: Encoder) -> list[Any]:
+    """``data`` encoded for ``encoder`` (no scan: a fitted model's encoder), chunk by chunk."""
+    rows = TableRows(data)
+    source = rows.source(encoder)
+    return [enc for _start, _stop, enc in rows.encode(encoder, source, chunk_bounds(rows.n))]
