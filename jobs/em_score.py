@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mixle_spark._cli import JobArgumentParser, run_job
+from mixle_spark.cli._common import JobArgumentParser, run_job
 from mixle_spark.spec import load_model
 
 PROG = "em_score"

@@ -44,6 +44,7 @@ from mixle_spark.em._records import (
 from mixle_spark.em._run import EMRun, Settings, start_model
 from mixle_spark.em.seeding import Seeding
 from mixle_spark.errors import ConvergenceWarning
+from mixle_spark.parallel.backends.contract import FitSession
 from mixle_spark.stats._random import RowRandom, seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -75,9 +76,8 @@ def _handle(data: Any, estimator: Estimator | None, options: dict[str, Any]) -> 
 
 def _begin(handle: Any) -> Any:
     """Tell a handle a fit starts (backends may then keep long-lived workers, e.g. resident tasks)."""
-    begin = getattr(handle, "begin_fit", None)
-    if begin is not None:
-        begin()
+    if isinstance(handle, FitSession):
+        handle.begin_fit()
     return handle
 
 
@@ -85,9 +85,8 @@ def _release(handle: Any, owned: bool) -> None:
     """Tell a handle the fit ended (freeing long-lived workers); close it if this call built it."""
     if handle is None:
         return
-    end = getattr(handle, "end_fit", None)
-    if end is not None:
-        end()
+    if isinstance(handle, FitSession):
+        handle.end_fit()
     if owned:
         handle.close()
 

@@ -23,14 +23,21 @@ from typing import Any
 
 from mixle_spark.em._shared_passes import SharedPass
 from mixle_spark.parallel.backends._handle import Payload, PayloadHandle
+from mixle_spark.parallel.backends.contract import (
+    RowDiagnosis,
+    RowPasses,
+    WorkerEvents,
+    backend_name,
+    on_writer,
+)
 from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = ["SharedPassHandle", "can_share_passes", "run_together"]
 
 
 def can_share_passes(handle: Any) -> bool:
-    """Whether ``handle`` runs row tasks (``pysp_row_pass``), which shared passes are."""
-    return callable(getattr(handle, "pysp_row_pass", None)) and callable(getattr(handle, "bind", None))
+    """Whether ``handle`` runs row tasks (:class:`RowPasses`), which shared passes are."""
+    return isinstance(handle, RowPasses)
 
 
 class _Request:
@@ -123,19 +130,26 @@ class SharedPassHandle(PayloadHandle):
     def __init__(self, coordinator: _Coordinator, slot: int) -> None:
         self._coordinator, self._slot = coordinator, slot
         self._handle = coordinator.handle
-        self.backend_name = type(self._handle).__name__
+        self.backend_name = backend_name(self._handle)
         self.n = len(self._handle)
 
     def bind(self, estimator: Estimator) -> Estimator:
         return self._handle.bind(estimator)  # type: ignore[no-any-return]
 
     def take_events(self) -> list[str]:
-        take = getattr(self._handle, "take_events", None)
-        return [] if take is None else self._call(lambda: list(take()))  # type: ignore[no-any-return]
+        handle = self._handle
+        return self._call(lambda: list(handle.take_events())) if isinstance(handle, WorkerEvents) else []
 
     def first_nonfinite_row(self, estimate: Distribution) -> Any:
-        finder = getattr(self._handle, "first_nonfinite_row", None)
-        return None if finder is None else self._call(lambda: finder(estimate))
+        handle = self._handle
+        return (
+            self._call(lambda: handle.first_nonfinite_row(estimate))
+            if isinstance(handle, RowDiagnosis)
+            else None
+        )
+
+    def on_root(self, fn: Callable[[], Any]) -> Any:
+        return self._call(lambda: on_writer(self._handle, fn))
 
     def _call(self, call: Callable[[], Any]) -> Any:
         return self._coordinator.ask(self._slot, call=call)

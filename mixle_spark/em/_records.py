@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from mixle_spark.errors import NonFiniteLikelihoodError, TooFewRowsError
+from mixle_spark.parallel.backends.contract import EMStep, RowDiagnosis
 from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = [
@@ -91,9 +92,8 @@ def init_fraction(init_p: float | None, estimator: Estimator, n: int) -> float:
 
 
 def em_step(handle: Any, estimator: Estimator, model: Distribution) -> tuple[float, float, Distribution]:
-    step = getattr(handle, "pysp_em_step", None)
-    if step is not None:
-        return step(estimator, model)
+    if isinstance(handle, EMStep):
+        return handle.pysp_em_step(estimator, model)
     # A reference-style handle without the fused pass: score, then estimate (two passes).
     nobs, ll = handle.pysp_seq_log_density_sum(model)
     return nobs, ll, handle.pysp_seq_estimate(estimator, model)
@@ -104,8 +104,7 @@ def nonfinite_error(iteration: int, ll: float, model: Distribution, handle: Any)
     bad = model.nonfinite_parameters()
     if bad:
         parts.append(f"non-finite parameters: {', '.join(bad[:5])}")
-    finder = getattr(handle, "first_nonfinite_row", None)
-    found = finder(model) if finder is not None else None
+    found = handle.first_nonfinite_row(model) if isinstance(handle, RowDiagnosis) else None
     if found is not None:
         parts.append(
             f"row {found[0] + 1} has log-density {found[1]} under the model "

@@ -14,7 +14,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,16 @@ from mixle_spark.em._records import (
     init_fraction,
     nonfinite_error,
 )
+from mixle_spark.em.resilient import CheckpointedRun
 from mixle_spark.em.seeding import Seeding, kmeans_parallel
 from mixle_spark.errors import ConvergenceWarning
+from mixle_spark.parallel.backends.contract import (
+    PartitionAudit,
+    PartReports,
+    SingleWriter,
+    WorkerEvents,
+    backend_name,
+)
 from mixle_spark.stats._random import seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -105,20 +113,6 @@ class Settings:
         return replace(self, checkpoint_dir=ckpt, trace_path=trace)
 
 
-def _plain_model(model: Distribution) -> str:
-    """The model as saved-model JSON text (a string, so the checkpoint's sorted keys cannot reorder
-    a record's fields)."""
-    from mixle_spark.spec import model_to_json
-
-    return model_to_json(model)
-
-
-def _load_model(payload: Any) -> Distribution:
-    from mixle_spark.spec import model_from_json
-
-    return model_from_json(payload)
-
-
 def _mixture_of(estimator: Estimator) -> Any:
     """The MixtureEstimator ``estimator`` is (or threads), else None."""
     from mixle_spark.stats.mixture import MixtureEstimator
@@ -148,7 +142,7 @@ def start_model(
     )
 
 
-class EMRun:
+class EMRun(CheckpointedRun):
     """One EM fit: the loop, its bookkeeping, checkpoints, the degenerate-component policy, audits
     and the trace. ``iteration`` counts M-steps done; ``model`` is the model the next pass scores."""
 
@@ -185,7 +179,7 @@ class EMRun:
         self.init_events: list[str] = []
         self.trace = EMTrace(
             metadata={
-                "backend": getattr(handle, "backend_name", type(handle).__name__),
+                "backend": backend_name(handle),
                 "rows": len(handle),
                 "estimator": type(estimator).__name__,
                 "seed": seed,
@@ -317,23 +311,22 @@ class EMRun:
     def _backend_events(self) -> list[str]:
         """What the backend reports about its workers since the last pass (resident tasks lost,
         restarted, data laid out again), for the trace and the progress log."""
-        take = getattr(self.handle, "take_events", None)
         events, self.init_events = self.init_events, []
-        return events + ([] if take is None else list(take()))
+        return events + (list(self.handle.take_events()) if isinstance(self.handle, WorkerEvents) else [])
 
     def _audit_parts(self) -> frozenset[int]:
-        if not getattr(self.handle, "supports_pass_options", False):
+        if not (isinstance(self.handle, PartitionAudit) and self.handle.supports_pass_options):
             raise ValueError(
                 f"audit: the {type(self.handle).__name__} backend cannot recompute single partitions; "
                 "use the local, spark, mp or mpi backend"
             )
-        parts = [r.part for r in getattr(self.handle, "last_parts", ()) if r.rows > 0]
+        parts = [r.part for r in self.handle.last_parts if r.rows > 0]
         if not parts:
             parts = list(self.handle.partition_ids())
         return self.settings.audit.select(self.iteration, parts)  # type: ignore[no-any-return]
 
     def _reset_parts(self) -> None:
-        if hasattr(self.handle, "last_parts"):
+        if isinstance(self.handle, PartReports):
             self.handle.last_parts = ()
 
     # -- degenerate components ---------------------------------------------------------------
@@ -489,7 +482,7 @@ class EMRun:
         self.history.append(rec)
         parts = [
             PartitionTiming(r.part, r.seconds, r.rows, r.stat_bytes)
-            for r in getattr(self.handle, "last_parts", ())
+            for r in (self.handle.last_parts if isinstance(self.handle, PartReports) else ())
         ]
         weights = getattr(mdl, "w", None)
         entry = IterationTrace.from_pass(
@@ -511,7 +504,8 @@ class EMRun:
     def _open_sinks(self) -> None:
         from mixle_spark.em.observability import JsonLinesSink, MlflowSink
 
-        if self.settings.trace_path is not None:
+        writer = not isinstance(self.handle, SingleWriter) or self.handle.is_root
+        if self.settings.trace_path is not None and writer:
             path = self.settings.trace_path
             if len(self.trace):  # resumed: the file restarts from the checkpoint's records
                 self.trace.to_jsonl(path)
@@ -519,101 +513,3 @@ class EMRun:
         use_mlflow = self.settings.mlflow
         if use_mlflow or (use_mlflow is None and MlflowSink.active()):
             self.sinks.append(MlflowSink())
-
-    # -- checkpoints -------------------------------------------------------------------------
-    def _restore(self) -> Distribution | None:
-        """Load the newest valid checkpoint (when asked); the final model if the fit had finished."""
-        if self.settings.checkpoint_dir is None:
-            return None
-        from mixle_spark.em.observability import EMTrace
-        from mixle_spark.em.resilient import CheckpointStore, check_fingerprint, fit_fingerprint
-
-        self.store = CheckpointStore(self.settings.checkpoint_dir)
-        self.fingerprint = fit_fingerprint(
-            self.estimator,
-            rows=len(self.handle),
-            seed=self.seed,
-            init_p=self.init_p,
-            delta=self.delta,
-            on_degenerate=self.settings.on_degenerate,
-            prev_estimate=self.prev_estimate,
-            init_estimator=self.init_estimator,
-            init=self.settings.seeding.to_dict(),
-        )
-        if not self.settings.resume:
-            self.store.clear()
-            return None
-        found = self.store.latest()
-        if found is None:
-            return None
-        iteration, state = found
-        check_fingerprint(state.get("fingerprint", {}), self.fingerprint, str(self.store.directory))
-        self.iteration = int(state["iteration"])
-        self.model = _load_model(state["model"])
-        self.history = [IterationRecord(**r) for r in state["history"]]
-        if state.get("best") is not None:
-            b = state["best"]
-            self.best = (float(b["score"]), float(b["ll"]), _load_model(b["model"]))
-        self.trace = EMTrace.from_dict(state["trace"])
-        self.dead_reported = set(state.get("dead_reported", []))
-        self.reseeds = {int(j): int(n) for j, n in state.get("reseeds", {}).items()}
-        self.converged = bool(state.get("converged", False))
-        self.stopped = str(state.get("stopped", "max_its"))
-        self.resumed_from = iteration
-        logger.info("resuming from checkpoint %s at iteration %d", self.store.directory, iteration)
-        final = state.get("final")
-        if final is None:
-            return None
-        if self.stopped == "max_its" and self.max_its > int(final["max_its"]):
-            # The finished run stopped at its max_its and more are asked for: go on from its last
-            # model, whose final scoring the next pass repeats.
-            self.history.pop()
-            self.trace.records.pop()
-            return None
-        model = _load_model(final["model"])
-        model.fit_result = FitResult(
-            converged=self.converged,
-            n_iter=self.iteration,
-            log_likelihood=float(final["log_likelihood"]),
-            seed=self.seed,
-            delta=self.delta,
-            max_its=int(final["max_its"]),
-            history=self.history,
-            validation_log_likelihood=final.get("validation_log_likelihood"),
-            seconds=float(final["seconds"]),
-            stopped_because=self.stopped,
-            trace=self.trace,
-            resumed_from=iteration,
-        )
-        logger.info("the fit in %s had finished; returning its model", self.store.directory)
-        return model
-
-    def _save(self, final: tuple[Distribution, FitResult] | None = None) -> None:
-        assert self.model is not None
-        state: dict[str, Any] = {
-            "fingerprint": self.fingerprint,
-            "iteration": self.iteration,
-            "model": _plain_model(self.model),
-            "history": [asdict(r) for r in self.history],
-            "best": None
-            if self.best is None
-            else {"score": self.best[0], "ll": self.best[1], "model": _plain_model(self.best[2])},
-            "trace": self.trace.to_dict(),
-            "dead_reported": sorted(self.dead_reported),
-            "reseeds": {str(j): n for j, n in sorted(self.reseeds.items())},
-            "converged": self.converged,
-            "stopped": self.stopped,
-            "rng": {"seed": self.seed, "streams": "row-keyed hashes of the seed; no other state"},
-            "final": None,
-        }
-        if final is not None:
-            model, result = final
-            state["final"] = {
-                "model": _plain_model(model),
-                "log_likelihood": result.log_likelihood,
-                "max_its": result.max_its,
-                "validation_log_likelihood": result.validation_log_likelihood,
-                "seconds": result.seconds,
-            }
-        path = self.store.save(self.iteration, state)
-        logger.info("checkpoint written: %s", path)

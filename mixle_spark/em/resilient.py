@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import pickle
 from collections.abc import Iterable, Mapping
+from dataclasses import asdict
 from typing import Any
 
 from mixle_spark.em._checkpoint_store import (
@@ -43,8 +45,12 @@ from mixle_spark.em._checkpoint_store import (
     CheckpointStoreError,
     CorruptCheckpointWarning,
 )
+from mixle_spark.em._records import FitResult, IterationRecord
 from mixle_spark.errors import CheckpointMismatchError
+from mixle_spark.parallel.backends.contract import on_writer
 from mixle_spark.stats.base import Distribution, Estimator
+
+logger = logging.getLogger("mixle_spark.estimation")
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -52,6 +58,7 @@ __all__ = [
     "CheckpointMismatchError",
     "CheckpointStore",
     "CheckpointStoreError",
+    "CheckpointedRun",
     "CorruptCheckpointWarning",
     "check_fingerprint",
     "checkpointed_fold",
@@ -156,3 +163,146 @@ def checkpointed_fold(
             del acc
             acc = factory.make().from_value(pickle.loads(saved))
     return acc.value()
+
+
+def _plain_model(model: Distribution) -> str:
+    """The model as saved-model JSON text (a string, so the checkpoint's sorted keys cannot reorder
+    a record's fields)."""
+    from mixle_spark.spec import model_to_json
+
+    return model_to_json(model)
+
+
+def _load_model(payload: Any) -> Distribution:
+    from mixle_spark.spec import model_from_json
+
+    return model_from_json(payload)
+
+
+class CheckpointedRun:
+    """The checkpoint side of one EM fit (:class:`~mixle_spark.em._run.EMRun` is one): restore the
+    newest valid checkpoint, save the fit's state. On an SPMD backend (MPI) the root process reads
+    and writes the files and every process gets what it read
+    (:func:`~mixle_spark.parallel.backends.contract.on_writer`)."""
+
+    # Set by the fit that inherits this (EMRun).
+    handle: Any
+    store: Any
+    settings: Any
+    estimator: Any
+    fingerprint: Any
+    iteration: Any
+    model: Any
+    history: Any
+    best: Any
+    trace: Any
+    dead_reported: Any
+    reseeds: Any
+    converged: Any
+    stopped: Any
+    resumed_from: Any
+    seed: Any
+    init_p: Any
+    delta: Any
+    max_its: Any
+    prev_estimate: Any
+    init_estimator: Any
+
+    def _restore(self) -> Distribution | None:
+        """Load the newest valid checkpoint (when asked); the final model if the fit had finished."""
+        if self.settings.checkpoint_dir is None:
+            return None
+        from mixle_spark.em.observability import EMTrace
+        from mixle_spark.em.resilient import CheckpointStore, check_fingerprint, fit_fingerprint
+
+        self.store = CheckpointStore(self.settings.checkpoint_dir)
+        self.fingerprint = fit_fingerprint(
+            self.estimator,
+            rows=len(self.handle),
+            seed=self.seed,
+            init_p=self.init_p,
+            delta=self.delta,
+            on_degenerate=self.settings.on_degenerate,
+            prev_estimate=self.prev_estimate,
+            init_estimator=self.init_estimator,
+            init=self.settings.seeding.to_dict(),
+        )
+        store = self.store
+        if not self.settings.resume:
+            on_writer(self.handle, store.clear)
+            return None
+        found = on_writer(self.handle, store.latest)
+        if found is None:
+            return None
+        iteration, state = found
+        check_fingerprint(state.get("fingerprint", {}), self.fingerprint, str(self.store.directory))
+        self.iteration = int(state["iteration"])
+        self.model = _load_model(state["model"])
+        self.history = [IterationRecord(**r) for r in state["history"]]
+        if state.get("best") is not None:
+            b = state["best"]
+            self.best = (float(b["score"]), float(b["ll"]), _load_model(b["model"]))
+        self.trace = EMTrace.from_dict(state["trace"])
+        self.dead_reported = set(state.get("dead_reported", []))
+        self.reseeds = {int(j): int(n) for j, n in state.get("reseeds", {}).items()}
+        self.converged = bool(state.get("converged", False))
+        self.stopped = str(state.get("stopped", "max_its"))
+        self.resumed_from = iteration
+        logger.info("resuming from checkpoint %s at iteration %d", self.store.directory, iteration)
+        final = state.get("final")
+        if final is None:
+            return None
+        if self.stopped == "max_its" and self.max_its > int(final["max_its"]):
+            # The finished run stopped at its max_its and more are asked for: go on from its last
+            # model, whose final scoring the next pass repeats.
+            self.history.pop()
+            self.trace.records.pop()
+            return None
+        model = _load_model(final["model"])
+        model.fit_result = FitResult(
+            converged=self.converged,
+            n_iter=self.iteration,
+            log_likelihood=float(final["log_likelihood"]),
+            seed=self.seed,
+            delta=self.delta,
+            max_its=int(final["max_its"]),
+            history=self.history,
+            validation_log_likelihood=final.get("validation_log_likelihood"),
+            seconds=float(final["seconds"]),
+            stopped_because=self.stopped,
+            trace=self.trace,
+            resumed_from=iteration,
+        )
+        logger.info("the fit in %s had finished; returning its model", self.store.directory)
+        return model
+
+    def _save(self, final: tuple[Distribution, FitResult] | None = None) -> None:
+        assert self.model is not None
+        state: dict[str, Any] = {
+            "fingerprint": self.fingerprint,
+            "iteration": self.iteration,
+            "model": _plain_model(self.model),
+            "history": [asdict(r) for r in self.history],
+            "best": None
+            if self.best is None
+            else {"score": self.best[0], "ll": self.best[1], "model": _plain_model(self.best[2])},
+            "trace": self.trace.to_dict(),
+            "dead_reported": sorted(self.dead_reported),
+            "reseeds": {str(j): n for j, n in sorted(self.reseeds.items())},
+            "converged": self.converged,
+            "stopped": self.stopped,
+            "rng": {"seed": self.seed, "streams": "row-keyed hashes of the seed; no other state"},
+            "final": None,
+        }
+        if final is not None:
+            model, result = final
+            state["final"] = {
+                "model": _plain_model(model),
+                "log_likelihood": result.log_likelihood,
+                "max_its": result.max_its,
+                "validation_log_likelihood": result.validation_log_likelihood,
+                "seconds": result.seconds,
+            }
+        store, iteration = self.store, self.iteration
+        path = on_writer(self.handle, lambda: store.save(iteration, state))
+        logger.info("checkpoint written: %s", path)

@@ -44,6 +44,7 @@ from mixle_spark.em._seeding_passes import (
     moved_centres,
 )
 from mixle_spark.errors import EmbeddingUnavailableError, SpecError
+from mixle_spark.parallel.backends.contract import RowPasses
 from mixle_spark.stats._random import RowRandom
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -165,7 +166,7 @@ def kmeans_parallel(
     :class:`SeedingFallbackWarning` where the user asked for something that could not be done) when
     the fit must start from ``init="random"``. Each pass is logged at INFO; ``report`` gets the
     summary line."""
-    bound = handle.bind(estimator)
+    bound = handle.bind(estimator) if isinstance(handle, RowPasses) else estimator
     try:
         target = seed_target(bound)
     except EmbeddingUnavailableError as err:
@@ -173,10 +174,10 @@ def kmeans_parallel(
         return None
     if target is None:
         return None
-    run = getattr(handle, "pysp_row_pass", None)
-    if run is None:
+    if not isinstance(handle, RowPasses):
         _fallback(f"the {type(handle).__name__} backend cannot run seeding passes")
         return None
+    run = handle.pysp_row_pass
     started = time.perf_counter()
     found = _centres(lambda task: run(SeedStatsFactory(), task)[1], target, seed, seeding)
     if found is None:

@@ -1,4 +1,4 @@
-"""``python -m mixle_spark.parallel.backends.mpi`` under ``mpiexec -n 2`` (launched from a plain pytest run),
+"""``python -m mixle_spark.cli.fit --backend mpi`` under ``mpiexec -n 2`` (launched from a plain pytest run),
 and the error a missing mpi4py gives."""
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ def _run(tmp_path: Path, *args: str, ranks: int = 2) -> subprocess.CompletedProc
         str(ranks),
         sys.executable,
         "-m",
-        "mixle_spark.parallel.backends.mpi",
+        "mixle_spark.cli.fit",
+        "--backend",
+        "mpi",
         *args,
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
@@ -90,6 +92,36 @@ def test_entry_point_fits_like_the_local_backend(tmp_path: Path) -> None:
         local = optimize(table, spec.estimator, max_its=20, delta=1e-8, seed=1)
     assert summary["log_likelihood"] == pytest.approx(local.fit_result.log_likelihood, rel=1e-9)
     np.testing.assert_allclose(model.w, local.w, rtol=1e-9)
+
+
+@pytest.mark.mpi
+@launcher
+def test_entry_point_checkpoints_traces_audits_and_resumes_like_em_fit(tmp_path: Path) -> None:
+    """The long-fit flags of em_fit work under MPI: the root alone writes the checkpoints and the
+    live trace, a re-run resumes from the final checkpoint, and the summary has em_fit's schema."""
+    pq.write_table(_table(), tmp_path / "x.parquet")
+    (tmp_path / "spec.json").write_text(json.dumps(SPEC))
+    flags = ("--checkpoint-dir", "ck", "--on-degenerate", "floor", "--audit-every", "2", "--max-its", "12")
+    args = ("--input", "x.parquet", "--model", "spec.json", "--output", "fit", *flags)
+    first = _run(tmp_path, *args, "--trace", "live.jsonl")
+    assert first.returncode == 0, first.stderr
+    summary = json.loads((tmp_path / "fit" / "summary.json").read_text())
+    iterations = summary["iterations"]
+    checkpoints = sorted(p.name for p in (tmp_path / "ck").iterdir())
+    assert checkpoints and checkpoints[-1] == f"em-checkpoint-{iterations:09d}.json"
+    live = [json.loads(line) for line in (tmp_path / "live.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in live if "iteration" in r] == list(range(iterations + 1))  # one writer
+    assert summary["long_fit"]["on_degenerate"] == "floor"
+    assert summary["long_fit"]["audit"] == {"every": 2, "fraction": 0.1}
+    assert {"timings", "history", "bic", "log_likelihood_per_row", "started_at"} <= set(summary)
+
+    again = _run(tmp_path, *args, "--overwrite")
+    assert again.returncode == 0, again.stderr
+    resumed = json.loads((tmp_path / "fit" / "summary.json").read_text())
+    assert resumed["long_fit"]["resumed_from_iteration"] == iterations
+    assert resumed["log_likelihood"] == summary["log_likelihood"]
+    local = optimize(_table(), load_spec(tmp_path / "spec.json").estimator, max_its=12, delta=1e-8, seed=1)
+    assert summary["log_likelihood"] == pytest.approx(local.fit_result.log_likelihood, rel=1e-9)
 
 
 @pytest.mark.mpi
@@ -132,13 +164,14 @@ def test_an_error_only_one_rank_sees_aborts_the_job_instead_of_hanging(tmp_path:
     script = tmp_path / "broken.py"
     script.write_text(
         "import sys\n"
-        "from mixle_spark.parallel import _mpi_cli\n"
-        "def broken(args, comm):\n"
+        "from mixle_spark.cli import fit\n"
+        "def broken(args, sample, coord):\n"
+        "    comm = coord.comm\n"
         "    if comm.Get_rank() == 1:\n"
         "        raise RuntimeError('unexpected failure on rank 1')\n"
         "    comm.bcast(None, root=1)  # rank 0 waits for rank 1 forever without the abort\n"
-        "_mpi_cli._fit_and_write = broken\n"
-        "sys.exit(_mpi_cli.main(['--input', 'x', '--model', 'y', '--output', 'z']))\n"
+        "fit.run = broken\n"
+        "sys.exit(fit.main(['--backend', 'mpi', '--input', 'x', '--model', 'y', '--output', 'z']))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MIXLE_SPARK_MPI_ABORT_SECONDS": "2"}
     done = subprocess.run(

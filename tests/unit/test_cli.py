@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mixle_spark import _cli
+from mixle_spark.cli import _common as _cli
 from mixle_spark.errors import (
     DataTypeError,
     EmptyDataError,

@@ -151,8 +151,8 @@ def test_missing_torch_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
 
 @pytest.mark.torch
 def test_the_entry_point_under_real_torchrun(tmp_path: Any) -> None:
-    """With torch installed: ``torchrun --nproc-per-node 2 -m mixle_spark.parallel.backends.torchrun`` fits a
-    Parquet file like the local backend."""
+    """With torch installed: ``torchrun --nproc-per-node 2 -m mixle_spark.cli.fit --backend torchrun``
+    fits a Parquet file like the local backend."""
     import os
     import subprocess
     from pathlib import Path
@@ -170,7 +170,7 @@ def test_the_entry_point_under_real_torchrun(tmp_path: Any) -> None:
     (tmp_path / "spec.json").write_text(__import__("json").dumps(spec))
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
-        "mixle_spark.parallel.backends.torchrun", "--input", str(tmp_path / "x.parquet"),
+        "mixle_spark.cli.fit", "--backend", "torchrun", "--input", str(tmp_path / "x.parquet"),
         "--model", str(tmp_path / "spec.json"), "--output", str(tmp_path / "out"), "--seed", "1",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}

@@ -2,12 +2,13 @@
 
 :class:`ResidentPolicy` is the handle's side of :mod:`~mixle_spark.parallel.backends._spark_resident`
 (a mixin of :class:`~mixle_spark.parallel.backends.spark.SparkEncodedData`): resident tasks serve
-E-steps only while a fit runs (the EM driver's ``begin_fit`` / ``end_fit``); the encoded data is laid out again when a session
-starts with another number of task slots; a lost task ends the session, the step is recomputed by a
-Spark job and the next step starts a new session (at most :data:`MAX_RESIDENT_RESTARTS` times a fit);
-a session that cannot run leaves one job per E-step for the rest of the fit. Every such event is
-logged and kept for the EM trace (``take_events``). Since resident tasks hold every task slot, a
-handle that needs them (for a job or its own tasks) first stops any other handle's.
+E-steps only while a fit runs (the EM driver's ``begin_fit`` / ``end_fit``); the encoded data is
+laid out again when a session starts with another number of task slots; a lost task ends the
+session, the step is recomputed by a Spark job and the next step starts a new session (at most
+:data:`MAX_RESIDENT_RESTARTS` times a fit); a session that cannot run leaves one job per E-step for
+the rest of the fit. Every such event is logged and kept for the EM trace (``take_events``). Since
+resident tasks hold every task slot, a handle that needs them (for a job or its own tasks) first
+stops any other handle's.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ back when it does not; each is a small :class:`typing.Protocol` checked with ``i
 :class:`WorkerEvents`         what happened to the workers since the last pass (for the trace)
 :class:`RowDiagnosis`         the first row whose log-density is not finite (for the error message)
 :class:`SingleWriter`         several processes run the fit (SPMD, MPI): one of them writes files
+:class:`Named`                the backend's name for the trace when it is not the handle's class name
 ============================  =======================================================================
 
 :class:`~mixle_spark.parallel.backends._handle.PayloadHandle` implements :class:`EncodedData`,
@@ -34,12 +35,14 @@ __all__ = [
     "EMStep",
     "EncodedData",
     "FitSession",
+    "Named",
     "PartReports",
     "PartitionAudit",
     "RowDiagnosis",
     "RowPasses",
     "SingleWriter",
     "WorkerEvents",
+    "backend_name",
     "on_writer",
 ]
 
@@ -151,11 +154,25 @@ class RowDiagnosis(Protocol):
 class SingleWriter(Protocol):
     """A handle of an SPMD run: every process runs the fit; files are written by one of them.
 
-    ``on_root(fn)`` runs ``fn`` on the writing process and returns its result on every process
-    (an error there is raised on every process).
+    ``is_root`` is True on the writing process; ``on_root(fn)`` runs ``fn`` there and returns its
+    result on every process (an error there is raised on every process).
     """
 
+    is_root: bool
+
     def on_root(self, fn: Callable[[], _T]) -> _T: ...
+
+
+@runtime_checkable
+class Named(Protocol):
+    """``backend_name``: what the EM trace records as the backend."""
+
+    backend_name: str
+
+
+def backend_name(handle: Any) -> str:
+    """The backend's name for the EM trace: ``handle.backend_name``, else the handle's class name."""
+    return handle.backend_name if isinstance(handle, Named) else type(handle).__name__
 
 
 def on_writer(handle: Any, fn: Callable[[], _T]) -> _T:

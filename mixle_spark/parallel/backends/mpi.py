@@ -14,13 +14,10 @@ number of ranks, so results never depend on timing); the root runs the M-step an
 model, so every rank returns the same model.
 
 Errors never hang: each local phase ends in a collective that carries an error flag, and the first
-(lowest-rank) error is raised on every rank with its original type and message. The entry point::
+(lowest-rank) error is raised on every rank with its original type and message. The fit job runs
+on it (see :mod:`mixle_spark.cli.fit`)::
 
-    mpiexec -n 4 python -m mixle_spark.parallel.backends.mpi --input PATH --model SPEC.json --output DIR
-
-writes ``model.json`` and ``summary.json`` from the root (atomically), prints progress on the root's
-stderr and exits 0 (success), 2 (bad arguments or input) or 1 (other failures); an error that the
-ranks could not agree on prints its traceback and aborts the whole job.
+    mpiexec -n 4 python -m mixle_spark.cli.fit --backend mpi --input PATH --model SPEC.json --output DIR
 """
 
 from __future__ import annotations
@@ -384,6 +381,16 @@ class MPIEncodedData(PayloadHandle):
         return chunks
 
     # -- the handle contract -----------------------------------------------------------------------
+    @property
+    def is_root(self) -> bool:
+        """True on the rank that writes files (checkpoints, the trace): the root."""
+        return bool(self.rank == self.root)
+
+    def on_root(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` run on the root and broadcast; its error is raised on every rank
+        (:class:`~mixle_spark.parallel.backends.contract.SingleWriter`)."""
+        return on_root(self.comm, self.root, fn)
+
     def close(self) -> None:
         """Release the encoded chunks and the duplicated communicator (idempotent; call on every rank)."""
         if not self._closed:
@@ -512,9 +519,3 @@ def make_mpi(data: Any, estimator: Any = None, model: Any = None, **options: Any
     refuse_controls("mpi", controls, MPI_CONTROLS)
     check_engine_and_precision("mpi", controls.pop("engine", None), controls.pop("precision", None))
     return MPIEncodedData(data, estimator=estimator, model=model, **controls, **options)
-
-
-if __name__ == "__main__":
-    from mixle_spark.parallel._mpi_cli import main
-
-    raise SystemExit(main())

@@ -9,9 +9,10 @@ binomial reduction tree). Everything else — shares, scans, the E-step, the tre
 the M-step on the root and its broadcast, error agreement — is
 :class:`~mixle_spark.parallel.backends.mpi.MPIEncodedData`, so the estimates equal the local backend's.
 
-Entry point::
+The fit job runs on it under torchrun::
 
-    torchrun --nproc-per-node 2 -m mixle_spark.parallel.backends.torchrun --input PATH --model SPEC --output DIR
+    torchrun --nproc-per-node 2 -m mixle_spark.cli.fit --backend torchrun \
+        --input PATH --model SPEC --output DIR
 
 torch is an optional extra (``pip install 'mixle-spark[torch]'``), imported on first use.
 """
@@ -163,18 +164,3 @@ def make_torchrun(data: Any, estimator: Any = None, model: Any = None, **options
     refuse_controls("torchrun", controls, (*TORCHRUN_CONTROLS, "engine", "precision"))
     check_engine_and_precision("torchrun", controls.pop("engine", None), controls.pop("precision", None))
     return TorchRunEncodedData(data, estimator=estimator, model=model, **controls, **options)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``torchrun ... -m mixle_spark.parallel.backends.torchrun --input PATH --model SPEC --output DIR``."""
-    from mixle_spark.parallel._mpi_cli import main as spmd_main
-
-    comm = world_comm()
-    try:
-        return spmd_main(argv, comm=comm)
-    finally:
-        comm.dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

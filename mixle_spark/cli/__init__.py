@@ -1,0 +1,7 @@
+"""The command-line jobs' shared code.
+
+:mod:`~mixle_spark.cli.fit` is the fit job (``jobs/em_fit.py``, ``python -m mixle_spark.cli.fit``, and
+the same job under ``mpiexec`` / ``torchrun`` with ``--backend mpi`` / ``torchrun``); ``_common`` holds
+what every job shares (exit codes, one-line errors, atomic output directories); ``_spmd`` runs a job
+as several processes.
+"""

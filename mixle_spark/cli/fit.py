@@ -1,0 +1,625 @@
+"""The fit job: fit a model spec to a table by EM; write the fitted model and a run summary.
+
+One routine for every entry point and backend::
+
+    python jobs/em_fit.py                      # the bundled sample, see "No arguments" below
+    python jobs/em_fit.py --input TABLE --model conf/models/sample.json --output DIR [options]
+    spark-submit --packages io.delta:delta-spark_2.13:4.0.1 jobs/em_fit.py --input ... (same options)
+    python -m mixle_spark.cli.fit --input ... (the same job from an installed package)
+    mpiexec -n 4 python -m mixle_spark.cli.fit --backend mpi --input PATH --model SPEC --output DIR
+    torchrun --nproc-per-node 2 -m mixle_spark.cli.fit --backend torchrun --input PATH ...
+
+``--input`` is a Delta table path, a Parquet file or directory, a CSV file (header row, types
+inferred), a JSON(-lines) file, or a metastore table name (see ``mixle_spark.io.read_table``).
+``--model`` is a spec file (``conf/models/*.json``) whose ``fit`` section gives defaults that the
+options override. ``--output`` is a directory that receives ``model.json`` (the fitted model, read
+back with ``mixle_spark.spec.load_model``) and ``summary.json`` (rows, iterations, convergence,
+log-likelihood history, free parameters, BIC / AIC, timings, a summary of the EM trace) and
+``trace.jsonl`` (one JSON line per iteration: log-likelihood, gain, rows, seconds, rows/s, bytes of
+statistics merged, partition time skew, stragglers, component weights, events; read it back with
+``mixle_spark.em.observability.EMTrace.from_jsonl``). All are written to a staging
+directory that is renamed into place, so a failed run leaves no output and an existing output is
+replaced (``--overwrite``) only by a complete one. ``--report`` adds ``report.html`` to the same
+directory: a self-contained page (``mixle_spark.report``) with the log-likelihood per iteration, the
+component weights, the parameters and a 2-D projection of the first 2,000 input rows coloured by
+component; with matplotlib (``pip install mixle-spark[plot]``) it has figures, otherwise tables.
+
+Per-iteration progress (iteration, log-likelihood, gain, rows, seconds, rows/s, partition time skew,
+bytes of statistics merged) goes to stderr (``--quiet`` turns it off); the fitted model's description
+goes to stdout. ``--trace PATH`` also writes the trace live, one line per iteration as it happens
+(``tail -f`` it), for a long fit.
+
+How EM starts: ``--init kmeans||`` (default; k-means|| seeding, ``--init-steps`` rounds) or ``--init
+random`` (see ``mixle_spark.em.seeding``). ``--k 2:12`` (or ``--k 2,4,8``) fits every candidate number of
+components of the spec's mixture (its component, or a hidden Markov model's state, repeated k times)
+and keeps the best by ``--criterion bic`` (default) or ``aic``; ``summary.json`` gets the table
+(``model_selection``) and ``--report`` the criterion curve.
+
+Long fits (see ``mixle_spark.em.resilient`` and ``sdc_audit``):
+
+* ``--checkpoint-dir DIR`` saves the fit state every ``--checkpoint-every`` iterations (atomic,
+  checksummed JSON files; a Hadoop/cloud URI works too). Re-running the same command after a crash
+  or preemption resumes from the newest valid checkpoint and gives exactly the estimates of an
+  uninterrupted run; ``--no-resume`` discards the checkpoints and starts afresh. A checkpoint from a
+  different fit (other data, spec or options) is an error, never silently used.
+* ``--on-degenerate {stop,floor,reseed}``: what to do when a mixture component's M-step fails (a
+  variance collapsing to 0, a component losing all its weight): stop with an error naming the
+  iteration and the component (default), keep its previous parameters at a floor weight, or restart
+  it from a fresh random initialisation (at most three times per component; then the fit stops).
+* ``--audit-every N`` recomputes the statistics of a random ``--audit-fraction`` of the partitions
+  every N iterations with independent reference kernels and stops with exit code 1, naming the
+  partition, if they disagree (silent data corruption on an executor).
+
+``--backend mpi`` / ``--backend torchrun`` (run under ``mpiexec`` / ``torchrun``): every process runs
+this job and reads its share of a Parquet input (:mod:`mixle_spark.parallel.backends.mpi`); the root
+process writes the output, the checkpoints and the trace and prints the progress. ``--num-workers``
+threads each process's E-step (local, mpi, torchrun). An error every process saw is printed once; an
+error on one process is printed with its traceback and, if the others do not all stop within
+``MIXLE_SPARK_MPI_ABORT_SECONDS`` (default 30), the job is aborted.
+
+No arguments (``jobs/em_fit.py`` only): the bundled sample ``data/customers_sample.parquet`` is
+copied once into the local Delta table ``output/customers_sample_delta`` and fitted with
+``conf/models/sample.json`` on
+``local[*]``; the result replaces ``output/sample_fit/`` (``$MIXLE_SPARK_OUTPUT`` moves ``output/``).
+Options (``--output``, ``--master``, ``--backend local``, ``--max-its``, ...) still apply;
+``--input`` and ``--model`` go together.
+
+``--backend local`` fits in this process with numpy, without starting Spark (Parquet, CSV and
+JSON-lines inputs only).
+
+Exit codes: 0 success; 2 bad arguments or bad input (an unknown option, a missing input or spec, a
+spec or data error such as a string in a numeric column or an empty table, an output that exists
+without ``--overwrite``); 1 any other failure. A failure prints one line on stderr
+(``MIXLE_SPARK_TRACEBACK=1`` adds the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from mixle_spark._version import __version__
+from mixle_spark.cli._common import JobArgumentParser, atomic_directory, check_output_free, run_job
+from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, run_spmd, solo
+from mixle_spark.em.sdc_audit import SDCAudit
+from mixle_spark.em.seeding import INIT_MODES, SeedingFallbackWarning
+from mixle_spark.errors import ConvergenceWarning, SpecError
+from mixle_spark.estimation import ON_DEGENERATE, best_of, optimize
+from mixle_spark.model_selection import parse_ks, select_k, with_components
+from mixle_spark.parallel import encoded_data
+from mixle_spark.spec import ModelSpec, load_spec, save_model
+from mixle_spark.summary import count_free_parameters, describe_model, information_criteria
+
+__all__ = ["PROG", "SUMMARY_FORMAT", "Sample", "build_parser", "main", "resolve_args", "run"]
+
+PROG = "em_fit"
+SUMMARY_FORMAT = "mixle_spark.fit_summary"
+REPORT_SAMPLE_ROWS = 2000
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The bundled sample a job fits when run without ``--input`` / ``--model``: its data (Parquet),
+    spec, default output, and ``delta_table(spark)`` giving it as a Delta table path."""
+
+    data: Path
+    spec: Path
+    output: Path
+    delta_table: Callable[[Any], str]
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _non_negative_float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
+    return value
+
+
+def build_parser(sample: bool = False) -> argparse.ArgumentParser:
+    """The command line (see the module docstring); ``sample``: the job has a bundled sample."""
+    parser = JobArgumentParser(
+        prog=PROG,
+        description="Fit a mixle_spark model spec to a table by EM; write model.json and summary.json.",
+        epilog="With no arguments: fit conf/models/sample.json to the bundled sample on local[*]."
+        if sample
+        else None,
+    )
+    io = parser.add_argument_group("input and output")
+    io.add_argument("--input", help="Delta/Parquet/CSV/JSON path or metastore table name")
+    io.add_argument("--model", help="model spec JSON (conf/models/*.json)")
+    io.add_argument("--output", help="output directory for model.json and summary.json")
+    io.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    io.add_argument(
+        "--report", action="store_true", help="also write report.html (figures need mixle-spark[plot])"
+    )
+    fit = parser.add_argument_group("fit (defaults: the spec's fit section)")
+    fit.add_argument("--max-its", type=_positive_int, help="most EM iterations")
+    fit.add_argument(
+        "--delta", type=_non_negative_float, help="stop when the log-likelihood gain is below this"
+    )
+    fit.add_argument("--seed", type=int, help="initialization seed")
+    fit.add_argument(
+        "--init",
+        choices=INIT_MODES,
+        help="how EM starts: kmeans|| seeding (default) or random responsibilities over a row sample",
+    )
+    fit.add_argument("--init-steps", type=_positive_int, help="k-means|| rounds (default 2)")
+    fit.add_argument("--init-p", type=float, help="fraction of rows used for a random initial model")
+    fit.add_argument("--trials", type=_positive_int, help="random restarts (the best log-likelihood wins)")
+    fit.add_argument("--print-iter", type=int, help="print progress every N iterations")
+    fit.add_argument(
+        "--k",
+        metavar="KS",
+        help="choose the number of components: fit each candidate (2:12 or 2,4,8) and keep the best "
+        "by --criterion (the spec's mixture component, or hidden Markov state, is repeated k times)",
+    )
+    fit.add_argument(
+        "--criterion", choices=("bic", "aic"), default="bic", help="how --k chooses (default: bic)"
+    )
+    run = parser.add_argument_group("execution")
+    run.add_argument(
+        "--backend",
+        choices=("spark", "local", *SPMD_BACKENDS),
+        default="spark",
+        help="default: spark; mpi / torchrun under mpiexec / torchrun",
+    )
+    run.add_argument(
+        "--num-workers", type=_positive_int, help="threads per process for the E-step (local, mpi, torchrun)"
+    )
+    run.add_argument(
+        "--partitions",
+        type=_positive_int,
+        help="repartition the encoded data (num_chunks; default: one partition per task slot)",
+    )
+    run.add_argument(
+        "--no-resident",
+        action="store_true",
+        help="one Spark job per E-step, not resident tasks holding every task slot for the fit "
+        "(for a cluster shared with other jobs; keeps the input's partitioning)",
+    )
+    run.add_argument("--depth", type=_positive_int, help="treeAggregate depth (spark; default 2)")
+    run.add_argument("--master", help="Spark master (default: spark-submit's, $MASTER or local[*])")
+    run.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)"
+    )
+    run.add_argument("--quiet", action="store_true", help="no per-iteration progress on stderr")
+    run.add_argument("--trace", metavar="PATH", help="also write the EM trace live to this JSON-lines file")
+    long = parser.add_argument_group("long fits")
+    long.add_argument("--checkpoint-dir", metavar="DIR", help="checkpoint the fit here and resume from it")
+    long.add_argument(
+        "--checkpoint-every", type=_positive_int, default=1, metavar="N", help="checkpoint every N iterations"
+    )
+    long.add_argument(
+        "--no-resume", dest="resume", action="store_false", help="discard existing checkpoints, start afresh"
+    )
+    long.add_argument(
+        "--on-degenerate",
+        choices=ON_DEGENERATE,
+        default="stop",
+        help="a mixture component whose M-step fails: stop (default), floor or reseed it",
+    )
+    long.add_argument(
+        "--audit-every", type=_positive_int, metavar="N", help="audit partition statistics every N iterations"
+    )
+    long.add_argument(
+        "--audit-fraction",
+        type=_fraction,
+        default=0.1,
+        metavar="F",
+        help="fraction of the partitions recomputed per audit (default 0.1)",
+    )
+    return parser
+
+
+def resolve_args(
+    parser: argparse.ArgumentParser, argv: list[str] | None, sample: Sample | None = None
+) -> argparse.Namespace:
+    """Parse ``argv`` and fill in the sample defaults; argument conflicts exit with code 2."""
+    args = parser.parse_args(argv)
+    if sample is None and (args.input is None or args.model is None):
+        parser.error("--input and --model are required")
+    if (args.input is None) != (args.model is None):
+        parser.error("--input and --model go together (give neither to fit the bundled sample)")
+    args.sample = args.input is None
+    if args.sample:
+        assert sample is not None
+        args.model = str(sample.spec)
+        if args.output is None:
+            args.output, args.overwrite = str(sample.output), True
+    elif args.output is None:
+        parser.error("--output is required with --input")
+    if args.sample and args.backend in SPMD_BACKENDS:
+        parser.error(
+            f"--backend {args.backend} needs --input and --model (a Parquet path each process reads)"
+        )
+    if args.num_workers is not None and args.backend == "spark":
+        parser.error("--num-workers applies to --backend local, mpi and torchrun (spark: spark.task.cpus)")
+    if args.backend != "spark":
+        given = [f"--{n}" for n in ("depth", "master") if getattr(args, n) is not None]
+        given += ["--conf"] if args.conf else []
+        given += ["--no-resident"] if args.no_resident else []
+        if given:
+            parser.error(
+                f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to --backend spark"
+            )
+    args.ks = None
+    if args.k is not None:
+        try:
+            args.ks = parse_ks(args.k)
+        except SpecError as err:
+            parser.error(f"--k: {err}")
+        clash = [
+            f"--{n.replace('_', '-')}" for n in ("checkpoint_dir", "trace") if getattr(args, n) is not None
+        ]
+        if clash:
+            parser.error(f"--k fits several models; {', '.join(clash)} apply to a single fit")
+    try:
+        from mixle_spark.io import parse_conf
+
+        args.spark_conf = parse_conf(args.conf)
+    except ValueError as err:
+        parser.error(str(err))
+    return args
+
+
+def fit_options(args: argparse.Namespace, spec: ModelSpec) -> dict[str, Any]:
+    """The spec's fit options overridden by the command line."""
+    options = dict(spec.fit)
+    for key in ("max_its", "delta", "seed", "init", "init_steps", "init_p", "trials", "print_iter"):
+        value = getattr(args, key)
+        if value is not None:
+            options[key] = value
+    options.setdefault("init", "kmeans||")
+    return options
+
+
+def reliability_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``optimize``'s checkpoint, degenerate-component, audit and live-trace keywords from ``args``."""
+    options: dict[str, Any] = {"on_degenerate": args.on_degenerate}
+    if args.checkpoint_dir is not None:
+        options.update(
+            checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume
+        )
+    if args.audit_every is not None:
+        options["audit"] = SDCAudit(every=args.audit_every, fraction=args.audit_fraction)
+    if args.trace is not None:
+        options["trace_path"] = args.trace
+    return options
+
+
+def read_local_input(source: str) -> Any:
+    """A pyarrow Table from a Parquet file/directory, CSV or JSON-lines file (``--backend local``)."""
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file or directory: {source!r}")
+    if (path / "_delta_log").is_dir():
+        raise FileNotFoundError(f"{source} is a Delta table; read it with --backend spark")
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        import pyarrow.csv as pacsv
+
+        return pacsv.read_csv(path)
+    if suffix in (".json", ".jsonl", ".ndjson"):
+        import pyarrow.json as pajson
+
+        return pajson.read_json(path)
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path)
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _count(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def build_summary(
+    args: argparse.Namespace,
+    model: Any,
+    log_likelihood: float,
+    options: dict[str, Any],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """The run summary written as summary.json."""
+    result = model.fit_result
+    rows = result.history[-1].nobs
+    n_params = count_free_parameters(model)
+    return {
+        "format": SUMMARY_FORMAT,
+        "format_version": 1,
+        "mixle_spark_version": __version__,
+        "input": args.input,
+        "model_spec": args.model,
+        "backend": args.backend,
+        "rows": _count(rows),
+        "iterations": result.n_iter,
+        "converged": result.converged,
+        "stopped_because": result.stopped_because,
+        "log_likelihood": log_likelihood,
+        "log_likelihood_per_row": log_likelihood / rows,
+        "free_parameters": n_params,
+        **information_criteria(log_likelihood, n_params, rows),
+        "seed": result.seed,
+        "fit_options": options,
+        "history": [
+            {
+                "iteration": rec.iteration,
+                "log_likelihood": _finite(rec.log_likelihood),
+                "gain": _finite(rec.gain),
+                "rows": _count(rec.nobs),
+                "seconds": rec.seconds,
+            }
+            for rec in result.history
+        ],
+        **extra,
+    }
+
+
+def trace_summary(trace: Any) -> dict[str, Any]:
+    """The EM trace in a few numbers for summary.json (the per-iteration records are in trace.jsonl)."""
+    records = trace.records
+    seconds = sum(r.seconds for r in records)
+    skews = [r.skew for r in records if math.isfinite(r.skew)]
+    return {
+        "iterations": len(records),
+        "seconds": seconds,
+        "rows_per_second": _finite(sum(r.rows for r in records) / seconds) if seconds > 0 else None,
+        "stat_bytes_per_iteration": max((r.stat_bytes for r in records), default=0),
+        "partitions": max((r.partitions for r in records), default=0),
+        "max_skew": max(skews) if skews else None,
+        "straggler_iterations": [r.iteration for r in records if r.stragglers],
+        "events": [f"iteration {r.iteration}: {e}" for r in records for e in r.events],
+    }
+
+
+def long_fit_summary(args: argparse.Namespace, result: Any) -> dict[str, Any]:
+    """Checkpointing, degenerate-component policy and audit settings of the run, and the resume point."""
+    return {
+        "checkpoint_dir": args.checkpoint_dir,
+        "checkpoint_every": args.checkpoint_every if args.checkpoint_dir else None,
+        "resumed_from_iteration": result.resumed_from,
+        "on_degenerate": args.on_degenerate,
+        "audit": ({"every": args.audit_every, "fraction": args.audit_fraction} if args.audit_every else None),
+        "trace": trace_summary(result.trace),
+    }
+
+
+def _report_warnings(caught: list[warnings.WarningMessage], coord: Coordination = solo) -> list[str]:
+    ours = []
+    for w in caught:
+        if issubclass(w.category, (ConvergenceWarning, SeedingFallbackWarning)) or "mixle_spark" in str(
+            w.filename
+        ):
+            ours.append(str(w.message))
+            coord.say(f"{PROG}: warning: {w.message}")
+        elif coord.is_root:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return ours
+
+
+def open_input(
+    args: argparse.Namespace, extra: dict[str, Any], sample: Sample | None
+) -> tuple[Any, Any, bool]:
+    """``(data, spark session or None, whether this job owns the session)`` for ``args.input``: a
+    Spark DataFrame, a pyarrow Table (``--backend local``) or the path each SPMD process reads."""
+    if args.backend in SPMD_BACKENDS:
+        return args.input, None, False
+    if args.backend != "spark":
+        if args.sample:
+            assert sample is not None
+            args.input = str(sample.data)
+        return read_local_input(args.input), None, False
+    from pyspark.sql import SparkSession
+
+    from mixle_spark.io import read_table, spark_session
+
+    owned = SparkSession.getActiveSession() is None  # never stop a session we were given
+    spark = spark_session("mixle_spark em_fit", master=args.master, conf=args.spark_conf)
+    try:
+        spark.sparkContext.setLogLevel("ERROR")
+        extra["spark"] = {"master": spark.conf.get("spark.master"), "version": spark.version}
+        if args.sample:
+            assert sample is not None
+            args.input = sample.delta_table(spark)
+        return read_table(spark, args.input), spark, owned
+    except BaseException:
+        if owned:
+            spark.stop()
+        raise
+
+
+def report_sample(data: Any) -> Any:
+    """The first ``REPORT_SAMPLE_ROWS`` input rows (a pyarrow Table) for the report's projection."""
+    if isinstance(data, str):  # the path SPMD processes read: only these rows are read here
+        import pyarrow.dataset as pads
+
+        return pads.dataset(data).head(REPORT_SAMPLE_ROWS)
+    if hasattr(data, "limit"):  # a Spark DataFrame: only these rows reach the driver
+        head = data.limit(REPORT_SAMPLE_ROWS)
+        return head.toArrow() if hasattr(head, "toArrow") else head.toPandas()
+    return data.slice(0, REPORT_SAMPLE_ROWS)
+
+
+def fit_model(
+    data: Any,
+    spec: ModelSpec,
+    options: dict[str, Any],
+    trials: int,
+    backend_options: dict[str, Any],
+    out: Any,
+    reliability: dict[str, Any] | None = None,
+    ks: list[int] | None = None,
+    criterion: str = "bic",
+    coord: Coordination = solo,
+) -> tuple[Any, float, dict[str, float], list[str], Any]:
+    """Encode once, run EM (``trials`` restarts: ``best_of``); ``(model, ll, timings, warnings,
+    selection)``.
+
+    ``reliability`` holds ``optimize``'s checkpoint / degenerate-component / audit / trace keywords.
+    ``ks`` chooses the number of components among these by ``select_k`` and ``criterion``;
+    ``selection`` is its :class:`~mixle_spark.model_selection.KSelection` (else None). ``coord``:
+    the processes of an SPMD run (the root prints).
+    """
+    extra_options = reliability or {}
+    t0 = time.perf_counter()
+    found = None
+    estimator = spec.estimator if ks is None else with_components(spec.estimator, max(ks))
+    with encoded_data(data, estimator, **backend_options, **coord.handle_options()) as handle:
+        t1 = time.perf_counter()
+        coord.say(f"{PROG}: encoded {len(handle)} rows{coord.where()} in {t1 - t0:.1f}s")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            warnings.simplefilter("always", SeedingFallbackWarning)
+            if ks is not None:
+                found = select_k(
+                    handle,
+                    spec.estimator,
+                    ks=ks,
+                    criterion=criterion,
+                    trials=trials,
+                    out=out,
+                    **options,
+                    **extra_options,
+                )
+                coord.say(str(found))
+                model = found.model
+                ll = model.fit_result.log_likelihood
+            elif trials > 1:
+                ll, model = best_of(
+                    handle, spec.estimator, trials=trials, out=out, **options, **extra_options
+                )
+            else:
+                model = optimize(handle, spec.estimator, out=out, **options, **extra_options)
+                ll = model.fit_result.log_likelihood
+    timings = {"encode": t1 - t0, "em": time.perf_counter() - t1}
+    return model, ll, timings, _report_warnings(caught, coord), found
+
+
+def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {"backend": args.backend}
+    for flag, key in (("partitions", "num_chunks"), ("depth", "depth"), ("num_workers", "num_workers")):
+        if getattr(args, flag) is not None:
+            options[key] = getattr(args, flag)
+    if args.no_resident:
+        options["resident"] = False
+    return options
+
+
+def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordination = solo) -> dict[str, Any]:
+    """Fit and write; returns the summary. Under SPMD every process runs this; the root writes."""
+    t_start = time.perf_counter()
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    output = Path(args.output)
+    coord.on_root(lambda: check_output_free(output, args.overwrite))
+    spec = coord.agree(lambda: load_spec(args.model))
+    options = fit_options(args, spec)
+    trials = int(options.pop("trials", 1))
+    extra: dict[str, Any] = coord.summary()
+    data, spark, owned = open_input(args, extra, sample)
+    try:
+        t_read = time.perf_counter()
+        coord.say(f"{PROG}: fitting {args.model} to {args.input} (backend {args.backend})")
+        out = None if args.quiet or not coord.is_root else sys.stderr
+        model, ll, timings, caught, found = fit_model(
+            data,
+            spec,
+            options,
+            trials,
+            _backend_options(args),
+            out,
+            reliability_options(args),
+            args.ks,
+            args.criterion,
+            coord,
+        )
+        if found is not None:
+            extra["model_selection"] = found.to_dict()
+        extra["warnings"] = caught
+        extra["long_fit"] = long_fit_summary(args, model.fit_result)
+        summary = build_summary(args, model, ll, {**options, "trials": trials}, extra)
+
+        def write() -> None:
+            timings["total"] = time.perf_counter() - t_start
+            write_outputs(
+                args, model, summary, data, {"start_and_read": t_read - t_start, **timings}, started_at
+            )
+
+        coord.on_root(write)
+    finally:
+        if spark is not None and owned:
+            spark.stop()
+    if coord.is_root:
+        print(describe_model(model))
+        print(
+            f"rows {summary['rows']}, log-likelihood {ll:.6f} "
+            f"({summary['log_likelihood_per_row']:.4f} per row), BIC {summary['bic']:.1f}, "
+            f"{summary['iterations']} iterations, converged={summary['converged']}, "
+            f"{summary['timings']['total']:.1f}s"
+        )
+        print(model.fit_result.trace.summary(), file=sys.stderr)
+        written = ["model.json", "summary.json", "trace.jsonl", *(["report.html"] if args.report else [])]
+        print(f"wrote {', '.join(str(output / name) for name in written[:-1])} and {output / written[-1]}")
+    return summary
+
+
+def write_outputs(
+    args: argparse.Namespace,
+    model: Any,
+    summary: dict[str, Any],
+    data: Any,
+    timings: dict[str, float],
+    started_at: str,
+) -> None:
+    """model.json, summary.json, trace.jsonl (and report.html) into a staging directory renamed
+    into ``args.output``: a failed write leaves the previous output whole."""
+    sample = report_sample(data) if args.report else None
+    with atomic_directory(Path(args.output), overwrite=args.overwrite) as staging:
+        save_model(model, staging / "model.json")
+        (staging / "model.json").chmod(staging.stat().st_mode & 0o666)  # as umask allows, not 0600
+        summary["timings"] = timings
+        summary["started_at"] = started_at
+        summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        (staging / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+        model.fit_result.trace.to_jsonl(staging / "trace.jsonl")
+        if args.report:
+            from mixle_spark.report import write_report
+
+            write_report(model, staging / "report.html", sample=sample, summary=summary)
+
+
+def main(argv: list[str] | None = None, sample: Sample | None = None) -> int:
+    """Entry point: parse, run, map failures to exit codes (see the module docstring)."""
+    args = resolve_args(build_parser(sample is not None), argv, sample)
+    if args.backend in SPMD_BACKENDS:
+        return run_spmd(PROG, args.backend, lambda coord: run(args, sample, coord))
+    return run_job(PROG, lambda: run(args, sample))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
