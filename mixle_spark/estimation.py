@@ -21,11 +21,10 @@ Rules (see ``FitResult``):
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from collections.abc import Callable
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -37,11 +36,11 @@ from mixle_spark.em._records import (
     ON_DEGENERATE,
     FitResult,
     IterationRecord,
-    Progress,
     check_rows,
     init_fraction,
 )
-from mixle_spark.em._run import EMRun, Settings, start_model
+from mixle_spark.em._run import start_model
+from mixle_spark.em.options import FitOptions
 from mixle_spark.em.seeding import Seeding
 from mixle_spark.errors import ConvergenceWarning
 from mixle_spark.parallel.backends.contract import FitSession
@@ -53,6 +52,7 @@ __all__ = [
     "FLOOR_WEIGHT",
     "MAX_RESEEDS",
     "ON_DEGENERATE",
+    "FitOptions",
     "FitResult",
     "IterationRecord",
     "best_of",
@@ -114,31 +114,34 @@ def initialize(
         _release(handle, owned)
 
 
+_OPTIMIZE_POSITIONAL = (
+    "max_its", "delta", "init_p", "seed", "prev_estimate", "init_estimator", "vdata", "out", "print_iter",
+)  # fmt: skip
+_BEST_OF_POSITIONAL = (
+    "trials", "max_its", "init_p", "delta", "seed", "vdata", "init_estimator", "out", "print_iter",
+)  # fmt: skip
+
+
+def _keywords(
+    fn: str, names: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """``kwargs`` with the positional ``args`` named (the positional order users relied on)."""
+    if len(args) > len(names):
+        raise TypeError(f"{fn}() takes at most {len(names) + 2} positional arguments ({len(args) + 2} given)")
+    for name, value in zip(names, args, strict=False):
+        if name in kwargs:
+            raise TypeError(f"{fn}() got multiple values for argument {name!r}")
+        kwargs[name] = value
+    return kwargs
+
+
 def optimize(
-    data: Any,
-    estimator: Estimator,
-    max_its: int = 10,
-    delta: float | None = 1e-9,
-    init_p: float = 0.1,
-    seed: int | None = None,
-    prev_estimate: Distribution | None = None,
-    init_estimator: Estimator | None = None,
-    vdata: Any = None,
-    out: IO[str] | None = None,
-    print_iter: int = 1,
-    *,
-    checkpoint_dir: str | os.PathLike[str] | None = None,
-    checkpoint_every: int = 1,
-    resume: bool = True,
-    on_degenerate: str = "stop",
-    audit: Any = None,
-    trace_path: str | os.PathLike[str] | None = None,
-    mlflow: bool | None = None,
-    init: str | Seeding = "kmeans||",
-    init_steps: int | None = None,
-    **backend_options: Any,
+    data: Any, estimator: Estimator, *args: Any, options: FitOptions | None = None, **kwargs: Any
 ) -> Distribution:
     """Fit ``estimator`` to ``data`` by EM and return the model (with ``model.fit_result``).
+
+    ``optimize(data, estimator, max_its=10, delta=1e-9, init_p=0.1, seed=None, prev_estimate=None,
+    init_estimator=None, vdata=None, out=None, print_iter=1, *, options=None, **keywords)``
 
     Parameters
     ----------
@@ -146,89 +149,32 @@ def optimize(
         Anything else than a handle is encoded with ``encoded_data(data, estimator, **backend_options)``.
     estimator : Estimator
         What to fit.
-    max_its : int
-        Most EM iterations (each one E-step and one M-step, one pass over the data).
-    delta : float or None
-        Stop when the log-likelihood gain is in ``[0, delta)``; None runs exactly ``max_its``.
-    init_p : float
-        Fraction of rows used for a random initial model (``init="random"``).
-    seed : int, optional
-        Seed of the initialization (None means 0: an unseeded fit is deterministic).
     prev_estimate : Distribution, optional
         Start from this model instead of initializing.
-    init_estimator : Estimator, optional
-        Estimator used only for the initial model (e.g. one with pseudo-counts).
     vdata : optional
         Validation data: the model with the best validation log-likelihood is returned.
-    out : text stream, optional
-        Where per-iteration progress lines go (they are always logged at INFO too).
-    print_iter : int
-        Print every ``print_iter``-th iteration.
-    checkpoint_dir : path or URI, optional
-        Write a checkpoint there every ``checkpoint_every`` iterations and resume from the newest
-        valid one (:mod:`mixle_spark.em.resilient`): an interrupted fit re-run with the
-        same arguments continues where it stopped and gives the uninterrupted run's estimates.
-    checkpoint_every : int
-        Iterations between checkpoints (>= 1).
-    resume : bool
-        False ignores and replaces existing checkpoints in ``checkpoint_dir``.
-    on_degenerate : {"stop", "floor", "reseed"}
-        When an M-step cannot build a mixture component (its statistics are NaN or infinite, e.g.
-        squares that overflowed) — caught at that iteration, never passed on:
-        ``stop`` raises :class:`~mixle_spark.errors.DegenerateComponentError` naming the iteration
-        and the component (``err.last_model`` is the model it started from); ``floor`` keeps the
-        component's previous parameters with at least :data:`FLOOR_WEIGHT` weight; ``reseed``
-        restarts it from a fresh random sample of rows (drawn from the seed, the iteration and the
-        component) with weight ``1/K``, at most :data:`MAX_RESEEDS` times per component (then the
-        fit stops as with ``stop``: the data does not support that many components). A component
-        left with weight 0 (no rows) is reported in the trace; ``floor`` gives it
-        :data:`FLOOR_WEIGHT`, ``reseed`` restarts it.
-    audit : SDCAudit or True, optional
-        Silent-corruption audit (:class:`~mixle_spark.em.sdc_audit.SDCAudit`; True = defaults):
-        recompute a sample of partitions by an independent pass and compare.
-    trace_path : path, optional
-        Write the EM trace there as JSON lines while the fit runs (one line per iteration).
-    mlflow : bool, optional
-        Log per-iteration metrics to MLflow; None (default) does when mlflow is installed and a run
-        is active.
-    init : {"kmeans||", "random"} or Seeding
-        How the starting model is made when ``prev_estimate`` is not given (:mod:`mixle_spark.em.seeding`).
-        ``"kmeans||"`` (default) seeds mixtures and hidden Markov models by distributed k-means||
-        over a numeric embedding of the records, then builds each component from the rows nearest
-        its centre (a few passes over the data); ``"random"`` uses random responsibilities over a
-        row sample of fraction ``init_p``. Other models start alike either way.
-    init_steps : int, optional
-        k-means|| rounds (pyspark.ml ``initSteps``; default 2).
+    options : FitOptions, optional
+        How the fit runs (:class:`~mixle_spark.em.options.FitOptions`: ``max_its``, ``delta``,
+        ``seed``, ``init``, checkpoints, ``on_degenerate``, ``audit``, the trace, ...). Each of its
+        fields may be given as a keyword instead (or to override it).
+    **keywords
+        FitOptions fields; the others are the backend's (``backend``, ``num_chunks``, ...), passed
+        to ``encoded_data``.
 
     The per-iteration trace (:class:`~mixle_spark.em.observability.EMTrace`: log-likelihood,
     gain, rows, seconds, rows/s, bytes of statistics merged, partition time skew, component
     weights, events) is returned as ``model.fit_result.trace``.
     """
-    if max_its < 0:
-        raise ValueError(f"max_its must be >= 0, got {max_its}")
-    if delta is not None and not (delta >= 0):
-        raise ValueError(f"delta must be >= 0 or None, got {delta}")
-    settings = Settings.build(
-        checkpoint_dir, checkpoint_every, resume, on_degenerate, audit, trace_path, mlflow, init, init_steps
-    )
+    keywords = _keywords("optimize", _OPTIMIZE_POSITIONAL, args, kwargs)
+    prev_estimate = keywords.pop("prev_estimate", None)
+    vdata = keywords.pop("vdata", None)
+    fit, backend_options = FitOptions.gather(options, keywords)
     started = time.perf_counter()
     handle, owned = _handle(data, estimator, backend_options)
     vhandle, vowned = (None, False) if vdata is None else _handle(vdata, estimator, {})
     try:
-        return EMRun(
-            handle,
-            vhandle,
-            estimator,
-            max_its,
-            delta,
-            init_p,
-            seed_to_int(seed),
-            prev_estimate,
-            init_estimator,
-            Progress(out, print_iter),
-            started,
-            settings,
-        ).run()
+        run = fit.fit(estimator, prev_estimate=prev_estimate, vhandle=vhandle, started=started)
+        return run(handle)
     finally:
         _release(handle, owned)
         _release(vhandle, vowned)
@@ -238,38 +184,6 @@ def iterate(data: Any, estimator: Estimator, max_its: int = 10, **kwargs: Any) -
     """Exactly ``max_its`` EM iterations (``optimize`` with ``delta=None``)."""
     kwargs.pop("delta", None)
     return optimize(data, estimator, max_its=max_its, delta=None, **kwargs)
-
-
-def _em_run(
-    estimator: Estimator,
-    max_its: int,
-    delta: float | None,
-    init_p: float,
-    seed: int,
-    init_estimator: Estimator | None,
-    progress: Progress,
-    settings: Settings,
-) -> Callable[[Any], Distribution]:
-    """One fit from scratch (no starting model, no validation data) over the handle it is given."""
-
-    def run(handle: Any) -> Distribution:
-        started = time.perf_counter()
-        return EMRun(
-            handle,
-            None,
-            estimator,
-            max_its,
-            delta,
-            init_p,
-            seed,
-            None,
-            init_estimator,
-            progress,
-            started,
-            settings,
-        ).run()
-
-    return run
 
 
 def fit_together(
@@ -292,61 +206,37 @@ def trial_seeds(seed: int | None, trials: int) -> list[int]:
 
 
 def best_of(
-    data: Any,
-    estimator: Estimator,
-    trials: int = 5,
-    max_its: int = 10,
-    init_p: float = 0.1,
-    delta: float | None = 1e-9,
-    seed: int | None = None,
-    vdata: Any = None,
-    init_estimator: Estimator | None = None,
-    out: IO[str] | None = None,
-    print_iter: int = 1,
-    *,
-    checkpoint_dir: str | os.PathLike[str] | None = None,
-    checkpoint_every: int = 1,
-    resume: bool = True,
-    on_degenerate: str = "stop",
-    audit: Any = None,
-    trace_path: str | os.PathLike[str] | None = None,
-    mlflow: bool | None = None,
-    init: str | Seeding = "kmeans||",
-    init_steps: int | None = None,
-    **backend_options: Any,
+    data: Any, estimator: Estimator, *args: Any, options: FitOptions | None = None, **kwargs: Any
 ) -> tuple[float, Distribution]:
     """Run ``trials`` EM restarts with distinct seeds derived from ``seed``; return the best
     ``(log_likelihood, model)``, scored on ``vdata`` when given, else on ``data``.
 
+    ``best_of(data, estimator, trials=5, max_its=10, init_p=0.1, delta=1e-9, seed=None, vdata=None,
+    init_estimator=None, out=None, print_iter=1, *, options=None, **keywords)``: ``options`` and the
+    keywords as :func:`optimize`'s; each restart is ``optimize``'s fit routine
+    (:meth:`FitOptions.fit <mixle_spark.em.options.FitOptions.fit>`) from its own seed.
+
     The data (and ``vdata``) are encoded once and shared by every trial, and the trials advance
     together: each pass over the data (one Spark job, or one resident request) makes the next step of
     every trial still running (a converged one drops out), with the same models as trials run one by
-    one (an audited fit, ``audit=``, runs its trials one by one). The reliability and trace options are
-    ``optimize``'s; each trial checkpoints under ``checkpoint_dir/trial-K`` and writes its trace to
-    ``NAME.trial-K.jsonl`` next to ``trace_path``, so an interrupted ``best_of`` resumes trial by trial
-    (finished trials return at once).
+    one (an audited fit, ``audit=``, runs its trials one by one). Each trial checkpoints under
+    ``checkpoint_dir/trial-K`` and writes its trace to ``NAME.trial-K.jsonl`` next to ``trace_path``,
+    so an interrupted ``best_of`` resumes trial by trial (finished trials return at once).
     """
+    keywords = _keywords("best_of", _BEST_OF_POSITIONAL, args, kwargs)
+    trials = keywords.pop("trials", 5)
+    vdata = keywords.pop("vdata", None)
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
-    settings = Settings.build(
-        checkpoint_dir, checkpoint_every, resume, on_degenerate, audit, trace_path, mlflow, init, init_steps
-    )
+    fit, backend_options = FitOptions.gather(options, keywords)
+    settings = fit.settings()
     handle, owned = _handle(data, estimator, backend_options)
     vhandle, vowned = (None, False) if vdata is None else _handle(vdata, estimator, {})
     best: tuple[float, Distribution] | None = None
     try:
         runs = [
-            _em_run(
-                estimator,
-                max_its,
-                delta,
-                init_p,
-                trial_seed,
-                init_estimator,
-                Progress(out, print_iter, f"trial {k}: "),
-                settings.for_trial(k),
-            )
-            for k, trial_seed in enumerate(trial_seeds(seed, trials))
+            fit.fit(estimator, seed=trial_seed, label=f"trial {k}: ", settings=settings.for_trial(k))
+            for k, trial_seed in enumerate(trial_seeds(fit.seed, trials))
         ]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
@@ -359,8 +249,8 @@ def best_of(
             )
             line = f"trial {k}: {'validation ' if vhandle is not None else ''}log-likelihood {ll:.12g}"
             logger.info(line)
-            if out is not None:
-                out.write(line + "\n")
+            if fit.out is not None:
+                fit.out.write(line + "\n")
             if best is None or ll > best[0]:
                 best = (ll, model)
     finally:

@@ -17,12 +17,14 @@ validation log-likelihood when ``vdata`` is given, iterations and convergence.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any
+from typing import Any
 
+from mixle_spark.em.options import FitOptions
 from mixle_spark.errors import ConvergenceWarning, SpecError, TooFewRowsError
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -155,13 +157,9 @@ def select_k(
     criterion: str = "bic",
     *,
     vdata: Any = None,
-    max_its: int = 100,
-    delta: float | None = 1e-6,
-    seed: int | None = None,
     trials: int = 1,
-    out: IO[str] | None = None,
-    print_iter: int = 0,
-    **options: Any,
+    options: FitOptions | None = None,
+    **keywords: Any,
 ) -> KSelection:
     """Fit every candidate number of components and keep the best.
 
@@ -178,15 +176,16 @@ def select_k(
         Lowest BIC / AIC, or highest log-likelihood on ``vdata``.
     vdata : optional
         Validation data (required by ``criterion="validation"``; scored for every candidate).
-    max_its, delta, seed
-        As ``optimize``; every candidate starts from the same seed.
     trials : int
         Restarts per candidate (``best_of``); 1 runs ``optimize``.
-    out : text stream, optional
-        One line per candidate (and EM progress every ``print_iter`` iterations when > 0).
-    **options
-        ``optimize``'s other keywords (``init``, ``init_steps``, ``on_degenerate``, ...) and the
-        backend's (``backend``, ``num_chunks``, ...).
+    options : FitOptions, optional
+        ``optimize``'s options (:class:`~mixle_spark.em.options.FitOptions`), each also accepted as a
+        keyword; here ``max_its`` defaults to 100, ``delta`` to 1e-6 and ``print_iter`` to 0 (``out``
+        gets one line per candidate, and EM progress every ``print_iter`` iterations when > 0); every
+        candidate starts from the same ``seed``. ``checkpoint_dir`` and ``trace_path`` belong to a
+        single fit and are refused.
+    **keywords
+        FitOptions fields, and the backend's options (``backend``, ``num_chunks``, ...).
 
     Returns
     -------
@@ -194,9 +193,7 @@ def select_k(
         ``best_k``, ``model`` (the best fit, with its ``fit_result``), ``table`` (a
         :class:`CandidateFit` per k) and ``models`` (every candidate's fit).
     """
-    from mixle_spark.em._records import Progress
-    from mixle_spark.em._run import Settings
-    from mixle_spark.estimation import _em_run, _handle, _release, fit_together, trial_seeds
+    from mixle_spark.estimation import _handle, _release, fit_together, trial_seeds
     from mixle_spark.stats._random import seed_to_int
     from mixle_spark.summary import count_free_parameters, information_criteria
 
@@ -207,22 +204,17 @@ def select_k(
         raise SpecError("criterion='validation' needs vdata (the held-out rows to score every candidate on)")
     if type(trials) is not int or trials < 1:
         raise SpecError(f"trials must be an integer >= 1, got {trials!r}")
-    fit_keys = {"init", "init_steps", "init_p", "on_degenerate", "mlflow", "audit", "init_estimator"}
-    fit_options = {key: options.pop(key) for key in list(options) if key in fit_keys}
-    settings = Settings.build(
-        None,
-        1,
-        True,
-        fit_options.get("on_degenerate", "stop"),
-        fit_options.get("audit"),
-        None,
-        fit_options.get("mlflow"),
-        fit_options.get("init", "kmeans||"),
-        fit_options.get("init_steps"),
-    )
+    defaults = FitOptions(max_its=100, delta=1e-6, print_iter=0) if options is None else options
+    fit, backend_options = FitOptions.gather(defaults, keywords)
+    single = [name for name in ("checkpoint_dir", "trace_path") if getattr(fit, name) is not None]
+    if single:
+        raise SpecError(f"select_k fits several models; {' and '.join(single)} apply to a single fit")
+    out = fit.out
+    quiet = dataclasses.replace(fit, out=out if fit.print_iter else None)
+    settings = fit.settings()
     estimators = {k: with_components(estimator, k) for k in candidates}
 
-    handle, owned = _handle(data, estimators[candidates[-1]], options)
+    handle, owned = _handle(data, estimators[candidates[-1]], backend_options)
     vhandle, vowned = None, False
     try:
         n = len(handle)
@@ -232,24 +224,12 @@ def select_k(
             )
         if vdata is not None:
             vhandle, vowned = _handle(vdata, estimators[candidates[-1]], {})
-        seeds = trial_seeds(seed, trials) if trials > 1 else [seed_to_int(seed)]
+        seeds = trial_seeds(fit.seed, trials) if trials > 1 else [seed_to_int(fit.seed)]
         runs, owners = [], []
         for k in candidates:
             for t, trial_seed in enumerate(seeds):
                 label = f"k={k}: " if trials == 1 else f"k={k} trial {t}: "
-                progress = Progress(out if print_iter else None, print_iter, label)
-                runs.append(
-                    _em_run(
-                        estimators[k],
-                        max_its,
-                        delta,
-                        fit_options.get("init_p", 0.1),
-                        trial_seed,
-                        fit_options.get("init_estimator"),
-                        progress,
-                        settings,
-                    )
-                )
+                runs.append(quiet.fit(estimators[k], seed=trial_seed, label=label, settings=settings))
                 owners.append(k)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)

@@ -11,10 +11,8 @@ import numpy as np
 import pytest
 
 from mixle_spark.em._lockstep import run_together
-from mixle_spark.em._records import Progress
-from mixle_spark.em._run import Settings
 from mixle_spark.errors import ConvergenceWarning
-from mixle_spark.estimation import _em_run, best_of, optimize, trial_seeds
+from mixle_spark.estimation import FitOptions, best_of, optimize, trial_seeds
 from mixle_spark.parallel import encoded_data
 from mixle_spark.spec import model_to_dict
 from mixle_spark.stats import (
@@ -60,16 +58,7 @@ class CountingHandle:
 
 def _runs(seeds: list[int], max_its: list[int]) -> list[Any]:
     return [
-        _em_run(
-            EST,
-            its,
-            1e-9,
-            0.1,
-            s,
-            None,
-            Progress(None, 0),
-            Settings.build(None, 1, True, "stop", None, None, None),
-        )
+        FitOptions(max_its=its, delta=1e-9, init_p=0.1, print_iter=0).fit(EST, seed=s)
         for s, its in zip(seeds, max_its, strict=True)
     ]
 
