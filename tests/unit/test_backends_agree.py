@@ -1,5 +1,5 @@
 """One weighted initialization and one weighted EM step give the same model on every in-process
-backend (local, mp); Spark and MPI check the same in their suites."""
+backend (local, model_parallel, mp); Spark and MPI check the same in their suites."""
 
 from __future__ import annotations
 
@@ -34,14 +34,15 @@ def flat(model: Any) -> np.ndarray:
 def test_weighted_initialization_and_step_agree_on_local_and_mp(init: str) -> None:
     table = weighted_table()
     fits = {}
-    for backend in ("local", "mp"):
+    for backend in ("local", "model_parallel", "mp"):
         options = {"backend": backend, "weights": "w", "column": "x"}
-        if backend == "mp":
+        if backend != "local":
             options["num_workers"] = 2
         start = initialize(table, EST, seed=3, init=init, **options)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             step = optimize(table, EST, max_its=1, delta=None, seed=3, init=init, **options)
         fits[backend] = (flat(start), flat(step))
-    np.testing.assert_allclose(fits["mp"][0], fits["local"][0], rtol=1e-12)
-    np.testing.assert_allclose(fits["mp"][1], fits["local"][1], rtol=1e-12)
+    for backend in ("model_parallel", "mp"):
+        np.testing.assert_allclose(fits[backend][0], fits["local"][0], rtol=1e-12)
+        np.testing.assert_allclose(fits[backend][1], fits["local"][1], rtol=1e-12)

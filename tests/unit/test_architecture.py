@@ -1,0 +1,203 @@
+"""The layering of docs/architecture.md, checked on the source: a forbidden import fails here.
+
+Every import counts, at module level or inside a function (a lazy import is still a dependency);
+imports under ``if TYPE_CHECKING:`` do not (they never run).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "mixle_spark"
+BACKENDS = "mixle_spark.parallel.backends"
+
+# Each backend and the private modules only it uses. torchrun is the mpi handle over another
+# communicator (TorchRunEncodedData subclasses MPIEncodedData), so it belongs to the mpi backend.
+BACKEND_GROUPS = {
+    "local": ("local",),
+    "spark": ("spark", "_spark_common", "_spark_resident", "_resident_policy", "_resident_wire"),
+    "mp": ("multiprocessing",),
+    "mpi": ("mpi", "_mpi_io", "torchrun"),
+}
+# What every backend may use: the contract, the registry, the shared fold, the threaded E-step.
+BACKEND_SHARED = ("contract", "registry", "_handle", "model_parallel")
+EM_DRIVER = ("mixle_spark.em", "mixle_spark.estimation", "mixle_spark.model_selection", "mixle_spark.cli")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(path: Path) -> set[str]:
+    """The modules ``path`` imports (``from a import b`` counts ``a`` and ``a.b``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def _sources() -> dict[str, set[str]]:
+    return {_module_name(p): _imports(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+SOURCES = _sources()
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _group_of(module: str) -> str | None:
+    if not module.startswith(BACKENDS + "."):
+        return None
+    leaf = module[len(BACKENDS) + 1 :].split(".")[0]
+    return next((g for g, members in BACKEND_GROUPS.items() if leaf in members), None)
+
+
+def _violations(rule: str) -> list[str]:
+    bad = []
+    for module, imports in SOURCES.items():
+        for target in sorted(imports):
+            if rule == "stats" and module.startswith("mixle_spark.stats"):
+                if _within(target, ("mixle_spark.parallel", *EM_DRIVER, "mixle_spark.ml", "mixle_spark.io")):
+                    bad.append(f"{module} -> {target}")
+                if _within(target, ("pyspark", "delta")):
+                    bad.append(f"{module} -> {target}")
+            elif rule == "backend-backend" and _group_of(module) is not None:
+                other = _group_of(target)
+                if other is not None and other != _group_of(module):
+                    bad.append(f"{module} -> {target}")
+            elif rule == "parallel-driver" and module.startswith("mixle_spark.parallel"):
+                if _within(target, EM_DRIVER):
+                    bad.append(f"{module} -> {target}")
+            elif rule == "pyspark" and _within(target, ("pyspark",)):
+                allowed = ("spark", "_spark_common", "_spark_resident", "_resident_policy", "_resident_wire")
+                home = (
+                    _within(module, tuple(f"{BACKENDS}.{m}" for m in allowed))
+                    or _within(module, ("mixle_spark.ml", "mixle_spark.io", "mixle_spark.cli"))
+                    or module == "mixle_spark.parallel.planning._devices"  # Resources.from_spark
+                    or module == "mixle_spark.parallel.planning._sizing"  # sizes of a Spark DataFrame
+                )
+                if not home:
+                    bad.append(f"{module} -> {target}")
+    return bad
+
+
+def test_the_source_tree_is_read() -> None:
+    assert {"mixle_spark.stats.mixture", f"{BACKENDS}.local", "mixle_spark.em._run"} <= set(SOURCES)
+    assert "mixle_spark.stats.base" in SOURCES["mixle_spark.stats.mixture"]
+    assert "mixle_spark.em._run" in SOURCES["mixle_spark.em.options"]  # a `from a import b` is read
+    assert f"{BACKENDS}.model_parallel" in SOURCES[f"{BACKENDS}._handle"]  # so is a lazy import
+
+
+@pytest.mark.parametrize(
+    "rule",
+    ["stats", "backend-backend", "parallel-driver", "pyspark"],
+    ids=[
+        "stats imports neither parallel, the EM driver, ml, io nor Spark",
+        "a backend never imports another backend",
+        "nothing under parallel imports the EM driver, estimation or the jobs",
+        "pyspark is imported only by the spark backend, ml, io and the jobs",
+    ],
+)
+def test_no_forbidden_import(rule: str) -> None:
+    assert _violations(rule) == []
+
+
+def test_the_rules_catch_a_forbidden_import() -> None:
+    """The checks are live: a planted import of each kind is reported."""
+    planted = {
+        "mixle_spark.stats.gaussian": {f"{BACKENDS}.local"},
+        f"{BACKENDS}.multiprocessing": {f"{BACKENDS}.local"},
+        f"{BACKENDS}.mpi": {"mixle_spark.estimation"},
+        "mixle_spark.stats.poisson": {"pyspark.sql"},
+    }
+    saved = {m: set(SOURCES[m]) for m in planted}
+    try:
+        for module, targets in planted.items():
+            SOURCES[module] |= targets
+        assert _violations("stats") == [
+            f"mixle_spark.stats.gaussian -> {BACKENDS}.local",
+            "mixle_spark.stats.poisson -> pyspark.sql",
+        ]
+        assert _violations("backend-backend") == [f"{BACKENDS}.multiprocessing -> {BACKENDS}.local"]
+        assert _violations("parallel-driver") == [f"{BACKENDS}.mpi -> mixle_spark.estimation"]
+    finally:
+        SOURCES.update(saved)
+
+
+def test_the_contract_is_one_file_every_handle_satisfies() -> None:
+    """Every built-in handle class is an EncodedData by its methods; the capability protocols are
+    the ones the EM driver checks."""
+    from mixle_spark.em._lockstep import SharedPassHandle
+    from mixle_spark.parallel.backends import contract
+    from mixle_spark.parallel.backends._handle import PayloadHandle
+    from mixle_spark.parallel.backends.local import LocalEncodedData
+    from mixle_spark.parallel.backends.mpi import MPIEncodedData
+    from mixle_spark.parallel.backends.multiprocessing import MPEncodedData
+
+    for cls in (LocalEncodedData, MPEncodedData, MPIEncodedData, SharedPassHandle):
+        assert issubclass(cls, PayloadHandle)
+        for method in ("pysp_seq_log_density_sum", "pysp_seq_estimate", "pysp_seq_initialize"):
+            assert callable(getattr(cls, method))
+        assert callable(cls.pysp_row_pass) and callable(cls.pysp_em_step)
+    assert hasattr(MPIEncodedData, "on_root") and hasattr(MPIEncodedData, "is_root")
+    assert not hasattr(LocalEncodedData, "on_root")  # one process: nothing to coordinate
+    driver_uses = {"EMStep", "RowPasses", "PartitionAudit", "PartReports", "FitSession", "WorkerEvents"}
+    assert driver_uses <= set(contract.__all__)
+
+
+def test_handles_are_checked_by_isinstance_against_the_protocols() -> None:
+    from mixle_spark.em._lockstep import run_together
+    from mixle_spark.parallel import encoded_data, is_encoded_data_handle
+    from mixle_spark.parallel.backends.contract import (
+        EMStep,
+        EncodedData,
+        FitSession,
+        PartitionAudit,
+        RowDiagnosis,
+        RowPasses,
+        SingleWriter,
+    )
+    from mixle_spark.stats import GaussianEstimator
+
+    with encoded_data([1.0, 2.0, 3.0, 5.0], GaussianEstimator()) as handle:
+        assert is_encoded_data_handle(handle) and isinstance(handle, EncodedData)
+        for capability in (EMStep, RowPasses, PartitionAudit, RowDiagnosis):
+            assert isinstance(handle, capability), capability.__name__
+        assert not isinstance(handle, SingleWriter) and not isinstance(handle, FitSession)
+        seen = run_together(
+            handle, [lambda shared: [isinstance(shared, c) for c in (EncodedData, RowPasses)]]
+        )
+        assert seen[0] == [[True, True]]
+    assert not is_encoded_data_handle([1.0, 2.0]) and not isinstance(object(), EncodedData)
