@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mixle_spark.em._shared_passes import SharedPass
-from mixle_spark.parallel.backends._handle import Payload, PayloadHandle
+from mixle_spark.parallel.backends._handle import Payload, PayloadHandle, Request
 from mixle_spark.parallel.backends.contract import (
     RowDiagnosis,
     RowPasses,
@@ -154,12 +154,10 @@ class SharedPassHandle(PayloadHandle):
     def _call(self, call: Callable[[], Any]) -> Any:
         return self._coordinator.ask(self._slot, call=call)
 
-    def _estep(
-        self, factory: Any, model: Distribution | None, initialize: Any, options: Any = None
-    ) -> Payload:
-        if options is not None:
+    def _estep(self, request: Request) -> Payload:
+        if request[3] is not None:
             raise ValueError("shared passes carry no pass options (run audited fits one by one)")
-        return self._coordinator.ask(self._slot, member=(factory, model, initialize))  # type: ignore[no-any-return]
+        return self._coordinator.ask(self._slot, member=request[:3])  # type: ignore[no-any-return]
 
 
 def run_together(handle: Any, fits: Sequence[Callable[[Any], Any]]) -> tuple[list[Any], int]:

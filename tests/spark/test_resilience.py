@@ -179,8 +179,11 @@ def test_the_trace_reports_every_partition(spark: Any, tmp_path: Path) -> None:
     assert [t.iteration for t in trace] == [0, 1, 2, 3]
     for t in trace:
         assert t.partitions == 2 and t.rows == 4000  # the 4 input partitions laid out for the 2 slots
-        assert t.stat_bytes > 0 and t.skew >= 1.0 and t.rows_per_second > 0
+        assert t.skew >= 1.0 and t.rows_per_second > 0
         assert t.partition_seconds[0] <= t.partition_seconds[1] <= t.partition_seconds[2]
+    # every EM pass merges statistics; the last record is the final model's scoring pass, which ships
+    # none (as on the local backend: tests/unit/test_jobs.py)
+    assert all(t.stat_bytes > 0 for t in trace[:-1]) and trace[-1].stat_bytes == 0
     assert trace[1].component_weights == pytest.approx(tuple(model.fit_result.trace[1].component_weights))
     from mixle_spark.em.observability import EMTrace
 

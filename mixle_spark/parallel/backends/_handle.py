@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -26,6 +26,7 @@ __all__ = [
     "PassOptions",
     "Payload",
     "PayloadHandle",
+    "Request",
     "accumulate_chunks",
     "bind_estimator",
     "fold_chunk",
@@ -55,6 +56,10 @@ class PartReport(NamedTuple):
 Payload = tuple[float, float, Any, tuple[PartReport, ...]]
 """What a chunk / partition contributes: (total weight, weighted log-likelihood, statistics value or
 None, the reports of the partitions merged into it)."""
+
+Request = tuple[Any, "Distribution | None", Any, "PassOptions | None"]
+"""What one pass asks of every partition: ``(factory, model, initialize, options)`` (see
+:func:`accumulate_chunks`)."""
 
 
 @dataclass(frozen=True)
@@ -305,16 +310,19 @@ def stat_nbytes(value: Any) -> int:
 
 
 _Handle = TypeVar("_Handle", bound="PayloadHandle")
+_T = TypeVar("_T")
 
 
 class PayloadHandle:
     """The handle contract for backends whose workers each fold their chunks into one payload.
 
-    A subclass provides ``bind(estimator)`` and ``_estep(factory, model, initialize, options) ->
-    Payload``: every worker runs :func:`accumulate_chunks` over its chunks with the request
-    ``(factory, model, initialize, options)`` and the payloads are merged (:func:`merge_payloads`);
-    the M-step runs here, once. After each pass ``last_parts`` holds the partitions' reports
-    (timings, rows, bytes of statistics) for the EM trace.
+    A subclass provides ``bind(estimator)``, ``partition_ids()`` and ``_estep(request) -> Payload``:
+    every worker runs :func:`accumulate_chunks` over its chunks with the :data:`Request` ``(factory,
+    model, initialize, options)`` and the payloads are merged (:func:`merge_payloads`). Everything
+    else is decided here, once for every backend: the initial row selection and its fallback,
+    weights, key tying, the M-step (:meth:`_finish`; an SPMD backend runs it on its root and shares
+    the result). After each pass ``last_parts`` holds the partitions' reports (timings, rows, bytes
+    of statistics) for the EM trace.
     """
 
     n: int
@@ -341,25 +349,18 @@ class PayloadHandle:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _estep(
-        self,
-        factory: Any,
-        model: Distribution | None,
-        initialize: Any,
-        options: PassOptions | None = None,
-    ) -> Payload:
+    def _estep(self, request: Request) -> Payload:
+        """The merged payload of one pass over every partition."""
         raise NotImplementedError
 
-    def _pass(
-        self,
-        factory: Any,
-        model: Distribution | None,
-        initialize: Any,
-        options: PassOptions | None = None,
-    ) -> Payload:
-        payload = self._estep(factory, model, initialize, options)
+    def _finish(self, request: Request, finish: Callable[[Payload], _T]) -> _T:
+        """One pass, and ``finish(merged payload)`` (the M-step, or what the caller keeps of it)."""
+        payload = self._estep(request)
         self.last_parts = tuple(sorted(payload[3], key=lambda r: r.part))
-        return payload
+        return finish(payload)
+
+    def _statistics(self, factory: Any, value: Any) -> Any:
+        return fold_key_passes(factory.make().from_value(value)).value()
 
     def pysp_em_step(
         self, estimator: Estimator, prev_estimate: Distribution, options: PassOptions | None = None
@@ -367,8 +368,12 @@ class PayloadHandle:
         """One pass: (total weight, log-likelihood of ``prev_estimate``, next estimate)."""
         bound = self.bind(estimator)
         factory = bound.accumulator_factory()
-        nobs, ll, value, _parts = self._pass(factory, prev_estimate, None, options)
-        return nobs, ll, bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
+
+        def mstep(payload: Payload) -> tuple[float, float, Distribution]:
+            nobs, ll, value, _parts = payload
+            return nobs, ll, bound.estimate(nobs, self._statistics(factory, value))
+
+        return self._finish((factory, prev_estimate, None, options), mstep)
 
     def pysp_partition_payloads(
         self, estimator: Estimator, model: Distribution, parts: Iterable[int], *, reference: bool = True
@@ -378,7 +383,7 @@ class PayloadHandle:
         wanted = frozenset(int(p) for p in parts)
         factory = self.bind(estimator).accumulator_factory()
         payload = self._estep(
-            factory, model, None, PassOptions(keep=wanted, only=wanted, reference=reference)
+            (factory, model, None, PassOptions(keep=wanted, only=wanted, reference=reference))
         )
         return {r.part: r.kept for r in payload[3] if r.kept is not None}
 
@@ -389,28 +394,37 @@ class PayloadHandle:
     def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
         """The E-step fold without the M-step: (total weight, merged statistics value)."""
         factory = self.bind(estimator).accumulator_factory()
-        nobs, _ll, value, _parts = self._pass(factory, model, None)
-        return nobs, fold_key_passes(factory.make().from_value(value)).value()
+        return self._finish((factory, model, None, None), lambda p: (p[0], self._statistics(factory, p[2])))
 
     def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
         """(total weight, weighted total log-likelihood of ``estimate``)."""
-        nobs, ll, _value, _parts = self._pass(None, estimate, None)
-        return nobs, ll
+        return self._finish((None, estimate, None, None), lambda p: (p[0], p[1]))
 
     def pysp_row_pass(self, factory: Any, task: Any) -> tuple[float, Any]:
         """One pass of a row task (the seeding's passes): (total weight, merged value of ``factory``'s
         accumulators, each folded by ``task.fold(acc, enc, weights, row_ids)``)."""
-        nobs, _ll, value, _parts = self._pass(factory, None, task)
-        return nobs, value
+        return self._finish((factory, None, task, None), lambda p: (p[0], p[2]))
 
     def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
         """An initial model from rows kept with probability ``p`` (a hash of seed and global row id)
-        and row-keyed random statistics: the same model as the local backend for one seed."""
+        and row-keyed random statistics: the same model on every backend for one seed. When the kept
+        rows weigh less than the estimator needs (:meth:`~Estimator.min_rows`), every row is used."""
         bound = self.bind(estimator)
         seed = seed_from(rng)
         p = 1.0 if p is None or p >= 1.0 else (0.1 if p <= 0.0 else float(p))
         factory = bound.accumulator_factory()
-        nobs, _ll, value, _parts = self._pass(factory, None, (seed, p))
-        if nobs < max(bound.min_rows(), 1) and p < 1.0:
-            nobs, _ll, value, _parts = self._pass(factory, None, (seed, 1.0))
-        return bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
+
+        def initial(fallback: bool) -> Callable[[Payload], Distribution | None]:
+            def finish(payload: Payload) -> Distribution | None:
+                nobs, _ll, value, _parts = payload
+                if fallback and nobs < max(bound.min_rows(), 1):
+                    return None
+                return bound.estimate(nobs, self._statistics(factory, value))
+
+            return finish
+
+        model = self._finish((factory, None, (seed, p), None), initial(p < 1.0))
+        if model is None:
+            model = self._finish((factory, None, (seed, 1.0), None), initial(False))
+        assert model is not None
+        return model

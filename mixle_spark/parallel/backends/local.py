@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.parallel.backends._handle import (
-    PassOptions,
     Payload,
     PayloadHandle,
+    Request,
     accumulate_chunks,
     bind_estimator,
     check_engine_and_precision,
@@ -152,15 +152,9 @@ class LocalEncodedData(PayloadHandle):
         with ThreadPoolExecutor(workers, thread_name_prefix="mixle-chunks") as pool:
             return iter(list(pool.map(fn, items)))
 
-    def _estep(
-        self,
-        factory: Any,
-        model: Distribution | None,
-        initialize: Any,
-        options: PassOptions | None = None,
-    ) -> Payload:
+    def _estep(self, request: Request) -> Payload:
         """Every chunk folded by :func:`accumulate_chunks` as its own partition, merged in chunk order."""
-        request = (factory, model, initialize, options)
+        factory = request[0]
 
         def fold(item: tuple[int, tuple[np.ndarray, Any, np.ndarray]]) -> Payload:
             part, (ids, enc, w) = item

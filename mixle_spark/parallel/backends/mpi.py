@@ -32,15 +32,13 @@ import pyarrow as pa
 from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
 from mixle_spark.parallel.backends import _mpi_io as io
 from mixle_spark.parallel.backends._handle import (
-    PassOptions,
     Payload,
     PayloadHandle,
+    Request,
     accumulate_chunks,
     bind_estimator,
     check_engine_and_precision,
-    fold_key_passes,
     merge_payloads,
-    seed_from,
 )
 from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
 from mixle_spark.stats._tables import one_column_error, split
@@ -426,62 +424,18 @@ class MPIEncodedData(PayloadHandle):
             )
         return merged
 
-    def _estep(
-        self,
-        factory: Any,
-        model: Distribution | None,
-        initialize: Any,
-        options: PassOptions | None = None,
-    ) -> Payload:
+    def _estep(self, request: Request) -> Payload:
         """The global payload (total weight, log-likelihood, merged statistics, partition reports)
         on every rank."""
-        merged = self._reduce((factory, model, initialize, options))
+        merged = self._reduce(request)
         return on_root(self.comm, self.root, lambda: merged[1], merged)  # type: ignore[no-any-return]
 
-    def _root_estimate(self, request: Any, finish: Callable[[Payload], Any]) -> Any:
+    def _finish(self, request: Request, finish: Callable[[Payload], Any]) -> Any:
+        """One pass; ``finish`` (the M-step) runs once, on the root, and its result reaches every rank."""
         merged = self._reduce(request)
-        return on_root(self.comm, self.root, lambda: finish(merged[1]), merged)
-
-    def pysp_em_step(
-        self, estimator: Estimator, prev_estimate: Distribution, options: PassOptions | None = None
-    ) -> tuple[float, float, Distribution]:
-        """One pass: (total weight, log-likelihood of ``prev_estimate``, next estimate), on every rank."""
-        bound = self.bind(estimator)
-        factory = bound.accumulator_factory()
-
-        def mstep(payload: Payload) -> tuple[float, float, Distribution, Any]:
-            nobs, ll, value, parts = payload
-            model = bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
-            return nobs, ll, model, parts
-
-        nobs, ll, model, parts = self._root_estimate((factory, prev_estimate, None, options), mstep)
+        result, parts = on_root(self.comm, self.root, lambda: (finish(merged[1]), merged[1][3]), merged)
         self.last_parts = tuple(sorted(parts, key=lambda r: r.part))
-        return nobs, ll, model
-
-    def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
-        """The E-step fold without the M-step: (total weight, merged statistics value), on every rank."""
-        factory = self.bind(estimator).accumulator_factory()
-
-        def fold(payload: Payload) -> tuple[float, Any]:
-            return payload[0], fold_key_passes(factory.make().from_value(payload[2])).value()
-
-        return self._root_estimate((factory, model, None), fold)  # type: ignore[no-any-return]
-
-    def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
-        """The local backend's initial model for this seed: rows kept by a hash of (seed, global row id)."""
-        bound = self.bind(estimator)
-        seed = seed_from(rng)
-        p = 1.0 if p is None or p >= 1.0 else (0.1 if p <= 0.0 else float(p))
-        factory = bound.accumulator_factory()
-        payload = self._estep(factory, None, (seed, p))
-        if payload[0] < max(bound.min_rows(), 1) and p < 1.0:
-            payload = self._estep(factory, None, (seed, 1.0))
-        value = payload[2]
-        return on_root(  # type: ignore[no-any-return]
-            self.comm,
-            self.root,
-            lambda: bound.estimate(payload[0], fold_key_passes(factory.make().from_value(value)).value()),
-        )
+        return result
 
     def first_nonfinite_row(self, estimate: Distribution) -> tuple[int, float] | None:
         """(global row index, value) of the first row whose log-density is NaN or infinite, if any."""

@@ -26,9 +26,9 @@ import numpy as np
 
 from mixle_spark.errors import MixleError
 from mixle_spark.parallel.backends._handle import (
-    PassOptions,
     Payload,
     PayloadHandle,
+    Request,
     accumulate_chunks,
     bind_estimator,
     check_engine_and_precision,
@@ -252,17 +252,11 @@ class MPEncodedData(PayloadHandle):
         """The ids partitions report in ``last_parts``: worker indices."""
         return range(self.num_workers)
 
-    def _estep(
-        self,
-        factory: Any,
-        model: Distribution | None,
-        initialize: Any,
-        options: PassOptions | None = None,
-    ) -> Payload:
+    def _estep(self, request: Request) -> Payload:
         if self._closed:
             raise ValueError("this encoded-data handle is closed")
-        self._send(("estep", (factory, model, initialize, options)))
-        return _tree_merge(factory, self._collect())  # type: ignore[return-value]
+        self._send(("estep", request))
+        return _tree_merge(request[0], self._collect())  # type: ignore[return-value]
 
 
 def _shard_chunks(rows: int, num_chunks: int | None, sub_chunks: int) -> list[tuple[int, int]]:

@@ -38,9 +38,9 @@ from pyspark.sql import functions as F
 
 from mixle_spark.errors import EmptyDataError, ExecutorError, FieldError, SchemaError
 from mixle_spark.parallel.backends._handle import (
-    PassOptions,
     Payload,
     PayloadHandle,
+    Request,
     accumulate_chunks,
     bind_estimator,
     check_engine_and_precision,
@@ -355,14 +355,8 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             raise EmptyDataError("no rows: every partition of the encoded data is empty")
         return merged  # type: ignore[no-any-return]
 
-    def _estep(
-        self,
-        factory: Any,
-        model: Distribution | None,
-        initialize: Any,
-        options: PassOptions | None = None,
-    ) -> Payload:
-        request = (factory, model, initialize, options)
+    def _estep(self, request: Request) -> Payload:
+        factory, model, initialize, options = request
         use_resident = self._resident_mode is True or (self._resident_mode is None and self._fitting > 0)
         if use_resident and not self.connect:
             merged = self._resident_estep(request)
