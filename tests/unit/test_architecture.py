@@ -97,6 +97,9 @@ def _violations(rule: str) -> list[str]:
                 other = _group_of(target)
                 if other is not None and other != _group_of(module):
                     bad.append(f"{module} -> {target}")
+            elif rule == "planning" and module.startswith("mixle_spark.parallel.planning"):
+                if _within(target, (BACKENDS, *EM_DRIVER)):
+                    bad.append(f"{module} -> {target}")
             elif rule == "parallel-driver" and module.startswith("mixle_spark.parallel"):
                 if _within(target, EM_DRIVER):
                     bad.append(f"{module} -> {target}")
@@ -105,7 +108,6 @@ def _violations(rule: str) -> list[str]:
                 home = (
                     _within(module, tuple(f"{BACKENDS}.{m}" for m in allowed))
                     or _within(module, ("mixle_spark.ml", "mixle_spark.io", "mixle_spark.cli"))
-                    or module == "mixle_spark.parallel.planning._devices"  # Resources.from_spark
                     or module == "mixle_spark.parallel.planning._sizing"  # sizes of a Spark DataFrame
                 )
                 if not home:
@@ -122,10 +124,11 @@ def test_the_source_tree_is_read() -> None:
 
 @pytest.mark.parametrize(
     "rule",
-    ["stats", "backend-backend", "parallel-driver", "pyspark"],
+    ["stats", "backend-backend", "planning", "parallel-driver", "pyspark"],
     ids=[
         "stats imports neither parallel, the EM driver, ml, io nor Spark",
         "a backend never imports another backend",
+        "planning imports no backend (backends read plans, not the other way round)",
         "nothing under parallel imports the EM driver, estimation or the jobs",
         "pyspark is imported only by the spark backend, ml, io and the jobs",
     ],
@@ -140,6 +143,7 @@ def test_the_rules_catch_a_forbidden_import() -> None:
         "mixle_spark.stats.gaussian": {f"{BACKENDS}.local"},
         f"{BACKENDS}.multiprocessing": {f"{BACKENDS}.local"},
         f"{BACKENDS}.mpi": {"mixle_spark.estimation"},
+        "mixle_spark.parallel.planning.planner": {f"{BACKENDS}.spark"},
         "mixle_spark.stats.poisson": {"pyspark.sql"},
     }
     saved = {m: set(SOURCES[m]) for m in planted}
@@ -152,6 +156,7 @@ def test_the_rules_catch_a_forbidden_import() -> None:
         ]
         assert _violations("backend-backend") == [f"{BACKENDS}.multiprocessing -> {BACKENDS}.local"]
         assert _violations("parallel-driver") == [f"{BACKENDS}.mpi -> mixle_spark.estimation"]
+        assert _violations("planning") == [f"mixle_spark.parallel.planning.planner -> {BACKENDS}.spark"]
     finally:
         SOURCES.update(saved)
 

@@ -36,14 +36,6 @@ def is_spark_connect(df: Any) -> bool:
     return type(df).__module__.startswith("pyspark.sql.connect")
 
 
-def task_slots(sc: Any) -> int:
-    """Tasks the session can run at once: executors' cores / ``spark.task.cpus`` as Spark's scheduler
-    counts them for the default resource profile (not ``spark.default.parallelism``); 0 before any
-    executor has registered."""
-    jsc = sc._jsc.sc()
-    return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
-
-
 def _dumps(value: Any) -> bytes:
     return pickle.dumps(value, protocol=5)
 

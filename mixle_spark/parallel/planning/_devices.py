@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PRECISION_BYTES", "DeviceSpec", "Resources", "precision_name"]
+__all__ = ["PRECISION_BYTES", "DeviceSpec", "Resources", "precision_name", "task_slots"]
 
 _PRECISION_ALIASES = {
     "float32": "float32",
@@ -219,12 +219,18 @@ def _jvm_bytes(text: str | None, default_unit: str = "m") -> int | None:
     return out if out > 0 else None
 
 
+def task_slots(sc: Any) -> int:
+    """Tasks a Spark session can run at once: executors' cores / ``spark.task.cpus`` as Spark's
+    scheduler counts them for the default resource profile (not ``spark.default.parallelism``); 0
+    before any executor has registered. The spark backend lays its data out for this many tasks."""
+    jsc = sc._jsc.sc()
+    return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+
+
 def _concurrent_tasks(spark_context: Any) -> int:
     """Task slots of a live SparkContext (0 for anything else, or before executors register)."""
     if getattr(spark_context, "_jsc", None) is None:
         return 0
-    from mixle_spark.parallel.backends._spark_common import task_slots
-
     return task_slots(spark_context)
 
 
