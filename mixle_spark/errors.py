@@ -296,7 +296,29 @@ class CheckpointStoreError(MixleError, ValueError):
 
 
 class CheckpointMismatchError(MixleError, ValueError):
-    """The checkpoint directory holds checkpoints of a different fit (the message says what differs)."""
+    """The checkpoint directory holds checkpoints of a different fit (the message says what differs).
+
+    ``directory`` and ``differences`` hold the same facts for a caller that words its own advice
+    (the jobs name their ``--no-resume`` flag): :meth:`advising` rebuilds the message.
+    """
+
+    def __init__(self, message: str, directory: str | None = None, differences: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.directory = directory
+        self.differences = tuple(differences)
+
+    @classmethod
+    def advising(
+        cls, directory: str, differences: tuple[str, ...], fresh_start: str
+    ) -> CheckpointMismatchError:
+        """The error for ``directory`` whose checkpoints differ by ``differences``; ``fresh_start``
+        says how to start afresh (``resume=False``, ``--no-resume``)."""
+        return cls(
+            f"checkpoint_dir {directory} holds checkpoints of a different fit ({'; '.join(differences)}); "
+            f"use another checkpoint_dir, or {fresh_start} to start afresh and replace them",
+            directory,
+            differences,
+        )
 
 
 class CorruptCheckpointWarning(UserWarning):

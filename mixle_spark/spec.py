@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 import mixle_spark.stats  # noqa: F401  (registers every family)
+from mixle_spark._files import write_atomically
 from mixle_spark._version import __version__
 from mixle_spark.errors import ModelFormatError, SpecError
 from mixle_spark.stats.base import Distribution, Estimator, distribution_from_dict, estimator_from_dict
@@ -202,17 +202,7 @@ def save_model(model: Distribution, path: str | os.PathLike[str], *, overwrite: 
     target = Path(path)
     if target.exists() and not overwrite:
         raise FileExistsError(f"{target} exists; pass overwrite=True to replace it")
-    text = model_to_json(model, indent=2)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text + "\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_atomically(target, model_to_json(model, indent=2) + "\n")
 
 
 def load_model(path: str | os.PathLike[str]) -> Distribution:

@@ -11,6 +11,7 @@ import argparse
 import os
 import re
 import shutil
+import socket
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ __all__ = [
     "error_line",
     "exit_code",
     "run_job",
+    "sweep_stale",
 ]
 
 EXIT_OK = 0
@@ -107,24 +109,66 @@ def check_output_free(target: Path, overwrite: bool, flag: str = "--overwrite") 
     raise FileExistsError(f"output {target} exists; pass {flag} to replace it")
 
 
+def _staging_name(final: Path, kind: str) -> Path:
+    """``.NAME.KIND-HOST-PID-UUID`` beside ``final``: whose it is, so a later run can tell a killed
+    run's leftovers from a live run's."""
+    host = socket.gethostname().replace("-", "_") or "host"
+    return final.with_name(f".{final.name}.{kind}-{host}-{os.getpid()}-{uuid.uuid4().hex}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def sweep_stale(final: Path) -> list[Path]:
+    """Remove what a killed run left beside ``final`` (its staging directory; and if it died between
+    moving the old output aside and moving the new one in, put the old output back). Only leftovers of
+    processes of this host that no longer run are touched. Returns the paths removed or restored."""
+    done: list[Path] = []
+    host = socket.gethostname().replace("-", "_") or "host"
+    pattern = re.compile(rf"^\.{re.escape(final.name)}\.(tmp|old)-([^-]+)-(\d+)-[0-9a-f]{{32}}$")
+    if not final.parent.is_dir():
+        return done
+    for path in sorted(final.parent.iterdir()):
+        found = pattern.match(path.name)
+        if found is None or found.group(2) != host or _alive(int(found.group(3))):
+            continue
+        if found.group(1) == "old" and not final.exists():
+            os.replace(path, final)  # the previous output, whole: nothing is lost
+        elif path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        done.append(path)
+    return done
+
+
 @contextmanager
 def atomic_directory(target: str | os.PathLike[str], overwrite: bool = False) -> Iterator[Path]:
     """Yield an empty staging directory beside ``target``; on success it becomes ``target``.
 
     On an exception the staging directory is removed and ``target`` is untouched. A replaced
-    ``target`` is moved aside first and deleted only once the new one is in place.
+    ``target`` is moved aside first and deleted only once the new one is in place. What a killed run
+    left beside ``target`` is cleaned up first (:func:`sweep_stale`).
     """
     final = Path(target).resolve()
+    sweep_stale(final)
     check_output_free(final, overwrite)
     final.parent.mkdir(parents=True, exist_ok=True)
-    staging = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex}")
+    staging = _staging_name(final, "tmp")
     staging.mkdir()
     try:
         yield staging
         check_output_free(final, overwrite)
         retired = None
         if final.exists():
-            retired = final.with_name(f".{final.name}.old-{uuid.uuid4().hex}")
+            retired = _staging_name(final, "old")
             os.replace(final, retired)
         os.replace(staging, final)
         if retired is not None:

@@ -86,12 +86,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from mixle_spark.cli._common import JobArgumentParser, atomic_directory, check_output_free, run_job
+from mixle_spark.cli._common import (
+    JobArgumentParser,
+    atomic_directory,
+    check_output_free,
+    run_job,
+    sweep_stale,
+)
 from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, run_spmd, solo
 from mixle_spark.cli._summary import SUMMARY_FORMAT, build_summary, long_fit_summary
 from mixle_spark.em.sdc_audit import SDCAudit
 from mixle_spark.em.seeding import INIT_MODES, SeedingFallbackWarning
-from mixle_spark.errors import ConvergenceWarning, SpecError
+from mixle_spark.errors import CheckpointMismatchError, ConvergenceWarning, SpecError
 from mixle_spark.estimation import ON_DEGENERATE, best_of, optimize
 from mixle_spark.model_selection import parse_ks, select_k, with_components
 from mixle_spark.parallel import encoded_data
@@ -429,13 +435,21 @@ def fit_model(
                 coord.say(str(found))
                 model = found.model
                 ll = model.fit_result.log_likelihood
-            elif trials > 1:
-                ll, model = best_of(
-                    handle, spec.estimator, trials=trials, out=out, **options, **extra_options
-                )
             else:
-                model = optimize(handle, spec.estimator, out=out, **options, **extra_options)
-                ll = model.fit_result.log_likelihood
+                try:
+                    if trials > 1:
+                        ll, model = best_of(
+                            handle, spec.estimator, trials=trials, out=out, **options, **extra_options
+                        )
+                    else:
+                        model = optimize(handle, spec.estimator, out=out, **options, **extra_options)
+                        ll = model.fit_result.log_likelihood
+                except CheckpointMismatchError as err:
+                    if err.directory is None:
+                        raise
+                    raise CheckpointMismatchError.advising(
+                        err.directory, err.differences, "--no-resume"
+                    ) from None
     timings = {"encode": t1 - t0, "em": time.perf_counter() - t1}
     return model, ll, timings, _report_warnings(caught, coord), found
 
@@ -455,7 +469,12 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
     t_start = time.perf_counter()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     output = Path(args.output)
-    coord.on_root(lambda: check_output_free(output, args.overwrite))
+
+    def output_free() -> None:
+        sweep_stale(output.resolve())  # what a killed run left beside the output
+        check_output_free(output, args.overwrite)
+
+    coord.on_root(output_free)
     spec = coord.agree(lambda: load_spec(args.model))
     options = fit_options(args, spec)
     trials = int(options.pop("trials", 1))
@@ -520,7 +539,6 @@ def write_outputs(
     sample = report_sample(data) if args.report else None
     with atomic_directory(Path(args.output), overwrite=args.overwrite) as staging:
         save_model(model, staging / "model.json")
-        (staging / "model.json").chmod(staging.stat().st_mode & 0o666)  # as umask allows, not 0600
         summary["timings"] = timings
         summary["started_at"] = started_at
         summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -27,11 +27,9 @@ Stdlib and numpy only; pandas and mlflow are imported when asked for.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -39,6 +37,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from mixle_spark._files import write_atomically
 from mixle_spark.em._rank_records import (
     FitReport,
     RankRecord,
@@ -289,23 +288,10 @@ class EMTrace:
 
     def to_jsonl(self, path: str | os.PathLike[str]) -> None:
         """Write a header line ``{"metadata": ...}`` then one line per iteration, atomically."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
         header: dict[str, Any] = {"metadata": self.metadata}
         if self.rank_records:
             header["rank_records"] = [r.to_dict() for r in self.rank_records]
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(_json_line(header))
-                fh.writelines(_json_line(r.to_dict()) for r in self.records)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        write_atomically(path, [_json_line(header), *(_json_line(r.to_dict()) for r in self.records)])
 
     @classmethod
     def from_jsonl(cls, path: str | os.PathLike[str]) -> EMTrace:

@@ -139,10 +139,7 @@ def check_fingerprint(saved: Mapping[str, Any], current: Mapping[str, Any], wher
                     f"{_WHAT.get(key, key)}: checkpoint {saved.get(key)!r}, now {current.get(key)!r}"
                 )
     if differs:
-        raise CheckpointMismatchError(
-            f"checkpoint_dir {where} holds checkpoints of a different fit ({'; '.join(differs)}); "
-            "use another checkpoint_dir, or resume=False to start afresh and replace them"
-        )
+        raise CheckpointMismatchError.advising(where, tuple(differs), "resume=False")
 
 
 def checkpointed_fold(

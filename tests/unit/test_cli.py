@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,64 @@ def test_argument_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> Non
         parser.parse_args(["--n", "x"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == "prog: error: argument --n: invalid int value: 'x' (see --help)\n"
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _leftover(target: Path, kind: str, pid: int) -> Path:
+    import socket
+    import uuid
+
+    host = socket.gethostname().replace("-", "_") or "host"
+    path = target.with_name(f".{target.name}.{kind}-{host}-{pid}-{uuid.uuid4().hex}")
+    path.mkdir()
+    (path / "model.json").write_text(kind)
+    return path
+
+
+def test_a_killed_runs_staging_directory_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    dead = _leftover(target, "tmp", _dead_pid())
+    live = _leftover(target, "tmp", os.getpid())  # a run still going (this process): left alone
+    other = tmp_path / ".other.tmp-host-1-0123456789abcdef0123456789abcdef"  # another output's
+    other.mkdir()
+    with _cli.atomic_directory(target) as staging:
+        (staging / "model.json").write_text("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out", live.name, other.name])
+    assert not dead.exists()
+
+
+def test_an_old_output_a_killed_run_moved_aside_is_put_back(tmp_path: Path) -> None:
+    """Killed between moving the old output aside and moving the new one in: nothing is lost."""
+    target = tmp_path / "out"
+    _leftover(target, "old", _dead_pid())
+    _leftover(target, "tmp", _dead_pid())
+    assert len(_cli.sweep_stale(target)) == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert (target / "model.json").read_text() == "old"
+
+
+def test_every_output_file_gets_the_mode_umask_allows(tmp_path: Path) -> None:
+    from mixle_spark._files import file_mode
+    from mixle_spark.em.observability import EMTrace
+    from mixle_spark.spec import save_model
+    from mixle_spark.stats import GaussianDistribution
+
+    previous = os.umask(0o022)
+    try:
+        assert file_mode() == 0o644
+        with _cli.atomic_directory(tmp_path / "out") as staging:
+            save_model(GaussianDistribution(0.0, 1.0), staging / "model.json")
+            EMTrace().to_jsonl(staging / "trace.jsonl")
+            (staging / "summary.json").write_text("{}")
+        modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "out").iterdir()}
+    finally:
+        os.umask(previous)
+    assert modes == {"model.json": 0o644, "summary.json": 0o644, "trace.jsonl": 0o644}

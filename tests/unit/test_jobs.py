@@ -284,3 +284,17 @@ def test_em_fit_chooses_k_by_bic_and_reports_the_curve(tmp_path: Path) -> None:
     assert len(load_model(out / "model.json").components) == 3
     page = (out / "report.html").read_text()
     assert '<section id="model-selection">' in page and "k = 3 by BIC" in page
+
+
+def test_em_fit_checkpoint_of_another_fit_names_the_no_resume_flag(tmp_path: Path) -> None:
+    base = ("--input", str(SAMPLE), "--model", str(SPEC), *FAST, "--quiet", "--max-its", "2")
+    ckpt = ("--checkpoint-dir", str(tmp_path / "ckpt"))
+    assert _run(*base, *ckpt, "--seed", "1", "--output", str(tmp_path / "a")).returncode == 0
+    other = _run(*base, *ckpt, "--seed", "2", "--output", str(tmp_path / "b"))
+    assert other.returncode == 2
+    assert _error_lines(other.stderr) == [
+        f"em_fit: error: checkpoint_dir {tmp_path / 'ckpt'} holds checkpoints of a different fit "
+        "(the seed: checkpoint 1, now 2); use another checkpoint_dir, or --no-resume to start afresh "
+        "and replace them"
+    ]
+    assert not (tmp_path / "b").exists()

@@ -12,12 +12,13 @@ import json
 import math
 import numbers
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from mixle_spark._files import write_atomically
 
 __all__ = ["PRECISION_BYTES", "DeviceSpec", "Resources", "precision_name", "task_slots"]
 
@@ -541,19 +542,7 @@ class Resources:
     def save(self, path: str | os.PathLike[str], **kwargs: Any) -> None:
         """Write :meth:`to_json` to ``path`` atomically (a temporary file in the same directory, then
         ``os.replace``), so a reader never sees a half-written file."""
-        target = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(target))
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(self.to_json(**kwargs))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomically(path, self.to_json(**kwargs))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Resources:
