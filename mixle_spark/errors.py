@@ -151,7 +151,10 @@ class FieldError(MixleError):
             "scope": self.scope,
         }
         state.update(changes)
-        return type(self)(self.detail, **state)
+        copy = type(self)(self.detail, **state)
+        if hasattr(self, "unreadable_cells"):  # see mixle_spark.stats._validate.unreadable_cells
+            copy.unreadable_cells = self.unreadable_cells  # type: ignore[attr-defined]
+        return copy
 
     def at(self, field: str) -> FieldError:
         """The same error, one field further out (``field`` is prepended to the path)."""

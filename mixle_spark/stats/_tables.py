@@ -108,6 +108,8 @@ class TableRows:
         self.table = table
         self.data = data
         self.column = column
+        self.read_column: str | None = None
+        """The one column the encoder reads (named in its errors), once :meth:`source` chose it."""
 
     @property
     def arrow(self) -> bool:
@@ -145,9 +147,11 @@ class TableRows:
                 raise SchemaError(
                     f"column {self.column!r} not found; the data has columns {table.column_names}"
                 )
+            self.read_column = self.column
             return table.column(self.column)
         if table.num_columns != 1:
             raise one_column_error(table.column_names)
+        self.read_column = table.column_names[0]
         return table.column(0)
 
     def piece(self, source: Any, start: int, stop: int) -> Any:
@@ -164,7 +168,7 @@ class TableRows:
         state: Any = None
         for i, (start, stop) in enumerate(bounds):
             scan = encoder.scan_arrow if self.arrow else encoder.scan
-            part = located(scan, self.piece(source, start, stop), start, stop, self.n)
+            part = located(scan, self.piece(source, start, stop), start, stop, self.n, self.read_column)
             state = part if i == 0 else encoder.merge_scans(state, part)
         return state, estimator.with_scan(state).encoder()
 
@@ -174,18 +178,25 @@ class TableRows:
         """``(start, stop, encoded)`` of every chunk of ``bounds``."""
         encode = encoder.from_arrow if self.arrow else encoder.encode
         return [
-            (start, stop, located(encode, self.piece(source, start, stop), start, stop, self.n))
+            (
+                start,
+                stop,
+                located(encode, self.piece(source, start, stop), start, stop, self.n, self.read_column),
+            )
             for start, stop in bounds
         ]
 
 
-def located(fn: Callable[[Any], Any], piece: Any, start: int, stop: int, n: int) -> Any:
+def located(
+    fn: Callable[[Any], Any], piece: Any, start: int, stop: int, n: int, column: str | None = None
+) -> Any:
     """``fn(piece)`` for rows ``[start, stop)`` of ``n``; a bad value is reported at its row in the
-    whole data set."""
+    whole data set (and in ``column``, the one column a non-record model reads)."""
     try:
         return fn(piece)
     except FieldError as err:
-        raise err.in_rows(np.arange(start, stop), n) from None
+        located_err = err.in_rows(np.arange(start, stop), n)
+        raise (located_err.at(column) if column and not err.path else located_err) from None
 
 
 def encode_rows(data: Any, encoder: Encoder) -> list[Any]:

@@ -81,6 +81,32 @@ def _first_valid(array: pa.Array) -> tuple[int, Any]:
     return i, array[i].as_py()
 
 
+def _first_non_number(array: pa.Array) -> tuple[int, Any, int]:
+    """``(row, value, unreadable cells)``: the first value of a text column that does not read as a
+    number (a CSV column with one bad cell is read as text: the cell to report is that one, not the
+    first), and how many do not; else the first value and 0."""
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        import pandas as pd
+
+        text = array.to_pandas()
+        spelled_nan = text.str.strip().str.lower().isin(("nan", "+nan", "-nan")).to_numpy()
+        unreadable = pd.to_numeric(text, errors="coerce").isna().to_numpy() & text.notna().to_numpy()
+        unreadable &= ~spelled_nan
+        if unreadable.any():
+            i = first_true(unreadable)
+            return i, array[i].as_py(), int(unreadable.sum())
+    row, value = _first_valid(array)
+    return row, value, 0
+
+
+def unreadable_cells(err: BaseException) -> int | None:
+    """For a text column where numbers were expected: how many cells of the batch behind ``err`` do
+    not read as numbers (0: every cell reads, only the column's type is wrong); None for any other
+    error. A caller choosing which error to report prefers cells that do not read."""
+    cells = getattr(err, "unreadable_cells", None)
+    return None if cells is None else int(cells)
+
+
 def arrow_float_values(data: Any, expected: str) -> np.ndarray:
     """A numeric Arrow column -> float64 numpy array (zero-copy for float64 without nulls).
 
@@ -96,8 +122,10 @@ def arrow_float_values(data: Any, expected: str) -> np.ndarray:
         or pa.types.is_decimal(typ)
         or pa.types.is_null(typ)
     ):
-        row, value = _first_valid(array)
-        raise DataTypeError(f"{expected} (Arrow type {typ})", value=value, row=row, n_rows=len(array))
+        row, value, cells = _first_non_number(array)
+        err = DataTypeError(f"{expected} (Arrow type {typ})", value=value, row=row, n_rows=len(array))
+        err.unreadable_cells = cells  # type: ignore[attr-defined]
+        raise err
     if array.null_count:
         mask = np.asarray(array.is_null().to_numpy(zero_copy_only=False))
         raise DataValueError(

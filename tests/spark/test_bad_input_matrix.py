@@ -36,6 +36,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from mixle_spark._version import __version__  # noqa: E402
 from mixle_spark.errors import (  # noqa: E402
+    DataTypeError,
     DataValueError,
     EmptyDataError,
     ModelFormatError,
@@ -185,12 +186,20 @@ NEWER = (
 )
 FAMILIES = ", ".join(sorted(registered_estimators()))  # bernoulli, binomial, ..., gaussian, ...
 CASES = {
-    # 1. a string column where Gaussian needs numbers: refused from the schema, before any job
+    # 1. a string column where Gaussian needs numbers: the cell that does not read, and its row
     "string-in-gaussian-column": Case(
+        _fit(_record(amount="gaussian")),
+        DataTypeError,
+        r"^column 'amount': expected a finite number for GaussianEstimator \(Arrow type string\), "
+        r"got string '12\.5x' \(row 3 of 6\)$",
+        table=_table(amount=["12.5", "80.0", "12.5x", "60.0", "20.0", "75.0"]),
+    ),
+    # ... and when every cell reads as a number, the column's type is still wrong: refused as such
+    "numbers-as-text-in-gaussian-column": Case(
         _fit(_record(amount="gaussian")),
         SchemaError,
         r"^column 'amount': expected a numeric column for GaussianEstimator, got Arrow type string$",
-        table=_table(amount=["12.5", "80.0", "12.5x", "60.0", "20.0", "75.0"]),
+        table=_table(amount=["12.5", "80.0", "15.0", "60.0", "20.0", "75.0"]),
     ),
     # 2. an array column for a scalar field
     "array-column-for-categorical": Case(

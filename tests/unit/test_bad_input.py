@@ -28,7 +28,8 @@ def test_string_in_a_numeric_column() -> None:
     df = pd.DataFrame({"spend_eur": ["1.0", "12.5x"], "channel": ["a", "b"]})
     est = _record(spend_eur=GaussianEstimator(), channel=CategoricalEstimator())
     with pytest.raises(
-        DataTypeError, match=r"column 'spend_eur': expected a .*number for GaussianEstimator.*'1.0'"
+        DataTypeError,
+        match=r"column 'spend_eur': expected a .*number for GaussianEstimator.*'12.5x' \(row 2 of 2\)",
     ):
         optimize(df, est)
 

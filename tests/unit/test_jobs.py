@@ -298,3 +298,23 @@ def test_em_fit_checkpoint_of_another_fit_names_the_no_resume_flag(tmp_path: Pat
         "and replace them"
     ]
     assert not (tmp_path / "b").exists()
+
+
+def test_em_fit_local_names_the_bad_cell_not_the_first_one(tmp_path: Path) -> None:
+    """A CSV column with one bad cell is read as text; the error names that cell and its row."""
+    rng = np.random.default_rng(0)
+    cells = [f"{x:.3f}" for x in rng.normal(50, 10, 500)]
+    cells[41] = "12.5x"
+    cells[7] = "nan"  # reads as a number (not finite, but not the cell to blame first)
+    data = tmp_path / "bad.csv"
+    data.write_text("amount\n" + "\n".join(cells) + "\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"type": "mixture", "k": 2, "component": "gaussian"}))
+    proc = _run(
+        "--backend", "local", "--input", str(data), "--model", str(spec), "--output", str(tmp_path / "f")
+    )
+    assert proc.returncode == 2
+    assert _error_lines(proc.stderr) == [
+        "em_fit: error: column 'amount': expected a finite number for GaussianEstimator (Arrow type string), "
+        "got string '12.5x' (row 42 of 500)"
+    ]

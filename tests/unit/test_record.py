@@ -94,7 +94,8 @@ def test_bad_value_in_nested_field_names_the_path_and_value() -> None:
     with pytest.raises(DataTypeError, match=r"column 'outer.inner': expected .*'12.5x' \(row 2 of 2\)"):
         nested_model().encoder().encode(bad)
     table = pa.table({"amount": [1.0, 2.0], "outer": pa.array([{"inner": "0.5"}, {"inner": "12.5x"}])})
-    with pytest.raises(DataTypeError, match=r"column 'outer.inner': expected .*'0.5'"):
+    # the same for Arrow text: the cell that does not read as a number, not the first one ('0.5')
+    with pytest.raises(DataTypeError, match=r"column 'outer.inner': expected .*'12.5x' \(row 2 of 2\)"):
         nested_model().encoder().from_arrow(table)
 
 

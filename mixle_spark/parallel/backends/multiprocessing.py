@@ -80,7 +80,13 @@ def _worker_main(conn: Any) -> None:
 
 
 def _encode_shard(
-    piece: Any, encoder: Encoder, start: int, n: int, weights: np.ndarray, bounds: list[tuple[int, int]]
+    piece: Any,
+    encoder: Encoder,
+    start: int,
+    n: int,
+    weights: np.ndarray,
+    bounds: list[tuple[int, int]],
+    column: str | None,
 ) -> list[tuple[Any, np.ndarray, np.ndarray]]:
     """Encode a shard's chunks (row ranges relative to the shard; ids are global row indices).
     A bad value is reported at its row in the whole data set."""
@@ -88,7 +94,7 @@ def _encode_shard(
     out = []
     for a, b in bounds:
         part = piece.slice(a, b - a) if hasattr(piece, "slice") else piece[a:b]
-        enc = located(encode, part, start + a, start + b, n)
+        enc = located(encode, part, start + a, start + b, n, column)
         out.append((enc, weights[a:b], np.arange(start + a, start + b, dtype=np.uint64)))
     return out
 
@@ -147,7 +153,18 @@ class MPEncodedData(PayloadHandle):
             for i, (a, b) in enumerate(self.shards):
                 bounds = _shard_chunks(b - a, num_chunks, sub_chunks)
                 piece = self._source.slice(a, b - a) if hasattr(self._source, "slice") else self._source[a:b]
-                self._conns[i].send(("load", piece, self.encoder, a, self.n, self._weights[a:b], bounds, i))
+                load = (
+                    "load",
+                    piece,
+                    self.encoder,
+                    a,
+                    self.n,
+                    self._weights[a:b],
+                    bounds,
+                    rows.read_column,
+                    i,
+                )
+                self._conns[i].send(load)
             self._collect()
         except BaseException:
             self.close()

@@ -66,7 +66,7 @@ from mixle_spark.parallel.backends._spark_common import (
     state_paths,
 )
 from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
-from mixle_spark.stats._validate import as_arrow_array, check_weights
+from mixle_spark.stats._validate import as_arrow_array, check_weights, unreadable_cells
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
 __all__ = ["ROW_ID_COLUMN", "WEIGHT_COLUMN", "SparkEncodedData", "is_spark_connect", "make_spark", "score"]
@@ -173,7 +173,11 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         self.columns = _data_columns(data, base, column, weights)
         self.reads_table = base.column_names() is not None
         selected = _vector_columns_to_arrays(data, self.columns)
-        _check_schema(selected, base, self.columns)
+        try:
+            _check_schema(selected, base, self.columns)
+            schema_error: SchemaError | None = None
+        except SchemaError as err:  # the encoding pass below finds the first bad value and its row
+            schema_error = err
         cols = [F.col(c) for c in self.columns]
         if weights is not None:
             cols.append(F.col(weights).cast("double").alias(WEIGHT_COLUMN))
@@ -193,10 +197,20 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             frame = frame.repartition(num_chunks).sortWithinPartitions(ROW_ID_COLUMN)
         self.frame = frame.persist(self._storage_level)
         try:
-            self._scan, self.offsets, self.n, self.num_partitions = self._scan_pass(base, estimator)
-        except BaseException:
+            self._scan, self.offsets, self.n, self.num_partitions = self._scan_pass(
+                base, estimator, schema_error
+            )
+        except FieldError:
             self.frame.unpersist()
             raise
+        except BaseException:
+            self.frame.unpersist()
+            if schema_error is not None:
+                raise schema_error from None
+            raise
+        if schema_error is not None:  # every value read after all: the column's type is still wrong
+            self.frame.unpersist()
+            raise schema_error
         self.encoder = (
             estimator.with_scan(self._scan).encoder() if estimator is not None and base.needs_scan else base
         )
@@ -204,7 +218,9 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             self.frame = self._compacted(self.frame, self._storage_level)
 
     # -- the encoding pass --------------------------------------------------------------------
-    def _scan_pass(self, encoder: Encoder, estimator: Estimator | None) -> tuple[Any, np.ndarray, int, int]:
+    def _scan_pass(
+        self, encoder: Encoder, estimator: Estimator | None, schema_error: SchemaError | None = None
+    ) -> tuple[Any, np.ndarray, int, int]:
         read = _reader(self.columns, self.reads_table)
         needs_scan = estimator is not None and encoder.needs_scan
         has_weights, weight_name = self.has_weights, self.weight_name
@@ -213,6 +229,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             state: Any = None
             seen: dict[int, int] = {}
             error: tuple[int, FieldError] | None = None
+            error_cells = -1  # cells of error's batch that do not read (see unreadable_cells); -1: n/a
             bad = 0
             for batch in batches:
                 if batch.num_rows == 0:
@@ -229,18 +246,20 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
                     checker = estimator.with_scan(local).encoder() if needs_scan else encoder  # type: ignore[union-attr]
                     checker.from_arrow(data)
                 except FieldError as err:
-                    bad += err.count or 1
-                    if error is None:
+                    cells = unreadable_cells(err)  # None: not a text-for-numbers error
+                    bad += (err.count or 1) if cells is None else cells
+                    cells = -1 if cells is None else cells
+                    if error is None or (cells > 0 and error_cells <= 0):  # a cell that does not read wins
                         row = err.row if err.row is not None else 0
-                        error = (int(mid[min(row, len(mid) - 1)]), err)
+                        error, error_cells = (int(mid[min(row, len(mid) - 1)]), err), cells
                     continue
                 state = local if state is None else encoder.merge_scans(state, local)
-            yield _payload_batch((state, seen, error, bad))
+            yield _payload_batch((state, seen, error, bad, error_cells))
 
         rows = self.frame.mapInArrow(scan_partition, _SCAN_SCHEMA).collect()
         payloads = [pickle.loads(r[0]) for r in rows]
         counts: dict[int, int] = {}
-        for _state, seen, _error, _bad in payloads:
+        for _state, seen, *_rest in payloads:
             for p, c in seen.items():
                 counts[p] = max(counts.get(p, 0), c)
         top = max(counts) + 1 if counts else 0
@@ -253,11 +272,17 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         n = int(sizes.sum())
         if n == 0:
             raise EmptyDataError("no rows to encode: the DataFrame is empty")
-        errors = [(e, b) for _s, _seen, e, b in payloads if e is not None]
+        errors = [(e, b, c) for _s, _seen, e, b, c in payloads if e is not None]
         if errors:
-            total_bad = sum(b for _e, b in errors)
-            (mid, err), _b = min(errors, key=lambda eb: _global_row(eb[0][0], offsets))
-            raise err.located(_global_row(mid, offsets), n, total_bad) from None
+            total_bad = sum(b for _e, b, _c in errors)
+            # the first cell that does not read at all, else the first bad row
+            (mid, err), _b, cells = min(errors, key=lambda e: (e[2] <= 0, _global_row(e[0][0], offsets)))
+            if schema_error is not None and cells <= 0:  # no cell that does not read: the type it is
+                raise schema_error
+            located = err.located(_global_row(mid, offsets), n, total_bad)
+            if not self.reads_table and not located.path:
+                located = located.at(self.columns[0])
+            raise located from None
         state: Any = None
         for s, *_rest in payloads:
             if s is not None:
