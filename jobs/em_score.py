@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mixle_spark.cli._common import JobArgumentParser, run_job
+from mixle_spark.cli._common import JobArgumentParser, job_spark_session, run_job
 from mixle_spark.spec import load_model
 
 PROG = "em_score"
@@ -49,12 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)"
     )
+    parser.add_argument(
+        "--verbose", action="store_true", help="Spark's console output and a failure's traceback on stderr"
+    )
     return parser
 
 
 def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
     """Read, score, write; returns a small report."""
-    from mixle_spark.io import read_table, spark_session, write_table
+    from mixle_spark.io import read_table, write_table
 
     started = time.perf_counter()
     model = load_model(args.model)
@@ -66,9 +69,8 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
     owned = SparkSession.getActiveSession() is None  # never stop a session we were given
-    spark = spark_session("mixle_spark em_score", master=args.master, conf=spark_conf)
+    spark = job_spark_session(PROG, args.master, spark_conf, args.verbose)
     try:
-        spark.sparkContext.setLogLevel("ERROR")
         from mixle_spark.parallel.backends.spark import score
 
         scored = score(model, read_table(spark, args.input))
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         spark_conf = parse_conf(args.conf)
     except ValueError as err:
         parser.error(str(err))
-    return run_job(PROG, lambda: run(args, spark_conf))
+    return run_job(PROG, lambda: run(args, spark_conf), verbose=args.verbose)
 
 
 if __name__ == "__main__":

@@ -218,6 +218,7 @@ def spark_session(
     conf: Mapping[str, str] | None = None,
     *,
     delta: bool = True,
+    jvm_log: str | os.PathLike[str] | None = None,
 ) -> SparkSession:
     """Get or create a SparkSession with Delta configured.
 
@@ -236,6 +237,10 @@ def spark_session(
         :func:`spark_defaults_file`), which overrides :data:`LOCAL_DEFAULTS`.
     delta : bool
         Configure the Delta extension, catalog and jar (skipped when the session already has Delta).
+    jvm_log : path, optional
+        When this call launches the JVM, its console output (the jar resolution report, Spark's
+        log) goes to this file instead of stderr: what the jobs do unless ``--verbose``, so that a
+        failure is one line. Under ``spark-submit`` the JVM is already running and this is ignored.
 
     Notes
     -----
@@ -269,6 +274,8 @@ def spark_session(
     settings = session_settings(master, conf, submitted=submitted, delta=delta)
     for key, value in settings.items():
         builder = builder.config(key, value)
+    if jvm_log is not None and submitted is None:
+        _launch_jvm_logging_to(jvm_log, {"spark.master": master, "spark.app.name": app, **settings})
     spark = builder.getOrCreate()
     if not local and (spark.conf.get(SHIP_PACKAGE, "true") or "true").lower() != "false":
         ship_package(spark)
@@ -282,6 +289,23 @@ def spark_session(
             f"--packages {delta_package()} (or delta=False to run without Delta)"
         )
     return spark
+
+
+def _launch_jvm_logging_to(path: str | os.PathLike[str], settings: Mapping[str, str]) -> None:
+    """Start the Spark JVM (if none runs in this process) with its stdout and stderr in ``path``."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    conf = SparkConf(loadDefaults=False)
+    for key, value in settings.items():
+        conf.set(key, value)
+    with open(target, "ab") as log:
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
 
 
 SHIP_PACKAGE = "spark.mixle.shipPackage"

@@ -30,8 +30,10 @@ __all__ = [
     "check_output_free",
     "error_line",
     "exit_code",
+    "job_spark_session",
     "run_job",
     "sweep_stale",
+    "translate_spark_error",
 ]
 
 EXIT_OK = 0
@@ -57,10 +59,85 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else ""
 
 
+def _java_chain(err: BaseException) -> list[str]:
+    """The messages of a Spark / Java error and its causes, outermost first ("Type: message")."""
+    text = str(err)
+    java = getattr(err, "java_exception", None)
+    if java is not None:
+        try:
+            text = str(java.toString())
+            cause = java.getCause()
+            while cause is not None:
+                text += f"\nCaused by: {cause.toString()}"
+                cause = cause.getCause()
+        except Exception:  # a gateway already gone: the Python-side text is all there is
+            text = str(err)
+    chain = [_first_line(text)]
+    chain += [
+        line.strip()[len("Caused by: ") :]
+        for line in text.splitlines()
+        if line.strip().startswith("Caused by: ")
+    ]
+    return [c for c in chain if c]
+
+
+_UNREADABLE_FILE = re.compile(
+    r"(?:FAILED_READ_FILE|is not a Parquet file|Could not read footer|CANNOT_READ_FILE)"
+)
+_FILE_IN_MESSAGE = re.compile(r"(?:reading file|Encountered error while reading file) (\S+?)\.?(?:\s|$)")
+_LOST_WORKER = re.compile(
+    r"(?:Python worker exited unexpectedly|PYTHON_WORKER_EXITED|ExecutorLostFailure|Lost executor|"
+    r"executor .* exited|Connection reset|EOFException)",
+    re.IGNORECASE,
+)
+_DELTA_CONFLICT = re.compile(
+    r"(?:DELTA_CONCURRENT_\w+|DELTA_PROTOCOL_CHANGED|DELTA_METADATA_CHANGED|Concurrent\w*Exception|"
+    r"ProtocolChangedException|MetadataChangedException)"
+)
+
+
+def translate_spark_error(err: BaseException) -> tuple[str, int] | None:
+    """``(one line, exit code)`` for a Spark / Java failure whose cause we can name: an unreadable
+    input file, a lost executor or Python worker, another writer committing to the same Delta table.
+    None for anything else. This is the one place the jobs translate such errors."""
+    if not (hasattr(err, "java_exception") or type(err).__module__.startswith(("py4j", "pyspark"))):
+        return None
+    chain = _java_chain(err)
+    text = "\n".join(chain)
+    deepest = chain[-1] if chain else type(err).__name__
+    if _UNREADABLE_FILE.search(text):
+        found = _FILE_IN_MESSAGE.search(text)
+        where = f" {found.group(1)}" if found else ""
+        reason = deepest.split(": ", 1)[-1]
+        if found and reason.startswith(found.group(1)):
+            reason = reason[len(found.group(1)) :].strip()
+        return f"cannot read input file{where}: {reason}", EXIT_BAD_INPUT
+    if _DELTA_CONFLICT.search(text):
+        found = re.search(r"DELTA_[A-Z_]+", text) or _DELTA_CONFLICT.search(text)
+        assert found is not None
+        return (
+            f"another job committed to the same Delta table at the same time ({found.group(0)}); "
+            "nothing of this run was committed: run it again",
+            EXIT_FAILURE,
+        )
+    if _LOST_WORKER.search(text):
+        found = _LOST_WORKER.search(text)
+        assert found is not None
+        return (
+            f"a Spark executor or its Python worker was lost and the task could not be retried "
+            f"({found.group(0)}); run again (with --checkpoint-dir a fit resumes where it stopped)",
+            EXIT_FAILURE,
+        )
+    return None
+
+
 def exit_code(err: BaseException) -> int:
     """2 for bad arguments or input, 1 for any other failure."""
     if isinstance(err, ExecutorError):
         return EXIT_BAD_INPUT if _REMOTE_INPUT_ERROR.search(f"{err.remote_type}: x") else EXIT_FAILURE
+    translated = translate_spark_error(err)
+    if translated is not None:
+        return translated[1]
     if isinstance(err, NonFiniteLikelihoodError | SilentCorruptionError):
         return EXIT_FAILURE
     if isinstance(err, MixleError | FileNotFoundError | FileExistsError | NotADirectoryError):
@@ -77,13 +154,36 @@ def error_line(err: BaseException) -> str:
     remote = _REMOTE_INPUT_ERROR.search(str(err))
     if remote is not None:
         return remote.group(2).strip()
+    translated = translate_spark_error(err)
+    if translated is not None:
+        return translated[0]
     java = getattr(err, "java_exception", None)
     text = _first_line(str(java.getMessage()) if java is not None else str(err))
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-def run_job(prog: str, body: Callable[[], Any], stderr: IO[str] | None = None) -> int:
-    """Run ``body``; map its exception (if any) to an exit code and one line on stderr."""
+_jvm_logs: list[Path] = []  # where this process's Spark JVM writes its console (job_spark_session)
+
+
+def job_spark_session(prog: str, master: str | None, conf: Any, verbose: bool = False) -> Any:
+    """The job's Spark session. Unless ``verbose``, a JVM the job launches writes its console (the
+    jar resolution report, Spark's log) to ``$TMPDIR/mixle_spark-PROG-PID.log`` instead of stderr, so
+    that stderr holds the job's own lines; a failure's line names that file."""
+    import tempfile
+
+    from mixle_spark.io import spark_session
+
+    log = None if verbose else Path(tempfile.gettempdir()) / f"mixle_spark-{prog}-{os.getpid()}.log"
+    spark = spark_session(f"mixle_spark {prog}", master=master, conf=conf, jvm_log=log)
+    spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    if log is not None and log.exists():
+        _jvm_logs.append(log)
+    return spark
+
+
+def run_job(prog: str, body: Callable[[], Any], stderr: IO[str] | None = None, verbose: bool = False) -> int:
+    """Run ``body``; map its exception (if any) to an exit code and one line on stderr (with
+    ``verbose`` or ``MIXLE_SPARK_TRACEBACK=1``, the traceback too)."""
     stream = stderr or sys.stderr
     try:
         body()
@@ -91,12 +191,17 @@ def run_job(prog: str, body: Callable[[], Any], stderr: IO[str] | None = None) -
         print(f"{prog}: interrupted", file=stream)
         return 130
     except Exception as err:
-        print(f"{prog}: error: {error_line(err)}", file=stream)
-        if os.environ.get("MIXLE_SPARK_TRACEBACK"):
+        code = exit_code(err)
+        where = f" (Spark's log: {_jvm_logs[-1]})" if code == EXIT_FAILURE and _jvm_logs else ""
+        print(f"{prog}: error: {error_line(err)}{where}", file=stream)
+        if verbose or os.environ.get("MIXLE_SPARK_TRACEBACK"):
             import traceback
 
             traceback.print_exc(file=stream)
-        return exit_code(err)
+        return code
+    for log in _jvm_logs:  # a run that succeeded leaves no log behind
+        log.unlink(missing_ok=True)
+    _jvm_logs.clear()
     return EXIT_OK
 
 

@@ -90,6 +90,7 @@ from mixle_spark.cli._common import (
     JobArgumentParser,
     atomic_directory,
     check_output_free,
+    job_spark_session,
     run_job,
     sweep_stale,
 )
@@ -210,6 +211,9 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)"
     )
     run.add_argument("--quiet", action="store_true", help="no per-iteration progress on stderr")
+    run.add_argument(
+        "--verbose", action="store_true", help="Spark's console output and a failure's traceback on stderr"
+    )
     run.add_argument("--trace", metavar="PATH", help="also write the EM trace live to this JSON-lines file")
     long = parser.add_argument_group("long fits")
     long.add_argument("--checkpoint-dir", metavar="DIR", help="checkpoint the fit here and resume from it")
@@ -362,12 +366,11 @@ def open_input(
         return read_local_input(args.input), None, False
     from pyspark.sql import SparkSession
 
-    from mixle_spark.io import read_table, spark_session
+    from mixle_spark.io import read_table
 
     owned = SparkSession.getActiveSession() is None  # never stop a session we were given
-    spark = spark_session("mixle_spark em_fit", master=args.master, conf=args.spark_conf)
+    spark = job_spark_session(PROG, args.master, args.spark_conf, args.verbose)
     try:
-        spark.sparkContext.setLogLevel("ERROR")
         extra["spark"] = {"master": spark.conf.get("spark.master"), "version": spark.version}
         if args.sample:
             assert sample is not None
@@ -555,7 +558,7 @@ def main(argv: list[str] | None = None, sample: Sample | None = None) -> int:
     args = resolve_args(build_parser(sample is not None), argv, sample)
     if args.backend in SPMD_BACKENDS:
         return run_spmd(PROG, args.backend, lambda coord: run(args, sample, coord))
-    return run_job(PROG, lambda: run(args, sample))
+    return run_job(PROG, lambda: run(args, sample), verbose=args.verbose)
 
 
 if __name__ == "__main__":

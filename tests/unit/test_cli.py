@@ -150,3 +150,82 @@ def test_every_output_file_gets_the_mode_umask_allows(tmp_path: Path) -> None:
     finally:
         os.umask(previous)
     assert modes == {"model.json": 0o644, "summary.json": 0o644, "trace.jsonl": 0o644}
+
+
+class _JavaError:
+    """A stand-in for a py4j Java exception: toString() and a cause chain."""
+
+    def __init__(self, text: str, cause: _JavaError | None = None) -> None:
+        self.text, self.cause = text, cause
+
+    def toString(self) -> str:
+        return self.text
+
+    def getMessage(self) -> str:
+        return self.text.split(": ", 1)[-1]
+
+    def getCause(self) -> _JavaError | None:
+        return self.cause
+
+
+class Py4JJavaError(Exception):
+    def __init__(self, java: _JavaError) -> None:
+        super().__init__(
+            "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe."
+        )
+        self.java_exception = java
+
+
+@pytest.mark.parametrize(
+    ("chain", "line", "code"),
+    [
+        (
+            [
+                "org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 failed",
+                "org.apache.spark.SparkException: [FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER] Encountered "
+                "error while reading file file:/data/x.parquet. Could not read footer.",
+                "java.lang.RuntimeException: file:/data/x.parquet is not a Parquet file "
+                "(length is too low: 0)",
+            ],
+            "cannot read input file file:/data/x.parquet: is not a Parquet file (length is too low: 0)",
+            2,
+        ),
+        (
+            [
+                "org.apache.spark.SparkException: Job aborted due to stage failure: Lost task 1.0",
+                "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)",
+                "java.io.EOFException",
+            ],
+            "a Spark executor or its Python worker was lost and the task could not be retried (Python worker "
+            "exited unexpectedly); run again (with --checkpoint-dir a fit resumes where it stopped)",
+            1,
+        ),
+        (
+            [
+                "io.delta.exceptions.ConcurrentAppendException: [DELTA_CONCURRENT_APPEND] Files were "
+                "added to the root of the table by a concurrent update. Please try the operation again."
+            ],
+            "another job committed to the same Delta table at the same time (DELTA_CONCURRENT_APPEND); "
+            "nothing of this run was committed: run it again",
+            1,
+        ),
+    ],
+    ids=["unreadable-file", "lost-python-worker", "concurrent-delta-writer"],
+)
+def test_spark_failures_are_translated_in_one_place(chain: list[str], line: str, code: int) -> None:
+    java = None
+    for text in reversed(chain):
+        java = _JavaError(text, java)
+    assert java is not None
+    err = Py4JJavaError(java)
+    assert _cli.error_line(err) == line
+    assert _cli.exit_code(err) == code
+    stream = io.StringIO()
+    assert _cli.run_job("prog", lambda: (_ for _ in ()).throw(err), stderr=stream) == code
+    assert stream.getvalue() == f"prog: error: {line}\n"  # one line
+
+
+def test_an_unknown_spark_error_keeps_its_first_line() -> None:
+    err = Py4JJavaError(_JavaError("java.lang.IllegalStateException: something else\n\tat x.y(z)"))
+    assert _cli.error_line(err) == "Py4JJavaError: something else"
+    assert _cli.exit_code(err) == 1
