@@ -44,6 +44,7 @@ from mixle_spark.em.options import FitOptions
 from mixle_spark.em.seeding import Seeding
 from mixle_spark.errors import ConvergenceWarning
 from mixle_spark.parallel.backends.contract import FitSession
+from mixle_spark.parallel.backends.registry import is_encoded_data_handle
 from mixle_spark.stats._random import RowRandom, seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -67,11 +68,24 @@ logger = logging.getLogger("mixle_spark.estimation")
 
 def _handle(data: Any, estimator: Estimator | None, options: dict[str, Any]) -> tuple[Any, bool]:
     """(handle, created_here) for ``data``: an existing handle is used as it is."""
-    from mixle_spark.parallel import encoded_data, is_encoded_data_handle
+    from mixle_spark.parallel import encoded_data
 
     if is_encoded_data_handle(data):
         return _begin(encoded_data(data, **options)), False
     return _begin(encoded_data(data, estimator, **options)), True
+
+
+def row_count(data: Any) -> int | None:
+    """Rows of ``data`` without encoding it (a Spark DataFrame: ``count()``, which reads only metadata
+    for Parquet and Delta); None for what cannot be counted so."""
+    cls = type(data)
+    if cls.__name__ == "DataFrame" and cls.__module__.startswith("pyspark.sql"):
+        return int(data.count())
+    if hasattr(data, "num_rows"):  # pyarrow Table / RecordBatch
+        return int(data.num_rows)
+    if hasattr(data, "__len__") and not isinstance(data, (str, bytes)):
+        return len(data)
+    return None
 
 
 def _begin(handle: Any) -> Any:
@@ -170,6 +184,11 @@ def optimize(
     vdata = keywords.pop("vdata", None)
     fit, backend_options = FitOptions.gather(options, keywords)
     started = time.perf_counter()
+    if vdata is None and fit.checkpoint_dir is not None and fit.resume and not is_encoded_data_handle(data):
+        rows = row_count(data)
+        done = None if rows is None else fit.finished(estimator, rows, prev_estimate=prev_estimate)
+        if done is not None:  # a finished fit: returned without encoding the data
+            return done
     handle, owned = _handle(data, estimator, backend_options)
     vhandle, vowned = (None, False) if vdata is None else _handle(vdata, estimator, {})
     try:

@@ -80,7 +80,8 @@ import json
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -99,7 +100,7 @@ from mixle_spark.cli._summary import SUMMARY_FORMAT, build_summary, long_fit_sum
 from mixle_spark.em.sdc_audit import SDCAudit
 from mixle_spark.em.seeding import INIT_MODES, SeedingFallbackWarning
 from mixle_spark.errors import CheckpointMismatchError, ConvergenceWarning, SpecError
-from mixle_spark.estimation import ON_DEGENERATE, best_of, optimize
+from mixle_spark.estimation import ON_DEGENERATE, FitOptions, best_of, optimize, row_count
 from mixle_spark.model_selection import parse_ks, select_k, with_components
 from mixle_spark.parallel import encoded_data
 from mixle_spark.spec import ModelSpec, load_spec, save_model
@@ -418,6 +419,20 @@ def fit_model(
     t0 = time.perf_counter()
     found = None
     estimator = spec.estimator if ks is None else with_components(spec.estimator, max(ks))
+    if ks is None and trials == 1 and extra_options.get("checkpoint_dir") and not coord.handle_options():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            with _command_line_advice():
+                done = _finished_fit(data, spec, options, extra_options, out)
+        if done is not None:  # the checkpoint holds this fit's result: no pass over the data
+            elapsed = time.perf_counter() - t0
+            return (
+                done,
+                done.fit_result.log_likelihood,
+                {"encode": 0.0, "em": elapsed},
+                _report_warnings(caught),
+                None,
+            )
     with encoded_data(data, estimator, **backend_options, **coord.handle_options()) as handle:
         t1 = time.perf_counter()
         coord.say(f"{PROG}: encoded {len(handle)} rows{coord.where()} in {t1 - t0:.1f}s")
@@ -439,7 +454,7 @@ def fit_model(
                 model = found.model
                 ll = model.fit_result.log_likelihood
             else:
-                try:
+                with _command_line_advice():
                     if trials > 1:
                         ll, model = best_of(
                             handle, spec.estimator, trials=trials, out=out, **options, **extra_options
@@ -447,14 +462,31 @@ def fit_model(
                     else:
                         model = optimize(handle, spec.estimator, out=out, **options, **extra_options)
                         ll = model.fit_result.log_likelihood
-                except CheckpointMismatchError as err:
-                    if err.directory is None:
-                        raise
-                    raise CheckpointMismatchError.advising(
-                        err.directory, err.differences, "--no-resume"
-                    ) from None
     timings = {"encode": t1 - t0, "em": time.perf_counter() - t1}
     return model, ll, timings, _report_warnings(caught, coord), found
+
+
+@contextmanager
+def _command_line_advice() -> Iterator[None]:
+    """A checkpoint of another fit: the error names the command line's ``--no-resume``."""
+    try:
+        yield
+    except CheckpointMismatchError as err:
+        if err.directory is None:
+            raise
+        raise CheckpointMismatchError.advising(err.directory, err.differences, "--no-resume") from None
+
+
+def _finished_fit(
+    data: Any, spec: ModelSpec, options: dict[str, Any], reliability: dict[str, Any], out: Any
+) -> Any:
+    """The model of a fit whose final checkpoint is in ``--checkpoint-dir``, found from the data's row
+    count alone; None when the fit has to run."""
+    rows = row_count(data)
+    if rows is None:
+        return None
+    fit, _rest = FitOptions.gather(None, {**options, **reliability, "out": out})
+    return fit.finished(spec.estimator, rows)
 
 
 def _backend_options(args: argparse.Namespace) -> dict[str, Any]:

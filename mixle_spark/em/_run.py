@@ -194,6 +194,16 @@ class EMRun(CheckpointedRun):
         self.sinks: list[Any] = []
 
     # -- the loop ----------------------------------------------------------------------------
+    def finished(self) -> Distribution | None:
+        """The fit's model when its checkpoint directory holds the final checkpoint of this very fit
+        (what :meth:`run` would return at once), else None; reads no data but the row count."""
+        check_rows(self.handle, self.estimator)
+        finished = self._restore()
+        if finished is not None:
+            self._open_sinks()  # a live trace file is rewritten from the checkpoint, as by run()
+            self._close_sinks()
+        return finished
+
     def run(self) -> Distribution:
         check_rows(self.handle, self.estimator)
         finished = self._restore()
@@ -220,10 +230,14 @@ class EMRun(CheckpointedRun):
                     self._save()
             return self._finish()
         finally:
-            for sink in self.sinks:
-                close = getattr(sink, "close", None)
-                if close is not None:
-                    close()
+            self._close_sinks()
+
+    def _close_sinks(self) -> None:
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
+        self.sinks = []
 
     def _initial_model(self) -> Distribution:
         """The starting model (:func:`start_model`); the seeding's summary line goes to the progress
@@ -253,13 +267,7 @@ class EMRun(CheckpointedRun):
             raise nonfinite_error(self.iteration, self.history[-1].log_likelihood, self.model, self.handle)
         final = self.best[2] if (self.delta is not None or self.vhandle is not None) else self.model
         final_ll = self.best[1] if final is self.best[2] else self.history[-1].log_likelihood
-        if self.delta is not None and not self.converged and self.stopped == "max_its":
-            warnings.warn(
-                f"EM did not converge in {self.max_its} iterations (delta={self.delta}, last gain="
-                f"{self.history[-1].gain}); raise max_its or delta",
-                ConvergenceWarning,
-                stacklevel=4,
-            )
+        self._warn_not_converged(self.max_its)
         result = FitResult(
             converged=self.converged,
             n_iter=self.iteration,
@@ -278,6 +286,17 @@ class EMRun(CheckpointedRun):
         if self.store is not None:
             self._save(final=(final, result))
         return final
+
+    def _warn_not_converged(self, max_its: int) -> None:
+        """The ConvergenceWarning of a fit that stopped at ``max_its`` (also when a finished fit is
+        returned from its checkpoint: the warning is part of the result)."""
+        if self.delta is not None and not self.converged and self.stopped == "max_its":
+            warnings.warn(
+                f"EM did not converge in {max_its} iterations (delta={self.delta}, last gain="
+                f"{self.history[-1].gain}); raise max_its or delta",
+                ConvergenceWarning,
+                stacklevel=5,
+            )
 
     def _step(self, model: Distribution) -> tuple[float, float, Distribution, list[str]]:
         """One pass and M-step from ``model``, with the audit and the degenerate-component policy."""

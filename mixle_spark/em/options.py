@@ -168,3 +168,36 @@ class FitOptions:
             ).run()
 
         return run
+
+    def finished(
+        self, estimator: Estimator, rows: int, *, prev_estimate: Distribution | None = None
+    ) -> Distribution | None:
+        """The model of this fit when ``checkpoint_dir`` holds its final checkpoint (same estimator,
+        options and row count), without reading the data; None when the fit has to run."""
+        if self.checkpoint_dir is None or not self.resume:
+            return None
+        run = EMRun(
+            _Rows(rows),
+            None,
+            estimator,
+            self.max_its,
+            self.delta,
+            self.init_p,
+            seed_to_int(self.seed),
+            prev_estimate,
+            self.init_estimator,
+            Progress(self.out, self.print_iter),
+            time.perf_counter(),
+            self.settings(),
+        )
+        return run.finished()
+
+
+class _Rows:
+    """What a finished fit's checkpoint is checked against without the data: its row count."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n

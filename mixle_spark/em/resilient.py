@@ -204,6 +204,8 @@ class CheckpointedRun:
     max_its: Any
     prev_estimate: Any
     init_estimator: Any
+    progress: Any
+    _warn_not_converged: Any
 
     def _restore(self) -> Distribution | None:
         """Load the newest valid checkpoint (when asked); the final model if the fit had finished."""
@@ -245,7 +247,9 @@ class CheckpointedRun:
         self.converged = bool(state.get("converged", False))
         self.stopped = str(state.get("stopped", "max_its"))
         self.resumed_from = iteration
-        logger.info("resuming from checkpoint %s at iteration %d", self.store.directory, iteration)
+        self.progress(
+            f"resuming from checkpoint {self.store.directory} at iteration {iteration}", 0, note=True
+        )
         final = state.get("final")
         if final is None:
             return None
@@ -270,7 +274,8 @@ class CheckpointedRun:
             trace=self.trace,
             resumed_from=iteration,
         )
-        logger.info("the fit in %s had finished; returning its model", self.store.directory)
+        self.progress(f"the fit in {self.store.directory} had finished; returning its model", 0, note=True)
+        self._warn_not_converged(int(final["max_its"]))
         return model
 
     def _save(self, final: tuple[Distribution, FitResult] | None = None) -> None:

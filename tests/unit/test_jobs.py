@@ -318,3 +318,25 @@ def test_em_fit_local_names_the_bad_cell_not_the_first_one(tmp_path: Path) -> No
         "em_fit: error: column 'amount': expected a finite number for GaussianEstimator (Arrow type string), "
         "got string '12.5x' (row 42 of 500)"
     ]
+
+
+def test_em_fit_resumed_runs_say_so_and_a_finished_fit_needs_no_pass_over_the_data(tmp_path: Path) -> None:
+    base = ("--input", str(SAMPLE), "--model", str(SPEC), *FAST, "--delta", "1e-12", "--print-iter", "50")
+    ckpt = ("--checkpoint-dir", str(tmp_path / "ckpt"))
+    first = _run(*base, *ckpt, "--max-its", "3", "--output", str(tmp_path / "a"))
+    assert first.returncode == 0, first.stderr
+    stopped = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert stopped["warnings"] and "did not converge in 3 iterations" in stopped["warnings"][0]
+
+    again = _run(*base, *ckpt, "--max-its", "3", "--output", str(tmp_path / "b"))
+    assert again.returncode == 0, again.stderr
+    assert f"the fit in {tmp_path / 'ckpt'} had finished; returning its model" in again.stderr
+    assert "encoded" not in again.stderr  # no pass over the data
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["warnings"] == stopped["warnings"]  # the result's warning is kept
+    assert summary["timings"]["encode"] == 0.0
+    assert (tmp_path / "b" / "model.json").read_text() == (tmp_path / "a" / "model.json").read_text()
+
+    more = _run(*base, *ckpt, "--max-its", "5", "--output", str(tmp_path / "c"))
+    assert more.returncode == 0, more.stderr
+    assert f"resuming from checkpoint {tmp_path / 'ckpt'} at iteration 3" in more.stderr
