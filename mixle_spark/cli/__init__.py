@@ -2,6 +2,7 @@
 
 :mod:`~mixle_spark.cli.fit` is the fit job (``jobs/em_fit.py``, ``python -m mixle_spark.cli.fit``, and
 the same job under ``mpiexec`` / ``torchrun`` with ``--backend mpi`` / ``torchrun``); ``_common`` holds
-what every job shares (exit codes, one-line errors, atomic output directories); ``_spmd`` runs a job
-as several processes.
+what every job shares (exit codes, one-line errors and the translation of Spark failures, atomic
+output directories, the job's Spark session); ``_arguments`` is the fit job's command line,
+``_summary`` its summary.json schema, and ``_spmd`` runs a job as several processes.
 """

@@ -80,15 +80,22 @@ import json
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from mixle_spark.cli._arguments import (
+    PROG,
+    Sample,
+    backend_options,
+    build_parser,
+    fit_options,
+    reliability_options,
+    resolve_args,
+)
 from mixle_spark.cli._common import (
-    JobArgumentParser,
     atomic_directory,
     check_output_free,
     job_spark_session,
@@ -97,226 +104,17 @@ from mixle_spark.cli._common import (
 )
 from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, run_spmd, solo
 from mixle_spark.cli._summary import SUMMARY_FORMAT, build_summary, long_fit_summary
-from mixle_spark.em.sdc_audit import SDCAudit
-from mixle_spark.em.seeding import INIT_MODES, SeedingFallbackWarning
-from mixle_spark.errors import CheckpointMismatchError, ConvergenceWarning, SpecError
-from mixle_spark.estimation import ON_DEGENERATE, FitOptions, best_of, optimize, row_count
-from mixle_spark.model_selection import parse_ks, select_k, with_components
+from mixle_spark.em.seeding import SeedingFallbackWarning
+from mixle_spark.errors import CheckpointMismatchError, ConvergenceWarning
+from mixle_spark.estimation import FitOptions, best_of, optimize, row_count
+from mixle_spark.model_selection import select_k, with_components
 from mixle_spark.parallel import encoded_data
 from mixle_spark.spec import ModelSpec, load_spec, save_model
 from mixle_spark.summary import describe_model
 
 __all__ = ["PROG", "SUMMARY_FORMAT", "Sample", "build_parser", "main", "resolve_args", "run"]
 
-PROG = "em_fit"
 REPORT_SAMPLE_ROWS = 2000
-
-
-@dataclass(frozen=True)
-class Sample:
-    """The bundled sample a job fits when run without ``--input`` / ``--model``: its data (Parquet),
-    spec, default output, and ``delta_table(spark)`` giving it as a Delta table path."""
-
-    data: Path
-    spec: Path
-    output: Path
-    delta_table: Callable[[Any], str]
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = _non_negative_float(text)
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
-    return value
-
-
-def build_parser(sample: bool = False) -> argparse.ArgumentParser:
-    """The command line (see the module docstring); ``sample``: the job has a bundled sample."""
-    parser = JobArgumentParser(
-        prog=PROG,
-        description="Fit a mixle_spark model spec to a table by EM; write model.json and summary.json.",
-        epilog="With no arguments: fit conf/models/sample.json to the bundled sample on local[*]."
-        if sample
-        else None,
-    )
-    io = parser.add_argument_group("input and output")
-    io.add_argument("--input", help="Delta/Parquet/CSV/JSON path or metastore table name")
-    io.add_argument("--model", help="model spec JSON (conf/models/*.json)")
-    io.add_argument("--output", help="output directory for model.json and summary.json")
-    io.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
-    io.add_argument(
-        "--report", action="store_true", help="also write report.html (figures need mixle-spark[plot])"
-    )
-    fit = parser.add_argument_group("fit (defaults: the spec's fit section)")
-    fit.add_argument("--max-its", type=_positive_int, help="most EM iterations")
-    fit.add_argument(
-        "--delta", type=_non_negative_float, help="stop when the log-likelihood gain is below this"
-    )
-    fit.add_argument("--seed", type=int, help="initialization seed")
-    fit.add_argument(
-        "--init",
-        choices=INIT_MODES,
-        help="how EM starts: kmeans|| seeding (default) or random responsibilities over a row sample",
-    )
-    fit.add_argument("--init-steps", type=_positive_int, help="k-means|| rounds (default 2)")
-    fit.add_argument("--init-p", type=float, help="fraction of rows used for a random initial model")
-    fit.add_argument("--trials", type=_positive_int, help="random restarts (the best log-likelihood wins)")
-    fit.add_argument("--print-iter", type=int, help="print progress every N iterations")
-    fit.add_argument(
-        "--k",
-        metavar="KS",
-        help="choose the number of components: fit each candidate (2:12 or 2,4,8) and keep the best "
-        "by --criterion (the spec's mixture component, or hidden Markov state, is repeated k times)",
-    )
-    fit.add_argument(
-        "--criterion", choices=("bic", "aic"), default="bic", help="how --k chooses (default: bic)"
-    )
-    run = parser.add_argument_group("execution")
-    run.add_argument(
-        "--backend",
-        choices=("spark", "local", *SPMD_BACKENDS),
-        default="spark",
-        help="default: spark; mpi / torchrun under mpiexec / torchrun",
-    )
-    run.add_argument(
-        "--num-workers", type=_positive_int, help="threads per process for the E-step (local, mpi, torchrun)"
-    )
-    run.add_argument(
-        "--partitions",
-        type=_positive_int,
-        help="repartition the encoded data (num_chunks; default: one partition per task slot)",
-    )
-    run.add_argument(
-        "--no-resident",
-        action="store_true",
-        help="one Spark job per E-step, not resident tasks holding every task slot for the fit "
-        "(for a cluster shared with other jobs; keeps the input's partitioning)",
-    )
-    run.add_argument("--depth", type=_positive_int, help="treeAggregate depth (spark; default 2)")
-    run.add_argument("--master", help="Spark master (default: spark-submit's, $MASTER or local[*])")
-    run.add_argument(
-        "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)"
-    )
-    run.add_argument("--quiet", action="store_true", help="no per-iteration progress on stderr")
-    run.add_argument(
-        "--verbose", action="store_true", help="Spark's console output and a failure's traceback on stderr"
-    )
-    run.add_argument("--trace", metavar="PATH", help="also write the EM trace live to this JSON-lines file")
-    long = parser.add_argument_group("long fits")
-    long.add_argument("--checkpoint-dir", metavar="DIR", help="checkpoint the fit here and resume from it")
-    long.add_argument(
-        "--checkpoint-every", type=_positive_int, default=1, metavar="N", help="checkpoint every N iterations"
-    )
-    long.add_argument(
-        "--no-resume", dest="resume", action="store_false", help="discard existing checkpoints, start afresh"
-    )
-    long.add_argument(
-        "--on-degenerate",
-        choices=ON_DEGENERATE,
-        default="stop",
-        help="a mixture component whose M-step fails: stop (default), floor or reseed it",
-    )
-    long.add_argument(
-        "--audit-every", type=_positive_int, metavar="N", help="audit partition statistics every N iterations"
-    )
-    long.add_argument(
-        "--audit-fraction",
-        type=_fraction,
-        default=0.1,
-        metavar="F",
-        help="fraction of the partitions recomputed per audit (default 0.1)",
-    )
-    return parser
-
-
-def resolve_args(
-    parser: argparse.ArgumentParser, argv: list[str] | None, sample: Sample | None = None
-) -> argparse.Namespace:
-    """Parse ``argv`` and fill in the sample defaults; argument conflicts exit with code 2."""
-    args = parser.parse_args(argv)
-    if sample is None and (args.input is None or args.model is None):
-        parser.error("--input and --model are required")
-    if (args.input is None) != (args.model is None):
-        parser.error("--input and --model go together (give neither to fit the bundled sample)")
-    args.sample = args.input is None
-    if args.sample:
-        assert sample is not None
-        args.model = str(sample.spec)
-        if args.output is None:
-            args.output, args.overwrite = str(sample.output), True
-    elif args.output is None:
-        parser.error("--output is required with --input")
-    if args.sample and args.backend in SPMD_BACKENDS:
-        parser.error(
-            f"--backend {args.backend} needs --input and --model (a Parquet path each process reads)"
-        )
-    if args.num_workers is not None and args.backend == "spark":
-        parser.error("--num-workers applies to --backend local, mpi and torchrun (spark: spark.task.cpus)")
-    if args.backend != "spark":
-        given = [f"--{n}" for n in ("depth", "master") if getattr(args, n) is not None]
-        given += ["--conf"] if args.conf else []
-        given += ["--no-resident"] if args.no_resident else []
-        if given:
-            parser.error(
-                f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to --backend spark"
-            )
-    args.ks = None
-    if args.k is not None:
-        try:
-            args.ks = parse_ks(args.k)
-        except SpecError as err:
-            parser.error(f"--k: {err}")
-        clash = [
-            f"--{n.replace('_', '-')}" for n in ("checkpoint_dir", "trace") if getattr(args, n) is not None
-        ]
-        if clash:
-            parser.error(f"--k fits several models; {', '.join(clash)} apply to a single fit")
-    try:
-        from mixle_spark.io import parse_conf
-
-        args.spark_conf = parse_conf(args.conf)
-    except ValueError as err:
-        parser.error(str(err))
-    return args
-
-
-def fit_options(args: argparse.Namespace, spec: ModelSpec) -> dict[str, Any]:
-    """The spec's fit options overridden by the command line."""
-    options = dict(spec.fit)
-    for key in ("max_its", "delta", "seed", "init", "init_steps", "init_p", "trials", "print_iter"):
-        value = getattr(args, key)
-        if value is not None:
-            options[key] = value
-    options.setdefault("init", "kmeans||")
-    return options
-
-
-def reliability_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``optimize``'s checkpoint, degenerate-component, audit and live-trace keywords from ``args``."""
-    options: dict[str, Any] = {"on_degenerate": args.on_degenerate}
-    if args.checkpoint_dir is not None:
-        options.update(
-            checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume
-        )
-    if args.audit_every is not None:
-        options["audit"] = SDCAudit(every=args.audit_every, fraction=args.audit_fraction)
-    if args.trace is not None:
-        options["trace_path"] = args.trace
-    return options
 
 
 def read_local_input(source: str) -> Any:
@@ -489,16 +287,6 @@ def _finished_fit(
     return fit.finished(spec.estimator, rows)
 
 
-def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {"backend": args.backend}
-    for flag, key in (("partitions", "num_chunks"), ("depth", "depth"), ("num_workers", "num_workers")):
-        if getattr(args, flag) is not None:
-            options[key] = getattr(args, flag)
-    if args.no_resident:
-        options["resident"] = False
-    return options
-
-
 def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordination = solo) -> dict[str, Any]:
     """Fit and write; returns the summary. Under SPMD every process runs this; the root writes."""
     t_start = time.perf_counter()
@@ -524,7 +312,7 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
             spec,
             options,
             trials,
-            _backend_options(args),
+            backend_options(args),
             out,
             reliability_options(args),
             args.ks,
