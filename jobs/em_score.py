@@ -20,7 +20,6 @@ other failure. A failure prints one line on stderr (``MIXLE_SPARK_TRACEBACK=1`` 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -74,7 +73,6 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
         from mixle_spark.parallel.backends.spark import score
 
         scored = score(model, read_table(spark, args.input))
-        print(f"{PROG}: scoring {args.input} with {args.model} into {output}", file=sys.stderr)
         write_table(scored, output, mode=args.mode)
         written = read_table(spark, output, format="delta")
         rows = written.count()

@@ -210,6 +210,11 @@ class UnseenLabelError(DataError):
     """A categorical label that the model's vocabulary does not contain."""
 
 
+class MalformedRowError(MixleError, ValueError):
+    """A row of a text input (CSV) whose fields do not match the header: the message names the file,
+    the line and the row as written."""
+
+
 class SchemaError(MixleError, ValueError):
     """A DataFrame / Arrow schema that does not match the model (missing column, wrong type)."""
 

@@ -452,7 +452,9 @@ def read_table(spark: SparkSession, source: str | os.PathLike[str], format: str 
         location = text
     reader = spark.read.format(fmt)
     if fmt == "csv":
-        reader = reader.option("header", "true").option("inferSchema", "true")
+        # FAILFAST: a row with more or fewer fields than the header is an error, not dropped fields or
+        # nulls (the jobs name its file and line: mixle_spark.cli._common.translate_spark_error)
+        reader = reader.option("header", "true").option("inferSchema", "true").option("mode", "FAILFAST")
     elif fmt == "json" and local is not None and local.is_file() and _starts_with_bracket(local):
         reader = reader.option("multiLine", "true")
     try:

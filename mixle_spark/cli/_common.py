@@ -31,6 +31,7 @@ __all__ = [
     "error_line",
     "exit_code",
     "job_spark_session",
+    "malformed_row_message",
     "run_job",
     "sweep_stale",
     "translate_spark_error",
@@ -96,6 +97,27 @@ _DELTA_CONFLICT = re.compile(
 )
 
 
+_MALFORMED_CSV = re.compile(r"\[MALFORMED_CSV_RECORD\] Malformed CSV record: (.*?)(?: SQLSTATE: \w+)?$", re.M)
+
+
+def malformed_row_message(where: str | None, line: int | None, row: str) -> str:
+    """The one line for a CSV row whose fields do not match the header."""
+    place = f" in {where}" if where else ""
+    at = f" (line {line})" if line is not None else ""
+    return f"malformed CSV row{place}{at}: {row!r} has not the header's number of fields"
+
+
+def _malformed_csv_line(uri: str | None, row: str) -> str:
+    """Spark names the malformed record, not its line: for a local file, find the line."""
+    line = None
+    if uri is not None:
+        path = Path(re.sub(r"^file:(//)?", "", uri))
+        if path.is_file() and path.stat().st_size < 1 << 30:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                line = next((i for i, text in enumerate(fh, 1) if text.rstrip("\r\n") == row), None)
+    return malformed_row_message(uri, line, row)
+
+
 def translate_spark_error(err: BaseException) -> tuple[str, int] | None:
     """``(one line, exit code)`` for a Spark / Java failure whose cause we can name: an unreadable
     input file, a lost executor or Python worker, another writer committing to the same Delta table.
@@ -105,6 +127,10 @@ def translate_spark_error(err: BaseException) -> tuple[str, int] | None:
     chain = _java_chain(err)
     text = "\n".join(chain)
     deepest = chain[-1] if chain else type(err).__name__
+    malformed = _MALFORMED_CSV.search(text)
+    if malformed is not None:
+        found = _FILE_IN_MESSAGE.search(text)
+        return _malformed_csv_line(found.group(1) if found else None, malformed.group(1)), EXIT_BAD_INPUT
     if _UNREADABLE_FILE.search(text):
         found = _FILE_IN_MESSAGE.search(text)
         where = f" {found.group(1)}" if found else ""

@@ -99,13 +99,14 @@ from mixle_spark.cli._common import (
     atomic_directory,
     check_output_free,
     job_spark_session,
+    malformed_row_message,
     run_job,
     sweep_stale,
 )
 from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, run_spmd, solo
 from mixle_spark.cli._summary import SUMMARY_FORMAT, build_summary, long_fit_summary
 from mixle_spark.em.seeding import SeedingFallbackWarning
-from mixle_spark.errors import CheckpointMismatchError, ConvergenceWarning
+from mixle_spark.errors import CheckpointMismatchError, ConvergenceWarning, MalformedRowError
 from mixle_spark.estimation import FitOptions, best_of, optimize, row_count
 from mixle_spark.model_selection import select_k, with_components
 from mixle_spark.parallel import encoded_data
@@ -128,7 +129,20 @@ def read_local_input(source: str) -> Any:
     if suffix == ".csv":
         import pyarrow.csv as pacsv
 
-        return pacsv.read_csv(path)
+        bad: list[Any] = []
+
+        def refuse(row: Any) -> str:  # a row with more or fewer fields than the header
+            bad.append(row)
+            return "error"
+
+        try:
+            options = pacsv.ParseOptions(invalid_row_handler=refuse)
+            serial = pacsv.ReadOptions(use_threads=False)  # so that a bad row knows its line
+            return pacsv.read_csv(path, read_options=serial, parse_options=options)
+        except Exception:
+            if not bad:
+                raise
+            raise MalformedRowError(malformed_row_message(source, bad[0].number, bad[0].text)) from None
     if suffix in (".json", ".jsonl", ".ndjson"):
         import pyarrow.json as pajson
 
@@ -204,6 +218,7 @@ def fit_model(
     ks: list[int] | None = None,
     criterion: str = "bic",
     coord: Coordination = solo,
+    label: str = "",
 ) -> tuple[Any, float, dict[str, float], list[str], Any]:
     """Encode once, run EM (``trials`` restarts: ``best_of``); ``(model, ll, timings, warnings,
     selection)``.
@@ -211,7 +226,8 @@ def fit_model(
     ``reliability`` holds ``optimize``'s checkpoint / degenerate-component / audit / trace keywords.
     ``ks`` chooses the number of components among these by ``select_k`` and ``criterion``;
     ``selection`` is its :class:`~mixle_spark.model_selection.KSelection` (else None). ``coord``:
-    the processes of an SPMD run (the root prints).
+    the processes of an SPMD run (the root prints). ``label`` (what is fitted to what) starts the
+    first progress line, printed once the data is read: a failure before that is the only line.
     """
     extra_options = reliability or {}
     t0 = time.perf_counter()
@@ -233,7 +249,8 @@ def fit_model(
             )
     with encoded_data(data, estimator, **backend_options, **coord.handle_options()) as handle:
         t1 = time.perf_counter()
-        coord.say(f"{PROG}: encoded {len(handle)} rows{coord.where()} in {t1 - t0:.1f}s")
+        first = f"{PROG}: fitting {label}: encoded {len(handle)} rows{coord.where()} in {t1 - t0:.1f}s"
+        out = _FirstLine(out, first) if out is not None else None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConvergenceWarning)
             warnings.simplefilter("always", SeedingFallbackWarning)
@@ -260,8 +277,27 @@ def fit_model(
                     else:
                         model = optimize(handle, spec.estimator, out=out, **options, **extra_options)
                         ll = model.fit_result.log_likelihood
+    if out is None or not out.written:
+        coord.say(first)  # quiet, or no progress line yet: after the fit, not before its checks
     timings = {"encode": t1 - t0, "em": time.perf_counter() - t1}
     return model, ll, timings, _report_warnings(caught, coord), found
+
+
+class _FirstLine:
+    """The progress stream, writing ``line`` (what is fitted, rows encoded) before its first line: a
+    fit that fails before making progress leaves its error as the only line on stderr."""
+
+    def __init__(self, out: Any, line: str) -> None:
+        self.out, self.line, self.written = out, line, False
+
+    def write(self, text: str) -> int:
+        if not self.written:
+            self.written = True
+            self.out.write(self.line + "\n")
+        return int(self.out.write(text))
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 @contextmanager
@@ -305,7 +341,6 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
     data, spark, owned = open_input(args, extra, sample)
     try:
         t_read = time.perf_counter()
-        coord.say(f"{PROG}: fitting {args.model} to {args.input} (backend {args.backend})")
         out = None if args.quiet or not coord.is_root else sys.stderr
         model, ll, timings, caught, found = fit_model(
             data,
@@ -318,6 +353,7 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
             args.ks,
             args.criterion,
             coord,
+            f"{args.model} to {args.input} (backend {args.backend})",
         )
         if found is not None:
             extra["model_selection"] = found.to_dict()

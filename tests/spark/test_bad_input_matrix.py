@@ -149,6 +149,7 @@ class Case:
     spec: Any = None
     model: Any = None
     existing_output: bool = False
+    csv: str | None = None  # the input as CSV text instead of the Parquet table
 
 
 def _fit(spec: dict[str, Any], **options: Any) -> Callable[[Context], Any]:
@@ -367,6 +368,25 @@ CASES = {
         table=None,
         model=_model(),
     ),
+    # 14b. a CSV row with more, or fewer, fields than the header: refused, naming the file and line
+    "csv-row-with-an-extra-field-em_fit": Case(
+        _em_fit(),
+        2,
+        rf"malformed CSV row in file://{TMP}/input\.csv \(line 3\): '80\.0,app,7,x' has not the header's "
+        r"number of fields",
+        job="em_fit",
+        csv="amount,channel,n_items\n12.5,web,1\n80.0,app,7,x\n15.0,store,2\n",
+        spec=_record(amount="gaussian", channel="categorical", n_items="poisson"),
+    ),
+    "csv-short-row-em_fit": Case(
+        _em_fit(),
+        2,
+        rf"malformed CSV row in file://{TMP}/input\.csv \(line 4\): '15\.0,store' has not the header's "
+        r"number of fields",
+        job="em_fit",
+        csv="amount,channel,n_items\n12.5,web,1\n80.0,app,7\n15.0,store\n60.0,web,5\n",
+        spec=_record(amount="gaussian", channel="categorical", n_items="poisson"),
+    ),
     # 15. an output that exists, without --overwrite / --mode overwrite: kept byte for byte
     "existing-output-em_fit": Case(
         _em_fit(),
@@ -464,10 +484,11 @@ def _cached_rdds(spark: Any) -> set[int]:
 
 
 def _prepare(case: Case, spark: Any, tmp: Path) -> Context:
-    ctx = Context(
-        spark, str(tmp / "input.parquet"), str(tmp / "spec.json"), str(tmp / "model.json"), tmp / "out"
-    )
-    if case.table is not None:
+    source = tmp / ("input.csv" if case.csv is not None else "input.parquet")
+    ctx = Context(spark, str(source), str(tmp / "spec.json"), str(tmp / "model.json"), tmp / "out")
+    if case.csv is not None:
+        source.write_text(case.csv)
+    elif case.table is not None:
         pq.write_table(case.table, ctx.input)
     if case.spec is not None:
         Path(ctx.spec).write_text(case.spec if isinstance(case.spec, str) else json.dumps(case.spec))
@@ -502,6 +523,7 @@ def test_bad_input_is_refused_and_nothing_is_written(
         errors = [line for line in err.splitlines() if line.startswith(f"{case.job}: error:")]
         assert code == case.expect, err[-2000:]
         assert len(errors) == 1 and re.fullmatch(f"{case.job}: error: {message}", errors[0]), errors
+        assert err.strip().splitlines() == errors  # the failure is the one line on stderr
     assert _snapshot(tmp_path) == files  # the input, spec, model and any old output: byte for byte
     assert ctx.out.exists() == case.existing_output
     assert _cached_rdds(spark) <= cached  # a failed encoding releases what it cached

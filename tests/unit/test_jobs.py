@@ -340,3 +340,29 @@ def test_em_fit_resumed_runs_say_so_and_a_finished_fit_needs_no_pass_over_the_da
     more = _run(*base, *ckpt, "--max-its", "5", "--output", str(tmp_path / "c"))
     assert more.returncode == 0, more.stderr
     assert f"resuming from checkpoint {tmp_path / 'ckpt'} at iteration 3" in more.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "row"),
+    [
+        ("amount,n_items\n12.5,1\n80.0,7,x\n15.0,2\n", 3, "80.0,7,x"),
+        ("amount,n_items\n12.5,1\n80.0,7\n15.0\n60.0,5\n", 4, "15.0"),
+    ],
+    ids=["extra-field", "short-row"],
+)
+def test_em_fit_local_refuses_a_malformed_csv_row_naming_its_line(
+    tmp_path: Path, text: str, line: int, row: str
+) -> None:
+    data = tmp_path / "bad.csv"
+    data.write_text(text)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"type": "record", "fields": {"amount": "gaussian", "n_items": "poisson"}}))
+    proc = _run(
+        "--backend", "local", "--input", str(data), "--model", str(spec), "--output", str(tmp_path / "f")
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"em_fit: error: malformed CSV row in {data} (line {line}): {row!r} has not the header's "
+        "number of fields"
+    ]
+    assert not (tmp_path / "f").exists()
