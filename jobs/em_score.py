@@ -14,7 +14,8 @@ leaves no table (or the previous one, with ``--mode overwrite``).
 
 Exit codes: 0 success; 2 bad arguments or bad input (a missing input or model, a model that does
 not match the table's columns or types, an output table that exists with ``--mode error``); 1 any
-other failure. A failure prints one line on stderr (``MIXLE_SPARK_TRACEBACK=1`` adds the traceback).
+other failure. A failure prints one line on stderr naming the row of the input table where there is
+one (``--verbose`` adds Spark's log and the traceback).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mixle_spark.cli._common import JobArgumentParser, job_spark_session, run_job
+from mixle_spark.cli._common import JobArgumentParser, in_table_rows, job_spark_session, run_job
 from mixle_spark.spec import load_model
 
 PROG = "em_score"
@@ -72,8 +73,14 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
     try:
         from mixle_spark.parallel.backends.spark import score
 
-        scored = score(model, read_table(spark, args.input))
-        write_table(scored, output, mode=args.mode)
+        data = read_table(spark, args.input)
+        try:
+            write_table(score(model, data), output, mode=args.mode)
+        except Exception as err:
+            located = in_table_rows(err, data)  # the row of the table, not of a partition
+            if located is None:
+                raise
+            raise located from None
         written = read_table(spark, output, format="delta")
         rows = written.count()
         columns = written.columns
