@@ -66,9 +66,10 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
     if args.mode == "error" and local is not None and local.exists():  # fail before starting Spark
         if local.is_file() or any(local.iterdir()):
             raise FileExistsError(f"output {output} exists; pass --mode overwrite to replace it")
-    from pyspark.sql import SparkSession
+    from pyspark import SparkContext
 
-    owned = SparkSession.getActiveSession() is None  # never stop a session we were given
+    # never stop a Spark that was running (a notebook's, a caller's in another thread)
+    owned = SparkContext._active_spark_context is None
     spark = job_spark_session(PROG, args.master, spark_conf, args.verbose)
     try:
         from mixle_spark.parallel.backends.spark import score

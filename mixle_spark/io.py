@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 import tempfile
-import uuid
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mixle_spark._files import remove_tree, write_table_files
 from mixle_spark.errors import UnknownNameError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -533,49 +533,35 @@ def write_table(
     if existed and format == "delta" and local is not None and not (local / "_delta_log").is_dir():
         raise FileExistsError(f"{text} exists and is not a Delta table; refusing to overwrite it")
     if format != "delta":
-        _write_files(df, text, local, format, existed)
+        write_table_files(df, text, local, format, existed)
         return text
+    # The mode asked for is the mode committed (a new table written with "overwrite" records Overwrite).
     writer = df.write.format("delta")
-    writer = writer.mode("overwrite").option("overwriteSchema", "true") if existed else writer.mode("error")
-    try:
-        writer.save(local.as_uri() if local is not None else text)
-    except Exception as err:
-        if local is not None and not existed and not _has_commit(local):
-            # Files of a failed first commit: no reader can see them, and no one needs them.
-            _remove(local, keep_dir=present)
-        if _condition(err) in ("DELTA_PATH_EXISTS", "PATH_ALREADY_EXISTS"):
-            raise FileExistsError(f"{text} exists; pass mode='overwrite' to replace it") from None
-        raise
+    writer = (
+        writer.mode("overwrite").option("overwriteSchema", "true")
+        if mode == "overwrite"
+        else writer.mode("error")
+    )
+    for attempt in range(1, DELTA_WRITE_ATTEMPTS + 1):
+        try:
+            writer.save(local.as_uri() if local is not None else text)
+            return text
+        except Exception as err:
+            if local is not None and not existed and not _has_commit(local):
+                # Files of a failed first commit: no reader can see them, and no one needs them.
+                remove_tree(local, keep_dir=present)
+            if _condition(err) in ("DELTA_PATH_EXISTS", "PATH_ALREADY_EXISTS"):
+                raise FileExistsError(f"{text} exists; pass mode='overwrite' to replace it") from None
+            if mode != "overwrite" or attempt == DELTA_WRITE_ATTEMPTS or not DELTA_CONFLICT.search(str(err)):
+                raise
+            time.sleep(0.5 * attempt)  # another writer committed first: overwrite again, whole
     return text
 
 
-def _remove(path: Path, keep_dir: bool) -> None:
-    if not keep_dir:
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.is_dir():
-        for child in path.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-
-
-def _write_files(df: DataFrame, text: str, local: Path | None, format: str, existed: bool) -> None:
-    writer = df.write.format(format)
-    if format == "csv":
-        writer = writer.option("header", "true")
-    if local is None:
-        writer.mode("overwrite" if existed else "error").save(text)
-        return
-    staging = local.with_name(f".{local.name}.tmp-{uuid.uuid4().hex}")
-    try:
-        writer.mode("error").save(staging.as_uri())
-        if existed:
-            retired = local.with_name(f".{local.name}.old-{uuid.uuid4().hex}")
-            os.replace(local, retired)
-            os.replace(staging, local)
-            shutil.rmtree(retired) if retired.is_dir() else retired.unlink()
-        else:
-            if local.is_dir():
-                local.rmdir()  # an empty directory
-            os.replace(staging, local)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+DELTA_WRITE_ATTEMPTS = 3
+"""Tries of an overwrite that loses a race to another writer's commit (each writes the whole table)."""
+DELTA_CONFLICT = re.compile(
+    r"DELTA_CONCURRENT_\w+|DELTA_PROTOCOL_CHANGED|DELTA_METADATA_CHANGED|Concurrent\w*Exception|"
+    r"ProtocolChangedException|MetadataChangedException"
+)
+"""Delta's words for a commit that lost to another writer's."""

@@ -26,6 +26,7 @@ from mixle_spark.errors import (
     NonFiniteLikelihoodError,
     SilentCorruptionError,
 )
+from mixle_spark.io import DELTA_CONFLICT
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -98,10 +99,6 @@ _LOST_WORKER = re.compile(
     r"executor .* exited|Connection reset|EOFException)",
     re.IGNORECASE,
 )
-_DELTA_CONFLICT = re.compile(
-    r"(?:DELTA_CONCURRENT_\w+|DELTA_PROTOCOL_CHANGED|DELTA_METADATA_CHANGED|Concurrent\w*Exception|"
-    r"ProtocolChangedException|MetadataChangedException)"
-)
 
 
 _MALFORMED_CSV = re.compile(r"\[MALFORMED_CSV_RECORD\] Malformed CSV record: (.*?)(?: SQLSTATE: \w+)?$", re.M)
@@ -145,8 +142,8 @@ def translate_spark_error(err: BaseException) -> tuple[str, int] | None:
         if found and reason.startswith(found.group(1)):
             reason = reason[len(found.group(1)) :].strip()
         return f"cannot read input file{where}: {reason}", EXIT_BAD_INPUT
-    if _DELTA_CONFLICT.search(text):
-        found = re.search(r"DELTA_[A-Z_]+", text) or _DELTA_CONFLICT.search(text)
+    if DELTA_CONFLICT.search(text):
+        found = re.search(r"DELTA_[A-Z_]+", text) or DELTA_CONFLICT.search(text)
         assert found is not None
         return (
             f"another job committed to the same Delta table at the same time ({found.group(0)}); "

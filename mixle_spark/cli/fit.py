@@ -177,11 +177,12 @@ def open_input(
             assert sample is not None
             args.input = str(sample.data)
         return read_local_input(args.input), None, False
-    from pyspark.sql import SparkSession
+    from pyspark import SparkContext
 
     from mixle_spark.io import read_table
 
-    owned = SparkSession.getActiveSession() is None  # never stop a session we were given
+    # never stop a Spark that was running (a notebook's, a caller's in another thread)
+    owned = SparkContext._active_spark_context is None
     spark = job_spark_session(PROG, args.master, args.spark_conf, args.verbose)
     try:
         extra["spark"] = {"master": spark.conf.get("spark.master"), "version": spark.version}

@@ -93,7 +93,10 @@ def main(master: str, worker_pid: int, output: str) -> None:
         calls["n"] += 1
         if calls["n"] == 5:  # mid-fit: the whole worker goes, with its executor and Python workers
             for pid in process_tree(worker_pid):
-                os.kill(pid, signal.SIGKILL)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:  # it exited between the listing and the kill
+                    pass
         return original(self, payload)
 
     ResidentSession.request = request  # type: ignore[method-assign]

@@ -148,14 +148,24 @@ def test_weights_column(spark: Any) -> None:
     _assert_models_close(got, want)
 
 
-def test_string_in_a_numeric_column_is_a_schema_error(spark: Any) -> None:
+def test_string_in_a_numeric_column_names_the_cell_and_its_row(spark: Any) -> None:
+    """A text column where numbers are expected: the error names the cell that does not read as a
+    number and its row (issue: it named the column's type only); a column whose every cell reads
+    is still refused by its type."""
     df = spark.createDataFrame([("1.0",), ("12.5x",)], "spend string")
+    with pytest.raises(
+        DataTypeError,
+        match=r"^column 'spend': expected a finite number for GaussianEstimator \(Arrow type string\), "
+        r"got string '12\.5x' \(row 2 of 2\)$",
+    ):
+        encoded_data(df, RecordEstimator({"spend": GaussianEstimator()}))
+    numbers = spark.createDataFrame([("1.0",), ("12.5",)], "spend string")
     with pytest.raises(
         SchemaError,
         match=r"column 'spend': expected a numeric column for GaussianEstimator, "
         r"got Arrow type string",
     ):
-        encoded_data(df, RecordEstimator({"spend": GaussianEstimator()}))
+        encoded_data(numbers, RecordEstimator({"spend": GaussianEstimator()}))
 
 
 def test_nulls_without_optional_name_the_row_and_count(spark: Any) -> None:
