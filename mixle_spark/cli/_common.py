@@ -244,11 +244,15 @@ def check_output_free(target: Path, overwrite: bool, flag: str = "--overwrite") 
     raise FileExistsError(f"output {target} exists; pass {flag} to replace it")
 
 
+def _host() -> str:
+    """This host's name as staging names carry it (no "-", which separates their parts)."""
+    return socket.gethostname().replace("-", "_") or "host"
+
+
 def _staging_name(final: Path, kind: str) -> Path:
     """``.NAME.KIND-HOST-PID-UUID`` beside ``final``: whose it is, so a later run can tell a killed
     run's leftovers from a live run's."""
-    host = socket.gethostname().replace("-", "_") or "host"
-    return final.with_name(f".{final.name}.{kind}-{host}-{os.getpid()}-{uuid.uuid4().hex}")
+    return final.with_name(f".{final.name}.{kind}-{_host()}-{os.getpid()}-{uuid.uuid4().hex}")
 
 
 def _alive(pid: int) -> bool:
@@ -266,7 +270,7 @@ def sweep_stale(final: Path) -> list[Path]:
     moving the old output aside and moving the new one in, put the old output back). Only leftovers of
     processes of this host that no longer run are touched. Returns the paths removed or restored."""
     done: list[Path] = []
-    host = socket.gethostname().replace("-", "_") or "host"
+    host = _host()
     pattern = re.compile(rf"^\.{re.escape(final.name)}\.(tmp|old)-([^-]+)-(\d+)-[0-9a-f]{{32}}$")
     if not final.parent.is_dir():
         return done

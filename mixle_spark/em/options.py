@@ -148,26 +148,41 @@ class FitOptions:
         ``seed`` overrides the options' seed (a restart's); ``label`` prefixes its progress lines;
         ``settings`` overrides :meth:`settings` (a restart's own checkpoint directory and trace);
         ``started`` is when the fit's clock started (default: when ``run`` is called)."""
-        use_seed = seed_to_int(self.seed if seed is None else seed)
         use_settings = self.settings() if settings is None else settings
 
         def run(handle: Any) -> Distribution:
-            return EMRun(
-                handle,
-                vhandle,
-                estimator,
-                self.max_its,
-                self.delta,
-                self.init_p,
-                use_seed,
-                prev_estimate,
-                self.init_estimator,
-                Progress(self.out, self.print_iter, label),
-                time.perf_counter() if started is None else started,
-                use_settings,
+            return self._em_run(
+                handle, estimator, seed, prev_estimate, vhandle, label, use_settings, started
             ).run()
 
         return run
+
+    def _em_run(
+        self,
+        handle: Any,
+        estimator: Estimator,
+        seed: int | None,
+        prev_estimate: Distribution | None,
+        vhandle: Any,
+        label: str,
+        settings: Settings,
+        started: float | None,
+    ) -> EMRun:
+        """The one fit these options describe, over ``handle``."""
+        return EMRun(
+            handle,
+            vhandle,
+            estimator,
+            self.max_its,
+            self.delta,
+            self.init_p,
+            seed_to_int(self.seed if seed is None else seed),
+            prev_estimate,
+            self.init_estimator,
+            Progress(self.out, self.print_iter, label),
+            time.perf_counter() if started is None else started,
+            settings,
+        )
 
     def finished(
         self, estimator: Estimator, rows: int, *, prev_estimate: Distribution | None = None
@@ -176,20 +191,7 @@ class FitOptions:
         options and row count), without reading the data; None when the fit has to run."""
         if self.checkpoint_dir is None or not self.resume:
             return None
-        run = EMRun(
-            _Rows(rows),
-            None,
-            estimator,
-            self.max_its,
-            self.delta,
-            self.init_p,
-            seed_to_int(self.seed),
-            prev_estimate,
-            self.init_estimator,
-            Progress(self.out, self.print_iter),
-            time.perf_counter(),
-            self.settings(),
-        )
+        run = self._em_run(_Rows(rows), estimator, None, prev_estimate, None, "", self.settings(), None)
         return run.finished()
 
 
