@@ -12,6 +12,11 @@ mixture models, ``prediction`` (int, the most probable component) and ``probabil
 ``FIELD_states`` per hidden Markov field). The table is written in one Delta commit: a failed run
 leaves no table (or the previous one, with ``--mode overwrite``).
 
+A row holding a label the model has not seen (a categorical label, a Markov chain label or a
+multinomial token outside the fitted vocabulary) fails the job by default, naming the label and the
+row (``--on-unseen error``); with ``--on-unseen null`` such rows are written with null scores and
+counted in the summary line (``... 3 of them hold a label the model has not seen: scored null``).
+
 Exit codes: 0 success; 2 bad arguments or bad input (a missing input or model, a model that does
 not match the table's columns or types, an output table that exists with ``--mode error``); 1 any
 other failure. A failure prints one line on stderr naming the row of the input table where there is
@@ -45,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="error",
         help="error (default): refuse an existing table; overwrite: replace it in one commit",
     )
+    parser.add_argument(
+        "--on-unseen",
+        choices=("error", "null"),
+        default="error",
+        help="a row with a label the model has not seen: error (default) fails the job naming it; "
+        "null writes the row with null scores and counts it",
+    )
     parser.add_argument("--master", help="Spark master (default: spark-submit's, $MASTER or local[*])")
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)"
@@ -76,7 +88,7 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
 
         data = read_table(spark, args.input)
         try:
-            write_table(score(model, data), output, mode=args.mode)
+            write_table(score(model, data, on_unseen=args.on_unseen), output, mode=args.mode)
         except Exception as err:
             located = in_table_rows(err, data)  # the row of the table, not of a partition
             if located is None:
@@ -85,12 +97,16 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
         written = read_table(spark, output, format="delta")
         rows = written.count()
         columns = written.columns
+        unseen = written.filter(written["log_likelihood"].isNull()).count() if args.on_unseen == "null" else 0
     finally:
         if owned:
             spark.stop()
-    print(f"wrote {rows} rows to the Delta table {output} ({', '.join(columns)})")
+    line = f"wrote {rows} rows to the Delta table {output} ({', '.join(columns)})"
+    if args.on_unseen == "null":
+        line += f"; {unseen} of them hold a label the model has not seen: scored null"
+    print(line)
     print(f"{time.perf_counter() - started:.1f}s")
-    return {"rows": rows, "columns": columns}
+    return {"rows": rows, "columns": columns, "unseen": unseen}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -176,10 +176,13 @@ class FieldError(MixleError):
         ``row_index[i]`` is the enclosing row of the i-th row the inner encoder saw (for example the
         present rows under Optional, or the owning row of each element under Sequence).
         """
-        row = self.row
+        row, count = self.row, self.count
         if row is not None and row_index is not None and 0 <= row < len(row_index):
             row = int(row_index[row])
-        return self._copy(row=row, n_rows=n_rows)
+        if count is not None and row_index is not None and len(row_index) > 1:
+            if not bool(np.all(np.diff(row_index) > 0)):  # several inner rows per row: not a row count
+                count = None
+        return self._copy(row=row, count=count, n_rows=n_rows)
 
     def __reduce__(self) -> Any:  # keep the fields through pickling (Spark, multiprocessing)
         return (

@@ -188,12 +188,12 @@ def model_from_dict(payload: Mapping[str, Any]) -> Distribution:
         raise ModelFormatError(f"invalid model: {err}") from err
 
 
-def model_from_json(text: str) -> Distribution:
-    """Rebuild a model from :func:`model_to_json` output."""
+def model_from_json(text: str, source: str = "model") -> Distribution:
+    """Rebuild a model from :func:`model_to_json` output (``source`` names it in errors)."""
     try:
         payload = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ModelFormatError(f"model is not valid JSON: {err}") from None
+        raise ModelFormatError(f"{source} is not valid JSON: {err}") from None
     return model_from_dict(payload)
 
 
@@ -210,4 +210,4 @@ def load_model(path: str | os.PathLike[str]) -> Distribution:
     target = Path(path)
     if not target.exists():
         raise FileNotFoundError(f"model file not found: {target}")
-    return model_from_json(target.read_text())
+    return model_from_json(target.read_text(), f"model {target}")

@@ -34,7 +34,9 @@ from mixle_spark.stats._special import log_factorial
 from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import (
     Encoder,
+    any_unseen,
     check_parameter,
+    unseen_owners,
 )
 
 __all__ = [
@@ -420,6 +422,17 @@ class MultinomialEncoder(Encoder):
         else:
             len_scan = self.len_encoder.merge_scans(a[1], b[1])  # type: ignore[union-attr]
         return (vocab, len_scan)
+
+    def with_unseen(self, unseen: str) -> MultinomialEncoder:
+        len_encoder = None if self.len_encoder is None else self.len_encoder.with_unseen(unseen)
+        if unseen == self.unseen and len_encoder is self.len_encoder:
+            return self
+        return MultinomialEncoder(self.labels, unseen, len_encoder)
+
+    def unseen_rows(self, enc: MultinomialBatch) -> np.ndarray | None:
+        tokens = unseen_owners(enc.codes < 0, enc.row, enc.n)
+        lengths = None if self.len_encoder is None else self.len_encoder.unseen_rows(enc.len_enc)
+        return any_unseen((tokens, lengths))
 
     def union(self, other: Encoder) -> Encoder:
         if self == other:

@@ -34,7 +34,7 @@ from mixle_spark.stats._labels import (
     unseen_label_error,
 )
 from mixle_spark.stats._validate import first_true, unit_sum
-from mixle_spark.stats.base import Encoder, check_parameter
+from mixle_spark.stats.base import Encoder, any_unseen, check_parameter
 from mixle_spark.stats.sequence import _encode_lengths
 
 __all__ = [
@@ -475,6 +475,19 @@ class MarkovChainEncoder(Encoder):
     @property
     def _strict(self) -> bool:
         return self.unseen == "error" and self.labels is not None
+
+    def with_unseen(self, unseen: str) -> MarkovChainEncoder:
+        len_encoder = None if self.len_encoder is None else self.len_encoder.with_unseen(unseen)
+        if unseen == self.unseen and len_encoder is self.len_encoder:
+            return self
+        return MarkovChainEncoder(self.labels, len_encoder, unseen)
+
+    def unseen_rows(self, enc: MarkovChainEncoded) -> np.ndarray | None:
+        bad = np.flatnonzero(enc.codes < 0)
+        rows = np.zeros(enc.n, dtype=bool)
+        rows[_owner(enc.lengths, bad)] = True
+        lengths = None if self.len_encoder is None else self.len_encoder.unseen_rows(enc.len_enc)
+        return any_unseen((rows, lengths))
 
     def encode(self, records: Sequence[Any]) -> MarkovChainEncoded:
         return self._finish(*python_codes(records, self.labels, self._strict))

@@ -42,6 +42,13 @@ class MixtureEncoder(Encoder):
     def expected_arrow(self) -> str:
         return self.inner.expected_arrow()
 
+    def with_unseen(self, unseen: str) -> MixtureEncoder:
+        inner = self.inner.with_unseen(unseen)
+        return self if inner is self.inner else MixtureEncoder(inner)
+
+    def unseen_rows(self, enc: Any) -> Any:
+        return self.inner.unseen_rows(enc)
+
     @property
     def compacts(self) -> bool:
         return self.inner.compacts

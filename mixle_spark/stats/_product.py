@@ -21,6 +21,7 @@ from mixle_spark.stats.base import (
     Encoder,
     RowRandom,
     Sampler,
+    any_unseen,
     seq_update_with_ll,
 )
 
@@ -101,6 +102,15 @@ class ProductEncoder(Encoder):
 
     def from_arrow(self, data: Any) -> tuple[Any, ...]:
         return tuple(self._each("from_arrow", self._arrow_columns(data)))
+
+    def with_unseen(self, unseen: str) -> ProductEncoder:
+        children = [child.with_unseen(unseen) for child in self.children]
+        if all(a is b for a, b in zip(children, self.children, strict=True)):
+            return self
+        return self._rebuild(children)
+
+    def unseen_rows(self, enc: tuple[Any, ...]) -> np.ndarray | None:
+        return any_unseen(child.unseen_rows(e) for child, e in zip(self.children, enc, strict=True))
 
     @property
     def compacts(self) -> bool:

@@ -90,6 +90,22 @@ class Sampler:
         raise NotImplementedError
 
 
+def any_unseen(masks: Iterable[np.ndarray | None]) -> np.ndarray | None:
+    """The rows unseen in any of ``masks`` (None entries skipped; None when all are None)."""
+    out: np.ndarray | None = None
+    for mask in masks:
+        if mask is not None:
+            out = mask if out is None else out | mask
+    return out
+
+
+def unseen_owners(element_mask: np.ndarray | None, owner: np.ndarray, n: int) -> np.ndarray | None:
+    """Rows (of ``n``) owning an unseen element: ``owner[j]`` is the row of element ``j``."""
+    if element_mask is None:
+        return None
+    return np.bincount(owner[element_mask], minlength=n) > 0
+
+
 class Encoder(ABC):
     """Turns records into an encoded batch; declares the Arrow types it reads.
 
@@ -149,6 +165,18 @@ class Encoder(ABC):
         """``data`` (already accepted by :meth:`from_arrow`) in a compact Arrow form that
         :meth:`from_arrow` reads back to the same encoding; the default returns it unchanged."""
         return data
+
+    # -- unseen labels at scoring: a label outside a fitted vocabulary ------------------------------
+    def with_unseen(self, unseen: str) -> Encoder:
+        """This encoder with every vocabulary under it treating a label outside it by ``unseen``:
+        "error" raises :class:`~mixle_spark.errors.UnseenLabelError` naming the row, "zero" gives it
+        code -1 (see :meth:`unseen_rows`). Encoders without a vocabulary return themselves."""
+        return self
+
+    def unseen_rows(self, enc: Encoded) -> np.ndarray | None:
+        """For a batch encoded by ``with_unseen("zero")``: a bool mask of the rows holding a label
+        outside a vocabulary, or None when this encoder has no vocabulary (no row can)."""
+        return None
 
     # -- seeding: a numeric embedding for init="kmeans||" (see stats._embed) ---------------------
     def embedding_scales(self) -> np.ndarray:

@@ -238,6 +238,12 @@ class CategoricalEncoder(Encoder):
             raise unseen_label_error(array[i].as_py(), vocab, i, n, int(bad.sum()))
         return CategoricalBatch(codes, vocab)
 
+    def with_unseen(self, unseen: str) -> CategoricalEncoder:
+        return self if unseen == self.unseen else CategoricalEncoder(self.labels, unseen)
+
+    def unseen_rows(self, enc: CategoricalBatch) -> np.ndarray:
+        return enc.codes < 0
+
     @property
     def compacts(self) -> bool:
         return self.labels is not None

@@ -197,6 +197,18 @@ class OptionalEncoder(Encoder):
         n, present, values = self._split_arrow(data)
         return OptionalEncoded(n, present, self._child_call("from_arrow", n, present, values))
 
+    def with_unseen(self, unseen: str) -> OptionalEncoder:
+        child = self.child.with_unseen(unseen)
+        return self if child is self.child else OptionalEncoder(child)
+
+    def unseen_rows(self, enc: OptionalEncoded) -> np.ndarray | None:
+        present = self.child.unseen_rows(enc.child)
+        if present is None:
+            return None
+        rows = np.zeros(enc.n, dtype=bool)
+        rows[enc.present_index] = present
+        return rows
+
     @property
     def compacts(self) -> bool:
         return self.child.compacts

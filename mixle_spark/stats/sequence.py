@@ -30,6 +30,7 @@ from mixle_spark.stats.base import (
     Estimator,
     RowRandom,
     Sampler,
+    any_unseen,
     check_parameter,
     check_spec_keys,
     distribution_from_dict,
@@ -38,6 +39,7 @@ from mixle_spark.stats.base import (
     register_distribution,
     register_estimator,
     seq_update_with_ll,
+    unseen_owners,
 )
 
 __all__ = [
@@ -250,6 +252,18 @@ class SequenceEncoder(Encoder):
 
     def from_arrow(self, data: Any) -> SequenceEncoded:
         return self._build("from_arrow", *self._flatten_arrow(data))
+
+    def with_unseen(self, unseen: str) -> SequenceEncoder:
+        child = self.child.with_unseen(unseen)
+        len_encoder = None if self.len_encoder is None else self.len_encoder.with_unseen(unseen)
+        if child is self.child and len_encoder is self.len_encoder:
+            return self
+        return SequenceEncoder(child, len_encoder)
+
+    def unseen_rows(self, enc: SequenceEncoded) -> np.ndarray | None:
+        elements = unseen_owners(self.child.unseen_rows(enc.values), enc.owner, enc.n)
+        lengths = None if self.len_encoder is None else self.len_encoder.unseen_rows(enc.len_enc)
+        return any_unseen((elements, lengths))
 
     @property
     def compacts(self) -> bool:

@@ -150,6 +150,7 @@ class Case:
     model: Any = None
     existing_output: bool = False
     csv: str | None = None  # the input as CSV text instead of the Parquet table
+    raw: bytes | None = None  # the input.parquet file's bytes instead of the table
 
 
 def _fit(spec: dict[str, Any], **options: Any) -> Callable[[Context], Any]:
@@ -444,6 +445,132 @@ CASES = {
             v=[[0.1, 0.2], [1.0, 1.5], [0.3, 0.1], [1.2, 1.1, 0.0], [0.2, 0.4, 0.0], [0.9, 1.3, 0.0]]
         ),
     ),
+    # 17b. a table of 0 bytes (a failed upstream write): Spark's reader fails; the job names the file
+    "zero-byte-parquet-em_fit": Case(
+        _em_fit(),
+        2,
+        rf"cannot read input file file:{TMP}/input\.parquet: is not a Parquet file \(length is too low: 0\)",
+        job="em_fit",
+        spec=SEGMENTS,
+        raw=b"",
+    ),
+    "zero-byte-parquet-em_score": Case(
+        _em_score,
+        2,
+        rf"cannot read input file file:{TMP}/input\.parquet: is not a Parquet file \(length is too low: 0\)",
+        job="em_score",
+        model=_model(),
+        raw=b"",
+    ),
+    # the data errors above through the jobs: the cell, the value and the row of the table
+    "string-in-gaussian-column-em_fit": Case(
+        _em_fit(),
+        2,
+        r"column 'amount': expected a finite number for GaussianEstimator \(Arrow type string\), "
+        r"got string '12\.5x' \(row 3 of 6\)",
+        job="em_fit",
+        table=_table(amount=["12.5", "80.0", "12.5x", "60.0", "20.0", "75.0"]),
+        spec=SEGMENTS,
+    ),
+    "string-in-gaussian-column-em_score": Case(
+        _em_score,
+        2,
+        r"column 'amount': expected a finite number for GaussianEstimator \(Arrow type string\), "
+        r"got string '12\.5x' \(row 3 of 6\)",
+        job="em_score",
+        table=_table(amount=["12.5", "80.0", "12.5x", "60.0", "20.0", "75.0"]),
+        model=_model(),
+    ),
+    "nan-in-gaussian-em_fit": Case(
+        _em_fit(),
+        2,
+        r"column 'amount': expected a finite number for GaussianEstimator, got nan \(row 4 of 6\)",
+        job="em_fit",
+        table=_table(amount=[12.5, 80.0, 15.0, NAN, 20.0, 75.0]),
+        spec=SEGMENTS,
+    ),
+    "nan-in-gaussian-em_score": Case(
+        _em_score,
+        2,
+        r"column 'amount': expected a finite number for GaussianEstimator, got nan \(row 4 of 6\)",
+        job="em_score",
+        table=_table(amount=[12.5, 80.0, 15.0, NAN, 20.0, 75.0]),
+        model=_model(),
+    ),
+    "null-in-categorical-em_score": Case(
+        _em_score,
+        2,
+        r"column 'channel': expected a label for CategoricalEstimator \(a missing value needs "
+        r"OptionalEstimator\), got null \(row 4 of 6\)",
+        job="em_score",
+        table=_table(channel=["web", "app", "store", None, "app", "store"]),
+        model=_model(),
+    ),
+    "negative-poisson-count-em_score": Case(
+        _em_score,
+        2,
+        r"column 'n_items': expected a non-negative integer count for PoissonEstimator, "
+        r"got -3\.0 \(row 3 of 6\)",
+        job="em_score",
+        table=_table(n_items=[1, 7, -3, 5, 0, 6]),
+        model=_model(),
+    ),
+    "empty-table-em_fit": Case(
+        _em_fit(),
+        2,
+        r"no rows to encode: the DataFrame is empty",
+        job="em_fit",
+        table=_table().slice(0, 0),
+        spec=SEGMENTS,
+    ),
+    "csv-row-with-an-extra-field-em_score": Case(
+        _em_score,
+        2,
+        rf"malformed CSV row in file://{TMP}/input\.csv \(line 3\): '80\.0,app,7,x' has not the header's "
+        r"number of fields",
+        job="em_score",
+        csv="amount,channel,n_items\n12.5,web,1\n80.0,app,7,x\n15.0,store,2\n",
+        model=_model(),
+    ),
+    # the model and the table do not fit together, or the model file is not one
+    "numbers-as-text-in-gaussian-column-em_score": Case(  # every cell reads: the type is wrong
+        _em_score,
+        2,
+        r"column 'amount': expected a numeric column for GaussianEstimator, got Arrow type string",
+        job="em_score",
+        table=_table(amount=["12.5", "80.0", "15.0", "60.0", "20.0", "75.0"]),
+        model=_model(),
+    ),
+    "model-column-missing-em_score": Case(
+        _em_score,
+        2,
+        r"column 'n_items' not found; the DataFrame has columns \['amount', 'channel'\]",
+        job="em_score",
+        table=_table().select(["amount", "channel"]),
+        model=_model(),
+    ),
+    "output-column-exists-em_score": Case(
+        _em_score,
+        2,
+        r"column 'log_likelihood' already exists; choose another output column name",
+        job="em_score",
+        table=_table().append_column("log_likelihood", pa.array([0.0] * 6)),
+        model=_model(),
+    ),
+    "model-not-json-em_score": Case(
+        _em_score,
+        2,
+        rf"model {TMP}/model\.json is not valid JSON: Expecting property name enclosed in double quotes: "
+        r"line 1 column 2 \(char 1\)",
+        job="em_score",
+        model="{'type': 'mixture'",
+    ),
+    "missing-model-em_score": Case(
+        _em_score, 2, rf"model file not found: {TMP}/model\.json", job="em_score", model=None
+    ),
+    "missing-spec-em_fit": Case(
+        _em_fit(), 2, rf"model spec file not found: {TMP}/spec\.json", job="em_fit", spec=None
+    ),
     # 18. a record spec naming a column the table does not have
     "record-spec-missing-column": Case(
         _fit(_record(amount="gaussian", loyalty="gaussian")),
@@ -488,11 +615,15 @@ def _prepare(case: Case, spark: Any, tmp: Path) -> Context:
     ctx = Context(spark, str(source), str(tmp / "spec.json"), str(tmp / "model.json"), tmp / "out")
     if case.csv is not None:
         source.write_text(case.csv)
+    elif case.raw is not None:
+        source.write_bytes(case.raw)
     elif case.table is not None:
         pq.write_table(case.table, ctx.input)
     if case.spec is not None:
         Path(ctx.spec).write_text(case.spec if isinstance(case.spec, str) else json.dumps(case.spec))
-    if isinstance(case.model, dict):
+    if isinstance(case.model, str):
+        Path(ctx.model).write_text(case.model)
+    elif isinstance(case.model, dict):
         Path(ctx.model).write_text(json.dumps(case.model))
     elif case.model is not None:
         save_model(case.model, ctx.model)
@@ -605,3 +736,64 @@ def test_a_scoring_error_names_the_partition_and_its_row(spark: Any) -> None:
     assert df.rdd.getNumPartitions() == 2
     with pytest.raises(PythonException, match=r"label 'phone' .* \(row 5 of partition 1\)"):
         score(_model(), df).collect()
+
+
+# -- 11b. --on-unseen null: rows with an unseen label scored null, counted, the others as always --
+
+
+def test_em_score_on_unseen_null_writes_every_row_and_counts_the_unseen_ones(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = _table(channel=["web", "phone", "store", "web", "tablet", "store"])
+    ctx = _prepare(Case(_em_score, 0, "", job="em_score", table=table, model=_model()), spark, tmp_path)
+    capsys.readouterr()
+    assert _job("em_score").main([*_em_score(ctx), "--on-unseen", "null"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.splitlines()[0] == (
+        f"wrote 6 rows to the Delta table {ctx.out} (amount, channel, n_items, w, v, log_likelihood, "
+        "prediction, probability); 2 of them hold a label the model has not seen: scored null"
+    )
+    rows = {r["amount"]: r for r in read_table(spark, str(ctx.out), format="delta").collect()}
+    assert len(rows) == 6
+    for amount in (80.0, 20.0):  # 'phone' and 'tablet'
+        row = rows[amount]
+        assert (row["log_likelihood"], row["prediction"], row["probability"]) == (None, None, None)
+    model, seen = _model(), table.filter(pa.array([True, False, True, True, False, True]))
+    enc = model.encoder().from_arrow(seen.select(["amount", "channel", "n_items"]))
+    want_ll, want_post = model.seq_log_density(enc), model.seq_posterior(enc)
+    got = [rows[a] for a in seen.column("amount").to_pylist()]
+    np.testing.assert_allclose([r["log_likelihood"] for r in got], want_ll, rtol=1e-12)
+    np.testing.assert_allclose([r["probability"] for r in got], want_post, rtol=1e-12)
+    assert [r["prediction"] for r in got] == want_post.argmax(axis=1).tolist()
+
+
+def test_score_on_unseen(spark: Any) -> None:
+    """The API: nullable output columns with "null", the schema unchanged otherwise; a bad value named;
+    a Markov chain's unseen label is an error by default too (its model alone scores it -inf)."""
+    df = spark.createDataFrame(_table(channel=["web", "app", "store", "web", "phone", "store"]).to_pandas())
+    nulls = score(_model(), df, on_unseen="null")
+    assert [nulls.schema[c].nullable for c in ("log_likelihood", "prediction", "probability")] == [True] * 3
+    assert nulls.filter(F.col("log_likelihood").isNull()).count() == 1
+    strict = score(_model(), df.filter(F.col("channel") != "phone"))
+    assert [strict.schema[c].nullable for c in ("log_likelihood", "prediction", "probability")] == [False] * 3
+    with pytest.raises(ValueError, match=r"^on_unseen must be 'error' or 'null', got 'drop'$"):
+        score(_model(), df, on_unseen="drop")
+
+    from mixle_spark.stats.markov_chain import MarkovChainDistribution
+
+    chain = MarkovChainDistribution({"a": 0.5, "b": 0.5}, {"a": {"a": 0.5, "b": 0.5}, "b": {"b": 1.0}})
+    paths = spark.createDataFrame([(["a", "b"],), (["a", "c", "b"],), (["b"],)], "path array<string>")
+    paths = paths.coalesce(1)
+    with pytest.raises(
+        PythonException,
+        match=r"UnseenLabelError: column 'path': label 'c' is not in the model's vocabulary of 2 labels "
+        r"\('a', 'b'\) \(row 2 of partition 0\)",
+    ):
+        score(chain, paths).collect()
+    lls = [r["log_likelihood"] for r in score(chain, paths, on_unseen="null").collect()]
+    assert (
+        lls[1] is None
+        and lls[0] == pytest.approx(2 * math.log(0.5))
+        and lls[2] == pytest.approx(math.log(0.5))
+    )

@@ -15,12 +15,13 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from mixle_spark.errors import SchemaError
+from mixle_spark.errors import FieldError, SchemaError
 from mixle_spark.parallel.backends._handle import (
     Payload,
     merge_payloads,
 )
 from mixle_spark.stats._tables import one_column_error
+from mixle_spark.stats._validate import unreadable_cells
 from mixle_spark.stats.base import Encoder
 from mixle_spark.stats.record import RecordDistribution
 
@@ -89,6 +90,45 @@ def _check_schema(df: DataFrame, encoder: Encoder, columns: list[str]) -> None:
         encoder.check_arrow_type(schema.field(0).type)
     except SchemaError as err:
         raise SchemaError(f"column {columns[0]!r}: {err}") from None
+
+
+def unreadable_cell(df: DataFrame, encoder: Encoder, columns: list[str]) -> FieldError | None:
+    """After the schema check refused a text column where numbers are expected: the first cell of the
+    table (in the DataFrame's order) that does not read as a number, located at its row of the table
+    with the count of such cells; None when every cell reads (the column's type is then the error).
+
+    One pass over ``columns``, run only on this failure path."""
+    read = _reader(columns, encoder.column_names() is not None)
+
+    def probe(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        rows, cells, found = 0, 0, None
+        for batch in batches:
+            try:
+                encoder.from_arrow(read(batch))
+            except FieldError as err:
+                bad = unreadable_cells(err)
+                if bad:
+                    cells += bad
+                    if found is None and err.row is not None:
+                        found = err.located(rows + err.row, None)
+            rows += batch.num_rows
+        ctx = TaskContext.get()
+        yield _payload_batch((0 if ctx is None else ctx.partitionId(), rows, cells, found))
+
+    parts = sorted(
+        (pickle.loads(r[0]) for r in df.select(*columns).mapInArrow(probe, _PAYLOAD_SCHEMA).collect()),
+        key=operator.itemgetter(0),
+    )
+    n, total = sum(p[1] for p in parts), sum(p[2] for p in parts)
+    before = 0
+    for _part, rows, _cells, found in parts:
+        if found is not None:
+            located = found.located(before + found.row, n, total)
+            return located if located.path or len(columns) != 1 else located.at(columns[0])
+        before += rows
+    return None
 
 
 def _reader(columns: list[str], reads_table: bool) -> Callable[[pa.RecordBatch], Any]:

@@ -64,6 +64,7 @@ from mixle_spark.parallel.backends._spark_common import (
     _weights,
     is_spark_connect,
     state_paths,
+    unreadable_cell,
 )
 from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
 from mixle_spark.stats._validate import as_arrow_array, check_weights, unreadable_cells
@@ -499,6 +500,10 @@ def make_spark(data: Any, estimator: Any = None, model: Any = None, **options: A
     return SparkEncodedData(data, estimator=estimator, model=model, **controls, **options)
 
 
+ON_UNSEEN = ("error", "null")
+"""What :func:`score` does with a row holding a label outside the model's vocabulary."""
+
+
 def score(
     model: Distribution,
     df: DataFrame,
@@ -508,6 +513,7 @@ def score(
     prediction_col: str | None = "prediction",
     probability_col: str | None = "probability",
     states_col: str | None = "states",
+    on_unseen: str = "error",
 ) -> DataFrame:
     """Add per-row scores to ``df`` lazily, through ``mapInArrow``, keeping every input column.
 
@@ -517,11 +523,20 @@ def score(
     and for a record ``<field>_<states_col>`` per hidden Markov field.
     Pass None to skip the mixture / state columns. ML Vector input columns are read as
     array<double> (and returned as such).
+
+    ``on_unseen`` decides what a row holding a label outside the model's vocabulary (a categorical
+    label, a Markov chain label, a multinomial token) gets: ``"error"`` (default) fails the job with
+    an :class:`~mixle_spark.errors.UnseenLabelError` naming the label and its row; ``"null"`` scores
+    such rows null in every added column (the other rows as with ``"error"``), so the added columns
+    are nullable; count them with ``log_likelihood_col IS NULL``.
     """
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import ArrayType, DoubleType, IntegerType, StructField, StructType
 
-    encoder = model.encoder()
+    if on_unseen not in ON_UNSEEN:
+        raise ValueError(f"on_unseen must be 'error' or 'null', got {on_unseen!r}")
+    nulls = on_unseen == "null"
+    encoder = model.encoder().with_unseen("zero" if nulls else "error")
     columns = (
         _data_columns(df, encoder, column, None)
         if encoder.column_names() is None
@@ -530,29 +545,55 @@ def score(
     if encoder.column_names() is not None:
         _data_columns(df, encoder, None, None)
     df = _vector_columns_to_arrays(df, columns)
-    _check_schema(df, encoder, columns)
+    try:
+        _check_schema(df, encoder, columns)
+    except SchemaError as err:  # name the first cell that does not read, where there is one
+        raise unreadable_cell(df, encoder, columns) or err from None
     mixture = hasattr(model, "seq_posterior")
-    added = [StructField(log_likelihood_col, DoubleType(), False)]
+    added = [StructField(log_likelihood_col, DoubleType(), nulls)]
     if mixture and prediction_col:
-        added.append(StructField(prediction_col, IntegerType(), False))
+        added.append(StructField(prediction_col, IntegerType(), nulls))
     if mixture and probability_col:
-        added.append(StructField(probability_col, ArrayType(DoubleType(), False), False))
+        added.append(StructField(probability_col, ArrayType(DoubleType(), False), nulls))
     paths = state_paths(model, states_col)
-    added += [StructField(name, ArrayType(IntegerType(), False), False) for name, _ in paths]
+    added += [StructField(name, ArrayType(IntegerType(), False), nulls) for name, _ in paths]
     for field in added:
         if field.name in df.columns:
             raise SchemaError(f"column {field.name!r} already exists; choose another output column name")
     out_schema = StructType(list(df.schema.fields) + added)
     arrow_schema = to_arrow_schema(out_schema)
-    read = _reader(columns, encoder.column_names() is not None)
+    reads_table = encoder.column_names() is not None
+    read = _reader(columns, reads_table)
     with_prediction, with_probability = mixture and bool(prediction_col), mixture and bool(probability_col)
+
+    def scores(enc: Any) -> list[pa.Array]:
+        out = [pa.array(model.seq_log_density(enc), pa.float64())]
+        if with_prediction or with_probability:
+            post = model.seq_posterior(enc)  # type: ignore[attr-defined]
+            if with_prediction:
+                out.append(pa.array(post.argmax(axis=1).astype(np.int32), pa.int32()))
+            if with_probability:
+                k = post.shape[1]
+                offsets = pa.array(np.arange(0, (len(post) + 1) * k, k, dtype=np.int32), pa.int32())
+                out.append(pa.ListArray.from_arrays(offsets, pa.array(post.ravel(), pa.float64())))
+        return out + [path(enc) for _, path in paths]
+
+    def seen_scores(batch: pa.RecordBatch, enc: Any) -> list[pa.Array]:
+        """The scores of the rows without an unseen label, nulls in the others' places."""
+        unseen = encoder.unseen_rows(enc)
+        if unseen is None or not unseen.any():
+            return scores(enc)
+        kept = np.flatnonzero(~unseen)
+        place = np.zeros(len(unseen), dtype=np.int64)
+        place[kept] = np.arange(len(kept))
+        where = pa.array(place, mask=unseen)
+        return [column.take(where) for column in scores(encoder.from_arrow(read(batch.take(kept))))]
 
     def score_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
         first = 0  # rows of this partition before the batch, so errors name the partition's row
         for batch in batches:
-            arrays = list(batch.columns)
             if batch.num_rows == 0:
                 yield pa.RecordBatch.from_pylist([], schema=arrow_schema)
                 continue
@@ -561,18 +602,10 @@ def score(
             except FieldError as err:
                 ctx = TaskContext.get()
                 where = "the input" if ctx is None else f"partition {ctx.partitionId()}"
+                err = err if reads_table or err.path else err.at(columns[0])
                 raise err.in_scope(first, where) from None
             first += batch.num_rows
-            arrays.append(pa.array(model.seq_log_density(enc), pa.float64()))
-            if with_prediction or with_probability:
-                post = model.seq_posterior(enc)  # type: ignore[attr-defined]
-                if with_prediction:
-                    arrays.append(pa.array(post.argmax(axis=1).astype(np.int32), pa.int32()))
-                if with_probability:
-                    k = post.shape[1]
-                    offsets = pa.array(np.arange(0, (len(post) + 1) * k, k, dtype=np.int32), pa.int32())
-                    arrays.append(pa.ListArray.from_arrays(offsets, pa.array(post.ravel(), pa.float64())))
-            arrays += [path(enc) for _, path in paths]
-            yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+            added = seen_scores(batch, enc) if nulls else scores(enc)
+            yield pa.RecordBatch.from_arrays([*batch.columns, *added], schema=arrow_schema)
 
     return df.mapInArrow(score_partition, out_schema)
