@@ -94,10 +94,13 @@ _UNREADABLE_FILE = re.compile(
     r"(?:FAILED_READ_FILE|is not a Parquet file|Could not read footer|CANNOT_READ_FILE)"
 )
 _FILE_IN_MESSAGE = re.compile(r"(?:reading file|Encountered error while reading file) (\S+?)\.?(?:\s|$)")
-_LOST_WORKER = re.compile(
-    r"(?:Python worker exited unexpectedly|PYTHON_WORKER_EXITED|ExecutorLostFailure|Lost executor|"
-    r"executor .* exited|Connection reset|EOFException)",
-    re.IGNORECASE,
+_LOST_WORKER = (  # what was lost, in the order a message is searched (the first found names it)
+    (
+        re.compile(r"Python worker exited|PYTHON_WORKER_EXITED|Python worker .*crashed", re.I),
+        "a Python worker exited",
+    ),
+    (re.compile(r"ExecutorLostFailure|Lost executor|executor \S+ exited", re.I), "an executor was lost"),
+    (re.compile(r"Connection reset|EOFException", re.I), "the connection to a Python worker broke"),
 )
 
 
@@ -150,14 +153,13 @@ def translate_spark_error(err: BaseException) -> tuple[str, int] | None:
             "nothing of this run was committed: run it again",
             EXIT_FAILURE,
         )
-    if _LOST_WORKER.search(text):
-        found = _LOST_WORKER.search(text)
-        assert found is not None
-        return (
-            f"a Spark executor or its Python worker was lost and the task could not be retried "
-            f"({found.group(0)}); run again (with --checkpoint-dir a fit resumes where it stopped)",
-            EXIT_FAILURE,
-        )
+    for pattern, lost in _LOST_WORKER:
+        if pattern.search(text):
+            return (
+                f"a Spark task failed because {lost}, and it could not be retried; run again "
+                "(with --checkpoint-dir a fit resumes where it stopped)",
+                EXIT_FAILURE,
+            )
     return None
 
 

@@ -240,6 +240,7 @@ def fit_model(
             with _command_line_advice():
                 done = _finished_fit(data, spec, options, extra_options, out)
         if done is not None:  # the checkpoint holds this fit's result: no pass over the data
+            _say_resumed(done, out, extra_options, coord)
             elapsed = time.perf_counter() - t0
             return (
                 done,
@@ -280,8 +281,18 @@ def fit_model(
                         ll = model.fit_result.log_likelihood
     if out is None or not out.written:
         coord.say(first)  # quiet, or no progress line yet: after the fit, not before its checks
+    _say_resumed(model, out, extra_options, coord)
     timings = {"encode": t1 - t0, "em": time.perf_counter() - t1}
     return model, ll, timings, _report_warnings(caught, coord), found
+
+
+def _say_resumed(model: Any, out: Any, reliability: dict[str, Any], coord: Coordination) -> None:
+    """With ``--quiet`` (no progress stream, which says it itself): that the fit resumed from a
+    checkpoint, and where (a pipeline's log should show it)."""
+    resumed = getattr(model.fit_result, "resumed_from", None)
+    if out is None and resumed is not None:
+        where = reliability.get("checkpoint_dir")
+        coord.say(f"{PROG}: resumed from checkpoint {where} at iteration {resumed}")
 
 
 class _FirstLine:

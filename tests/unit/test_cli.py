@@ -196,8 +196,8 @@ class Py4JJavaError(Exception):
                 "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)",
                 "java.io.EOFException",
             ],
-            "a Spark executor or its Python worker was lost and the task could not be retried (Python worker "
-            "exited unexpectedly); run again (with --checkpoint-dir a fit resumes where it stopped)",
+            "a Spark task failed because a Python worker exited, and it could not be retried; run again "
+            "(with --checkpoint-dir a fit resumes where it stopped)",
             1,
         ),
         (

@@ -341,6 +341,12 @@ def test_em_fit_resumed_runs_say_so_and_a_finished_fit_needs_no_pass_over_the_da
     assert more.returncode == 0, more.stderr
     assert f"resuming from checkpoint {tmp_path / 'ckpt'} at iteration 3" in more.stderr
 
+    # --quiet drops the progress stream, not this: one line says where the fit came from
+    quiet = _run(*base, *ckpt, "--max-its", "5", "--quiet", "--output", str(tmp_path / "d"))
+    assert quiet.returncode == 0, quiet.stderr
+    notes = [line for line in quiet.stderr.splitlines() if "checkpoint" in line]
+    assert notes == [f"em_fit: resumed from checkpoint {tmp_path / 'ckpt'} at iteration 5"], quiet.stderr
+
 
 @pytest.mark.parametrize(
     ("text", "line", "row"),
