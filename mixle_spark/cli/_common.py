@@ -224,17 +224,24 @@ def run_job(prog: str, body: Callable[[], Any], stderr: IO[str] | None = None, v
         return 130
     except Exception as err:
         code = exit_code(err)
-        where = f" (Spark's log: {_jvm_logs[-1]})" if code == EXIT_FAILURE and _jvm_logs else ""
+        kept = code == EXIT_FAILURE and bool(_jvm_logs)  # bad input: the line says it all
+        where = f" (Spark's log: {_jvm_logs[-1]})" if kept else ""
         print(f"{prog}: error: {error_line(err)}{where}", file=stream)
         if verbose or os.environ.get("MIXLE_SPARK_TRACEBACK"):
             import traceback
 
             traceback.print_exc(file=stream)
+        _remove_jvm_logs(keep_last=kept)
         return code
-    for log in _jvm_logs:  # a run that succeeded leaves no log behind
-        log.unlink(missing_ok=True)
-    _jvm_logs.clear()
+    _remove_jvm_logs(keep_last=False)  # a run that succeeded leaves no log behind
     return EXIT_OK
+
+
+def _remove_jvm_logs(keep_last: bool) -> None:
+    """Remove the JVM console files of this process but (``keep_last``) the one a failure names."""
+    for log in _jvm_logs[:-1] if keep_last else _jvm_logs:
+        log.unlink(missing_ok=True)
+    _jvm_logs[:] = _jvm_logs[-1:] if keep_last else []
 
 
 def check_output_free(target: Path, overwrite: bool, flag: str = "--overwrite") -> None:

@@ -104,6 +104,9 @@ def test_a_killed_python_worker_stops_the_fit_with_one_line_and_a_rerun_resumes(
         lines[0],
     ), lines[0]
     assert not (tmp_path / "killed").exists()  # nothing written
+    log = Path(lines[0].rsplit("(Spark's log: ", 1)[1][:-1])
+    assert log.is_file()  # named, so kept
+    log.unlink()
     stopped_at = len(trace.read_text().splitlines())
     assert 4 <= stopped_at < 40
     assert any((tmp_path / "checkpoints").iterdir()), stopped_at

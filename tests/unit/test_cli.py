@@ -55,6 +55,31 @@ def test_run_job_reports_one_line() -> None:
     assert _cli.run_job("prog", lambda: None, stderr=stream) == 0
 
 
+def test_the_jvm_log_is_kept_only_when_a_failure_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "mixle_spark-prog-1.log"
+
+    def run(body: object) -> tuple[int, str]:
+        log.write_text("spark's console\n")
+        monkeypatch.setattr(_cli, "_jvm_logs", [log])
+        stream = io.StringIO()
+        return _cli.run_job("prog", body, stderr=stream), stream.getvalue()  # type: ignore[arg-type]
+
+    def bad_input() -> None:
+        raise SchemaError("column 'x' not found")
+
+    def failure() -> None:
+        raise RuntimeError("boom")
+
+    assert run(bad_input) == (2, "prog: error: column 'x' not found\n")
+    assert not log.exists()  # the line says it all: nothing left in $TMPDIR
+    assert run(failure) == (1, f"prog: error: RuntimeError: boom (Spark's log: {log})\n")
+    assert log.read_text() == "spark's console\n"  # kept: the line names it
+    assert run(lambda: None) == (0, "")
+    assert not log.exists()
+
+
 def test_atomic_directory_commits_only_on_success(tmp_path: Path) -> None:
     target = tmp_path / "out"
     with pytest.raises(RuntimeError, match="half-way"), _cli.atomic_directory(target) as staging:
