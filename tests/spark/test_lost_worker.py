@@ -28,21 +28,31 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _python_workers() -> list[int]:
-    """Pids of PySpark's Python workers: the children of a ``pyspark.daemon`` process."""
-    daemons, parents = set(), {}
+def _python_workers(root: int) -> list[int]:
+    """Pids of the Python workers of the Spark under process ``root``: the children of a
+    ``pyspark.daemon`` descended from it (other Sparks on the machine, the test session's among them,
+    are left alone)."""
+    parent, daemons = {}, set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+            parent[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):  # the process ended while we read it
             continue
         if b"pyspark.daemon" in cmdline:
-            parents[int(entry.name)] = ppid
             daemons.add(int(entry.name))
-    return [pid for pid, ppid in parents.items() if ppid in daemons]
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            if pid == root:
+                return True
+            pid = parent.get(pid, 0)
+        return False
+
+    ours = {d for d in daemons if descends(d)}
+    return [pid for pid, ppid in parent.items() if ppid in ours]
 
 
 def _command(data: Path, spec: Path, out: Path, checkpoints: Path, trace: Path) -> list[str]:
@@ -85,7 +95,7 @@ def test_a_killed_python_worker_stops_the_fit_with_one_line_and_a_rerun_resumes(
     killed, deadline = 0, time.monotonic() + 300
     while job.poll() is None and time.monotonic() < deadline:
         if trace.exists() and len(trace.read_text().splitlines()) >= 4:
-            for pid in _python_workers():
+            for pid in _python_workers(job.pid):
                 try:
                     os.kill(pid, signal.SIGKILL)
                     killed += 1
