@@ -1,13 +1,12 @@
 """Summaries of fitted models (for jobs and notebooks), built from ``to_dict()``: a plain-text
-description, the number of free parameters, and information criteria (BIC / AIC)."""
+description, the number of free parameters (asked of the model), and information criteria (BIC / AIC)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
 from typing import Any
 
-from mixle_spark.stats.base import Distribution
+from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = ["count_free_parameters", "describe_model", "information_criteria"]
 
@@ -66,61 +65,18 @@ def describe_model(model: Distribution) -> str:
     return "\n".join(_describe(model.to_dict(), ""))
 
 
-def _size(value: Any) -> int:
-    """How many numbers ``value`` (a number or a nested list of numbers) holds."""
-    if isinstance(value, list | tuple):
-        return sum(_size(v) for v in value)
-    return 1 if isinstance(value, int | float) and not isinstance(value, bool) else 0
+def count_free_parameters(model: Distribution, estimator: Estimator | None = None) -> int:
+    """The number of free parameters of ``model`` (what BIC and AIC count), asked of the model.
 
-
-def _children(spec: Mapping[str, Any]) -> int:
-    return sum(_free(v) for v in spec.values() if isinstance(v, Mapping)) + sum(
-        _free(c) for v in spec.values() if isinstance(v, list) for c in v if isinstance(c, Mapping)
-    )
-
-
-def _mvn(spec: Mapping[str, Any]) -> int:
-    d = len(spec["mu"])
-    return d + d * (d + 1) // 2
-
-
-# Families whose to_dict() numbers are not all free: what each one really estimates.
-_FREE: dict[str, Callable[[Mapping[str, Any]], int]] = {
-    "categorical": lambda s: max(len(s["pmap"]) - 1, 0),  # probabilities sum to one
-    "integer_categorical": lambda s: max(len(s["p_vec"]) - 1, 0),  # min_val is the support
-    "binomial": lambda s: 1,  # n (trials) is given, not estimated
-    "multivariate_gaussian": _mvn,  # covar is symmetric
-    "mixture": lambda s: max(len(s["w"]) - 1, 0) + sum(_free(c) for c in s["components"]),
-    "ignored": lambda s: 0,
-    # token probabilities sum to one; the length model adds its own
-    "multinomial": lambda s: max(len(s["pmap"]) - 1, 0) + _children(s),
-    # initial and each transition row sum to one; emissions and the length model add their own
-    # initial (K - 1) and each transition row (K (K - 1)) sum to one; the length model adds its own
-    "markov_chain": lambda s: len(s["initial"]) ** 2 - 1 + _children(s),
-    "hidden_markov": lambda s: len(s["initial"]) ** 2 - 1 + _children(s),
-}
-
-
-def _free(spec: Mapping[str, Any]) -> int:
-    rule = _FREE.get(str(spec.get("type")))
-    if rule is not None:
-        return rule(spec)
-    own = sum(_size(v) for k, v in spec.items() if k != "type" and not isinstance(v, Mapping))
-    return own + _children(spec)
-
-
-def count_free_parameters(model: Distribution) -> int:
-    """The number of free parameters of ``model``, counted from ``model.to_dict()``.
-
-    Every number in the model's dict counts, less the constraints of the families that have them:
-    probability vectors (categorical, integer-categorical, mixture weights) sum to one, a full
-    covariance is symmetric (``d (d + 1) / 2``), a binomial's ``n`` and an integer-categorical's
-    ``min_val`` are given, not fitted; a multinomial's token probabilities and a hidden Markov model's
-    initial and transition rows sum to one. Combinators (record, composite, optional, sequence) add their
-    parts; an optional's missing-value probability counts as one.
-
-    This is an approximation where parameters are tied across components (estimator ``keys``):
-    tied copies are counted again, so BIC / AIC over-penalise such models.
+    Each family counts its own (:meth:`~mixle_spark.stats.base.Distribution.n_free_parameters`):
+    probability vectors (categorical, integer-categorical, multinomial, mixture weights, a hidden
+    Markov model's or Markov chain's initial and transition rows) sum to one, a full covariance is
+    symmetric (``d (d + 1) / 2``), a binomial's ``n`` and an integer-categorical's ``min_val`` are
+    given; combinators add their parts, an optional's missing-value probability counting as one.
+    With the ``estimator`` that fitted it, parameters the estimator holds fixed (a Student-t's
+    ``dof``) do not count and sites tied by ``keys`` count once
+    (:meth:`~mixle_spark.stats.base.Estimator.n_free_parameters`); a model returned by a fit carries
+    that count (``model.fit_result.free_parameters``), which is used when no estimator is given.
 
     >>> from mixle_spark.stats import CategoricalDistribution, GaussianDistribution, MixtureDistribution
     >>> count_free_parameters(GaussianDistribution(0.0, 1.0))
@@ -130,7 +86,10 @@ def count_free_parameters(model: Distribution) -> int:
     ...     [0.3, 0.7]))
     3
     """
-    return _free(model.to_dict())
+    if estimator is not None:
+        return estimator.n_free_parameters(model)
+    counted = getattr(model.fit_result, "free_parameters", None)
+    return model.n_free_parameters() if counted is None else int(counted)
 
 
 def information_criteria(log_likelihood: float, n_parameters: int, n_rows: float) -> dict[str, float]:

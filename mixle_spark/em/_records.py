@@ -65,6 +65,9 @@ class FitResult:
     """The per-iteration :class:`~mixle_spark.em.observability.EMTrace`."""
     resumed_from: int | None = None
     """The iteration of the checkpoint this fit resumed from, if it did."""
+    free_parameters: int | None = None
+    """The fitted model's free parameters as its estimator fits it (fixed ones not counted, tied ones
+    once): what BIC and AIC count (:meth:`~mixle_spark.stats.base.Estimator.n_free_parameters`)."""
 
 
 def check_rows(handle: Any, estimator: Estimator) -> None:

@@ -281,6 +281,7 @@ class EMRun(CheckpointedRun):
             stopped_because=self.stopped,
             trace=self.trace,
             resumed_from=self.resumed_from,
+            free_parameters=self.estimator.n_free_parameters(final),
         )
         final.fit_result = result
         if self.store is not None:

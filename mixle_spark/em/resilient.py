@@ -273,6 +273,7 @@ class CheckpointedRun:
             stopped_because=self.stopped,
             trace=self.trace,
             resumed_from=iteration,
+            free_parameters=self.estimator.n_free_parameters(model),
         )
         self.progress(f"the fit in {self.store.directory} had finished; returning its model", 0, note=True)
         self._warn_not_converged(int(final["max_its"]))

@@ -317,6 +317,22 @@ class Estimator(ABC):
         driver's ``init_p`` as given (see :func:`mixle_spark.estimation.init_fraction`)."""
         return None
 
+    def n_free_parameters(self, model: Distribution, tied: set[Any] | None = None) -> int:
+        """How many free parameters ``model`` has as this estimator fits it: the model's count, less
+        the parameters this estimator holds fixed, with every site tied by one ``keys`` counted once
+        (``tied`` collects the keys counted so far; give one set to a whole walk)."""
+        tied = set() if tied is None else tied
+        if self.keys is not None:
+            if self.keys in tied:
+                return 0
+            tied.add(self.keys)
+        return self._free_parameters(model, tied)
+
+    def _free_parameters(self, model: Distribution, tied: set[Any]) -> int:
+        """:meth:`n_free_parameters` once ``keys`` are accounted for: combinators add their parts
+        (each through its estimator), estimators holding a parameter fixed subtract it."""
+        return model.n_free_parameters()
+
     @abstractmethod
     def to_dict(self) -> dict[str, Any]:
         """The estimator as a JSON-able spec dict with a ``"type"`` key."""
@@ -382,6 +398,20 @@ class Distribution(ABC):
         """Paths of parameters that are NaN or infinite (used to name a broken component)."""
         return _nonfinite_paths(self.to_dict(), ())
 
+    def n_free_parameters(self) -> int:
+        """How many numbers a fit of this model chooses freely, every parameter being estimated (what
+        BIC and AIC count; :meth:`Estimator.n_free_parameters` discounts fixed and tied ones).
+
+        This default, for a family whose parameters are all free numbers, counts every number of
+        :meth:`to_dict`. Families with constraints override it (probabilities summing to one, a
+        symmetric covariance, a given number of trials), and combinators count their parts through
+        their estimator: ``self.estimator().n_free_parameters(self)``.
+        """
+        spec = self.to_dict()
+        if any(isinstance(v, Mapping) or _holds_mapping(v) for v in spec.values()):
+            raise NotImplementedError(f"{type(self).__name__} has parts: it must count them itself")
+        return sum(_number_count(v) for k, v in spec.items() if k != "type")
+
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and self.to_dict() == other.to_dict()  # type: ignore[attr-defined]
 
@@ -392,6 +422,25 @@ class Distribution(ABC):
         params = {k: v for k, v in self.to_dict().items() if k != "type"}
         inner = ", ".join(f"{k}={v!r}" for k, v in params.items())
         return f"{type(self).__name__}({inner})"
+
+
+def _number_count(value: Any) -> int:
+    """How many numbers ``value`` (a number or nested lists of numbers) holds."""
+    if isinstance(value, list | tuple):
+        return sum(_number_count(v) for v in value)
+    return 1 if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def _holds_mapping(value: Any) -> bool:
+    return isinstance(value, list | tuple) and any(isinstance(v, Mapping) or _holds_mapping(v) for v in value)
+
+
+def free_parameters(estimator: Estimator | None, model: Distribution | None, tied: set[Any]) -> int:
+    """The free parameters of an optional part (a length model, ...): none without ``model``, the
+    model's own count without ``estimator``."""
+    if model is None:
+        return 0
+    return model.n_free_parameters() if estimator is None else estimator.n_free_parameters(model, tied)
 
 
 def _nonfinite_paths(value: Any, path: tuple[str, ...]) -> list[str]:

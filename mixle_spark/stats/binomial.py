@@ -128,6 +128,9 @@ class BinomialDistribution(Distribution):
     def encoder(self) -> BinomialEncoder:
         return BinomialEncoder(self.n)
 
+    def n_free_parameters(self) -> int:
+        return 1  # n (trials) is given, not estimated
+
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.family, "p": self.p, "n": self.n}
 

@@ -156,6 +156,9 @@ class CategoricalDistribution(Distribution):
     def encoder(self) -> CategoricalEncoder:
         return CategoricalEncoder(self.labels)
 
+    def n_free_parameters(self) -> int:
+        return max(len(self.pmap) - 1, 0)  # the probabilities sum to one
+
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.family, "pmap": [[k, p] for k, p in self.pmap.items()]}
 

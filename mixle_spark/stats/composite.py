@@ -91,6 +91,9 @@ class CompositeDistribution(Distribution):
     def encoder(self) -> CompositeEncoder:
         return CompositeEncoder([d.encoder() for d in self.components])
 
+    def n_free_parameters(self) -> int:
+        return self.estimator().n_free_parameters(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.family, "components": [d.to_dict() for d in self.components]}
 
@@ -246,6 +249,11 @@ class CompositeEstimator(Estimator):
 
     def min_rows(self) -> int:
         return max(e.min_rows() for e in self.components)
+
+    def _free_parameters(self, model: Any, tied: set[Any]) -> int:
+        return sum(
+            e.n_free_parameters(d, tied) for e, d in zip(self.components, model.components, strict=True)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family, "components": [e.to_dict() for e in self.components]}

@@ -43,6 +43,7 @@ from mixle_spark.stats.base import (
     distribution_from_dict,
     drop_none,
     estimator_from_dict,
+    free_parameters,
     register_distribution,
     register_estimator,
     seq_update_with_ll,
@@ -196,6 +197,9 @@ class HiddenMarkovDistribution(Distribution):
                     f"{out!r} of the earlier states"
                 ) from err
         return SequenceEncoder(out, None if self.len_dist is None else self.len_dist.encoder())
+
+    def n_free_parameters(self) -> int:
+        return self.estimator().n_free_parameters(self)
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {
@@ -558,6 +562,12 @@ class HiddenMarkovEstimator(Estimator):
             _smoothed(np.asarray(transitions, dtype=np.float64), pc),
             len_dist,
         )
+
+    def _free_parameters(self, model: Any, tied: set[Any]) -> int:
+        k = len(model.emissions)  # the initial (k - 1) and each transition row (k - 1) sum to one
+        pairs = zip(self.estimators, model.emissions, strict=True)
+        emissions = sum(e.n_free_parameters(d, tied) for e, d in pairs)
+        return k * k - 1 + emissions + free_parameters(self.len_estimator, model.len_dist, tied)
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family, "estimators": [e.to_dict() for e in self.estimators]}

@@ -62,6 +62,9 @@ class IgnoredDistribution(Distribution):
     def encoder(self) -> IgnoredEncoder:
         return IgnoredEncoder()
 
+    def n_free_parameters(self) -> int:
+        return 0
+
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.family}
 

@@ -138,6 +138,9 @@ class IntegerCategoricalDistribution(Distribution):
     def encoder(self) -> IntegerCategoricalEncoder:
         return IntegerCategoricalEncoder(self.min_val)
 
+    def n_free_parameters(self) -> int:
+        return max(len(self.p_vec) - 1, 0)  # min_val is the support, the probabilities sum to one
+
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.family, "min_val": self.min_val, "p_vec": self.p_vec.tolist()}
 

@@ -76,6 +76,7 @@ from mixle_spark.stats.base import (
     distribution_from_dict,
     drop_none,
     estimator_from_dict,
+    free_parameters,
     register_distribution,
     register_estimator,
     seq_update_with_ll,
@@ -289,6 +290,9 @@ class MarkovChainDistribution(Distribution):
         """Encodes with this model's vocabulary; labels outside it get code -1 (scored ``-inf``)."""
         len_encoder = None if self.len_dist is None else self.len_dist.encoder()
         return MarkovChainEncoder(self.labels, len_encoder, unseen="zero")
+
+    def n_free_parameters(self) -> int:
+        return self.estimator().n_free_parameters(self)
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {
@@ -580,6 +584,10 @@ class MarkovChainEstimator(Estimator):
         return MarkovChainDistribution.from_arrays(
             self.labels, normalized_rows(initial + pc), normalized_rows(transitions + pc), len_dist
         )
+
+    def _free_parameters(self, model: Any, tied: set[Any]) -> int:
+        k = len(model.initial)  # the initial (k - 1) and each transition row (k - 1) sum to one
+        return k * k - 1 + free_parameters(self.len_estimator, model.len_dist, tied)
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family}

@@ -225,6 +225,9 @@ class MixtureDistribution(Distribution):
                 ) from err
         return MixtureEncoder(out)
 
+    def n_free_parameters(self) -> int:
+        return self.estimator().n_free_parameters(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "type": self.family,
@@ -558,6 +561,25 @@ class MixtureEstimator(Estimator):
         if failures:
             raise DegenerateComponentError(failures, comps, w)
         return MixtureDistribution([c for c in comps if c is not None], w)
+
+    def n_free_parameters(self, model: Distribution, tied: set[Any] | None = None) -> int:
+        """The weights (k - 1) and the components; ``keys = (weight_key, comp_key)`` tie each part
+        to the same part of other mixtures, so it counts once."""
+        tied = set() if tied is None else tied
+        weight_key, comp_key = self.keys or (None, None)
+
+        def first(part: str, key: Any) -> bool:  # the first site of a tied part counts it
+            if key is None:
+                return True
+            seen = (part, key) in tied
+            tied.add((part, key))
+            return not seen
+
+        count = len(model.w) - 1 if first("mixture weights", weight_key) else 0  # type: ignore[attr-defined]
+        if first("mixture components", comp_key):
+            pairs = zip(self.estimators, model.components, strict=True)  # type: ignore[attr-defined]
+            count += sum(e.n_free_parameters(c, tied) for e, c in pairs)
+        return count
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family, "components": [e.to_dict() for e in self.estimators]}

@@ -77,6 +77,7 @@ from mixle_spark.stats.base import (
     distribution_from_dict,
     drop_none,
     estimator_from_dict,
+    free_parameters,
     register_distribution,
     register_estimator,
 )
@@ -204,6 +205,9 @@ class MultinomialDistribution(Distribution):
         return MultinomialEncoder(
             self.labels, len_encoder=None if self.len_dist is None else self.len_dist.encoder()
         )
+
+    def n_free_parameters(self) -> int:
+        return self.estimator().n_free_parameters(self)
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family, "pmap": [[k, p] for k, p in self.pmap.items()]}
@@ -532,6 +536,10 @@ class MultinomialEstimator(Estimator):
         return MultinomialDistribution(
             dict(zip(vocab, p.tolist(), strict=True)), len_dist, self.include_coefficient
         )
+
+    def _free_parameters(self, model: Any, tied: set[Any]) -> int:
+        tokens = max(len(model.pmap) - 1, 0)  # the token probabilities sum to one
+        return tokens + free_parameters(self.len_estimator, model.len_dist, tied)
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family}

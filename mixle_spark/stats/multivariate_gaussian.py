@@ -152,6 +152,10 @@ class MultivariateGaussianDistribution(Distribution):
     def encoder(self) -> MultivariateGaussianEncoder:
         return MultivariateGaussianEncoder(self.dim, self.mu)
 
+    def n_free_parameters(self) -> int:
+        d = len(self.mu)
+        return d + d * (d + 1) // 2  # the covariance is symmetric
+
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.family, "mu": self.mu.tolist(), "covar": self.covar.tolist()}
 

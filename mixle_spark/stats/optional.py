@@ -121,6 +121,9 @@ class OptionalDistribution(Distribution):
     def encoder(self) -> OptionalEncoder:
         return OptionalEncoder(self.dist.encoder())
 
+    def n_free_parameters(self) -> int:
+        return self.estimator().n_free_parameters(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.family, "dist": self.dist.to_dict(), **drop_none(p=self.p)}
 
@@ -420,6 +423,10 @@ class OptionalEstimator(Estimator):
 
     def min_rows(self) -> int:
         return self.estimator.min_rows()
+
+    def _free_parameters(self, model: Any, tied: set[Any]) -> int:
+        missing = 0 if model.p is None else 1  # the probability of a missing value
+        return missing + self.estimator.n_free_parameters(model.dist, tied)
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family, "estimator": self.estimator.to_dict()}

@@ -108,6 +108,9 @@ class RecordDistribution(Distribution):
     def encoder(self) -> RecordEncoder:
         return RecordEncoder({name: d.encoder() for name, d in self.fields.items()})
 
+    def n_free_parameters(self) -> int:
+        return self.estimator().n_free_parameters(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.family, "fields": {name: d.to_dict() for name, d in self.fields.items()}}
 
@@ -290,6 +293,9 @@ class RecordEstimator(Estimator):
 
     def min_rows(self) -> int:
         return max(e.min_rows() for e in self.fields.values())
+
+    def _free_parameters(self, model: Any, tied: set[Any]) -> int:
+        return sum(e.n_free_parameters(model.fields[name], tied) for name, e in self.fields.items())
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {

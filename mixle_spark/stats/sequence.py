@@ -36,6 +36,7 @@ from mixle_spark.stats.base import (
     distribution_from_dict,
     drop_none,
     estimator_from_dict,
+    free_parameters,
     register_distribution,
     register_estimator,
     seq_update_with_ll,
@@ -122,6 +123,9 @@ class SequenceDistribution(Distribution):
         return SequenceEncoder(
             self.dist.encoder(), None if self.len_dist is None else self.len_dist.encoder()
         )
+
+    def n_free_parameters(self) -> int:
+        return self.estimator().n_free_parameters(self)
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family, "dist": self.dist.to_dict()}
@@ -533,6 +537,10 @@ class SequenceEstimator(Estimator):
         return max(
             self.estimator.min_rows(), 1 if self.len_estimator is None else self.len_estimator.min_rows()
         )
+
+    def _free_parameters(self, model: Any, tied: set[Any]) -> int:
+        elements = self.estimator.n_free_parameters(model.dist, tied)
+        return elements + free_parameters(self.len_estimator, model.len_dist, tied)
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"type": self.family, "estimator": self.estimator.to_dict()}

@@ -428,6 +428,9 @@ class StudentTEstimator(PriorSpecMixin, Estimator):
         self.name = name
         self.keys = keys
 
+    def _free_parameters(self, model: Distribution, tied: set[Any]) -> int:
+        return model.n_free_parameters() - (self.dof is not None)  # a given dof is not estimated
+
     def accumulator_factory(self) -> StudentTAccumulatorFactory:
         return StudentTAccumulatorFactory(self.keys)
 

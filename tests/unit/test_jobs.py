@@ -372,3 +372,19 @@ def test_em_fit_local_refuses_a_malformed_csv_row_naming_its_line(
         "number of fields"
     ]
     assert not (tmp_path / "f").exists()
+
+
+def test_em_fit_counts_a_fixed_student_t_dof_out_of_bic(tmp_path: Path) -> None:
+    t = {"type": "student_t", "dof": 3.0}
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps({"type": "mixture", "k": 2, "component": {"type": "record", "fields": {"amount": t}}})
+    )
+    done = _run(
+        "--input", str(SAMPLE), "--model", str(spec), "--output", str(tmp_path / "out"), *FAST, "--quiet"
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["free_parameters"] == 2 * 2 + 1  # mu and sigma per component, one weight; no dof
+    ll, n = summary["log_likelihood"], summary["rows"]
+    assert summary["bic"] == pytest.approx(5 * math.log(n) - 2 * ll, rel=1e-12)
