@@ -9,12 +9,16 @@
 * :class:`PriorSpecMixin` - ``to_dict`` / ``from_dict`` of estimators with ``pseudo_count``,
   ``suff_stat``, ``name``, ``keys`` and options written only when they differ from their defaults.
 * :class:`OneParameterEstimator` - options, floor, estimate and spec of those families' estimators.
+* :class:`ScalarFamily` - a distribution declared by its :class:`Parameter` s: validation (the
+  message names the value), ``to_dict`` / ``from_dict``, ``encoder``, ``sampler`` and ``estimator``
+  follow from the declaration; :class:`ScalarSampler` draws with the family's numpy generator call.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,16 +32,21 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
+    Sampler,
     check_parameter,
     check_spec_keys,
     drop_none,
+    registered_estimators,
 )
 
 __all__ = [
     "FeatureSumAccumulator",
     "OneParameterEstimator",
+    "Parameter",
     "PriorSpecMixin",
     "ScalarEncoder",
+    "ScalarFamily",
+    "ScalarSampler",
     "SumAccumulator",
     "SumAccumulatorFactory",
     "check_counts",
@@ -57,6 +66,93 @@ def check_counts(x: np.ndarray, expected: str, low: float, high: float | None = 
     """Raise DataValueError naming the first value of ``x`` that is not an integer in [low, high]."""
     check_range(x, expected, low=low, high=high)
     check_integer(x, expected)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A family's parameter, declared once: its ``name`` (the constructor's argument, the attribute
+    and the JSON key), the test ``ok`` its value must pass, and what that test ``expected`` (for the
+    message, which names the value)."""
+
+    name: str
+    ok: Callable[[Any], bool]
+    expected: str
+
+
+def positive(name: str) -> Parameter:
+    return Parameter(name, lambda v: math.isfinite(v) and v > 0, "a positive finite number")
+
+
+def finite(name: str) -> Parameter:
+    return Parameter(name, math.isfinite, "a finite number")
+
+
+class ScalarFamily(Distribution):
+    """A scalar leaf family declared by its :attr:`parameters` (constructor order), its
+    :attr:`encoder_class` and :attr:`sampler_class`; its estimator is the one registered under its
+    family name, with the current parameters as the prior (``suff_stat``) when given a pseudo-count.
+
+    Subclasses call :meth:`_set_parameters` from their constructor (then derive what they cache) and
+    keep their own ``log_density`` / ``seq_log_density``.
+    """
+
+    parameters: ClassVar[tuple[Parameter, ...]]
+    encoder_class: ClassVar[type[Encoder]]
+    sampler_class: ClassVar[type[Sampler]]
+
+    def _set_parameters(self, *values: Any) -> None:
+        fam = type(self).__name__
+        for parameter, value in zip(self.parameters, values, strict=True):
+            try:
+                ok = bool(parameter.ok(value))
+            except (TypeError, ValueError):  # not a number at all
+                ok = False
+            check_parameter(ok, fam, parameter.name, value, parameter.expected)
+            setattr(self, parameter.name, float(value))
+
+    def _values(self) -> list[float]:
+        return [getattr(self, p.name) for p in self.parameters]
+
+    def sampler(self, seed: int | None = None) -> Sampler:
+        return self.sampler_class(self, seed)
+
+    def estimator(self, pseudo_count: float | None = None) -> Estimator:
+        estimator: Any = registered_estimators()[self.family]  # takes pseudo_count and suff_stat
+        if pseudo_count is None:
+            return estimator()
+        values = self._values()
+        return estimator(
+            pseudo_count=pseudo_count, suff_stat=values[0] if len(values) == 1 else tuple(values)
+        )
+
+    def encoder(self) -> Encoder:
+        return self.encoder_class()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.family,
+            **{p.name: v for p, v in zip(self.parameters, self._values(), strict=True)},
+        }
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> Distribution:
+        names = [p.name for p in cls.parameters]
+        check_spec_keys(spec, cls.family, required=names)
+        return cls(*(spec[name] for name in names))
+
+
+class ScalarSampler(Sampler):
+    """Draws with the family's numpy generator call (:meth:`draw`); one record is a Python
+    ``record_type`` (float or int), ``sample(size)`` a numpy array."""
+
+    record_type: ClassVar[type] = float
+
+    def draw(self, size: int | None) -> Any:
+        raise NotImplementedError
+
+    def sample(self, size: int | None = None) -> Any:
+        draws = self.draw(size)
+        return self.record_type(draws) if size is None else draws
 
 
 class ScalarEncoder(Encoder):
@@ -129,17 +225,26 @@ class ScalarEncoder(Encoder):
         return f"{type(self).__name__}()"
 
 
-class SumAccumulator(Accumulator):
-    """Sums ``sw = Σw`` and ``sx = Σw x``; value ``(sw, sx)``.
+class SumAccumulator(Accumulator, AccumulatorFactory):
+    """Sums ``sw = Σw`` and ``sx = Σw x``; value ``(sw, sx)``. It is its own factory: :meth:`make`
+    gives a fresh one with the same keys.
 
     Subclasses say where ``x`` lives in their encoded batch (:meth:`values`) and which encoder
-    matches (:meth:`make_encoder`).
+    matches (:attr:`encoder_class`).
     """
+
+    encoder_class: ClassVar[type[Encoder]]
 
     def __init__(self, keys: Any = None) -> None:
         self.keys = keys
         self.sw = 0.0
         self.sx = 0.0
+
+    def make(self) -> SumAccumulator:
+        return type(self)(self.keys)
+
+    def make_encoder(self) -> Encoder:
+        return self.encoder_class()
 
     def values(self, enc: Any) -> np.ndarray:
         """The record values of an encoded batch, shape (n,)."""
@@ -169,7 +274,7 @@ class SumAccumulator(Accumulator):
         return self
 
 
-class FeatureSumAccumulator(Accumulator):
+class FeatureSumAccumulator(Accumulator, AccumulatorFactory):
     """Sums ``Σw`` and ``Σw f`` for each of the :attr:`features` arrays ``f`` of an encoded batch (a
     tuple of float64 arrays of shape (n,)); value ``(Σw, Σw f_1, ..., Σw f_m)``, merged by addition.
 
@@ -178,10 +283,18 @@ class FeatureSumAccumulator(Accumulator):
     """
 
     features: ClassVar[int] = 2
+    encoder_class: ClassVar[type[Encoder]]
 
     def __init__(self, keys: Any = None) -> None:
         self.keys = keys
         self.sums = [0.0] * (1 + self.features)
+
+    def make(self) -> FeatureSumAccumulator:
+        """A fresh accumulator with the same keys: it is its own factory."""
+        return type(self)(self.keys)
+
+    def make_encoder(self) -> Encoder:
+        return self.encoder_class()
 
     def seq_update(self, enc: tuple[np.ndarray, ...], weights: np.ndarray, estimate: Any) -> None:
         self.sums[0] += float(weights.sum())

@@ -7,7 +7,6 @@ Statistics ``(Σw, Σw x)``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -15,17 +14,15 @@ import numpy as np
 from mixle_spark.errors import DataValueError
 from mixle_spark.stats._scalar_common import (
     OneParameterEstimator,
+    Parameter,
     ScalarEncoder,
+    ScalarFamily,
+    ScalarSampler,
     SumAccumulator,
-    SumAccumulatorFactory,
     safe_log,
 )
 from mixle_spark.stats._validate import check_finite, first_true
 from mixle_spark.stats.base import (
-    Distribution,
-    Sampler,
-    check_parameter,
-    check_spec_keys,
     register_distribution,
     register_estimator,
 )
@@ -46,8 +43,33 @@ def _log(p: float) -> float:
     return math.log(p) if p > 0 else -math.inf
 
 
+class BernoulliEncoder(ScalarEncoder):
+    """Reads 0 / 1 / booleans into a float64 array of zeros and ones, shape (n,)."""
+
+    embedding = "binary"
+
+    estimator_name = "BernoulliEstimator"
+    expectation = "0, 1 or a boolean"
+    accepts_bool = True
+
+    def validate(self, x: np.ndarray) -> None:
+        check_finite(x, self.expected)
+        bad = (x != 0.0) & (x != 1.0)
+        if bad.any():
+            i = first_true(bad)
+            raise DataValueError(self.expected, value=float(x[i]), row=i, n_rows=len(x), count=int(bad.sum()))
+
+
+class BernoulliSampler(ScalarSampler):
+    dist: BernoulliDistribution
+    record_type = int
+
+    def draw(self, size: int | None) -> Any:
+        return np.asarray(self.rng.random(size=size) < self.dist.p).astype(np.int64)
+
+
 @register_distribution("bernoulli")
-class BernoulliDistribution(Distribution):
+class BernoulliDistribution(ScalarFamily):
     """Bernoulli distribution with success probability ``p`` (0 and 1 allowed).
 
     Examples
@@ -56,9 +78,13 @@ class BernoulliDistribution(Distribution):
     True
     """
 
+    parameters = (Parameter("p", lambda p: 0.0 <= p <= 1.0, "a probability in [0, 1]"),)
+    p: float
+    encoder_class = BernoulliEncoder
+    sampler_class = BernoulliSampler
+
     def __init__(self, p: float) -> None:
-        check_parameter(0.0 <= p <= 1.0, "BernoulliDistribution", "p", p, "a probability in [0, 1]")
-        self.p = float(p)
+        self._set_parameters(p)
         self._log_p = _log(self.p)
         self._log_q = _log(1.0 - self.p)
 
@@ -84,62 +110,14 @@ class BernoulliDistribution(Distribution):
         log_p, log_q = safe_log(self.p), safe_log(1.0 - self.p)
         return np.array([log_q, log_p - log_q])
 
-    def sampler(self, seed: int | None = None) -> BernoulliSampler:
-        return BernoulliSampler(self, seed)
-
-    def estimator(self, pseudo_count: float | None = None) -> BernoulliEstimator:
-        if pseudo_count is None:
-            return BernoulliEstimator()
-        return BernoulliEstimator(pseudo_count=pseudo_count, suff_stat=self.p)
-
-    def encoder(self) -> BernoulliEncoder:
-        return BernoulliEncoder()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "p": self.p}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> BernoulliDistribution:
-        check_spec_keys(spec, "bernoulli", required=("p",))
-        return cls(spec["p"])
-
-
-class BernoulliSampler(Sampler):
-    """Draws 0 / 1 integers."""
-
-    dist: BernoulliDistribution
-
-    def sample(self, size: int | None = None) -> Any:
-        draws = np.asarray(self.rng.random(size=size) < self.dist.p).astype(np.int64)
-        return int(draws) if size is None else draws
-
-
-class BernoulliEncoder(ScalarEncoder):
-    """Reads 0 / 1 / booleans into a float64 array of zeros and ones, shape (n,)."""
-
-    embedding = "binary"
-
-    estimator_name = "BernoulliEstimator"
-    expectation = "0, 1 or a boolean"
-    accepts_bool = True
-
-    def validate(self, x: np.ndarray) -> None:
-        check_finite(x, self.expected)
-        bad = (x != 0.0) & (x != 1.0)
-        if bad.any():
-            i = first_true(bad)
-            raise DataValueError(self.expected, value=float(x[i]), row=i, n_rows=len(x), count=int(bad.sum()))
-
 
 class BernoulliAccumulator(SumAccumulator):
     """Sums ``(Σw, Σw x)``."""
 
-    def make_encoder(self) -> BernoulliEncoder:
-        return BernoulliEncoder()
+    encoder_class = BernoulliEncoder
 
 
-class BernoulliAccumulatorFactory(SumAccumulatorFactory):
-    accumulator_class = BernoulliAccumulator
+BernoulliAccumulatorFactory = BernoulliAccumulator
 
 
 @register_estimator("bernoulli")
@@ -163,7 +141,7 @@ class BernoulliEstimator(OneParameterEstimator):
     """
 
     distribution_class = BernoulliDistribution
-    factory_class = BernoulliAccumulatorFactory
+    factory_class = BernoulliAccumulator
     encoder_class = BernoulliEncoder
     floor_name = "min_p"
     min_p: float

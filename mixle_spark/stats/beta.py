@@ -15,8 +15,6 @@ below half its value, backtracked until the likelihood does not decrease, and cl
 from __future__ import annotations
 
 import math
-import numbers
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -26,16 +24,15 @@ from mixle_spark.stats._scalar_common import (
     FeatureSumAccumulator,
     PriorSpecMixin,
     ScalarEncoder,
-    SumAccumulatorFactory,
+    ScalarFamily,
+    ScalarSampler,
+    positive,
 )
 from mixle_spark.stats._special import digamma, gammaln, trigamma
 from mixle_spark.stats._validate import check_range, first_true
 from mixle_spark.stats.base import (
-    Distribution,
     Estimator,
-    Sampler,
     check_parameter,
-    check_spec_keys,
     register_distribution,
     register_estimator,
 )
@@ -126,8 +123,37 @@ def solve_beta(
     return a, b
 
 
+class BetaEncoder(ScalarEncoder):
+    """Reads numbers in (0, 1) into ``(log x, log(1 - x))``, two float64 arrays of shape (n,)."""
+
+    def seed_values(self, enc: Any) -> np.ndarray:
+        return np.exp(enc[0])  # type: ignore[no-any-return]
+
+    estimator_name = "BetaEstimator"
+    expectation = "a number strictly between 0 and 1"
+
+    def validate(self, x: np.ndarray) -> None:
+        check_range(x, self.expected, low=0.0, low_open=True, high=1.0)
+        ones = x == 1.0
+        if ones.any():
+            i = first_true(ones)
+            raise DataValueError(
+                self.expected, value=float(x[i]), row=i, n_rows=len(x), count=int(ones.sum())
+            )
+
+    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.log(x), np.log1p(-x)
+
+
+class BetaSampler(ScalarSampler):
+    dist: BetaDistribution
+
+    def draw(self, size: int | None) -> Any:
+        return np.clip(self.rng.beta(self.dist.alpha, self.dist.beta, size=size), _OPEN_LOW, _OPEN_HIGH)
+
+
 @register_distribution("beta")
-class BetaDistribution(Distribution):
+class BetaDistribution(ScalarFamily):
     """Beta distribution with shape parameters ``alpha`` and ``beta`` (mean ``alpha / (alpha + beta)``).
 
     Examples
@@ -136,17 +162,17 @@ class BetaDistribution(Distribution):
     True
     """
 
+    parameters = (
+        positive("alpha"),
+        positive("beta"),
+    )
+    alpha: float
+    beta: float
+    encoder_class = BetaEncoder
+    sampler_class = BetaSampler
+
     def __init__(self, alpha: float, beta: float) -> None:
-        for name, value in (("alpha", alpha), ("beta", beta)):
-            check_parameter(
-                isinstance(value, numbers.Real) and math.isfinite(value) and value > 0,
-                "BetaDistribution",
-                name,
-                value,
-                "a positive finite number",
-            )
-        self.alpha = float(alpha)
-        self.beta = float(beta)
+        self._set_parameters(alpha, beta)
         self._log_const = -_log_beta(self.alpha, self.beta)
 
     def log_density(self, x: float) -> float:
@@ -170,65 +196,9 @@ class BetaDistribution(Distribution):
     def feature_coefficients(self, enc: Any) -> np.ndarray:
         return np.array([self._log_const, self.alpha - 1.0, self.beta - 1.0])
 
-    def sampler(self, seed: int | None = None) -> BetaSampler:
-        return BetaSampler(self, seed)
-
-    def estimator(self, pseudo_count: float | None = None) -> BetaEstimator:
-        if pseudo_count is None:
-            return BetaEstimator()
-        return BetaEstimator(pseudo_count=pseudo_count, suff_stat=(self.alpha, self.beta))
-
-    def encoder(self) -> BetaEncoder:
-        return BetaEncoder()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "alpha": self.alpha, "beta": self.beta}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> BetaDistribution:
-        check_spec_keys(spec, "beta", required=("alpha", "beta"))
-        return cls(spec["alpha"], spec["beta"])
-
 
 _OPEN_LOW = float(np.nextafter(0.0, 1.0))
 _OPEN_HIGH = float(np.nextafter(1.0, 0.0))
-
-
-class BetaSampler(Sampler):
-    """Draws with numpy's beta generator, rounded into the open interval (0, 1).
-
-    With a small ``alpha`` or ``beta`` a draw can round to exactly 0.0 or 1.0 in float64 (for
-    ``beta = 0.3`` about one in 60 000 draws lies within 1e-16 of 1); such draws are moved to the
-    nearest float64 inside (0, 1), so every sample has a finite density and passes the encoder.
-    """
-
-    dist: BetaDistribution
-
-    def sample(self, size: int | None = None) -> Any:
-        draws = np.clip(self.rng.beta(self.dist.alpha, self.dist.beta, size=size), _OPEN_LOW, _OPEN_HIGH)
-        return float(draws) if size is None else draws
-
-
-class BetaEncoder(ScalarEncoder):
-    """Reads numbers in (0, 1) into ``(log x, log(1 - x))``, two float64 arrays of shape (n,)."""
-
-    def seed_values(self, enc: Any) -> np.ndarray:
-        return np.exp(enc[0])  # type: ignore[no-any-return]
-
-    estimator_name = "BetaEstimator"
-    expectation = "a number strictly between 0 and 1"
-
-    def validate(self, x: np.ndarray) -> None:
-        check_range(x, self.expected, low=0.0, low_open=True, high=1.0)
-        ones = x == 1.0
-        if ones.any():
-            i = first_true(ones)
-            raise DataValueError(
-                self.expected, value=float(x[i]), row=i, n_rows=len(x), count=int(ones.sum())
-            )
-
-    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return np.log(x), np.log1p(-x)
 
 
 class BetaAccumulator(FeatureSumAccumulator):
@@ -236,12 +206,10 @@ class BetaAccumulator(FeatureSumAccumulator):
 
     features = 2
 
-    def make_encoder(self) -> BetaEncoder:
-        return BetaEncoder()
+    encoder_class = BetaEncoder
 
 
-class BetaAccumulatorFactory(SumAccumulatorFactory):
-    accumulator_class = BetaAccumulator
+BetaAccumulatorFactory = BetaAccumulator
 
 
 @register_estimator("beta")

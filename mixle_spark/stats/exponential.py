@@ -7,7 +7,6 @@ Records are non-negative real numbers; ``log p(x) = -log(beta) - x / beta``. Sta
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -15,18 +14,13 @@ import numpy as np
 from mixle_spark.stats._scalar_common import (
     OneParameterEstimator,
     ScalarEncoder,
+    ScalarFamily,
+    ScalarSampler,
     SumAccumulator,
-    SumAccumulatorFactory,
+    positive,
 )
 from mixle_spark.stats._validate import check_range
-from mixle_spark.stats.base import (
-    Distribution,
-    Sampler,
-    check_parameter,
-    check_spec_keys,
-    register_distribution,
-    register_estimator,
-)
+from mixle_spark.stats.base import register_distribution, register_estimator
 
 __all__ = [
     "ExponentialAccumulator",
@@ -40,8 +34,25 @@ __all__ = [
 DEFAULT_MIN_BETA = 1e-12
 
 
+class ExponentialEncoder(ScalarEncoder):
+    """Reads non-negative finite numbers into a float64 array of shape (n,)."""
+
+    estimator_name = "ExponentialEstimator"
+    expectation = "a non-negative finite number"
+
+    def validate(self, x: np.ndarray) -> None:
+        check_range(x, self.expected, low=0.0)
+
+
+class ExponentialSampler(ScalarSampler):
+    dist: ExponentialDistribution
+
+    def draw(self, size: int | None) -> Any:
+        return self.rng.exponential(self.dist.beta, size=size)
+
+
 @register_distribution("exponential")
-class ExponentialDistribution(Distribution):
+class ExponentialDistribution(ScalarFamily):
     """Exponential distribution with scale (mean) ``beta``.
 
     Examples
@@ -50,15 +61,13 @@ class ExponentialDistribution(Distribution):
     True
     """
 
+    parameters = (positive("beta"),)
+    encoder_class = ExponentialEncoder
+    sampler_class = ExponentialSampler
+    beta: float
+
     def __init__(self, beta: float) -> None:
-        check_parameter(
-            math.isfinite(beta) and beta > 0,
-            "ExponentialDistribution",
-            "beta",
-            beta,
-            "a positive finite number",
-        )
-        self.beta = float(beta)
+        self._set_parameters(beta)
         self._log_beta = math.log(self.beta)
 
     def log_density(self, x: float) -> float:
@@ -80,53 +89,14 @@ class ExponentialDistribution(Distribution):
     def feature_coefficients(self, enc: np.ndarray) -> np.ndarray:
         return np.array([-self._log_beta, -1.0 / self.beta])
 
-    def sampler(self, seed: int | None = None) -> ExponentialSampler:
-        return ExponentialSampler(self, seed)
-
-    def estimator(self, pseudo_count: float | None = None) -> ExponentialEstimator:
-        if pseudo_count is None:
-            return ExponentialEstimator()
-        return ExponentialEstimator(pseudo_count=pseudo_count, suff_stat=self.beta)
-
-    def encoder(self) -> ExponentialEncoder:
-        return ExponentialEncoder()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "beta": self.beta}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> ExponentialDistribution:
-        check_spec_keys(spec, "exponential", required=("beta",))
-        return cls(spec["beta"])
-
-
-class ExponentialSampler(Sampler):
-    dist: ExponentialDistribution
-
-    def sample(self, size: int | None = None) -> Any:
-        draws = self.rng.exponential(self.dist.beta, size=size)
-        return float(draws) if size is None else draws
-
-
-class ExponentialEncoder(ScalarEncoder):
-    """Reads non-negative finite numbers into a float64 array of shape (n,)."""
-
-    estimator_name = "ExponentialEstimator"
-    expectation = "a non-negative finite number"
-
-    def validate(self, x: np.ndarray) -> None:
-        check_range(x, self.expected, low=0.0)
-
 
 class ExponentialAccumulator(SumAccumulator):
-    """Sums ``(Σw, Σw x)``."""
+    """Sums ``(Σw, Σw x)``; its own factory."""
 
-    def make_encoder(self) -> ExponentialEncoder:
-        return ExponentialEncoder()
+    encoder_class = ExponentialEncoder
 
 
-class ExponentialAccumulatorFactory(SumAccumulatorFactory):
-    accumulator_class = ExponentialAccumulator
+ExponentialAccumulatorFactory = ExponentialAccumulator
 
 
 @register_estimator("exponential")
@@ -149,7 +119,7 @@ class ExponentialEstimator(OneParameterEstimator):
     """
 
     distribution_class = ExponentialDistribution
-    factory_class = ExponentialAccumulatorFactory
+    factory_class = ExponentialAccumulator
     encoder_class = ExponentialEncoder
     floor_name = "min_beta"
     min_beta: float

@@ -9,7 +9,6 @@ then ``theta = mean / k``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -18,16 +17,15 @@ from mixle_spark.stats._scalar_common import (
     FeatureSumAccumulator,
     PriorSpecMixin,
     ScalarEncoder,
-    SumAccumulatorFactory,
+    ScalarFamily,
+    ScalarSampler,
+    positive,
 )
 from mixle_spark.stats._special import digamma, gammaln, log_minus_digamma, trigamma
 from mixle_spark.stats._validate import check_range
 from mixle_spark.stats.base import (
-    Distribution,
     Estimator,
-    Sampler,
     check_parameter,
-    check_spec_keys,
     register_distribution,
     register_estimator,
 )
@@ -81,8 +79,31 @@ def solve_shape(s: float, min_k: float = DEFAULT_MIN_K, max_k: float = DEFAULT_M
     return k
 
 
+class GammaEncoder(ScalarEncoder):
+    """Reads positive finite numbers into ``(x, log x)``, two float64 arrays of shape (n,)."""
+
+    def seed_values(self, enc: Any) -> np.ndarray:
+        return np.asarray(enc[1], dtype=np.float64)  # log x: the scale of a Gamma is multiplicative
+
+    estimator_name = "GammaEstimator"
+    expectation = "a positive finite number"
+
+    def validate(self, x: np.ndarray) -> None:
+        check_range(x, self.expected, low=0.0, low_open=True)
+
+    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return x, np.log(x)
+
+
+class GammaSampler(ScalarSampler):
+    dist: GammaDistribution
+
+    def draw(self, size: int | None) -> Any:
+        return self.rng.gamma(self.dist.k, self.dist.theta, size=size)
+
+
 @register_distribution("gamma")
-class GammaDistribution(Distribution):
+class GammaDistribution(ScalarFamily):
     """Gamma distribution with shape ``k`` and scale ``theta``.
 
     Examples
@@ -91,17 +112,17 @@ class GammaDistribution(Distribution):
     True
     """
 
+    parameters = (
+        positive("k"),
+        positive("theta"),
+    )
+    k: float
+    theta: float
+    encoder_class = GammaEncoder
+    sampler_class = GammaSampler
+
     def __init__(self, k: float, theta: float) -> None:
-        check_parameter(math.isfinite(k) and k > 0, "GammaDistribution", "k", k, "a positive finite number")
-        check_parameter(
-            math.isfinite(theta) and theta > 0,
-            "GammaDistribution",
-            "theta",
-            theta,
-            "a positive finite number",
-        )
-        self.k = float(k)
-        self.theta = float(theta)
+        self._set_parameters(k, theta)
         self._log_const = -gammaln(self.k) - self.k * math.log(self.theta)
 
     def log_density(self, x: float) -> float:
@@ -125,61 +146,16 @@ class GammaDistribution(Distribution):
     def feature_coefficients(self, enc: Any) -> np.ndarray:
         return np.array([self._log_const, -1.0 / self.theta, self.k - 1.0])
 
-    def sampler(self, seed: int | None = None) -> GammaSampler:
-        return GammaSampler(self, seed)
-
-    def estimator(self, pseudo_count: float | None = None) -> GammaEstimator:
-        if pseudo_count is None:
-            return GammaEstimator()
-        return GammaEstimator(pseudo_count=pseudo_count, suff_stat=(self.k, self.theta))
-
-    def encoder(self) -> GammaEncoder:
-        return GammaEncoder()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "k": self.k, "theta": self.theta}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> GammaDistribution:
-        check_spec_keys(spec, "gamma", required=("k", "theta"))
-        return cls(spec["k"], spec["theta"])
-
-
-class GammaSampler(Sampler):
-    dist: GammaDistribution
-
-    def sample(self, size: int | None = None) -> Any:
-        draws = self.rng.gamma(self.dist.k, self.dist.theta, size=size)
-        return float(draws) if size is None else draws
-
-
-class GammaEncoder(ScalarEncoder):
-    """Reads positive finite numbers into ``(x, log x)``, two float64 arrays of shape (n,)."""
-
-    def seed_values(self, enc: Any) -> np.ndarray:
-        return np.asarray(enc[1], dtype=np.float64)  # log x: the scale of a Gamma is multiplicative
-
-    estimator_name = "GammaEstimator"
-    expectation = "a positive finite number"
-
-    def validate(self, x: np.ndarray) -> None:
-        check_range(x, self.expected, low=0.0, low_open=True)
-
-    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return x, np.log(x)
-
 
 class GammaAccumulator(FeatureSumAccumulator):
     """Sums ``(Σw, Σw x, Σw log x)`` (the encoder's two arrays)."""
 
     features = 2
 
-    def make_encoder(self) -> GammaEncoder:
-        return GammaEncoder()
+    encoder_class = GammaEncoder
 
 
-class GammaAccumulatorFactory(SumAccumulatorFactory):
-    accumulator_class = GammaAccumulator
+GammaAccumulatorFactory = GammaAccumulator
 
 
 @register_estimator("gamma")

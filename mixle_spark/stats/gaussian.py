@@ -15,15 +15,19 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import SchemaError
+from mixle_spark.stats._scalar_common import (
+    ScalarFamily,
+    ScalarSampler,
+    finite,
+    positive,
+)
 from mixle_spark.stats._validate import arrow_float_values, check_finite, float_values
 from mixle_spark.stats.base import (
     Accumulator,
     AccumulatorFactory,
-    Distribution,
     Encoder,
     Estimator,
     RowRandom,
-    Sampler,
     check_parameter,
     check_spec_keys,
     drop_none,
@@ -47,84 +51,6 @@ def shift_moments(sw: float, s1: float, s2: float, old: float, new: float) -> tu
     """Re-express weighted sums of (x - old) and (x - old)^2 as sums of (x - new), (x - new)^2."""
     d = old - new
     return s1 + sw * d, s2 + 2.0 * d * s1 + sw * d * d
-
-
-@register_distribution("gaussian")
-class GaussianDistribution(Distribution):
-    """Normal distribution with mean ``mu`` and variance ``sigma2``.
-
-    Examples
-    --------
-    >>> d = GaussianDistribution(0.0, 1.0)
-    >>> round(d.log_density(0.0), 6)
-    -0.918939
-    """
-
-    def __init__(self, mu: float, sigma2: float) -> None:
-        check_parameter(math.isfinite(mu), "GaussianDistribution", "mu", mu, "a finite number")
-        check_parameter(
-            math.isfinite(sigma2) and sigma2 > 0,
-            "GaussianDistribution",
-            "sigma2",
-            sigma2,
-            "a positive finite number",
-        )
-        self.mu = float(mu)
-        self.sigma2 = float(sigma2)
-        self._log_const = -0.5 * (_LOG_2PI + math.log(self.sigma2))
-
-    def log_density(self, x: float) -> float:
-        return self._log_const - 0.5 * (float(x) - self.mu) ** 2 / self.sigma2
-
-    def seq_log_density(self, enc: np.ndarray) -> np.ndarray:
-        d = enc - self.mu
-        return self._log_const - (0.5 / self.sigma2) * (d * d)
-
-    # The mixture fast path: log p(x) = [1, x - c, (x - c)^2] @ coefficients, c = the batch mean.
-    def feature_key(self) -> Any:
-        return ("gaussian",)
-
-    def seq_features(self, enc: np.ndarray) -> np.ndarray:
-        c = _center(enc)
-        d = enc - c
-        return np.column_stack([np.ones_like(d), d, d * d])
-
-    def feature_coefficients(self, enc: np.ndarray) -> np.ndarray:
-        m = self.mu - _center(enc)
-        a = 0.5 / self.sigma2
-        return np.array([self._log_const - a * m * m, 2.0 * a * m, -a])
-
-    def sampler(self, seed: int | None = None) -> GaussianSampler:
-        return GaussianSampler(self, seed)
-
-    def estimator(self, pseudo_count: float | None = None) -> GaussianEstimator:
-        if pseudo_count is None:
-            return GaussianEstimator()
-        return GaussianEstimator(pseudo_count=pseudo_count, suff_stat=(self.mu, self.sigma2))
-
-    def encoder(self) -> GaussianEncoder:
-        return GaussianEncoder()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "mu": self.mu, "sigma2": self.sigma2}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> GaussianDistribution:
-        check_spec_keys(spec, "gaussian", required=("mu", "sigma2"))
-        return cls(spec["mu"], spec["sigma2"])
-
-
-def _center(enc: np.ndarray) -> float:
-    return float(enc.mean()) if len(enc) else 0.0
-
-
-class GaussianSampler(Sampler):
-    dist: GaussianDistribution
-
-    def sample(self, size: int | None = None) -> Any:
-        d = self.dist
-        draws = self.rng.normal(d.mu, math.sqrt(d.sigma2), size=size)
-        return float(draws) if size is None else draws
 
 
 class GaussianEncoder(Encoder):
@@ -174,6 +100,63 @@ class GaussianEncoder(Encoder):
 
     def embed(self, enc: Any) -> np.ndarray:
         return np.asarray(enc, dtype=np.float64)[:, None]
+
+
+class GaussianSampler(ScalarSampler):
+    dist: GaussianDistribution
+
+    def draw(self, size: int | None) -> Any:
+        return self.rng.normal(self.dist.mu, math.sqrt(self.dist.sigma2), size=size)
+
+
+@register_distribution("gaussian")
+class GaussianDistribution(ScalarFamily):
+    """Normal distribution with mean ``mu`` and variance ``sigma2``.
+
+    Examples
+    --------
+    >>> d = GaussianDistribution(0.0, 1.0)
+    >>> round(d.log_density(0.0), 6)
+    -0.918939
+    """
+
+    parameters = (
+        finite("mu"),
+        positive("sigma2"),
+    )
+    mu: float
+    sigma2: float
+    encoder_class = GaussianEncoder
+    sampler_class = GaussianSampler
+
+    def __init__(self, mu: float, sigma2: float) -> None:
+        self._set_parameters(mu, sigma2)
+        self._log_const = -0.5 * (_LOG_2PI + math.log(self.sigma2))
+
+    def log_density(self, x: float) -> float:
+        return self._log_const - 0.5 * (float(x) - self.mu) ** 2 / self.sigma2
+
+    def seq_log_density(self, enc: np.ndarray) -> np.ndarray:
+        d = enc - self.mu
+        return self._log_const - (0.5 / self.sigma2) * (d * d)
+
+    # The mixture fast path: log p(x) = [1, x - c, (x - c)^2] @ coefficients, c = the batch mean.
+    def feature_key(self) -> Any:
+        return ("gaussian",)
+
+    def seq_features(self, enc: np.ndarray) -> np.ndarray:
+        c = _center(enc)
+        d = enc - c
+        return np.column_stack([np.ones_like(d), d, d * d])
+
+    def feature_coefficients(self, enc: np.ndarray) -> np.ndarray:
+        m = self.mu - _center(enc)
+        a = 0.5 / self.sigma2
+        return np.array([self._log_const - a * m * m, 2.0 * a * m, -a])
+
+
+def _center(enc: np.ndarray) -> float:
+    return float(enc.mean()) if len(enc) else 0.0
 
 
 class GaussianAccumulator(Accumulator):
@@ -231,8 +214,7 @@ class GaussianAccumulator(Accumulator):
         self.sw, self.s1, self.s2, self.shift = (float(v) for v in value)
         return self
 
-    def make_encoder(self) -> GaussianEncoder:
-        return GaussianEncoder()
+    encoder_class = GaussianEncoder
 
 
 class GaussianAccumulatorFactory(AccumulatorFactory):

@@ -6,27 +6,21 @@ Records are integers ``x >= 1``; ``P(x) = (1 - p)^(x - 1) p``. Statistics ``(Σw
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from mixle_spark.stats._scalar_common import (
     OneParameterEstimator,
+    Parameter,
     ScalarEncoder,
+    ScalarFamily,
+    ScalarSampler,
     SumAccumulator,
-    SumAccumulatorFactory,
     check_counts,
     safe_log,
 )
-from mixle_spark.stats.base import (
-    Distribution,
-    Sampler,
-    check_parameter,
-    check_spec_keys,
-    register_distribution,
-    register_estimator,
-)
+from mixle_spark.stats.base import register_distribution, register_estimator
 
 __all__ = [
     "GeometricAccumulator",
@@ -40,8 +34,28 @@ __all__ = [
 DEFAULT_MIN_P = 1e-12
 
 
+class GeometricEncoder(ScalarEncoder):
+    """Reads integers >= 1 into a float64 array of shape (n,)."""
+
+    embedding = "count"
+
+    estimator_name = "GeometricEstimator"
+    expectation = "an integer >= 1 (trials up to the first success)"
+
+    def validate(self, x: np.ndarray) -> None:
+        check_counts(x, self.expected, low=1.0)
+
+
+class GeometricSampler(ScalarSampler):
+    dist: GeometricDistribution
+    record_type = int
+
+    def draw(self, size: int | None) -> Any:
+        return self.rng.geometric(self.dist.p, size=size)
+
+
 @register_distribution("geometric")
-class GeometricDistribution(Distribution):
+class GeometricDistribution(ScalarFamily):
     """Geometric distribution on ``{1, 2, ...}`` with success probability ``p`` in (0, 1].
 
     Examples
@@ -50,9 +64,13 @@ class GeometricDistribution(Distribution):
     True
     """
 
+    parameters = (Parameter("p", lambda p: 0.0 < p <= 1.0, "a probability in (0, 1]"),)
+    encoder_class = GeometricEncoder
+    sampler_class = GeometricSampler
+    p: float
+
     def __init__(self, p: float) -> None:
-        check_parameter(0.0 < p <= 1.0, "GeometricDistribution", "p", p, "a probability in (0, 1]")
-        self.p = float(p)
+        self._set_parameters(p)
         self._log_p = math.log(self.p)
         self._log_q = math.log1p(-self.p) if self.p < 1.0 else -math.inf
 
@@ -80,55 +98,14 @@ class GeometricDistribution(Distribution):
         log_q = safe_log(1.0 - self.p) if self.p == 1.0 else self._log_q
         return np.array([self._log_p - log_q, log_q])
 
-    def sampler(self, seed: int | None = None) -> GeometricSampler:
-        return GeometricSampler(self, seed)
-
-    def estimator(self, pseudo_count: float | None = None) -> GeometricEstimator:
-        if pseudo_count is None:
-            return GeometricEstimator()
-        return GeometricEstimator(pseudo_count=pseudo_count, suff_stat=self.p)
-
-    def encoder(self) -> GeometricEncoder:
-        return GeometricEncoder()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "p": self.p}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> GeometricDistribution:
-        check_spec_keys(spec, "geometric", required=("p",))
-        return cls(spec["p"])
-
-
-class GeometricSampler(Sampler):
-    dist: GeometricDistribution
-
-    def sample(self, size: int | None = None) -> Any:
-        draws = self.rng.geometric(self.dist.p, size=size)
-        return int(draws) if size is None else draws
-
-
-class GeometricEncoder(ScalarEncoder):
-    """Reads integers >= 1 into a float64 array of shape (n,)."""
-
-    embedding = "count"
-
-    estimator_name = "GeometricEstimator"
-    expectation = "an integer >= 1 (trials up to the first success)"
-
-    def validate(self, x: np.ndarray) -> None:
-        check_counts(x, self.expected, low=1.0)
-
 
 class GeometricAccumulator(SumAccumulator):
-    """Sums ``(Σw, Σw x)``."""
+    """Sums ``(Σw, Σw x)``; its own factory."""
 
-    def make_encoder(self) -> GeometricEncoder:
-        return GeometricEncoder()
+    encoder_class = GeometricEncoder
 
 
-class GeometricAccumulatorFactory(SumAccumulatorFactory):
-    accumulator_class = GeometricAccumulator
+GeometricAccumulatorFactory = GeometricAccumulator
 
 
 @register_estimator("geometric")
@@ -152,7 +129,7 @@ class GeometricEstimator(OneParameterEstimator):
     """
 
     distribution_class = GeometricDistribution
-    factory_class = GeometricAccumulatorFactory
+    factory_class = GeometricAccumulator
     encoder_class = GeometricEncoder
     floor_name = "min_p"
     min_p: float

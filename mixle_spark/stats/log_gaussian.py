@@ -13,12 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.stats._scalar_common import ScalarEncoder
+from mixle_spark.stats._scalar_common import (
+    ScalarEncoder,
+    ScalarFamily,
+    ScalarSampler,
+    finite,
+    positive,
+)
 from mixle_spark.stats._validate import check_range
 from mixle_spark.stats.base import (
-    Distribution,
     Estimator,
-    Sampler,
     check_parameter,
     check_spec_keys,
     register_distribution,
@@ -47,8 +51,28 @@ def _center(enc: np.ndarray) -> float:
     return float(enc.mean()) if len(enc) else 0.0
 
 
+class LogGaussianEncoder(ScalarEncoder):
+    """Reads positive finite numbers into ``log x``, a float64 array of shape (n,)."""
+
+    estimator_name = "LogGaussianEstimator"
+    expectation = "a positive finite number"
+
+    def validate(self, x: np.ndarray) -> None:
+        check_range(x, self.expected, low=0.0, low_open=True)
+
+    def pack(self, x: np.ndarray) -> np.ndarray:
+        return np.log(x)
+
+
+class LogGaussianSampler(ScalarSampler):
+    dist: LogGaussianDistribution
+
+    def draw(self, size: int | None) -> Any:
+        return self.rng.lognormal(self.dist.mu, math.sqrt(self.dist.sigma2), size=size)
+
+
 @register_distribution("log_gaussian")
-class LogGaussianDistribution(Distribution):
+class LogGaussianDistribution(ScalarFamily):
     """Log-normal distribution: ``log x`` is normal with mean ``mu`` and variance ``sigma2``.
 
     Examples
@@ -57,17 +81,17 @@ class LogGaussianDistribution(Distribution):
     -0.918939
     """
 
+    parameters = (
+        finite("mu"),
+        positive("sigma2"),
+    )
+    mu: float
+    sigma2: float
+    encoder_class = LogGaussianEncoder
+    sampler_class = LogGaussianSampler
+
     def __init__(self, mu: float, sigma2: float) -> None:
-        check_parameter(math.isfinite(mu), "LogGaussianDistribution", "mu", mu, "a finite number")
-        check_parameter(
-            math.isfinite(sigma2) and sigma2 > 0,
-            "LogGaussianDistribution",
-            "sigma2",
-            sigma2,
-            "a positive finite number",
-        )
-        self.mu = float(mu)
-        self.sigma2 = float(sigma2)
+        self._set_parameters(mu, sigma2)
         self._log_const = -0.5 * (_LOG_2PI + math.log(self.sigma2))
 
     def log_density(self, x: float) -> float:
@@ -95,47 +119,6 @@ class LogGaussianDistribution(Distribution):
         m = self.mu - c
         a = 0.5 / self.sigma2
         return np.array([self._log_const - a * m * m - c, 2.0 * a * m - 1.0, -a])
-
-    def sampler(self, seed: int | None = None) -> LogGaussianSampler:
-        return LogGaussianSampler(self, seed)
-
-    def estimator(self, pseudo_count: float | None = None) -> LogGaussianEstimator:
-        if pseudo_count is None:
-            return LogGaussianEstimator()
-        return LogGaussianEstimator(pseudo_count=pseudo_count, suff_stat=(self.mu, self.sigma2))
-
-    def encoder(self) -> LogGaussianEncoder:
-        return LogGaussianEncoder()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "mu": self.mu, "sigma2": self.sigma2}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> LogGaussianDistribution:
-        check_spec_keys(spec, "log_gaussian", required=("mu", "sigma2"))
-        return cls(spec["mu"], spec["sigma2"])
-
-
-class LogGaussianSampler(Sampler):
-    dist: LogGaussianDistribution
-
-    def sample(self, size: int | None = None) -> Any:
-        d = self.dist
-        draws = self.rng.lognormal(d.mu, math.sqrt(d.sigma2), size=size)
-        return float(draws) if size is None else draws
-
-
-class LogGaussianEncoder(ScalarEncoder):
-    """Reads positive finite numbers into ``log x``, a float64 array of shape (n,)."""
-
-    estimator_name = "LogGaussianEstimator"
-    expectation = "a positive finite number"
-
-    def validate(self, x: np.ndarray) -> None:
-        check_range(x, self.expected, low=0.0, low_open=True)
-
-    def pack(self, x: np.ndarray) -> np.ndarray:
-        return np.log(x)
 
 
 class LogGaussianAccumulator(GaussianAccumulator):

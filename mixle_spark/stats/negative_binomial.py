@@ -26,13 +26,19 @@ mean - documented behaviour, no warning. Data that are all zero give ``p = 1 - m
 from __future__ import annotations
 
 import math
-import numbers
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from mixle_spark.stats._scalar_common import PriorSpecMixin, ScalarEncoder, check_counts
+from mixle_spark.stats._scalar_common import (
+    Parameter,
+    PriorSpecMixin,
+    ScalarEncoder,
+    ScalarFamily,
+    ScalarSampler,
+    check_counts,
+    positive,
+)
 from mixle_spark.stats._special import (
     digamma_difference_excess,
     log1p_minus_identity,
@@ -43,11 +49,8 @@ from mixle_spark.stats._special import (
 from mixle_spark.stats.base import (
     Accumulator,
     AccumulatorFactory,
-    Distribution,
     Estimator,
-    Sampler,
     check_parameter,
-    check_spec_keys,
     register_distribution,
     register_estimator,
 )
@@ -141,8 +144,34 @@ def _log_pmf(r: float, log_p: float, log_q: float, x: np.ndarray, log_fact: np.n
     return log_rising_factorial(r, x) - log_fact + r * log_p + x * log_q  # type: ignore[no-any-return]
 
 
+class NegativeBinomialEncoder(ScalarEncoder):
+    """Reads counts into ``(x, log x!)``, two float64 arrays of shape (n,)."""
+
+    embedding = "count"
+
+    def seed_values(self, enc: Any) -> np.ndarray:
+        return np.asarray(enc[0], dtype=np.float64)
+
+    estimator_name = "NegativeBinomialEstimator"
+    expectation = "a non-negative integer count"
+
+    def validate(self, x: np.ndarray) -> None:
+        check_counts(x, self.expected, low=0.0)
+
+    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return x, log_factorial(x)
+
+
+class NegativeBinomialSampler(ScalarSampler):
+    dist: NegativeBinomialDistribution
+    record_type = int
+
+    def draw(self, size: int | None) -> Any:
+        return self.rng.negative_binomial(self.dist.r, self.dist.p, size=size)
+
+
 @register_distribution("negative_binomial")
-class NegativeBinomialDistribution(Distribution):
+class NegativeBinomialDistribution(ScalarFamily):
     """Negative binomial distribution of the failures before the ``r``-th success, success
     probability ``p``.
 
@@ -153,23 +182,17 @@ class NegativeBinomialDistribution(Distribution):
     True
     """
 
+    parameters = (
+        positive("r"),
+        Parameter("p", lambda p: 0.0 < p < 1.0, "a probability in (0, 1)"),
+    )
+    r: float
+    p: float
+    encoder_class = NegativeBinomialEncoder
+    sampler_class = NegativeBinomialSampler
+
     def __init__(self, r: float, p: float) -> None:
-        check_parameter(
-            isinstance(r, numbers.Real) and math.isfinite(r) and r > 0,
-            "NegativeBinomialDistribution",
-            "r",
-            r,
-            "a positive finite number",
-        )
-        check_parameter(
-            isinstance(p, numbers.Real) and 0.0 < p < 1.0,
-            "NegativeBinomialDistribution",
-            "p",
-            p,
-            "a probability in (0, 1)",
-        )
-        self.r = float(r)
-        self.p = float(p)
+        self._set_parameters(r, p)
         self._log_p = math.log(self.p)
         self._log_q = math.log1p(-self.p)
 
@@ -188,51 +211,6 @@ class NegativeBinomialDistribution(Distribution):
     def mean(self) -> float:
         """``r (1 - p) / p``."""
         return self.r * (1.0 - self.p) / self.p
-
-    def sampler(self, seed: int | None = None) -> NegativeBinomialSampler:
-        return NegativeBinomialSampler(self, seed)
-
-    def estimator(self, pseudo_count: float | None = None) -> NegativeBinomialEstimator:
-        if pseudo_count is None:
-            return NegativeBinomialEstimator()
-        return NegativeBinomialEstimator(pseudo_count=pseudo_count, suff_stat=(self.r, self.p))
-
-    def encoder(self) -> NegativeBinomialEncoder:
-        return NegativeBinomialEncoder()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "r": self.r, "p": self.p}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> NegativeBinomialDistribution:
-        check_spec_keys(spec, "negative_binomial", required=("r", "p"))
-        return cls(spec["r"], spec["p"])
-
-
-class NegativeBinomialSampler(Sampler):
-    dist: NegativeBinomialDistribution
-
-    def sample(self, size: int | None = None) -> Any:
-        draws = self.rng.negative_binomial(self.dist.r, self.dist.p, size=size)
-        return int(draws) if size is None else draws
-
-
-class NegativeBinomialEncoder(ScalarEncoder):
-    """Reads counts into ``(x, log x!)``, two float64 arrays of shape (n,)."""
-
-    embedding = "count"
-
-    def seed_values(self, enc: Any) -> np.ndarray:
-        return np.asarray(enc[0], dtype=np.float64)
-
-    estimator_name = "NegativeBinomialEstimator"
-    expectation = "a non-negative integer count"
-
-    def validate(self, x: np.ndarray) -> None:
-        check_counts(x, self.expected, low=0.0)
-
-    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return x, log_factorial(x)
 
 
 def _histogram(x: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -286,8 +264,7 @@ class NegativeBinomialAccumulator(Accumulator):
         self.weights = np.array(weights, dtype=np.float64)
         return self
 
-    def make_encoder(self) -> NegativeBinomialEncoder:
-        return NegativeBinomialEncoder()
+    encoder_class = NegativeBinomialEncoder
 
 
 class NegativeBinomialAccumulatorFactory(AccumulatorFactory):

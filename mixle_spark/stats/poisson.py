@@ -8,7 +8,6 @@ special function per E-step; statistics ``(Σw, Σw x)``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -16,19 +15,14 @@ import numpy as np
 from mixle_spark.stats._scalar_common import (
     OneParameterEstimator,
     ScalarEncoder,
+    ScalarFamily,
+    ScalarSampler,
     SumAccumulator,
-    SumAccumulatorFactory,
     check_counts,
+    positive,
 )
 from mixle_spark.stats._special import log_factorial
-from mixle_spark.stats.base import (
-    Distribution,
-    Sampler,
-    check_parameter,
-    check_spec_keys,
-    register_distribution,
-    register_estimator,
-)
+from mixle_spark.stats.base import register_distribution, register_estimator
 
 __all__ = [
     "PoissonAccumulator",
@@ -46,8 +40,34 @@ def _is_count(x: float) -> bool:
     return 0.0 <= x < math.inf and x == math.floor(x)
 
 
+class PoissonEncoder(ScalarEncoder):
+    """Reads counts into ``(x, log x!)``, two float64 arrays of shape (n,)."""
+
+    embedding = "count"
+
+    def seed_values(self, enc: Any) -> np.ndarray:
+        return np.asarray(enc[0], dtype=np.float64)
+
+    estimator_name = "PoissonEstimator"
+    expectation = "a non-negative integer count"
+
+    def validate(self, x: np.ndarray) -> None:
+        check_counts(x, self.expected, low=0.0)
+
+    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return x, log_factorial(x)
+
+
+class PoissonSampler(ScalarSampler):
+    dist: PoissonDistribution
+    record_type = int
+
+    def draw(self, size: int | None) -> Any:
+        return self.rng.poisson(self.dist.lam, size=size)
+
+
 @register_distribution("poisson")
-class PoissonDistribution(Distribution):
+class PoissonDistribution(ScalarFamily):
     """Poisson distribution with rate ``lam``.
 
     Examples
@@ -56,11 +76,13 @@ class PoissonDistribution(Distribution):
     True
     """
 
+    parameters = (positive("lam"),)
+    encoder_class = PoissonEncoder
+    sampler_class = PoissonSampler
+    lam: float
+
     def __init__(self, lam: float) -> None:
-        check_parameter(
-            math.isfinite(lam) and lam > 0, "PoissonDistribution", "lam", lam, "a positive finite number"
-        )
-        self.lam = float(lam)
+        self._set_parameters(lam)
         self._log_lam = math.log(self.lam)
 
     def log_density(self, x: int) -> float:
@@ -84,64 +106,17 @@ class PoissonDistribution(Distribution):
     def feature_coefficients(self, enc: Any) -> np.ndarray:
         return np.array([-self.lam, self._log_lam, -1.0])
 
-    def sampler(self, seed: int | None = None) -> PoissonSampler:
-        return PoissonSampler(self, seed)
-
-    def estimator(self, pseudo_count: float | None = None) -> PoissonEstimator:
-        if pseudo_count is None:
-            return PoissonEstimator()
-        return PoissonEstimator(pseudo_count=pseudo_count, suff_stat=self.lam)
-
-    def encoder(self) -> PoissonEncoder:
-        return PoissonEncoder()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "lam": self.lam}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> PoissonDistribution:
-        check_spec_keys(spec, "poisson", required=("lam",))
-        return cls(spec["lam"])
-
-
-class PoissonSampler(Sampler):
-    dist: PoissonDistribution
-
-    def sample(self, size: int | None = None) -> Any:
-        draws = self.rng.poisson(self.dist.lam, size=size)
-        return int(draws) if size is None else draws
-
-
-class PoissonEncoder(ScalarEncoder):
-    """Reads counts into ``(x, log x!)``, two float64 arrays of shape (n,)."""
-
-    embedding = "count"
-
-    def seed_values(self, enc: Any) -> np.ndarray:
-        return np.asarray(enc[0], dtype=np.float64)
-
-    estimator_name = "PoissonEstimator"
-    expectation = "a non-negative integer count"
-
-    def validate(self, x: np.ndarray) -> None:
-        check_counts(x, self.expected, low=0.0)
-
-    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return x, log_factorial(x)
-
 
 class PoissonAccumulator(SumAccumulator):
-    """Sums ``(Σw, Σw x)``."""
+    """Sums ``(Σw, Σw x)``; its own factory."""
+
+    encoder_class = PoissonEncoder
 
     def values(self, enc: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         return enc[0]
 
-    def make_encoder(self) -> PoissonEncoder:
-        return PoissonEncoder()
 
-
-class PoissonAccumulatorFactory(SumAccumulatorFactory):
-    accumulator_class = PoissonAccumulator
+PoissonAccumulatorFactory = PoissonAccumulator
 
 
 @register_estimator("poisson")
@@ -165,7 +140,7 @@ class PoissonEstimator(OneParameterEstimator):
     """
 
     distribution_class = PoissonDistribution
-    factory_class = PoissonAccumulatorFactory
+    factory_class = PoissonAccumulator
     encoder_class = PoissonEncoder
     floor_name = "min_lam"
     min_lam: float

@@ -36,22 +36,26 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from mixle_spark.errors import SpecError
-from mixle_spark.stats._scalar_common import PriorSpecMixin, ScalarEncoder
+from mixle_spark.stats._scalar_common import (
+    PriorSpecMixin,
+    ScalarEncoder,
+    ScalarFamily,
+    ScalarSampler,
+    finite,
+    positive,
+)
 from mixle_spark.stats._special import log1p_minus_identity, log_minus_digamma, log_rising_factorial
 from mixle_spark.stats.base import (
     Accumulator,
     AccumulatorFactory,
     Distribution,
     Estimator,
-    Sampler,
     check_parameter,
-    check_spec_keys,
     register_distribution,
     register_estimator,
 )
@@ -125,8 +129,22 @@ def _log_u_minus_d(log_u: np.ndarray, d: np.ndarray) -> np.ndarray:
     return out
 
 
+class StudentTEncoder(ScalarEncoder):
+    """Reads finite real numbers into a float64 array of shape (n,)."""
+
+    estimator_name = "StudentTEstimator"
+    expectation = "a finite number"
+
+
+class StudentTSampler(ScalarSampler):
+    dist: StudentTDistribution
+
+    def draw(self, size: int | None) -> Any:
+        return self.dist.mu + self.dist.sigma * self.rng.standard_t(self.dist.dof, size=size)
+
+
 @register_distribution("student_t")
-class StudentTDistribution(Distribution):
+class StudentTDistribution(ScalarFamily):
     """Location-scale Student-t distribution: location ``mu``, scale ``sigma``, degrees of freedom ``dof``.
 
     The variance is ``sigma^2 dof / (dof - 2)`` for ``dof > 2``; ``dof = 1`` is the Cauchy distribution.
@@ -138,20 +156,19 @@ class StudentTDistribution(Distribution):
     True
     """
 
+    parameters = (
+        finite("mu"),
+        positive("sigma"),
+        positive("dof"),
+    )
+    mu: float
+    sigma: float
+    dof: float
+    encoder_class = StudentTEncoder
+    sampler_class = StudentTSampler
+
     def __init__(self, mu: float, sigma: float, dof: float) -> None:
-        fam = "StudentTDistribution"
-        check_parameter(isinstance(mu, numbers.Real) and math.isfinite(mu), fam, "mu", mu, "a finite number")
-        for name, value in (("sigma", sigma), ("dof", dof)):
-            check_parameter(
-                isinstance(value, numbers.Real) and math.isfinite(value) and value > 0,
-                fam,
-                name,
-                value,
-                "a positive finite number",
-            )
-        self.mu = float(mu)
-        self.sigma = float(sigma)
-        self.dof = float(dof)
+        self._set_parameters(mu, sigma, dof)
         # log Gamma((v + 1) / 2) - log Gamma(v / 2) as a rising factorial: accurate for a large dof.
         self._log_const = (
             float(log_rising_factorial(0.5 * self.dof, 0.5))
@@ -184,42 +201,6 @@ class StudentTDistribution(Distribution):
             c = x - self.mu
         u, d = _scaled_posterior(c, self.sigma, self.dof)[:2]
         return u, d
-
-    def sampler(self, seed: int | None = None) -> StudentTSampler:
-        return StudentTSampler(self, seed)
-
-    def estimator(self, pseudo_count: float | None = None) -> StudentTEstimator:
-        if pseudo_count is None:
-            return StudentTEstimator()
-        return StudentTEstimator(pseudo_count=pseudo_count, suff_stat=(self.mu, self.sigma, self.dof))
-
-    def encoder(self) -> StudentTEncoder:
-        return StudentTEncoder()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "mu": self.mu, "sigma": self.sigma, "dof": self.dof}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> StudentTDistribution:
-        check_spec_keys(spec, "student_t", required=("mu", "sigma", "dof"))
-        return cls(spec["mu"], spec["sigma"], spec["dof"])
-
-
-class StudentTSampler(Sampler):
-    """``mu + sigma * T`` with ``T`` from numpy's standard t generator."""
-
-    dist: StudentTDistribution
-
-    def sample(self, size: int | None = None) -> Any:
-        draws = self.dist.mu + self.dist.sigma * self.rng.standard_t(self.dist.dof, size=size)
-        return float(draws) if size is None else draws
-
-
-class StudentTEncoder(ScalarEncoder):
-    """Reads finite real numbers into a float64 array of shape (n,)."""
-
-    estimator_name = "StudentTEstimator"
-    expectation = "a finite number"
 
 
 class StudentTAccumulator(Accumulator):
@@ -305,8 +286,7 @@ class StudentTAccumulator(Accumulator):
         self.sw, self.su, self.s1, self.s2, self.shift, self.sw_dof, self.s_dof = (float(v) for v in value)
         return self
 
-    def make_encoder(self) -> StudentTEncoder:
-        return StudentTEncoder()
+    encoder_class = StudentTEncoder
 
 
 class StudentTAccumulatorFactory(AccumulatorFactory):

@@ -18,25 +18,23 @@ leaves it, stopping when a step changes ``kappa`` by at most ``1e-12`` relative
 from __future__ import annotations
 
 import math
-import numbers
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from mixle_spark.stats._scalar_common import (
     FeatureSumAccumulator,
+    Parameter,
     PriorSpecMixin,
     ScalarEncoder,
-    SumAccumulatorFactory,
+    ScalarFamily,
+    finite,
 )
 from mixle_spark.stats._special import i1_over_i0, log_i0e, one_minus_i1_over_i0
 from mixle_spark.stats.base import (
-    Distribution,
     Estimator,
     Sampler,
     check_parameter,
-    check_spec_keys,
     register_distribution,
     register_estimator,
 )
@@ -114,8 +112,48 @@ def _reduce_angle(mu: float) -> float:
     return math.remainder(mu, _TWO_PI)
 
 
+class VonMisesEncoder(ScalarEncoder):
+    """Reads finite angles (radians, any real) into ``(cos x, sin x)``, two float64 arrays of shape (n,)."""
+
+    def embedding_scales(self) -> np.ndarray:
+        return np.zeros(2, dtype=bool)  # a point on the unit circle: (cos, sin)
+
+    def embed(self, enc: Any) -> np.ndarray:
+        return np.column_stack([enc[0], enc[1]])
+
+    estimator_name = "VonMisesEstimator"
+    expectation = "a finite angle in radians"
+
+    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.cos(x), np.sin(x)
+
+
+class VonMisesSampler(Sampler):
+    """Draws angles in [-π, π) with Best & Fisher's algorithm (vectorized over the whole sample).
+
+    ``kappa < 1e-8`` draws uniformly (the density is within ``2 kappa`` relative of uniform there, and
+    Best & Fisher's constants overflow as kappa -> 0; numpy's sampler does the same). Above
+    ``kappa = 1e6`` (circular standard deviation below 1e-3) the wrapped normal ``N(mu, 1 / kappa)``
+    is used, whose density differs from the von Mises by O(1 / kappa) (numpy makes the same switch).
+    """
+
+    dist: VonMisesDistribution
+
+    def sample(self, size: int | None = None) -> Any:
+        n = 1 if size is None else int(size)
+        kappa = self.dist.kappa
+        if kappa < _UNIFORM_BELOW:
+            offset = self.rng.uniform(-math.pi, math.pi, size=n)
+        elif kappa > _WRAPPED_NORMAL_FROM:
+            offset = self.rng.normal(0.0, 1.0 / math.sqrt(kappa), size=n)
+        else:
+            offset = _best_fisher(self.rng, kappa, n)
+        draws = np.mod(self.dist.mu + offset + math.pi, _TWO_PI) - math.pi
+        return float(draws[0]) if size is None else draws
+
+
 @register_distribution("von_mises")
-class VonMisesDistribution(Distribution):
+class VonMisesDistribution(ScalarFamily):
     """Von Mises distribution with mean direction ``mu`` (radians) and concentration ``kappa >= 0``.
 
     Examples
@@ -124,23 +162,18 @@ class VonMisesDistribution(Distribution):
     True
     """
 
+    parameters = (
+        finite("mu"),
+        Parameter("kappa", lambda k: math.isfinite(k) and k >= 0, "a non-negative finite number"),
+    )
+    mu: float
+    kappa: float
+    encoder_class = VonMisesEncoder
+    sampler_class = VonMisesSampler
+
     def __init__(self, mu: float, kappa: float) -> None:
-        check_parameter(
-            isinstance(mu, numbers.Real) and math.isfinite(mu),
-            "VonMisesDistribution",
-            "mu",
-            mu,
-            "a finite number",
-        )
-        check_parameter(
-            isinstance(kappa, numbers.Real) and math.isfinite(kappa) and kappa >= 0,
-            "VonMisesDistribution",
-            "kappa",
-            kappa,
-            "a non-negative finite number",
-        )
-        self.mu = _reduce_angle(float(mu))
-        self.kappa = float(kappa)
+        self._set_parameters(mu, kappa)
+        self.mu = _reduce_angle(self.mu)
         self._cos_mu = math.cos(self.mu)
         self._sin_mu = math.sin(self.mu)
         self._log_const = -_LOG_2PI - float(log_i0e(self.kappa))
@@ -170,25 +203,6 @@ class VonMisesDistribution(Distribution):
         k = self.kappa
         return np.array([self._log_const - k, k * self._cos_mu, k * self._sin_mu])
 
-    def sampler(self, seed: int | None = None) -> VonMisesSampler:
-        return VonMisesSampler(self, seed)
-
-    def estimator(self, pseudo_count: float | None = None) -> VonMisesEstimator:
-        if pseudo_count is None:
-            return VonMisesEstimator()
-        return VonMisesEstimator(pseudo_count=pseudo_count, suff_stat=(self.mu, self.kappa))
-
-    def encoder(self) -> VonMisesEncoder:
-        return VonMisesEncoder()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "mu": self.mu, "kappa": self.kappa}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> VonMisesDistribution:
-        check_spec_keys(spec, "von_mises", required=("mu", "kappa"))
-        return cls(spec["mu"], spec["kappa"])
-
 
 def _best_fisher(rng: np.random.Generator, kappa: float, n: int) -> np.ndarray:
     """n draws of the angle from the mean direction, by Best & Fisher's (1979) rejection sampler.
@@ -216,57 +230,15 @@ def _best_fisher(rng: np.random.Generator, kappa: float, n: int) -> np.ndarray:
     return sign * np.arccos(np.clip(f, -1.0, 1.0))
 
 
-class VonMisesSampler(Sampler):
-    """Draws angles in [-π, π) with Best & Fisher's algorithm (vectorized over the whole sample).
-
-    ``kappa < 1e-8`` draws uniformly (the density is within ``2 kappa`` relative of uniform there, and
-    Best & Fisher's constants overflow as kappa -> 0; numpy's sampler does the same). Above
-    ``kappa = 1e6`` (circular standard deviation below 1e-3) the wrapped normal ``N(mu, 1 / kappa)``
-    is used, whose density differs from the von Mises by O(1 / kappa) (numpy makes the same switch).
-    """
-
-    dist: VonMisesDistribution
-
-    def sample(self, size: int | None = None) -> Any:
-        n = 1 if size is None else int(size)
-        kappa = self.dist.kappa
-        if kappa < _UNIFORM_BELOW:
-            offset = self.rng.uniform(-math.pi, math.pi, size=n)
-        elif kappa > _WRAPPED_NORMAL_FROM:
-            offset = self.rng.normal(0.0, 1.0 / math.sqrt(kappa), size=n)
-        else:
-            offset = _best_fisher(self.rng, kappa, n)
-        draws = np.mod(self.dist.mu + offset + math.pi, _TWO_PI) - math.pi
-        return float(draws[0]) if size is None else draws
-
-
-class VonMisesEncoder(ScalarEncoder):
-    """Reads finite angles (radians, any real) into ``(cos x, sin x)``, two float64 arrays of shape (n,)."""
-
-    def embedding_scales(self) -> np.ndarray:
-        return np.zeros(2, dtype=bool)  # a point on the unit circle: (cos, sin)
-
-    def embed(self, enc: Any) -> np.ndarray:
-        return np.column_stack([enc[0], enc[1]])
-
-    estimator_name = "VonMisesEstimator"
-    expectation = "a finite angle in radians"
-
-    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return np.cos(x), np.sin(x)
-
-
 class VonMisesAccumulator(FeatureSumAccumulator):
     """Sums ``(Σw, Σw cos x, Σw sin x)`` (the encoder's two arrays)."""
 
     features = 2
 
-    def make_encoder(self) -> VonMisesEncoder:
-        return VonMisesEncoder()
+    encoder_class = VonMisesEncoder
 
 
-class VonMisesAccumulatorFactory(SumAccumulatorFactory):
-    accumulator_class = VonMisesAccumulator
+VonMisesAccumulatorFactory = VonMisesAccumulator
 
 
 @register_estimator("von_mises")
