@@ -34,6 +34,7 @@ from mixle_spark.stats.base import (
     Estimator,
     Sampler,
     check_parameter,
+    check_pseudo_count,
     check_spec_keys,
     drop_none,
     registered_estimators,
@@ -394,13 +395,7 @@ class OneParameterEstimator(Estimator):
         keys: str | None,
     ) -> None:
         fam = type(self).__name__
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            fam,
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count(fam, pseudo_count)
         check_parameter(
             suff_stat is None or self._prior_ok(suff_stat), fam, "suff_stat", suff_stat, self.prior_expected
         )

@@ -14,6 +14,7 @@ from mixle_spark.stats.base import (
     Encoder,
     Estimator,
     check_parameter,
+    check_pseudo_count,
     check_spec_keys,
     drop_none,
 )
@@ -43,13 +44,7 @@ class VectorGaussianEstimator(Estimator):
         keys: str | None = None,
     ) -> None:
         fam = type(self).__name__
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            fam,
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count(fam, pseudo_count)
         check_parameter(min_covar > 0, fam, "min_covar", min_covar, "positive")
         check_parameter(ridge >= 0, fam, "ridge", ridge, "non-negative")
         check_parameter(

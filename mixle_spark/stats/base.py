@@ -52,6 +52,7 @@ __all__ = [
     "RowRandom",
     "Sampler",
     "check_parameter",
+    "check_pseudo_count",
     "check_spec_keys",
     "distribution_from_dict",
     "drop_none",
@@ -469,6 +470,16 @@ def check_parameter(ok: bool, family: str, name: str, value: Any, expected: str)
     """Raise SpecError ``"<family>: <name> must be <expected>, got <value>"`` unless ``ok``."""
     if not ok:
         raise SpecError(f"{family}: {name} must be {expected}, got {value!r}")
+
+
+def check_pseudo_count(family: str, pseudo_count: Any) -> None:
+    """Raise SpecError unless ``pseudo_count`` is None or a non-negative finite number (naming the
+    value)."""
+    try:
+        ok = pseudo_count is None or (math.isfinite(pseudo_count) and pseudo_count >= 0)
+    except TypeError:
+        ok = False
+    check_parameter(ok, family, "pseudo_count", pseudo_count, "a non-negative number")
 
 
 def seq_update_with_ll(

@@ -28,6 +28,7 @@ from mixle_spark.stats.base import (
     Estimator,
     Sampler,
     check_parameter,
+    check_pseudo_count,
     check_spec_keys,
     drop_none,
     register_distribution,
@@ -267,13 +268,7 @@ class BinomialEstimator(Estimator):
         keys: str | None = None,
     ) -> None:
         check_parameter(n is None or _is_count(n), "BinomialEstimator", "n", n, "a non-negative integer")
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            "BinomialEstimator",
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count("BinomialEstimator", pseudo_count)
         check_parameter(
             suff_stat is None or 0.0 <= suff_stat <= 1.0,
             "BinomialEstimator",

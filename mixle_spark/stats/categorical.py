@@ -58,6 +58,7 @@ from mixle_spark.stats.base import (
     Estimator,
     Sampler,
     check_parameter,
+    check_pseudo_count,
     check_spec_keys,
     drop_none,
     register_distribution,
@@ -491,13 +492,7 @@ class CategoricalEstimator(Estimator):
         keys: str | None = None,
     ) -> None:
         fam = "CategoricalEstimator"
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            fam,
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count(fam, pseudo_count)
         check_parameter(0.0 <= min_prob < 1.0, fam, "min_prob", min_prob, "in [0, 1)")
         self.pseudo_count = pseudo_count
         self.suff_stat = (

@@ -26,6 +26,7 @@ from mixle_spark.stats._validate import check_range
 from mixle_spark.stats.base import (
     Estimator,
     check_parameter,
+    check_pseudo_count,
     register_distribution,
     register_estimator,
 )
@@ -193,13 +194,7 @@ class GammaEstimator(PriorSpecMixin, Estimator):
         name: str | None = None,
         keys: str | None = None,
     ) -> None:
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            "GammaEstimator",
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count("GammaEstimator", pseudo_count)
         check_parameter(
             suff_stat is None or (len(suff_stat) == 2 and all(math.isfinite(v) and v > 0 for v in suff_stat)),
             "GammaEstimator",

@@ -29,6 +29,7 @@ from mixle_spark.stats.base import (
     Estimator,
     RowRandom,
     check_parameter,
+    check_pseudo_count,
     check_spec_keys,
     drop_none,
     register_distribution,
@@ -251,13 +252,7 @@ class GaussianEstimator(Estimator):
         name: str | None = None,
         keys: str | None = None,
     ) -> None:
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            "GaussianEstimator",
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count("GaussianEstimator", pseudo_count)
         check_parameter(min_var > 0, "GaussianEstimator", "min_var", min_var, "positive")
         self.pseudo_count = pseudo_count
         self.suff_stat = None if suff_stat is None else (float(suff_stat[0]), float(suff_stat[1]))

@@ -39,6 +39,7 @@ from mixle_spark.stats.base import (
     RowRandom,
     Sampler,
     check_parameter,
+    check_pseudo_count,
     check_spec_keys,
     distribution_from_dict,
     drop_none,
@@ -491,10 +492,7 @@ class HiddenMarkovEstimator(Estimator):
             len_estimator,
             "an Estimator or None",
         )
-        pc_ok = isinstance(pseudo_count, (int, float)) and math.isfinite(pseudo_count) and pseudo_count >= 0
-        check_parameter(
-            pseudo_count is None or pc_ok, fam, "pseudo_count", pseudo_count, "a non-negative number"
-        )
+        check_pseudo_count(fam, pseudo_count)
         rows_ok = isinstance(init_rows_per_state, int) and init_rows_per_state >= 1
         check_parameter(
             init_rows_per_state is None or rows_ok,

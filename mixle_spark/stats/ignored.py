@@ -20,7 +20,7 @@ from mixle_spark.stats.base import (
     Estimator,
     RowRandom,
     Sampler,
-    check_parameter,
+    check_pseudo_count,
     check_spec_keys,
     drop_none,
     register_distribution,
@@ -152,13 +152,7 @@ class IgnoredEstimator(Estimator):
     uniform signature and have no effect (there is nothing to estimate or tie)."""
 
     def __init__(self, pseudo_count: float | None = None, name: str | None = None, keys: Any = None) -> None:
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            "IgnoredEstimator",
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count("IgnoredEstimator", pseudo_count)
         self.pseudo_count = pseudo_count
         self.name = name
         self.keys = keys

@@ -36,6 +36,7 @@ from mixle_spark.stats.base import (
     Estimator,
     Sampler,
     check_parameter,
+    check_pseudo_count,
     check_spec_keys,
     drop_none,
     register_distribution,
@@ -378,13 +379,7 @@ class IntegerCategoricalEstimator(Estimator):
             max_val,
             f"at least min_val = {min_val}",
         )
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            fam,
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count(fam, pseudo_count)
         check_parameter(0.0 <= min_prob < 1.0, fam, "min_prob", min_prob, "in [0, 1)")
         self.min_val = None if min_val is None else int(min_val)
         self.max_val = None if max_val is None else int(max_val)

@@ -24,6 +24,7 @@ from mixle_spark.stats._validate import check_range
 from mixle_spark.stats.base import (
     Estimator,
     check_parameter,
+    check_pseudo_count,
     check_spec_keys,
     register_distribution,
     register_estimator,
@@ -172,13 +173,7 @@ class LogGaussianEstimator(Estimator):
         name: str | None = None,
         keys: str | None = None,
     ) -> None:
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            "LogGaussianEstimator",
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count("LogGaussianEstimator", pseudo_count)
         check_parameter(min_var > 0, "LogGaussianEstimator", "min_var", min_var, "positive")
         # The M-step is the Gaussian one on the log scale.
         self._gaussian = GaussianEstimator(pseudo_count=pseudo_count, suff_stat=suff_stat, min_var=min_var)

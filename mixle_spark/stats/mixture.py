@@ -42,6 +42,7 @@ from mixle_spark.stats.base import (
     RowRandom,
     Sampler,
     check_parameter,
+    check_pseudo_count,
     check_spec_keys,
     distribution_from_dict,
     drop_none,
@@ -464,13 +465,7 @@ class MixtureEstimator(Estimator):
             check_parameter(
                 isinstance(e, Estimator), "MixtureEstimator", f"estimators[{k}]", e, "an Estimator"
             )
-        check_parameter(
-            pseudo_count is None or (math.isfinite(pseudo_count) and pseudo_count >= 0),
-            "MixtureEstimator",
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count("MixtureEstimator", pseudo_count)
         check_parameter(
             math.isfinite(w_min) and 0 <= w_min * len(ests) <= 1,
             "MixtureEstimator",

@@ -73,6 +73,7 @@ from mixle_spark.stats.base import (
     RowRandom,
     Sampler,
     check_parameter,
+    check_pseudo_count,
     check_spec_keys,
     distribution_from_dict,
     drop_none,
@@ -436,13 +437,7 @@ class MultinomialEstimator(Estimator):
         keys: str | None = None,
     ) -> None:
         fam = "MultinomialEstimator"
-        check_parameter(
-            pseudo_count is None or (math.isfinite(pseudo_count) and pseudo_count >= 0),
-            fam,
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count(fam, pseudo_count)
         check_parameter(0.0 <= min_prob < 1.0, fam, "min_prob", min_prob, "in [0, 1)")
         check_parameter(
             len_estimator is None or isinstance(len_estimator, Estimator),

@@ -51,6 +51,7 @@ from mixle_spark.stats.base import (
     AccumulatorFactory,
     Estimator,
     check_parameter,
+    check_pseudo_count,
     register_distribution,
     register_estimator,
 )
@@ -331,13 +332,7 @@ class NegativeBinomialEstimator(PriorSpecMixin, Estimator):
         keys: str | None = None,
     ) -> None:
         fam = "NegativeBinomialEstimator"
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            fam,
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count(fam, pseudo_count)
         check_parameter(
             suff_stat is None
             or (

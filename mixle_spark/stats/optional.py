@@ -33,6 +33,7 @@ from mixle_spark.stats.base import (
     RowRandom,
     Sampler,
     check_parameter,
+    check_pseudo_count,
     check_spec_keys,
     distribution_from_dict,
     drop_none,
@@ -385,13 +386,7 @@ class OptionalEstimator(Estimator):
         check_parameter(
             isinstance(estimator, Estimator), "OptionalEstimator", "estimator", estimator, "an Estimator"
         )
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            "OptionalEstimator",
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count("OptionalEstimator", pseudo_count)
         self.estimator = estimator
         self.pseudo_count = pseudo_count
         self.model_missing = bool(model_missing)

@@ -56,6 +56,7 @@ from mixle_spark.stats.base import (
     Distribution,
     Estimator,
     check_parameter,
+    check_pseudo_count,
     register_distribution,
     register_estimator,
 )
@@ -371,13 +372,7 @@ class StudentTEstimator(PriorSpecMixin, Estimator):
             init_dof,
             f"a number in [min_dof, max_dof] = [{min_dof}, {max_dof}]",
         )
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            fam,
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count(fam, pseudo_count)
         check_parameter(
             suff_stat is None
             or (

@@ -35,6 +35,7 @@ from mixle_spark.stats.base import (
     Estimator,
     Sampler,
     check_parameter,
+    check_pseudo_count,
     register_distribution,
     register_estimator,
 )
@@ -275,13 +276,7 @@ class VonMisesEstimator(PriorSpecMixin, Estimator):
         name: str | None = None,
         keys: str | None = None,
     ) -> None:
-        check_parameter(
-            pseudo_count is None or pseudo_count >= 0,
-            "VonMisesEstimator",
-            "pseudo_count",
-            pseudo_count,
-            "a non-negative number",
-        )
+        check_pseudo_count("VonMisesEstimator", pseudo_count)
         check_parameter(
             suff_stat is None
             or (len(suff_stat) == 2 and math.isfinite(suff_stat[0]) and 0 <= suff_stat[1] < math.inf),
