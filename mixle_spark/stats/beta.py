@@ -163,10 +163,7 @@ class BetaDistribution(ScalarFamily):
     True
     """
 
-    parameters = (
-        positive("alpha"),
-        positive("beta"),
-    )
+    parameters = (positive("alpha"), positive("beta"))
     alpha: float
     beta: float
     encoder_class = BetaEncoder

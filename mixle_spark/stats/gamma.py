@@ -113,10 +113,7 @@ class GammaDistribution(ScalarFamily):
     True
     """
 
-    parameters = (
-        positive("k"),
-        positive("theta"),
-    )
+    parameters = (positive("k"), positive("theta"))
     k: float
     theta: float
     encoder_class = GammaEncoder

@@ -121,10 +121,7 @@ class GaussianDistribution(ScalarFamily):
     -0.918939
     """
 
-    parameters = (
-        finite("mu"),
-        positive("sigma2"),
-    )
+    parameters = (finite("mu"), positive("sigma2"))
     mu: float
     sigma2: float
     encoder_class = GaussianEncoder

@@ -82,10 +82,7 @@ class LogGaussianDistribution(ScalarFamily):
     -0.918939
     """
 
-    parameters = (
-        finite("mu"),
-        positive("sigma2"),
-    )
+    parameters = (finite("mu"), positive("sigma2"))
     mu: float
     sigma2: float
     encoder_class = LogGaussianEncoder

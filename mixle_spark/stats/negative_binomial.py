@@ -183,10 +183,7 @@ class NegativeBinomialDistribution(ScalarFamily):
     True
     """
 
-    parameters = (
-        positive("r"),
-        Parameter("p", lambda p: 0.0 < p < 1.0, "a probability in (0, 1)"),
-    )
+    parameters = (positive("r"), Parameter("p", lambda p: 0.0 < p < 1.0, "a probability in (0, 1)"))
     r: float
     p: float
     encoder_class = NegativeBinomialEncoder

@@ -157,11 +157,7 @@ class StudentTDistribution(ScalarFamily):
     True
     """
 
-    parameters = (
-        finite("mu"),
-        positive("sigma"),
-        positive("dof"),
-    )
+    parameters = (finite("mu"), positive("sigma"), positive("dof"))
     mu: float
     sigma: float
     dof: float
