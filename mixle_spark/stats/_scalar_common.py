@@ -43,6 +43,7 @@ from mixle_spark.stats.base import (
 __all__ = [
     "FeatureSumAccumulator",
     "OneParameterEstimator",
+    "OwnFactory",
     "Parameter",
     "PriorSpecMixin",
     "ScalarEncoder",
@@ -226,26 +227,32 @@ class ScalarEncoder(Encoder):
         return f"{type(self).__name__}()"
 
 
-class SumAccumulator(Accumulator, AccumulatorFactory):
-    """Sums ``sw = Σw`` and ``sx = Σw x``; value ``(sw, sx)``. It is its own factory: :meth:`make`
-    gives a fresh one with the same keys.
+class OwnFactory(AccumulatorFactory):
+    """An accumulator that is its own factory (its constructor takes only ``keys``): :meth:`make`
+    gives a fresh one with the same keys; :meth:`make_encoder` the :attr:`encoder_class` it reads."""
+
+    keys: Any
+    encoder_class: ClassVar[type[Encoder]]
+
+    def make(self) -> Any:
+        cls: Any = type(self)
+        return cls(self.keys)
+
+    def make_encoder(self) -> Encoder:
+        return self.encoder_class()
+
+
+class SumAccumulator(OwnFactory, Accumulator):
+    """Sums ``sw = Σw`` and ``sx = Σw x``; value ``(sw, sx)``; its own factory (:class:`OwnFactory`).
 
     Subclasses say where ``x`` lives in their encoded batch (:meth:`values`) and which encoder
     matches (:attr:`encoder_class`).
     """
 
-    encoder_class: ClassVar[type[Encoder]]
-
     def __init__(self, keys: Any = None) -> None:
         self.keys = keys
         self.sw = 0.0
         self.sx = 0.0
-
-    def make(self) -> SumAccumulator:
-        return type(self)(self.keys)
-
-    def make_encoder(self) -> Encoder:
-        return self.encoder_class()
 
     def values(self, enc: Any) -> np.ndarray:
         """The record values of an encoded batch, shape (n,)."""
@@ -275,27 +282,19 @@ class SumAccumulator(Accumulator, AccumulatorFactory):
         return self
 
 
-class FeatureSumAccumulator(Accumulator, AccumulatorFactory):
+class FeatureSumAccumulator(OwnFactory, Accumulator):
     """Sums ``Σw`` and ``Σw f`` for each of the :attr:`features` arrays ``f`` of an encoded batch (a
     tuple of float64 arrays of shape (n,)); value ``(Σw, Σw f_1, ..., Σw f_m)``, merged by addition.
 
-    Subclasses set :attr:`features` and :meth:`make_encoder`; the mixture fast path adds its feature
+    Subclasses set :attr:`features` and :attr:`encoder_class`; the mixture fast path adds its feature
     sums ``Σ w [1, f_1, ..., f_m]`` through :meth:`add_feature_sums`.
     """
 
     features: ClassVar[int] = 2
-    encoder_class: ClassVar[type[Encoder]]
 
     def __init__(self, keys: Any = None) -> None:
         self.keys = keys
         self.sums = [0.0] * (1 + self.features)
-
-    def make(self) -> FeatureSumAccumulator:
-        """A fresh accumulator with the same keys: it is its own factory."""
-        return type(self)(self.keys)
-
-    def make_encoder(self) -> Encoder:
-        return self.encoder_class()
 
     def seq_update(self, enc: tuple[np.ndarray, ...], weights: np.ndarray, estimate: Any) -> None:
         self.sums[0] += float(weights.sum())
