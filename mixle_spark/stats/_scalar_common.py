@@ -6,8 +6,8 @@
   one-parameter exponential-family likelihood in ``x`` needs; merging is addition.
 * :class:`FeatureSumAccumulator` - ``(Σw, Σw f_1(x), ..., Σw f_m(x))`` over the feature arrays an
   encoder packs (gamma: x, log x; beta: log x, log(1 - x); von Mises: cos x, sin x).
-* :class:`PriorSpecMixin` - ``to_dict`` / ``from_dict`` of estimators with ``pseudo_count``,
-  ``suff_stat``, ``name``, ``keys`` and options written only when they differ from their defaults.
+* :func:`prior`, :func:`prior_tuple`, :func:`floor`, :func:`bound` - the estimator options these
+  families declare (see :func:`~mixle_spark.stats.base.option`).
 * :class:`OneParameterEstimator` - options, floor, estimate and spec of those families' estimators.
 * :class:`ScalarFamily` - a distribution declared by its :class:`Parameter` s: validation (the
   message names the value), ``to_dict`` / ``from_dict``, ``encoder``, ``sampler`` and ``estimator``
@@ -34,9 +34,8 @@ from mixle_spark.stats.base import (
     Estimator,
     Sampler,
     check_parameter,
-    check_pseudo_count,
     check_spec_keys,
-    drop_none,
+    option,
     registered_estimators,
 )
 
@@ -45,13 +44,17 @@ __all__ = [
     "OneParameterEstimator",
     "OwnFactory",
     "Parameter",
-    "PriorSpecMixin",
     "ScalarEncoder",
     "ScalarFamily",
     "ScalarSampler",
     "SumAccumulator",
     "SumAccumulatorFactory",
+    "bound",
+    "check_bounds",
     "check_counts",
+    "floor",
+    "prior",
+    "prior_tuple",
     "safe_log",
 ]
 
@@ -332,88 +335,58 @@ class SumAccumulatorFactory(AccumulatorFactory):
         return self.accumulator_class(self.keys)
 
 
-class PriorSpecMixin:
-    """Spec round trip of an estimator whose constructor takes ``pseudo_count``, ``suff_stat`` (a tuple
-    or None), ``name``, ``keys``, the options of :attr:`optional_options` (written when not None) and
-    those of :attr:`option_defaults` (written when they differ from their default)."""
+def prior(ok: Callable[[Any], bool] | None = None, expected: str = "a positive finite number") -> Any:
+    """The ``suff_stat`` option of a one-parameter family: a scalar prior (default: positive)."""
+    return option(None, ok or (lambda v: math.isfinite(v) and v > 0), expected, read=float)
 
-    family: ClassVar[str]
-    optional_options: ClassVar[tuple[str, ...]] = ()
-    option_defaults: ClassVar[tuple[tuple[str, Any], ...]] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        def get(key: str) -> Any:
-            return getattr(self, key, None)
+def prior_tuple(ok: Callable[..., bool], expected: str) -> Any:
+    """The ``suff_stat`` option of a family with a tuple prior: finite numbers passing ``ok``."""
 
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(drop_none(**{key: get(key) for key in self.optional_options}))
-        prior = get("suff_stat")
-        spec.update(
-            drop_none(
-                pseudo_count=get("pseudo_count"),
-                suff_stat=None if prior is None else list(prior),
-                name=get("name"),
-                keys=get("keys"),
-            )
-        )
-        for key, default in self.option_defaults:
-            if get(key) != default:
-                spec[key] = get(key)
-        return spec
+    def tuple_ok(value: Any) -> bool:
+        numbers = [float(v) for v in value]
+        return all(math.isfinite(v) for v in numbers) and bool(ok(*numbers))
 
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> Any:
-        options = (*cls.optional_options, "pseudo_count", "suff_stat", *(k for k, _ in cls.option_defaults))
-        check_spec_keys(spec, cls.family, optional=(*options, "name", "keys"))
-        return cls(**{k: v for k, v in spec.items() if k != "type"})
+    return option(None, tuple_ok, expected, read=lambda value: tuple(float(v) for v in value))
+
+
+def bound(default: float) -> Any:
+    """One end of a bracket option pair (``min_k`` / ``max_k``); :func:`check_bounds` orders them."""
+    return option(default, lambda v: v > 0, "positive", read=float)
+
+
+def check_bounds(estimator: Any, low: str, high: str) -> None:
+    """Raise SpecError unless ``0 < low < high < inf`` (naming both values)."""
+    lo, hi = getattr(estimator, low), getattr(estimator, high)
+    fam = type(estimator).__name__
+    expected = f"positive with {low} < {high}"
+    check_parameter(0 < lo < hi < math.inf, fam, f"({low}, {high})", (lo, hi), expected)
+
+
+def floor(default: float, ok: Callable[[Any], bool] | None = None, expected: str = "positive") -> Any:
+    """A family's floor option (``min_lam``, ``min_beta``, ``min_p``; default test: positive)."""
+    return option(default, ok or (lambda v: v > 0), expected, read=float)
 
 
 class OneParameterEstimator(Estimator):
     """Base of the estimators of one scalar parameter from ``(Σw, Σw x)`` with a scalar prior.
 
-    Subclasses keep their own constructor signature (the floor keyword is named for the
-    parameter: ``min_lam``, ``min_beta``, ``min_p``) and define the point estimate; the options'
-    validation, the floor, the factory, the encoder and the spec round-trip are shared.
+    Subclasses declare their options (``pseudo_count``, ``suff_stat`` = :func:`prior`, the floor
+    named for the parameter (:attr:`floor_name`: ``min_lam``, ``min_beta``, ``min_p``) = :func:`floor`,
+    ``name``, ``keys``) and define the point estimate; the floor, the factory, the encoder, the
+    estimate and the spec round trip are shared.
     """
 
     distribution_class: ClassVar[Any]
     factory_class: ClassVar[Any]
     encoder_class: ClassVar[Any]
     floor_name: ClassVar[str]
-    floor_default: ClassVar[float]
-    floor_expected: ClassVar[str] = "positive"
     prior_default: ClassVar[float]
-    prior_expected: ClassVar[str] = "a positive finite number"
-
-    def __init__(
-        self,
-        pseudo_count: float | None,
-        suff_stat: float | None,
-        floor: float,
-        name: str | None,
-        keys: str | None,
-    ) -> None:
-        fam = type(self).__name__
-        check_pseudo_count(fam, pseudo_count)
-        check_parameter(
-            suff_stat is None or self._prior_ok(suff_stat), fam, "suff_stat", suff_stat, self.prior_expected
-        )
-        check_parameter(self._floor_ok(floor), fam, self.floor_name, floor, self.floor_expected)
-        self.pseudo_count = pseudo_count
-        self.suff_stat = None if suff_stat is None else float(suff_stat)
-        setattr(self, self.floor_name, float(floor))
-        self.name = name
-        self.keys = keys
+    suff_stat: float | None
 
     @property
     def floor(self) -> float:
         return float(getattr(self, self.floor_name))
-
-    def _prior_ok(self, value: float) -> bool:
-        return math.isfinite(value) and value > 0
-
-    def _floor_ok(self, value: float) -> bool:
-        return value > 0
 
     def point_estimate(self, sw: float, sx: float, pc: float, prior: float) -> float:
         """The parameter from the sums and the prior (before the floor); NaN / inf -> the prior."""
@@ -436,21 +409,3 @@ class OneParameterEstimator(Estimator):
         if not math.isfinite(point):
             point = prior
         return self.distribution_class(self.apply_floor(point))  # type: ignore[no-any-return]
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(
-            drop_none(
-                pseudo_count=self.pseudo_count, suff_stat=self.suff_stat, name=self.name, keys=self.keys
-            )
-        )
-        if self.floor != self.floor_default:
-            spec[self.floor_name] = self.floor
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> Estimator:
-        check_spec_keys(
-            spec, cls.family, optional=("pseudo_count", "suff_stat", cls.floor_name, "name", "keys")
-        )
-        return cls(**{k: v for k, v in spec.items() if k != "type"})

@@ -33,6 +33,7 @@ stable row ids, so one seed gives the same initial model on every backend and pa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -57,6 +58,7 @@ __all__ = [
     "distribution_from_dict",
     "drop_none",
     "estimator_from_dict",
+    "option",
     "register_distribution",
     "register_estimator",
     "registered_distributions",
@@ -286,6 +288,13 @@ class Estimator(ABC):
 
     Subclasses take ``pseudo_count`` (prior strength), ``keys`` (parameter tying) and
     ``name`` where meaningful, plus family-specific floors.
+
+    A family *declares* its options: its estimator is a ``@dataclass(eq=False, repr=False)`` whose
+    fields are the constructor's arguments in order, each a plain default or an :func:`option` (its
+    check, its conversion, its JSON form). Validation with messages that name the value
+    (``__post_init__``, then the cross-option :meth:`check`), ``to_dict`` (an option is written when
+    it differs from its default) and ``from_dict`` (unknown keys refused) follow;
+    ``dataclasses.replace`` rebuilds one with other options (``with_scan``).
     """
 
     family: ClassVar[str] = ""
@@ -334,14 +343,51 @@ class Estimator(ABC):
         (each through its estimator), estimators holding a parameter fixed subtract it."""
         return model.n_free_parameters()
 
-    @abstractmethod
+    def __post_init__(self) -> None:
+        fam = type(self).__name__
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if f.name == "pseudo_count":
+                check_pseudo_count(fam, value)
+            if value is None and f.default is None:
+                continue
+            ok, read = f.metadata.get("ok"), f.metadata.get("read")
+            if ok is not None:
+                try:
+                    good = bool(ok(value))
+                except (TypeError, ValueError):  # not the kind of value at all
+                    good = False
+                check_parameter(good, fam, f.name, value, f.metadata["expected"])
+            if read is not None:
+                setattr(self, f.name, read(value))
+        self.check()
+
+    def check(self) -> None:  # noqa: B027 (optional hook)
+        """Checks across options (after each option's own); raise SpecError naming the values."""
+
     def to_dict(self) -> dict[str, Any]:
         """The estimator as a JSON-able spec dict with a ``"type"`` key."""
+        spec: dict[str, Any] = {"type": self.family}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is None or (f.default is not dataclasses.MISSING and _same(value, f.default)):
+                continue
+            write = f.metadata.get("write")
+            spec[f.name] = write(value) if write is not None else _jsonable(value)
+        return spec
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> Estimator:
         """Build from a spec dict (validating its keys)."""
-        raise NotImplementedError
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        required = [n for n, f in fields.items() if f.default is dataclasses.MISSING]
+        check_spec_keys(spec, cls.family, required=required, optional=fields)
+        options = {}
+        for key, value in spec.items():
+            if key != "type":
+                parse = fields[key].metadata.get("parse")
+                options[key] = parse(value) if parse is not None and value is not None else value
+        return cls(**options)
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and self.to_dict() == other.to_dict()  # type: ignore[attr-defined]
@@ -351,6 +397,40 @@ class Estimator(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}.from_dict({self.to_dict()!r})"
+
+
+def option(
+    default: Any = None,
+    ok: Callable[[Any], bool] | None = None,
+    expected: str = "",
+    *,
+    read: Callable[[Any], Any] | None = None,
+    write: Callable[[Any], Any] | None = None,
+    parse: Callable[[Any], Any] | None = None,
+) -> Any:
+    """An estimator option (a dataclass field): its ``default``; the test ``ok`` a value other than
+    a None default must pass, and what it ``expected`` (for the message, which names the value);
+    ``read`` converts the accepted value to the attribute; ``write`` gives its JSON form (default:
+    arrays and tuples as lists, estimators as their specs) and ``parse`` reads that form back."""
+    metadata = {"ok": ok, "expected": expected, "read": read, "write": write, "parse": parse}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def _same(value: Any, default: Any) -> bool:
+    try:
+        return bool(value == default)
+    except (TypeError, ValueError):  # arrays
+        return False
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Estimator):
+        return value.to_dict()
+    return value
 
 
 class Distribution(ABC):

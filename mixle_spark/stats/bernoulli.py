@@ -7,6 +7,7 @@ Statistics ``(Σw, Σw x)``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,8 @@ from mixle_spark.stats._scalar_common import (
     ScalarFamily,
     ScalarSampler,
     SumAccumulator,
+    floor,
+    prior,
     safe_log,
 )
 from mixle_spark.stats._validate import check_finite, first_true
@@ -121,6 +124,7 @@ BernoulliAccumulatorFactory = BernoulliAccumulator
 
 
 @register_estimator("bernoulli")
+@dataclass(eq=False, repr=False)
 class BernoulliEstimator(OneParameterEstimator):
     """Maximum-likelihood Bernoulli fit ``p = Σw x / Σw``, clipped to ``[min_p, 1 - min_p]``.
 
@@ -140,32 +144,17 @@ class BernoulliEstimator(OneParameterEstimator):
     With zero total weight the estimate is ``suff_stat`` (or 0.5).
     """
 
+    pseudo_count: float | None = None
+    suff_stat: float | None = prior(lambda v: 0.0 <= v <= 1.0, "a probability in [0, 1]")
+    min_p: float = floor(DEFAULT_MIN_P, lambda v: 0.0 <= v < 0.5, "in [0, 0.5)")
+    name: str | None = None
+    keys: str | None = None
+
     distribution_class = BernoulliDistribution
     factory_class = BernoulliAccumulator
     encoder_class = BernoulliEncoder
     floor_name = "min_p"
-    min_p: float
-    floor_default = DEFAULT_MIN_P
     prior_default = 0.5
-
-    floor_expected = "in [0, 0.5)"
-    prior_expected = "a probability in [0, 1]"
-
-    def _prior_ok(self, value: float) -> bool:
-        return 0.0 <= value <= 1.0
-
-    def _floor_ok(self, value: float) -> bool:
-        return 0.0 <= value < 0.5
 
     def apply_floor(self, value: float) -> float:
         return min(max(value, self.floor), 1.0 - self.floor)
-
-    def __init__(
-        self,
-        pseudo_count: float | None = None,
-        suff_stat: float | None = None,
-        min_p: float = DEFAULT_MIN_P,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        super().__init__(pseudo_count, suff_stat, min_p, name, keys)

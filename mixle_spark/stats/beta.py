@@ -15,6 +15,7 @@ below half its value, backtracked until the likelihood does not decrease, and cl
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,18 +23,18 @@ import numpy as np
 from mixle_spark.errors import DataValueError
 from mixle_spark.stats._scalar_common import (
     FeatureSumAccumulator,
-    PriorSpecMixin,
     ScalarEncoder,
     ScalarFamily,
     ScalarSampler,
+    bound,
+    check_bounds,
     positive,
+    prior_tuple,
 )
 from mixle_spark.stats._special import digamma, gammaln, trigamma
 from mixle_spark.stats._validate import check_range, first_true
 from mixle_spark.stats.base import (
     Estimator,
-    check_parameter,
-    check_pseudo_count,
     register_distribution,
     register_estimator,
 )
@@ -211,7 +212,8 @@ BetaAccumulatorFactory = BetaAccumulator
 
 
 @register_estimator("beta")
-class BetaEstimator(PriorSpecMixin, Estimator):
+@dataclass(eq=False, repr=False)
+class BetaEstimator(Estimator):
     """Maximum-likelihood beta fit (Newton on the digamma system, see :func:`solve_beta`).
 
     Parameters
@@ -231,41 +233,17 @@ class BetaEstimator(PriorSpecMixin, Estimator):
     With zero total weight the estimate is ``suff_stat`` (or alpha = beta = 1).
     """
 
-    option_defaults = (
-        ("min_shape", DEFAULT_MIN_SHAPE),
-        ("max_shape", DEFAULT_MAX_SHAPE),
+    pseudo_count: float | None = None
+    suff_stat: tuple[float, float] | None = prior_tuple(
+        lambda a0, b0: a0 > 0 and b0 > 0, "a pair (alpha0, beta0) of positive finite numbers"
     )
+    min_shape: float = bound(DEFAULT_MIN_SHAPE)
+    max_shape: float = bound(DEFAULT_MAX_SHAPE)
+    name: str | None = None
+    keys: str | None = None
 
-    def __init__(
-        self,
-        pseudo_count: float | None = None,
-        suff_stat: tuple[float, float] | None = None,
-        min_shape: float = DEFAULT_MIN_SHAPE,
-        max_shape: float = DEFAULT_MAX_SHAPE,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        check_pseudo_count("BetaEstimator", pseudo_count)
-        check_parameter(
-            suff_stat is None or (len(suff_stat) == 2 and all(math.isfinite(v) and v > 0 for v in suff_stat)),
-            "BetaEstimator",
-            "suff_stat",
-            suff_stat,
-            "a pair (alpha0, beta0) of positive finite numbers",
-        )
-        check_parameter(
-            0 < min_shape < max_shape < math.inf,
-            "BetaEstimator",
-            "(min_shape, max_shape)",
-            (min_shape, max_shape),
-            "positive with min_shape < max_shape",
-        )
-        self.pseudo_count = pseudo_count
-        self.suff_stat = None if suff_stat is None else (float(suff_stat[0]), float(suff_stat[1]))
-        self.min_shape = float(min_shape)
-        self.max_shape = float(max_shape)
-        self.name = name
-        self.keys = keys
+    def check(self) -> None:
+        check_bounds(self, "min_shape", "max_shape")
 
     def accumulator_factory(self) -> BetaAccumulatorFactory:
         return BetaAccumulatorFactory(self.keys)

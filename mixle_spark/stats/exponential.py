@@ -7,6 +7,7 @@ Records are non-negative real numbers; ``log p(x) = -log(beta) - x / beta``. Sta
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,9 @@ from mixle_spark.stats._scalar_common import (
     ScalarFamily,
     ScalarSampler,
     SumAccumulator,
+    floor,
     positive,
+    prior,
 )
 from mixle_spark.stats._validate import check_range
 from mixle_spark.stats.base import register_distribution, register_estimator
@@ -100,6 +103,7 @@ ExponentialAccumulatorFactory = ExponentialAccumulator
 
 
 @register_estimator("exponential")
+@dataclass(eq=False, repr=False)
 class ExponentialEstimator(OneParameterEstimator):
     """Maximum-likelihood exponential fit ``beta = Σw x / Σw``.
 
@@ -118,20 +122,14 @@ class ExponentialEstimator(OneParameterEstimator):
     With zero total weight the estimate is ``suff_stat`` (or 1.0).
     """
 
+    pseudo_count: float | None = None
+    suff_stat: float | None = prior()
+    min_beta: float = floor(DEFAULT_MIN_BETA)
+    name: str | None = None
+    keys: str | None = None
+
     distribution_class = ExponentialDistribution
     factory_class = ExponentialAccumulator
     encoder_class = ExponentialEncoder
     floor_name = "min_beta"
-    min_beta: float
-    floor_default = DEFAULT_MIN_BETA
     prior_default = 1.0
-
-    def __init__(
-        self,
-        pseudo_count: float | None = None,
-        suff_stat: float | None = None,
-        min_beta: float = DEFAULT_MIN_BETA,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        super().__init__(pseudo_count, suff_stat, min_beta, name, keys)

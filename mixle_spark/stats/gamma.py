@@ -9,24 +9,25 @@ then ``theta = mean / k``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from mixle_spark.stats._scalar_common import (
     FeatureSumAccumulator,
-    PriorSpecMixin,
     ScalarEncoder,
     ScalarFamily,
     ScalarSampler,
+    bound,
+    check_bounds,
     positive,
+    prior_tuple,
 )
 from mixle_spark.stats._special import digamma, gammaln, log_minus_digamma, trigamma
 from mixle_spark.stats._validate import check_range
 from mixle_spark.stats.base import (
     Estimator,
-    check_parameter,
-    check_pseudo_count,
     register_distribution,
     register_estimator,
 )
@@ -157,7 +158,8 @@ GammaAccumulatorFactory = GammaAccumulator
 
 
 @register_estimator("gamma")
-class GammaEstimator(PriorSpecMixin, Estimator):
+@dataclass(eq=False, repr=False)
+class GammaEstimator(Estimator):
     """Maximum-likelihood gamma fit (shape by a bracketed Newton solve, see :func:`solve_shape`).
 
     Parameters
@@ -177,41 +179,17 @@ class GammaEstimator(PriorSpecMixin, Estimator):
     With zero total weight the estimate is ``suff_stat`` (or k = 1, theta = 1).
     """
 
-    option_defaults = (
-        ("min_k", DEFAULT_MIN_K),
-        ("max_k", DEFAULT_MAX_K),
+    pseudo_count: float | None = None
+    suff_stat: tuple[float, float] | None = prior_tuple(
+        lambda k0, theta0: k0 > 0 and theta0 > 0, "a pair (k0, theta0) of positive finite numbers"
     )
+    min_k: float = bound(DEFAULT_MIN_K)
+    max_k: float = bound(DEFAULT_MAX_K)
+    name: str | None = None
+    keys: str | None = None
 
-    def __init__(
-        self,
-        pseudo_count: float | None = None,
-        suff_stat: tuple[float, float] | None = None,
-        min_k: float = DEFAULT_MIN_K,
-        max_k: float = DEFAULT_MAX_K,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        check_pseudo_count("GammaEstimator", pseudo_count)
-        check_parameter(
-            suff_stat is None or (len(suff_stat) == 2 and all(math.isfinite(v) and v > 0 for v in suff_stat)),
-            "GammaEstimator",
-            "suff_stat",
-            suff_stat,
-            "a pair (k0, theta0) of positive finite numbers",
-        )
-        check_parameter(
-            0 < min_k < max_k < math.inf,
-            "GammaEstimator",
-            "(min_k, max_k)",
-            (min_k, max_k),
-            "positive with min_k < max_k",
-        )
-        self.pseudo_count = pseudo_count
-        self.suff_stat = None if suff_stat is None else (float(suff_stat[0]), float(suff_stat[1]))
-        self.min_k = float(min_k)
-        self.max_k = float(max_k)
-        self.name = name
-        self.keys = keys
+    def check(self) -> None:
+        check_bounds(self, "min_k", "max_k")
 
     def accumulator_factory(self) -> GammaAccumulatorFactory:
         return GammaAccumulatorFactory(self.keys)

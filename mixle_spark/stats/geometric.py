@@ -6,6 +6,7 @@ Records are integers ``x >= 1``; ``P(x) = (1 - p)^(x - 1) p``. Statistics ``(Σw
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,8 @@ from mixle_spark.stats._scalar_common import (
     ScalarSampler,
     SumAccumulator,
     check_counts,
+    floor,
+    prior,
     safe_log,
 )
 from mixle_spark.stats.base import register_distribution, register_estimator
@@ -109,6 +112,7 @@ GeometricAccumulatorFactory = GeometricAccumulator
 
 
 @register_estimator("geometric")
+@dataclass(eq=False, repr=False)
 class GeometricEstimator(OneParameterEstimator):
     """Maximum-likelihood geometric fit ``p = Σw / Σw x``, clipped to ``[min_p, 1 - min_p]``.
 
@@ -128,31 +132,17 @@ class GeometricEstimator(OneParameterEstimator):
     With zero total weight the estimate is ``suff_stat`` (or 0.5).
     """
 
+    pseudo_count: float | None = None
+    suff_stat: float | None = prior(lambda v: 0.0 < v <= 1.0, "a probability in (0, 1]")
+    min_p: float = floor(DEFAULT_MIN_P, lambda v: 0.0 <= v < 0.5, "in [0, 0.5)")
+    name: str | None = None
+    keys: str | None = None
+
     distribution_class = GeometricDistribution
     factory_class = GeometricAccumulator
     encoder_class = GeometricEncoder
     floor_name = "min_p"
-    min_p: float
-    floor_default = DEFAULT_MIN_P
-    floor_expected = "in [0, 0.5)"
     prior_default = 0.5
-    prior_expected = "a probability in (0, 1]"
-
-    def __init__(
-        self,
-        pseudo_count: float | None = None,
-        suff_stat: float | None = None,
-        min_p: float = DEFAULT_MIN_P,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        super().__init__(pseudo_count, suff_stat, min_p, name, keys)
-
-    def _prior_ok(self, value: float) -> bool:
-        return 0.0 < value <= 1.0
-
-    def _floor_ok(self, value: float) -> bool:
-        return 0.0 <= value < 0.5
 
     def point_estimate(self, sw: float, sx: float, pc: float, prior: float) -> float:
         # pc pseudo-observations with mean 1 / prior trials each.

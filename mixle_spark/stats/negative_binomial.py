@@ -26,18 +26,21 @@ mean - documented behaviour, no warning. Data that are all zero give ``p = 1 - m
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from mixle_spark.stats._scalar_common import (
     Parameter,
-    PriorSpecMixin,
     ScalarEncoder,
     ScalarFamily,
     ScalarSampler,
+    bound,
+    check_bounds,
     check_counts,
     positive,
+    prior_tuple,
 )
 from mixle_spark.stats._special import (
     digamma_difference_excess,
@@ -50,8 +53,7 @@ from mixle_spark.stats.base import (
     Accumulator,
     AccumulatorFactory,
     Estimator,
-    check_parameter,
-    check_pseudo_count,
+    option,
     register_distribution,
     register_estimator,
 )
@@ -290,7 +292,8 @@ def prior_histogram(r0: float, p0: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 @register_estimator("negative_binomial")
-class NegativeBinomialEstimator(PriorSpecMixin, Estimator):
+@dataclass(eq=False, repr=False)
+class NegativeBinomialEstimator(Estimator):
     """Maximum-likelihood negative binomial fit: ``r`` by :func:`solve_r`, then ``p = r / (r + mean)``.
 
     Parameters
@@ -312,48 +315,18 @@ class NegativeBinomialEstimator(PriorSpecMixin, Estimator):
     With zero total weight the estimate is ``suff_stat`` (or r = 1, p = 0.5).
     """
 
-    option_defaults = (
-        ("min_r", DEFAULT_MIN_R),
-        ("max_r", DEFAULT_MAX_R),
-        ("min_p", DEFAULT_MIN_P),
+    pseudo_count: float | None = None
+    suff_stat: tuple[float, float] | None = prior_tuple(
+        lambda r0, p0: r0 > 0 and 0 < p0 < 1, "a pair (r0, p0) with r0 > 0 finite and 0 < p0 < 1"
     )
+    min_r: float = bound(DEFAULT_MIN_R)
+    max_r: float = bound(DEFAULT_MAX_R)
+    min_p: float = option(DEFAULT_MIN_P, lambda v: 0 < v < 0.5, "a number in (0, 0.5)", read=float)
+    name: str | None = None
+    keys: str | None = None
 
-    def __init__(
-        self,
-        pseudo_count: float | None = None,
-        suff_stat: tuple[float, float] | None = None,
-        min_r: float = DEFAULT_MIN_R,
-        max_r: float = DEFAULT_MAX_R,
-        min_p: float = DEFAULT_MIN_P,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        fam = "NegativeBinomialEstimator"
-        check_pseudo_count(fam, pseudo_count)
-        check_parameter(
-            suff_stat is None
-            or (
-                len(suff_stat) == 2
-                and math.isfinite(suff_stat[0])
-                and suff_stat[0] > 0
-                and 0 < suff_stat[1] < 1
-            ),
-            fam,
-            "suff_stat",
-            suff_stat,
-            "a pair (r0, p0) with r0 > 0 finite and 0 < p0 < 1",
-        )
-        check_parameter(
-            0 < min_r < max_r < math.inf, fam, "(min_r, max_r)", (min_r, max_r), "positive with min_r < max_r"
-        )
-        check_parameter(0 < min_p < 0.5, fam, "min_p", min_p, "a number in (0, 0.5)")
-        self.pseudo_count = pseudo_count
-        self.suff_stat = None if suff_stat is None else (float(suff_stat[0]), float(suff_stat[1]))
-        self.min_r = float(min_r)
-        self.max_r = float(max_r)
-        self.min_p = float(min_p)
-        self.name = name
-        self.keys = keys
+    def check(self) -> None:
+        check_bounds(self, "min_r", "max_r")
 
     def accumulator_factory(self) -> NegativeBinomialAccumulatorFactory:
         return NegativeBinomialAccumulatorFactory(self.keys)

@@ -8,6 +8,7 @@ special function per E-step; statistics ``(Σw, Σw x)``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,9 @@ from mixle_spark.stats._scalar_common import (
     ScalarSampler,
     SumAccumulator,
     check_counts,
+    floor,
     positive,
+    prior,
 )
 from mixle_spark.stats._special import log_factorial
 from mixle_spark.stats.base import register_distribution, register_estimator
@@ -120,6 +123,7 @@ PoissonAccumulatorFactory = PoissonAccumulator
 
 
 @register_estimator("poisson")
+@dataclass(eq=False, repr=False)
 class PoissonEstimator(OneParameterEstimator):
     """Maximum-likelihood Poisson fit ``lam = Σw x / Σw``.
 
@@ -139,20 +143,14 @@ class PoissonEstimator(OneParameterEstimator):
     With zero total weight the estimate is ``suff_stat`` (or 1.0).
     """
 
+    pseudo_count: float | None = None
+    suff_stat: float | None = prior()
+    min_lam: float = floor(DEFAULT_MIN_LAM)
+    name: str | None = None
+    keys: str | None = None
+
     distribution_class = PoissonDistribution
     factory_class = PoissonAccumulator
     encoder_class = PoissonEncoder
     floor_name = "min_lam"
-    min_lam: float
-    floor_default = DEFAULT_MIN_LAM
     prior_default = 1.0
-
-    def __init__(
-        self,
-        pseudo_count: float | None = None,
-        suff_stat: float | None = None,
-        min_lam: float = DEFAULT_MIN_LAM,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        super().__init__(pseudo_count, suff_stat, min_lam, name, keys)

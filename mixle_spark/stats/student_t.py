@@ -36,18 +36,21 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from mixle_spark.errors import SpecError
 from mixle_spark.stats._scalar_common import (
-    PriorSpecMixin,
     ScalarEncoder,
     ScalarFamily,
     ScalarSampler,
+    bound,
+    check_bounds,
     finite,
     positive,
+    prior_tuple,
 )
 from mixle_spark.stats._special import log1p_minus_identity, log_minus_digamma, log_rising_factorial
 from mixle_spark.stats.base import (
@@ -56,7 +59,7 @@ from mixle_spark.stats.base import (
     Distribution,
     Estimator,
     check_parameter,
-    check_pseudo_count,
+    option,
     register_distribution,
     register_estimator,
 )
@@ -295,7 +298,8 @@ class StudentTAccumulatorFactory(AccumulatorFactory):
 
 
 @register_estimator("student_t")
-class StudentTEstimator(PriorSpecMixin, Estimator):
+@dataclass(eq=False, repr=False)
+class StudentTEstimator(Estimator):
     """Student-t fit by EM on the scale-mixture representation (one EM step per pass; see the module
     docstring for the statistics, the dof equation and the first-pass start).
 
@@ -326,78 +330,35 @@ class StudentTEstimator(PriorSpecMixin, Estimator):
     With zero total weight the estimate is ``suff_stat`` (or mu = 0, sigma = 1, dof = init_dof).
     """
 
-    optional_options = ("dof",)
-    option_defaults = (
-        ("init_dof", DEFAULT_INIT_DOF),
-        ("min_sigma", DEFAULT_MIN_SIGMA),
-        ("min_dof", DEFAULT_MIN_DOF),
-        ("max_dof", DEFAULT_MAX_DOF),
+    dof: float | None = option(
+        None,
+        lambda v: isinstance(v, numbers.Real) and 0 < float(v) < math.inf,
+        "None (estimate it) or a positive finite number",
+        read=float,
     )
+    init_dof: float = option(DEFAULT_INIT_DOF, lambda v: isinstance(v, numbers.Real), "a number", read=float)
+    pseudo_count: float | None = None
+    suff_stat: tuple[float, float, float] | None = prior_tuple(
+        lambda mu0, sigma0, dof0: sigma0 > 0 and dof0 > 0,
+        "a triple (mu0, sigma0, dof0) of finite numbers with sigma0 > 0 and dof0 > 0",
+    )
+    min_sigma: float = option(
+        DEFAULT_MIN_SIGMA, lambda v: math.isfinite(v) and v > 0, "a positive finite number", read=float
+    )
+    min_dof: float = bound(DEFAULT_MIN_DOF)
+    max_dof: float = bound(DEFAULT_MAX_DOF)
+    name: str | None = None
+    keys: str | None = None
 
-    def __init__(
-        self,
-        dof: float | None = None,
-        init_dof: float = DEFAULT_INIT_DOF,
-        pseudo_count: float | None = None,
-        suff_stat: tuple[float, float, float] | None = None,
-        min_sigma: float = DEFAULT_MIN_SIGMA,
-        min_dof: float = DEFAULT_MIN_DOF,
-        max_dof: float = DEFAULT_MAX_DOF,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        fam = "StudentTEstimator"
+    def check(self) -> None:
+        check_bounds(self, "min_dof", "max_dof")
         check_parameter(
-            0 < min_dof < max_dof < math.inf,
-            fam,
-            "(min_dof, max_dof)",
-            (min_dof, max_dof),
-            "positive with min_dof < max_dof",
-        )
-        check_parameter(
-            dof is None or (isinstance(dof, numbers.Real) and math.isfinite(dof) and dof > 0),
-            fam,
-            "dof",
-            dof,
-            "None (estimate it) or a positive finite number",
-        )
-        check_parameter(
-            isinstance(init_dof, numbers.Real) and min_dof <= init_dof <= max_dof,
-            fam,
+            self.min_dof <= self.init_dof <= self.max_dof,
+            "StudentTEstimator",
             "init_dof",
-            init_dof,
-            f"a number in [min_dof, max_dof] = [{min_dof}, {max_dof}]",
+            self.init_dof,
+            f"a number in [min_dof, max_dof] = [{self.min_dof}, {self.max_dof}]",
         )
-        check_pseudo_count(fam, pseudo_count)
-        check_parameter(
-            suff_stat is None
-            or (
-                len(suff_stat) == 3
-                and all(math.isfinite(v) for v in suff_stat)
-                and suff_stat[1] > 0
-                and suff_stat[2] > 0
-            ),
-            fam,
-            "suff_stat",
-            suff_stat,
-            "a triple (mu0, sigma0, dof0) of finite numbers with sigma0 > 0 and dof0 > 0",
-        )
-        check_parameter(
-            math.isfinite(min_sigma) and min_sigma > 0,
-            fam,
-            "min_sigma",
-            min_sigma,
-            "a positive finite number",
-        )
-        self.dof = None if dof is None else float(dof)
-        self.init_dof = float(init_dof)
-        self.pseudo_count = pseudo_count
-        self.suff_stat = None if suff_stat is None else tuple(float(v) for v in suff_stat)
-        self.min_sigma = float(min_sigma)
-        self.min_dof = float(min_dof)
-        self.max_dof = float(max_dof)
-        self.name = name
-        self.keys = keys
 
     def _free_parameters(self, model: Distribution, tied: set[Any]) -> int:
         return model.n_free_parameters() - (self.dof is not None)  # a given dof is not estimated

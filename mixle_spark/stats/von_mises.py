@@ -18,6 +18,7 @@ leaves it, stopping when a step changes ``kappa`` by at most ``1e-12`` relative
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,17 +26,16 @@ import numpy as np
 from mixle_spark.stats._scalar_common import (
     FeatureSumAccumulator,
     Parameter,
-    PriorSpecMixin,
     ScalarEncoder,
     ScalarFamily,
     finite,
+    prior_tuple,
 )
 from mixle_spark.stats._special import i1_over_i0, log_i0e, one_minus_i1_over_i0
 from mixle_spark.stats.base import (
     Estimator,
     Sampler,
-    check_parameter,
-    check_pseudo_count,
+    option,
     register_distribution,
     register_estimator,
 )
@@ -243,7 +243,8 @@ VonMisesAccumulatorFactory = VonMisesAccumulator
 
 
 @register_estimator("von_mises")
-class VonMisesEstimator(PriorSpecMixin, Estimator):
+@dataclass(eq=False, repr=False)
+class VonMisesEstimator(Estimator):
     """Maximum-likelihood von Mises fit: ``mu = atan2(Σw sin x, Σw cos x)``, ``kappa`` by
     :func:`solve_kappa`.
 
@@ -266,33 +267,15 @@ class VonMisesEstimator(PriorSpecMixin, Estimator):
     distribution, mu = 0 and kappa = 0).
     """
 
-    option_defaults = (("max_kappa", DEFAULT_MAX_KAPPA),)
-
-    def __init__(
-        self,
-        pseudo_count: float | None = None,
-        suff_stat: tuple[float, float] | None = None,
-        max_kappa: float = DEFAULT_MAX_KAPPA,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        check_pseudo_count("VonMisesEstimator", pseudo_count)
-        check_parameter(
-            suff_stat is None
-            or (len(suff_stat) == 2 and math.isfinite(suff_stat[0]) and 0 <= suff_stat[1] < math.inf),
-            "VonMisesEstimator",
-            "suff_stat",
-            suff_stat,
-            "a pair (mu0, kappa0) of finite numbers with kappa0 >= 0",
-        )
-        check_parameter(
-            0 < max_kappa < math.inf, "VonMisesEstimator", "max_kappa", max_kappa, "a positive finite number"
-        )
-        self.pseudo_count = pseudo_count
-        self.suff_stat = None if suff_stat is None else (float(suff_stat[0]), float(suff_stat[1]))
-        self.max_kappa = float(max_kappa)
-        self.name = name
-        self.keys = keys
+    pseudo_count: float | None = None
+    suff_stat: tuple[float, float] | None = prior_tuple(
+        lambda mu0, kappa0: kappa0 >= 0, "a pair (mu0, kappa0) of finite numbers with kappa0 >= 0"
+    )
+    max_kappa: float = option(
+        DEFAULT_MAX_KAPPA, lambda v: 0 < v < math.inf, "a positive finite number", read=float
+    )
+    name: str | None = None
+    keys: str | None = None
 
     def accumulator_factory(self) -> VonMisesAccumulatorFactory:
         return VonMisesAccumulatorFactory(self.keys)
