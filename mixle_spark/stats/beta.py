@@ -40,14 +40,12 @@ from mixle_spark.stats.base import (
 )
 
 __all__ = [
-    "BETA_RTOL",
     "BetaAccumulator",
     "BetaAccumulatorFactory",
     "BetaDistribution",
     "BetaEncoder",
     "BetaEstimator",
     "BetaSampler",
-    "solve_beta",
 ]
 
 DEFAULT_MIN_SHAPE = 1e-8

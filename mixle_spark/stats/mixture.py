@@ -31,9 +31,9 @@ from mixle_spark.stats._mixture_kernels import (
     log_weights,
     normalized_weights,
     reference_active,
-    reference_kernels,
     responsibilities,
 )
+from mixle_spark.stats._mixture_kernels import reference_kernels as reference_kernels  # documented here
 from mixle_spark.stats.base import (
     Accumulator,
     AccumulatorFactory,
@@ -61,7 +61,6 @@ __all__ = [
     "MixtureEncoder",
     "MixtureEstimator",
     "MixtureSampler",
-    "reference_kernels",
 ]
 
 

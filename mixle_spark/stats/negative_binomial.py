@@ -59,15 +59,12 @@ from mixle_spark.stats.base import (
 )
 
 __all__ = [
-    "R_RTOL",
     "NegativeBinomialAccumulator",
     "NegativeBinomialAccumulatorFactory",
     "NegativeBinomialDistribution",
     "NegativeBinomialEncoder",
     "NegativeBinomialEstimator",
     "NegativeBinomialSampler",
-    "prior_histogram",
-    "solve_r",
 ]
 
 DEFAULT_MIN_R = 1e-8

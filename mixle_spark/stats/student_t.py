@@ -67,7 +67,6 @@ from mixle_spark.stats.gamma import SHAPE_RTOL, solve_shape
 from mixle_spark.stats.gaussian import shift_moments
 
 __all__ = [
-    "DOF_RTOL",
     "StudentTAccumulator",
     "StudentTAccumulatorFactory",
     "StudentTDistribution",

@@ -41,14 +41,12 @@ from mixle_spark.stats.base import (
 )
 
 __all__ = [
-    "KAPPA_RTOL",
     "VonMisesAccumulator",
     "VonMisesAccumulatorFactory",
     "VonMisesDistribution",
     "VonMisesEncoder",
     "VonMisesEstimator",
     "VonMisesSampler",
-    "solve_kappa",
 ]
 
 DEFAULT_MAX_KAPPA = 1e8
