@@ -15,14 +15,16 @@ import pyarrow as pa
 
 from mixle_spark.errors import DataTypeError, DataValueError, SpecError, UnseenLabelError
 from mixle_spark.stats._validate import unit_sum
-from mixle_spark.stats.base import check_parameter
+from mixle_spark.stats.base import check_parameter, option
 
 __all__ = [
     "EXPECTED_LABEL",
     "align_counts",
     "checked_pmap",
     "hashable_label",
+    "hashable_labels",
     "lookup_label",
+    "min_prob_option",
     "no_vocabulary_error",
     "normalize_label",
     "null_label_error",
@@ -166,3 +168,13 @@ def checked_pmap(pmap: Any, fam: str, what: str = "label") -> tuple[tuple[Any, .
         abs(total - 1.0) <= 1e-9, fam, "pmap", pmap, f"probabilities summing to 1 (sum {total!r})"
     )
     return labels, unit_sum(p)
+
+
+def hashable_labels(labels: Iterable[Any]) -> list[Any]:
+    """Labels read back from JSON (lists -> tuples), as an estimator's ``labels`` option."""
+    return [hashable_label(k) for k in labels]
+
+
+def min_prob_option() -> Any:
+    """The ``min_prob`` option of the label families: a probability floor in [0, 1), default 0."""
+    return option(0.0, lambda v: 0.0 <= v < 1.0, "in [0, 1)", read=float)

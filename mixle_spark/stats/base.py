@@ -411,7 +411,7 @@ def option(
     """An estimator option (a dataclass field): its ``default``; the test ``ok`` a value other than
     a None default must pass, and what it ``expected`` (for the message, which names the value);
     ``read`` converts the accepted value to the attribute; ``write`` gives its JSON form (default:
-    arrays and tuples as lists, estimators as their specs) and ``parse`` reads that form back."""
+    arrays and tuples as lists, mappings as ``[key, value]`` pairs, estimators as their specs) and ``parse`` reads that form back."""
     metadata = {"ok": ok, "expected": expected, "read": read, "write": write, "parse": parse}
     return dataclasses.field(default=default, metadata=metadata)
 
@@ -428,6 +428,8 @@ def _jsonable(value: Any) -> Any:
         return value.tolist()
     if isinstance(value, (tuple, list)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):  # a pmap: [label, value] pairs (labels need not be strings)
+        return [[k, _jsonable(v)] for k, v in value.items()]
     if isinstance(value, Estimator):
         return value.to_dict()
     return value

@@ -7,8 +7,10 @@ batch carries ``(x, log C(n, x))`` for the encoder's ``n``; statistics ``(Σw, �
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,8 @@ from mixle_spark.stats._scalar_common import (
     SumAccumulator,
     SumAccumulatorFactory,
     check_counts,
+    floor,
+    prior,
 )
 from mixle_spark.stats._special import log_factorial
 from mixle_spark.stats._validate import arrow_float_values, float_values
@@ -28,9 +32,8 @@ from mixle_spark.stats.base import (
     Estimator,
     Sampler,
     check_parameter,
-    check_pseudo_count,
     check_spec_keys,
-    drop_none,
+    option,
     register_distribution,
     register_estimator,
 )
@@ -238,6 +241,7 @@ class BinomialAccumulatorFactory(SumAccumulatorFactory):
 
 
 @register_estimator("binomial")
+@dataclass(eq=False, repr=False)
 class BinomialEstimator(Estimator):
     """Maximum-likelihood binomial fit ``p = Σw x / (n Σw)``, clipped to ``[min_p, 1 - min_p]``.
 
@@ -258,31 +262,12 @@ class BinomialEstimator(Estimator):
     With zero total weight (or ``n = 0``) the estimate is ``suff_stat`` (or 0.5).
     """
 
-    def __init__(
-        self,
-        n: int | None = None,
-        pseudo_count: float | None = None,
-        suff_stat: float | None = None,
-        min_p: float = DEFAULT_MIN_P,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        check_parameter(n is None or _is_count(n), "BinomialEstimator", "n", n, "a non-negative integer")
-        check_pseudo_count("BinomialEstimator", pseudo_count)
-        check_parameter(
-            suff_stat is None or 0.0 <= suff_stat <= 1.0,
-            "BinomialEstimator",
-            "suff_stat",
-            suff_stat,
-            "a probability in [0, 1]",
-        )
-        check_parameter(0.0 <= min_p < 0.5, "BinomialEstimator", "min_p", min_p, "in [0, 0.5)")
-        self.n = None if n is None else int(n)
-        self.pseudo_count = pseudo_count
-        self.suff_stat = None if suff_stat is None else float(suff_stat)
-        self.min_p = float(min_p)
-        self.name = name
-        self.keys = keys
+    n: int | None = option(None, lambda v: _is_count(v), "a non-negative integer", read=int)
+    pseudo_count: float | None = None
+    suff_stat: float | None = prior(lambda v: 0.0 <= v <= 1.0, "a probability in [0, 1]")
+    min_p: float = floor(DEFAULT_MIN_P, lambda v: 0.0 <= v < 0.5, "in [0, 0.5)")
+    name: str | None = None
+    keys: str | None = None
 
     def accumulator_factory(self) -> BinomialAccumulatorFactory:
         return BinomialAccumulatorFactory(self.keys, self.n)
@@ -293,9 +278,7 @@ class BinomialEstimator(Estimator):
     def with_scan(self, scan: Any) -> BinomialEstimator:
         if self.n is not None or scan is None:
             return self
-        spec = self.to_dict()
-        spec["n"] = int(scan)
-        return type(self).from_dict(spec)
+        return dataclasses.replace(self, n=int(scan))
 
     def estimate(self, nobs: float | None, value: Any) -> BinomialDistribution:
         if self.n is None:
@@ -308,25 +291,3 @@ class BinomialEstimator(Estimator):
         if not math.isfinite(p):
             p = p0
         return BinomialDistribution(min(max(p, self.min_p), 1.0 - self.min_p), self.n)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(
-            drop_none(
-                n=self.n,
-                pseudo_count=self.pseudo_count,
-                suff_stat=self.suff_stat,
-                name=self.name,
-                keys=self.keys,
-            )
-        )
-        if self.min_p != DEFAULT_MIN_P:
-            spec["min_p"] = self.min_p
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> BinomialEstimator:
-        check_spec_keys(
-            spec, "binomial", optional=("n", "pseudo_count", "suff_stat", "min_p", "name", "keys")
-        )
-        return cls(**{k: v for k, v in spec.items() if k != "type"})

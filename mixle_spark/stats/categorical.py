@@ -18,9 +18,11 @@ Unseen labels: by default an encoder raises :class:`~mixle_spark.errors.UnseenLa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -38,9 +40,10 @@ from mixle_spark.stats._labels import (
     EXPECTED_LABEL,
     align_counts,
     checked_pmap,
-    hashable_label,
+    hashable_labels,
     is_codes_array,
     lookup_label,
+    min_prob_option,
     no_vocabulary_error,
     normalize_label,
     null_label_error,
@@ -58,9 +61,8 @@ from mixle_spark.stats.base import (
     Estimator,
     Sampler,
     check_parameter,
-    check_pseudo_count,
     check_spec_keys,
-    drop_none,
+    option,
     register_distribution,
     register_estimator,
 )
@@ -461,6 +463,7 @@ class CategoricalAccumulatorFactory(AccumulatorFactory):
 
 
 @register_estimator("categorical")
+@dataclass(eq=False, repr=False)
 class CategoricalEstimator(Estimator):
     """Label frequencies, optionally smoothed.
 
@@ -482,48 +485,37 @@ class CategoricalEstimator(Estimator):
     accepts every label the data had. Zero total weight gives the uniform distribution.
     """
 
-    def __init__(
-        self,
-        pseudo_count: float | None = None,
-        suff_stat: Mapping[Any, float] | Sequence[Any] | None = None,
-        labels: Iterable[Any] | None = None,
-        min_prob: float = 0.0,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        fam = "CategoricalEstimator"
-        check_pseudo_count(fam, pseudo_count)
-        check_parameter(0.0 <= min_prob < 1.0, fam, "min_prob", min_prob, "in [0, 1)")
-        self.pseudo_count = pseudo_count
-        self.suff_stat = (
-            None if suff_stat is None else CategoricalDistribution(pmap_from_spec(suff_stat, fam)).pmap
-        )
+    pseudo_count: float | None = None
+    suff_stat: Mapping[Any, float] | Sequence[Any] | None = None
+    labels: Iterable[Any] | None = option(None, parse=hashable_labels)
+    min_prob: float = min_prob_option()
+    name: str | None = None
+    keys: str | None = None
+
+    def check(self) -> None:
+        if self.suff_stat is not None:
+            prior = pmap_from_spec(self.suff_stat, "CategoricalEstimator")
+            self.suff_stat = CategoricalDistribution(prior).pmap
         # The prior's labels join a fixed vocabulary, so the estimate covers them.
-        self.labels = None if labels is None else sorted_labels((*labels, *(self.suff_stat or ())))
-        self.min_prob = float(min_prob)
-        self.name = name
-        self.keys = keys
+        if self.labels is not None:
+            self.labels = sorted_labels((*self.labels, *(self.suff_stat or ())))
 
     def accumulator_factory(self) -> CategoricalAccumulatorFactory:
-        return CategoricalAccumulatorFactory(self.labels, self.keys)
+        return CategoricalAccumulatorFactory(self.vocabulary, self.keys)
+
+    @property
+    def vocabulary(self) -> tuple[Any, ...] | None:
+        """The fixed vocabulary (``labels`` with the prior's labels, sorted), or None before a scan."""
+        return cast(tuple[Any, ...] | None, self.labels)
 
     def encoder(self) -> CategoricalEncoder:
         return CategoricalEncoder(self.labels)
 
     def with_scan(self, scan: Any) -> CategoricalEstimator:
-        if scan is None:
-            return self
-        return CategoricalEstimator(
-            self.pseudo_count,
-            self.suff_stat,
-            (*(self.labels or ()), *scan),
-            self.min_prob,
-            self.name,
-            self.keys,
-        )
+        return self if scan is None else dataclasses.replace(self, labels=(*(self.labels or ()), *scan))
 
     def estimate(self, nobs: float | None, value: Any) -> CategoricalDistribution:
-        vocab = self.labels
+        vocab = self.vocabulary
         if vocab is None:
             raise no_vocabulary_error()
         if not vocab:
@@ -533,7 +525,7 @@ class CategoricalEstimator(Estimator):
             raise SpecError(
                 f"CategoricalEstimator: {len(counts)} counts for a vocabulary of {len(vocab)} labels"
             )
-        prior = self.suff_stat or {}
+        prior = cast(dict[Any, float], self.suff_stat or {})
         pc = self.pseudo_count or 0.0
         if pc > 0:
             if prior:
@@ -549,29 +541,3 @@ class CategoricalEstimator(Estimator):
             p = np.maximum(p, self.min_prob)
             p /= p.sum()
         return CategoricalDistribution(dict(zip(vocab, p.tolist(), strict=True)))
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        prior = None if self.suff_stat is None else [[k, v] for k, v in self.suff_stat.items()]
-        spec.update(
-            drop_none(
-                pseudo_count=self.pseudo_count,
-                suff_stat=prior,
-                labels=None if self.labels is None else list(self.labels),
-                name=self.name,
-                keys=self.keys,
-            )
-        )
-        if self.min_prob != 0.0:
-            spec["min_prob"] = self.min_prob
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> CategoricalEstimator:
-        check_spec_keys(
-            spec, "categorical", optional=("pseudo_count", "suff_stat", "labels", "min_prob", "name", "keys")
-        )
-        opts = {k: v for k, v in spec.items() if k != "type"}
-        if "labels" in opts and opts["labels"] is not None:
-            opts["labels"] = [hashable_label(k) for k in opts["labels"]]
-        return cls(**opts)

@@ -9,7 +9,8 @@ exactly, so any split of the data merged in any order gives the same statistics 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from mixle_spark.stats._scalar_common import (
     ScalarSampler,
     finite,
     positive,
+    prior_tuple,
 )
 from mixle_spark.stats._validate import arrow_float_values, check_finite, float_values
 from mixle_spark.stats.base import (
@@ -28,10 +30,7 @@ from mixle_spark.stats.base import (
     Encoder,
     Estimator,
     RowRandom,
-    check_parameter,
-    check_pseudo_count,
-    check_spec_keys,
-    drop_none,
+    option,
     register_distribution,
     register_estimator,
 )
@@ -224,6 +223,7 @@ class GaussianAccumulatorFactory(AccumulatorFactory):
 
 
 @register_estimator("gaussian")
+@dataclass(eq=False, repr=False)
 class GaussianEstimator(Estimator):
     """Maximum-likelihood (or, with ``pseudo_count``, MAP-like) Gaussian fit.
 
@@ -241,21 +241,13 @@ class GaussianEstimator(Estimator):
         Tie this Gaussian's parameters to every other site with the same key.
     """
 
-    def __init__(
-        self,
-        pseudo_count: float | None = None,
-        suff_stat: tuple[float, float] | None = None,
-        min_var: float = 1e-8,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        check_pseudo_count("GaussianEstimator", pseudo_count)
-        check_parameter(min_var > 0, "GaussianEstimator", "min_var", min_var, "positive")
-        self.pseudo_count = pseudo_count
-        self.suff_stat = None if suff_stat is None else (float(suff_stat[0]), float(suff_stat[1]))
-        self.min_var = float(min_var)
-        self.name = name
-        self.keys = keys
+    pseudo_count: float | None = None
+    suff_stat: tuple[float, float] | None = prior_tuple(
+        lambda mu0, var0: var0 > 0, "a pair (mu0, sigma2_0) of finite numbers with sigma2_0 > 0"
+    )
+    min_var: float = option(1e-8, lambda v: v > 0, "positive", read=float)
+    name: str | None = None
+    keys: str | None = None
 
     def accumulator_factory(self) -> GaussianAccumulatorFactory:
         return GaussianAccumulatorFactory(self.keys)
@@ -282,23 +274,3 @@ class GaussianEstimator(Estimator):
         if not math.isfinite(var):
             var = self.min_var
         return GaussianDistribution(mu, max(var, self.min_var))
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(
-            drop_none(
-                pseudo_count=self.pseudo_count,
-                suff_stat=None if self.suff_stat is None else list(self.suff_stat),
-                name=self.name,
-                keys=self.keys,
-            )
-        )
-        if self.min_var != 1e-8:
-            spec["min_var"] = self.min_var
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> GaussianEstimator:
-        check_spec_keys(spec, "gaussian", optional=("pseudo_count", "suff_stat", "min_var", "name", "keys"))
-        opts = {k: v for k, v in spec.items() if k != "type"}
-        return cls(**opts)

@@ -11,8 +11,10 @@ union range when combined. Estimators without a fixed range learn it with a scan
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ import pyarrow as pa
 
 from mixle_spark.errors import DataValueError, EmptyDataError, SchemaError
 from mixle_spark.stats._embed import label_width, one_hot, scales
+from mixle_spark.stats._labels import min_prob_option
 from mixle_spark.stats._validate import (
     arrow_float_values,
     as_arrow_array,
@@ -36,9 +39,8 @@ from mixle_spark.stats.base import (
     Estimator,
     Sampler,
     check_parameter,
-    check_pseudo_count,
     check_spec_keys,
-    drop_none,
+    option,
     register_distribution,
     register_estimator,
 )
@@ -340,6 +342,7 @@ class IntegerCategoricalAccumulatorFactory(AccumulatorFactory):
 
 
 @register_estimator("integer_categorical")
+@dataclass(eq=False, repr=False)
 class IntegerCategoricalEstimator(Estimator):
     """Frequencies of integers over a range.
 
@@ -359,38 +362,21 @@ class IntegerCategoricalEstimator(Estimator):
     Zero total weight gives the uniform distribution over the range.
     """
 
-    def __init__(
-        self,
-        min_val: int | None = None,
-        max_val: int | None = None,
-        pseudo_count: float | None = None,
-        suff_stat: tuple[int, Sequence[float] | np.ndarray] | None = None,
-        min_prob: float = 0.0,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        fam = "IntegerCategoricalEstimator"
-        check_parameter(min_val is None or _is_int(min_val), fam, "min_val", min_val, "an integer")
-        check_parameter(max_val is None or _is_int(max_val), fam, "max_val", max_val, "an integer")
-        check_parameter(
-            min_val is None or max_val is None or max_val >= min_val,
-            fam,
-            "max_val",
-            max_val,
-            f"at least min_val = {min_val}",
-        )
-        check_pseudo_count(fam, pseudo_count)
-        check_parameter(0.0 <= min_prob < 1.0, fam, "min_prob", min_prob, "in [0, 1)")
-        self.min_val = None if min_val is None else int(min_val)
-        self.max_val = None if max_val is None else int(max_val)
-        self.pseudo_count = pseudo_count
-        self.suff_stat = None
-        if suff_stat is not None:
-            prior = IntegerCategoricalDistribution(suff_stat[0], suff_stat[1])
+    min_val: int | None = option(None, _is_int, "an integer", read=int)
+    max_val: int | None = option(None, _is_int, "an integer", read=int)
+    pseudo_count: float | None = None
+    suff_stat: tuple[int, Sequence[float] | np.ndarray] | None = None
+    min_prob: float = min_prob_option()
+    name: str | None = None
+    keys: str | None = None
+
+    def check(self) -> None:
+        lo, hi = self.min_val, self.max_val
+        ok = lo is None or hi is None or hi >= lo
+        check_parameter(ok, "IntegerCategoricalEstimator", "max_val", hi, f"at least min_val = {lo}")
+        if self.suff_stat is not None:
+            prior = IntegerCategoricalDistribution(self.suff_stat[0], self.suff_stat[1])
             self.suff_stat = (prior.min_val, prior.p_vec)
-        self.min_prob = float(min_prob)
-        self.name = name
-        self.keys = keys
 
     def accumulator_factory(self) -> IntegerCategoricalAccumulatorFactory:
         return IntegerCategoricalAccumulatorFactory(self.min_val, self.max_val, self.keys)
@@ -403,9 +389,7 @@ class IntegerCategoricalEstimator(Estimator):
             return self
         lo = scan[0] if self.min_val is None else self.min_val
         hi = scan[1] if self.max_val is None else self.max_val
-        return IntegerCategoricalEstimator(
-            lo, max(hi, lo), self.pseudo_count, self.suff_stat, self.min_prob, self.name, self.keys
-        )
+        return dataclasses.replace(self, min_val=lo, max_val=max(hi, lo))
 
     def estimate(self, nobs: float | None, value: Any) -> IntegerCategoricalDistribution:
         min_val, counts = int(value[0]), np.asarray(value[1], dtype=np.float64)
@@ -422,7 +406,7 @@ class IntegerCategoricalEstimator(Estimator):
         pc = self.pseudo_count or 0.0
         if pc > 0:
             if self.suff_stat is not None:
-                counts += pc * _align(self.suff_stat[0], self.suff_stat[1], lo, hi)
+                counts += pc * _align(self.suff_stat[0], np.asarray(self.suff_stat[1]), lo, hi)
             else:
                 counts += pc / len(counts)
         total = float(counts.sum())
@@ -431,29 +415,3 @@ class IntegerCategoricalEstimator(Estimator):
             p = np.maximum(p, self.min_prob)
             p /= p.sum()
         return IntegerCategoricalDistribution(lo, p)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        prior = None if self.suff_stat is None else [self.suff_stat[0], self.suff_stat[1].tolist()]
-        spec.update(
-            drop_none(
-                min_val=self.min_val,
-                max_val=self.max_val,
-                pseudo_count=self.pseudo_count,
-                suff_stat=prior,
-                name=self.name,
-                keys=self.keys,
-            )
-        )
-        if self.min_prob != 0.0:
-            spec["min_prob"] = self.min_prob
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> IntegerCategoricalEstimator:
-        check_spec_keys(
-            spec,
-            "integer_categorical",
-            optional=("min_val", "max_val", "pseudo_count", "suff_stat", "min_prob", "name", "keys"),
-        )
-        return cls(**{k: v for k, v in spec.items() if k != "type"})

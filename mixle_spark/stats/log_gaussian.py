@@ -8,7 +8,7 @@ Gaussian ones on ``log x`` (shifted moments, see :mod:`mixle_spark.stats.gaussia
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,13 +19,12 @@ from mixle_spark.stats._scalar_common import (
     ScalarSampler,
     finite,
     positive,
+    prior_tuple,
 )
 from mixle_spark.stats._validate import check_range
 from mixle_spark.stats.base import (
     Estimator,
-    check_parameter,
-    check_pseudo_count,
-    check_spec_keys,
+    option,
     register_distribution,
     register_estimator,
 )
@@ -146,6 +145,7 @@ class LogGaussianAccumulatorFactory(GaussianAccumulatorFactory):
 
 
 @register_estimator("log_gaussian")
+@dataclass(eq=False, repr=False)
 class LogGaussianEstimator(Estimator):
     """Maximum-likelihood log-normal fit: the Gaussian fit of ``log x``.
 
@@ -162,46 +162,22 @@ class LogGaussianEstimator(Estimator):
     fresh accumulator, and ``sigma2 = 1``).
     """
 
-    def __init__(
-        self,
-        pseudo_count: float | None = None,
-        suff_stat: tuple[float, float] | None = None,
-        min_var: float = 1e-8,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        check_pseudo_count("LogGaussianEstimator", pseudo_count)
-        check_parameter(min_var > 0, "LogGaussianEstimator", "min_var", min_var, "positive")
+    pseudo_count: float | None = None
+    suff_stat: tuple[float, float] | None = prior_tuple(
+        lambda mu0, var0: var0 > 0, "a pair (mu0, sigma2_0) of finite numbers with sigma2_0 > 0"
+    )
+    min_var: float = option(1e-8, lambda v: v > 0, "positive", read=float)
+    name: str | None = None
+    keys: str | None = None
+
+    def estimate(self, nobs: float | None, value: Any) -> LogGaussianDistribution:
         # The M-step is the Gaussian one on the log scale.
-        self._gaussian = GaussianEstimator(pseudo_count=pseudo_count, suff_stat=suff_stat, min_var=min_var)
-        self.pseudo_count = pseudo_count
-        self.suff_stat = self._gaussian.suff_stat
-        self.min_var = self._gaussian.min_var
-        self.name = name
-        self.keys = keys
+        gaussian = GaussianEstimator(self.pseudo_count, self.suff_stat, self.min_var)
+        fit: GaussianDistribution = gaussian.estimate(nobs, value)
+        return LogGaussianDistribution(fit.mu, fit.sigma2)
 
     def accumulator_factory(self) -> LogGaussianAccumulatorFactory:
         return LogGaussianAccumulatorFactory(self.keys)
 
     def encoder(self) -> LogGaussianEncoder:
         return LogGaussianEncoder()
-
-    def estimate(self, nobs: float | None, value: Any) -> LogGaussianDistribution:
-        fit: GaussianDistribution = self._gaussian.estimate(nobs, value)
-        return LogGaussianDistribution(fit.mu, fit.sigma2)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec = self._gaussian.to_dict()
-        spec["type"] = self.family
-        if self.name is not None:
-            spec["name"] = self.name
-        if self.keys is not None:
-            spec["keys"] = self.keys
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> LogGaussianEstimator:
-        check_spec_keys(
-            spec, "log_gaussian", optional=("pseudo_count", "suff_stat", "min_var", "name", "keys")
-        )
-        return cls(**{k: v for k, v in spec.items() if k != "type"})
