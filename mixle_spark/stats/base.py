@@ -411,7 +411,8 @@ def option(
     """An estimator option (a dataclass field): its ``default``; the test ``ok`` a value other than
     a None default must pass, and what it ``expected`` (for the message, which names the value);
     ``read`` converts the accepted value to the attribute; ``write`` gives its JSON form (default:
-    arrays and tuples as lists, mappings as ``[key, value]`` pairs, estimators as their specs) and ``parse`` reads that form back."""
+    arrays and tuples as lists, mappings as ``[key, value]`` pairs, estimators as their specs) and
+    ``parse`` reads that form back."""
     metadata = {"ok": ok, "expected": expected, "read": read, "write": write, "parse": parse}
     return dataclasses.field(default=default, metadata=metadata)
 
