@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +19,7 @@ from mixle_spark.stats.base import check_parameter, option
 
 __all__ = [
     "EXPECTED_LABEL",
+    "LabelOptions",
     "align_counts",
     "checked_pmap",
     "hashable_label",
@@ -178,3 +179,14 @@ def hashable_labels(labels: Iterable[Any]) -> list[Any]:
 def min_prob_option() -> Any:
     """The ``min_prob`` option of the label families: a probability floor in [0, 1), default 0."""
     return option(0.0, lambda v: 0.0 <= v < 1.0, "in [0, 1)", read=float)
+
+
+class LabelOptions:
+    """What the label families' estimators share: :attr:`vocabulary`, the ``labels`` option as the
+    sorted tuple the constructor made of it (None until a scan or the user fixes it)."""
+
+    labels: Any
+
+    @property
+    def vocabulary(self) -> tuple[Any, ...] | None:
+        return cast("tuple[Any, ...] | None", self.labels)

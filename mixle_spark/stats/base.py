@@ -58,6 +58,7 @@ __all__ = [
     "distribution_from_dict",
     "drop_none",
     "estimator_from_dict",
+    "estimator_option",
     "option",
     "register_distribution",
     "register_estimator",
@@ -417,6 +418,13 @@ def option(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def estimator_option() -> Any:
+    """An option holding a part's estimator (``len_estimator``, ...): None or an Estimator, written
+    as its spec."""
+    ok = lambda v: isinstance(v, Estimator)  # noqa: E731
+    return option(None, ok, "an Estimator or None", parse=estimator_from_dict)
+
+
 def _same(value: Any, default: Any) -> bool:
     try:
         return bool(value == default)
@@ -559,7 +567,9 @@ def check_pseudo_count(family: str, pseudo_count: Any) -> None:
     """Raise SpecError unless ``pseudo_count`` is None or a non-negative finite number (naming the
     value)."""
     try:
-        ok = pseudo_count is None or (math.isfinite(pseudo_count) and pseudo_count >= 0)
+        ok = pseudo_count is None or (
+            not isinstance(pseudo_count, bool) and math.isfinite(pseudo_count) and pseudo_count >= 0
+        )
     except TypeError:
         ok = False
     check_parameter(ok, family, "pseudo_count", pseudo_count, "a non-negative number")

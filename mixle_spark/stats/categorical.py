@@ -38,6 +38,7 @@ from mixle_spark.stats._embed import label_width, one_hot, scales
 from mixle_spark.stats._labels import (
     CODES_FIELD,
     EXPECTED_LABEL,
+    LabelOptions,
     align_counts,
     checked_pmap,
     hashable_labels,
@@ -464,7 +465,7 @@ class CategoricalAccumulatorFactory(AccumulatorFactory):
 
 @register_estimator("categorical")
 @dataclass(eq=False, repr=False)
-class CategoricalEstimator(Estimator):
+class CategoricalEstimator(LabelOptions, Estimator):
     """Label frequencies, optionally smoothed.
 
     Parameters
@@ -503,13 +504,8 @@ class CategoricalEstimator(Estimator):
     def accumulator_factory(self) -> CategoricalAccumulatorFactory:
         return CategoricalAccumulatorFactory(self.vocabulary, self.keys)
 
-    @property
-    def vocabulary(self) -> tuple[Any, ...] | None:
-        """The fixed vocabulary (``labels`` with the prior's labels, sorted), or None before a scan."""
-        return cast(tuple[Any, ...] | None, self.labels)
-
     def encoder(self) -> CategoricalEncoder:
-        return CategoricalEncoder(self.labels)
+        return CategoricalEncoder(self.vocabulary)
 
     def with_scan(self, scan: Any) -> CategoricalEstimator:
         return self if scan is None else dataclasses.replace(self, labels=(*(self.labels or ()), *scan))

@@ -40,14 +40,16 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from mixle_spark.errors import EmptyDataError, SpecError
-from mixle_spark.stats._labels import normalize_label, sorted_labels
+from mixle_spark.stats._labels import LabelOptions, normalize_label, sorted_labels
 from mixle_spark.stats._markov_kernels import (
     MarkovChainEncoded,
     MarkovChainEncoder,
@@ -74,9 +76,9 @@ from mixle_spark.stats.base import (
     check_parameter,
     check_spec_keys,
     distribution_from_dict,
-    drop_none,
-    estimator_from_dict,
+    estimator_option,
     free_parameters,
+    option,
     register_distribution,
     register_estimator,
     seq_update_with_ll,
@@ -491,7 +493,8 @@ class MarkovChainAccumulatorFactory(AccumulatorFactory):
 
 
 @register_estimator("markov_chain")
-class MarkovChainEstimator(Estimator):
+@dataclass(eq=False, repr=False)
+class MarkovChainEstimator(LabelOptions, Estimator):
     """Maximum-likelihood (optionally smoothed) Markov chain.
 
     Parameters
@@ -513,44 +516,21 @@ class MarkovChainEstimator(Estimator):
     the estimate is an EmptyDataError.
     """
 
-    def __init__(
-        self,
-        len_estimator: Estimator | None = None,
-        pseudo_count: float | None = None,
-        name: str | None = None,
-        keys: str | None = None,
-        labels: Iterable[Any] | None = None,
-    ) -> None:
-        fam = "MarkovChainEstimator"
-        check_parameter(
-            len_estimator is None or isinstance(len_estimator, Estimator),
-            fam,
-            "len_estimator",
-            len_estimator,
-            "an Estimator or None",
-        )
-        pc_ok = (
-            isinstance(pseudo_count, (int, float))
-            and not isinstance(pseudo_count, bool)
-            and math.isfinite(pseudo_count)
-            and pseudo_count >= 0
-        )
-        check_parameter(
-            pseudo_count is None or pc_ok, fam, "pseudo_count", pseudo_count, "a non-negative number"
-        )
-        self.len_estimator = len_estimator
-        self.pseudo_count = None if pseudo_count is None else float(pseudo_count)
-        self.name = name
-        self.keys = keys
-        self.labels = None if labels is None else sorted_labels(vocabulary(labels, fam, "labels"))
+    len_estimator: Estimator | None = estimator_option()
+    pseudo_count: float | None = option(None, read=float)
+    name: str | None = None
+    keys: str | None = None
+    labels: Iterable[Any] | None = option(
+        None, read=lambda v: sorted_labels(vocabulary(v, "MarkovChainEstimator", "labels"))
+    )
 
     def accumulator_factory(self) -> MarkovChainAccumulatorFactory:
         len_factory = None if self.len_estimator is None else self.len_estimator.accumulator_factory()
-        return MarkovChainAccumulatorFactory(self.labels, len_factory, self.keys)
+        return MarkovChainAccumulatorFactory(self.vocabulary, len_factory, self.keys)
 
     def encoder(self) -> MarkovChainEncoder:
         return MarkovChainEncoder(
-            self.labels, None if self.len_estimator is None else self.len_estimator.encoder()
+            self.vocabulary, None if self.len_estimator is None else self.len_estimator.encoder()
         )
 
     def with_scan(self, scan: Any) -> MarkovChainEstimator:
@@ -561,17 +541,17 @@ class MarkovChainEstimator(Estimator):
         len_est = self.len_estimator
         if len_scan is not None and len_est is not None:
             len_est = len_est.with_scan(len_scan)
-        return MarkovChainEstimator(len_est, self.pseudo_count, self.name, self.keys, labels)
+        return dataclasses.replace(self, labels=labels, len_estimator=len_est)
 
     def estimate(self, nobs: float | None, value: Any) -> MarkovChainDistribution:
-        if self.labels is None:
+        if self.vocabulary is None:
             raise _no_vocabulary()
-        if not self.labels:
+        if not self.vocabulary:
             raise EmptyDataError("MarkovChainEstimator: no labels in the data (every sequence is empty)")
         initial, transitions, len_value, row_weight = value
         initial = np.array(initial, dtype=np.float64)
         transitions = np.array(transitions, dtype=np.float64)
-        k = len(self.labels)
+        k = len(self.vocabulary)
         if initial.shape != (k,) or transitions.shape != (k, k):
             raise SpecError(
                 f"MarkovChainEstimator: statistics of shapes {initial.shape} and {transitions.shape} "
@@ -582,26 +562,9 @@ class MarkovChainEstimator(Estimator):
             None if self.len_estimator is None else self.len_estimator.estimate(float(row_weight), len_value)
         )
         return MarkovChainDistribution.from_arrays(
-            self.labels, normalized_rows(initial + pc), normalized_rows(transitions + pc), len_dist
+            self.vocabulary, normalized_rows(initial + pc), normalized_rows(transitions + pc), len_dist
         )
 
     def _free_parameters(self, model: Any, tied: set[Any]) -> int:
         k = len(model.initial)  # the initial (k - 1) and each transition row (k - 1) sum to one
         return k * k - 1 + free_parameters(self.len_estimator, model.len_dist, tied)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        if self.len_estimator is not None:
-            spec["len_estimator"] = self.len_estimator.to_dict()
-        labels = None if self.labels is None else list(self.labels)
-        spec.update(drop_none(pseudo_count=self.pseudo_count, name=self.name, keys=self.keys, labels=labels))
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> MarkovChainEstimator:
-        check_spec_keys(
-            spec, "markov_chain", optional=("len_estimator", "pseudo_count", "name", "keys", "labels")
-        )
-        len_spec = spec.get("len_estimator")
-        opts = {k: spec[k] for k in ("pseudo_count", "name", "keys", "labels") if k in spec}
-        return cls(None if len_spec is None else estimator_from_dict(len_spec), **opts)

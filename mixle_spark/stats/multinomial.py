@@ -34,10 +34,12 @@ for an unknown token, and for anything that is not a bag of words.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
@@ -54,9 +56,11 @@ from mixle_spark.stats._bag_of_words import (
     no_vocabulary_error,
 )
 from mixle_spark.stats._labels import (
+    LabelOptions,
     align_counts,
     checked_pmap,
-    hashable_label,
+    hashable_labels,
+    min_prob_option,
     normalize_label,
     pmap_from_spec,
     sorted_labels,
@@ -73,12 +77,11 @@ from mixle_spark.stats.base import (
     RowRandom,
     Sampler,
     check_parameter,
-    check_pseudo_count,
     check_spec_keys,
     distribution_from_dict,
-    drop_none,
-    estimator_from_dict,
+    estimator_option,
     free_parameters,
+    option,
     register_distribution,
     register_estimator,
 )
@@ -396,7 +399,8 @@ class MultinomialAccumulatorFactory(AccumulatorFactory):
 
 
 @register_estimator("multinomial")
-class MultinomialEstimator(Estimator):
+@dataclass(eq=False, repr=False)
+class MultinomialEstimator(LabelOptions, Estimator):
     """Token frequencies over all documents, smoothed by a Dirichlet prior; optionally a length model.
 
     Parameters
@@ -425,67 +429,33 @@ class MultinomialEstimator(Estimator):
     gives uniform token probabilities.
     """
 
-    def __init__(
-        self,
-        pseudo_count: float | None = None,
-        suff_stat: Mapping[Any, float] | Sequence[Any] | None = None,
-        labels: Iterable[Any] | None = None,
-        len_estimator: Estimator | None = None,
-        min_prob: float = 0.0,
-        include_coefficient: bool = True,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
+    pseudo_count: float | None = None
+    suff_stat: Mapping[Any, float] | Sequence[Any] | None = None
+    labels: Iterable[Any] | None = option(None, parse=hashable_labels)
+    len_estimator: Estimator | None = estimator_option()
+    min_prob: float = min_prob_option()
+    include_coefficient: bool = option(True, lambda v: isinstance(v, bool), "True or False")
+    name: str | None = None
+    keys: str | None = None
+
+    def check(self) -> None:
         fam = "MultinomialEstimator"
-        check_pseudo_count(fam, pseudo_count)
-        check_parameter(0.0 <= min_prob < 1.0, fam, "min_prob", min_prob, "in [0, 1)")
-        check_parameter(
-            len_estimator is None or isinstance(len_estimator, Estimator),
-            fam,
-            "len_estimator",
-            len_estimator,
-            "an Estimator or None",
-        )
-        check_parameter(
-            isinstance(include_coefficient, bool),
-            fam,
-            "include_coefficient",
-            include_coefficient,
-            "True or False",
-        )
-        self.pseudo_count = pseudo_count
-        if suff_stat is None:
-            self.suff_stat = None
-        else:
-            prior_labels, prior_p = checked_pmap(pmap_from_spec(suff_stat, fam), fam + " suff_stat", "token")
+        if self.suff_stat is not None:
+            prior_labels, prior_p = checked_pmap(
+                pmap_from_spec(self.suff_stat, fam), fam + " suff_stat", "token"
+            )
             self.suff_stat = dict(zip(prior_labels, prior_p.tolist(), strict=True))
         # The prior's tokens join a fixed vocabulary, so the estimate covers them.
-        self.labels = None if labels is None else sorted_labels((*labels, *(self.suff_stat or ())))
-        self.len_estimator = len_estimator
-        self.min_prob = float(min_prob)
-        self.include_coefficient = include_coefficient
-        self.name = name
-        self.keys = keys
+        if self.labels is not None:
+            self.labels = sorted_labels((*self.labels, *(self.suff_stat or ())))
 
     def accumulator_factory(self) -> MultinomialAccumulatorFactory:
         len_factory = None if self.len_estimator is None else self.len_estimator.accumulator_factory()
-        return MultinomialAccumulatorFactory(self.labels, len_factory, self.keys)
+        return MultinomialAccumulatorFactory(self.vocabulary, len_factory, self.keys)
 
     def encoder(self) -> MultinomialEncoder:
         len_encoder = None if self.len_estimator is None else self.len_estimator.encoder()
-        return MultinomialEncoder(self.labels, len_encoder=len_encoder)
-
-    def _with(self, labels: Iterable[Any] | None, len_estimator: Estimator | None) -> MultinomialEstimator:
-        return MultinomialEstimator(
-            self.pseudo_count,
-            self.suff_stat,
-            labels,
-            len_estimator,
-            self.min_prob,
-            self.include_coefficient,
-            self.name,
-            self.keys,
-        )
+        return MultinomialEncoder(self.vocabulary, len_encoder=len_encoder)
 
     def with_scan(self, scan: Any) -> MultinomialEstimator:
         if scan is None:
@@ -495,29 +465,28 @@ class MultinomialEstimator(Estimator):
         len_est = self.len_estimator
         if len_scan is not None and len_est is not None:
             len_est = len_est.with_scan(len_scan)
-        return self._with(labels, len_est)
+        return dataclasses.replace(self, labels=labels, len_estimator=len_est)
 
     def min_rows(self) -> int:
         return 1 if self.len_estimator is None else self.len_estimator.min_rows()
 
     def estimate(self, nobs: float | None, value: Any) -> MultinomialDistribution:
-        vocab = self.labels
+        vocab = self.vocabulary
         if vocab is None:
             raise no_vocabulary_error()
         if not vocab:
             raise EmptyDataError("MultinomialEstimator: no tokens in the data and no `labels` given")
         row_weight, counts, len_value = value
         counts = np.array(counts, dtype=np.float64)
+        prior = cast("dict[Any, float]", self.suff_stat or {})
         if counts.shape != (len(vocab),):
             raise SpecError(
                 f"MultinomialEstimator: {len(counts)} counts for a vocabulary of {len(vocab)} tokens"
             )
         pc_ = self.pseudo_count or 0.0
         if pc_ > 0:
-            if self.suff_stat:
-                counts += pc_ * align_counts(
-                    tuple(self.suff_stat), np.array(list(self.suff_stat.values())), vocab
-                )
+            if prior:
+                counts += pc_ * align_counts(tuple(prior), np.array(list(prior.values())), vocab)
             else:
                 counts += pc_ / len(vocab)
         total = float(counts.sum())
@@ -535,44 +504,3 @@ class MultinomialEstimator(Estimator):
     def _free_parameters(self, model: Any, tied: set[Any]) -> int:
         tokens = max(len(model.pmap) - 1, 0)  # the token probabilities sum to one
         return tokens + free_parameters(self.len_estimator, model.len_dist, tied)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(
-            drop_none(
-                pseudo_count=self.pseudo_count,
-                suff_stat=None if self.suff_stat is None else [[k, v] for k, v in self.suff_stat.items()],
-                labels=None if self.labels is None else list(self.labels),
-                len_estimator=None if self.len_estimator is None else self.len_estimator.to_dict(),
-                name=self.name,
-                keys=self.keys,
-            )
-        )
-        if self.min_prob != 0.0:
-            spec["min_prob"] = self.min_prob
-        if not self.include_coefficient:
-            spec["include_coefficient"] = False
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> MultinomialEstimator:
-        check_spec_keys(
-            spec,
-            "multinomial",
-            optional=(
-                "pseudo_count",
-                "suff_stat",
-                "labels",
-                "len_estimator",
-                "min_prob",
-                "include_coefficient",
-                "name",
-                "keys",
-            ),
-        )
-        opts = {k: v for k, v in spec.items() if k != "type"}
-        if opts.get("labels") is not None:
-            opts["labels"] = [hashable_label(k) for k in opts["labels"]]
-        if opts.get("len_estimator") is not None:
-            opts["len_estimator"] = estimator_from_dict(opts["len_estimator"])
-        return cls(**opts)
