@@ -32,6 +32,7 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
+    OwnFactory,
     Sampler,
     check_parameter,
     check_spec_keys,
@@ -42,13 +43,11 @@ from mixle_spark.stats.base import (
 __all__ = [
     "FeatureSumAccumulator",
     "OneParameterEstimator",
-    "OwnFactory",
     "Parameter",
     "ScalarEncoder",
     "ScalarFamily",
     "ScalarSampler",
     "SumAccumulator",
-    "SumAccumulatorFactory",
     "bound",
     "check_bounds",
     "check_counts",
@@ -230,21 +229,6 @@ class ScalarEncoder(Encoder):
         return f"{type(self).__name__}()"
 
 
-class OwnFactory(AccumulatorFactory):
-    """An accumulator that is its own factory (its constructor takes only ``keys``): :meth:`make`
-    gives a fresh one with the same keys; :meth:`make_encoder` the :attr:`encoder_class` it reads."""
-
-    keys: Any
-    encoder_class: ClassVar[type[Encoder]]
-
-    def make(self) -> Any:
-        cls: Any = type(self)
-        return cls(self.keys)
-
-    def make_encoder(self) -> Encoder:
-        return self.encoder_class()
-
-
 class SumAccumulator(OwnFactory, Accumulator):
     """Sums ``sw = Σw`` and ``sx = Σw x``; value ``(sw, sx)``; its own factory (:class:`OwnFactory`).
 
@@ -320,19 +304,6 @@ class FeatureSumAccumulator(OwnFactory, Accumulator):
     def from_value(self, value: Any) -> FeatureSumAccumulator:
         self.sums = [float(v) for v in value]
         return self
-
-
-class SumAccumulatorFactory(AccumulatorFactory):
-    """Factory of a :class:`SumAccumulator` or :class:`FeatureSumAccumulator` subclass
-    (``accumulator_class``)."""
-
-    accumulator_class: ClassVar[type[SumAccumulator] | type[FeatureSumAccumulator]] = SumAccumulator
-
-    def __init__(self, keys: Any = None) -> None:
-        self.keys = keys
-
-    def make(self) -> Accumulator:
-        return self.accumulator_class(self.keys)
 
 
 def prior(ok: Callable[[Any], bool] | None = None, expected: str = "a positive finite number") -> Any:

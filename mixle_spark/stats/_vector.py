@@ -24,7 +24,7 @@ from mixle_spark.errors import (
     SchemaError,
 )
 from mixle_spark.stats._validate import arrow_float_values, as_arrow_array, check_finite, first_true
-from mixle_spark.stats.base import Accumulator, Encoder, check_parameter
+from mixle_spark.stats.base import Accumulator, Encoder, OwnFactory, check_parameter
 
 __all__ = [
     "MomentAccumulator",
@@ -366,7 +366,7 @@ def _scan_of(x: np.ndarray) -> Any:
     return (float(len(x)), x.sum(axis=0))
 
 
-class MomentAccumulator(Accumulator):
+class MomentAccumulator(OwnFactory, Accumulator):
     """Σw, Σw y and Σw y y^T (or Σw y^2 when ``diagonal``) around a centre; base of the vector
     Gaussian accumulators.
 
@@ -455,6 +455,9 @@ class MomentAccumulator(Accumulator):
         self.center = np.array(center, dtype=np.float64)
         self.dim = len(self.s1) if len(self.s1) else None
         return self
+
+    def fresh_args(self) -> tuple[Any, ...]:
+        return (self.dim, self.keys)
 
 
 def moments_about_mean(value: Any) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:

@@ -50,6 +50,7 @@ __all__ = [
     "Distribution",
     "Encoder",
     "Estimator",
+    "OwnFactory",
     "RowRandom",
     "Sampler",
     "check_parameter",
@@ -282,6 +283,26 @@ class AccumulatorFactory(ABC):
     @abstractmethod
     def make(self) -> Accumulator:
         """A new accumulator with zero statistics."""
+
+
+class OwnFactory(AccumulatorFactory):
+    """An accumulator that is its own factory: :meth:`make` gives a fresh one built from
+    :meth:`fresh_args` (default ``(keys,)``); :meth:`make_encoder` the :attr:`encoder_class` it reads.
+    A separate factory class would add nothing (its public ``XAccumulatorFactory`` name is an alias)."""
+
+    keys: Any
+    encoder_class: ClassVar[type[Encoder]]
+
+    def fresh_args(self) -> tuple[Any, ...]:
+        """The constructor arguments of a fresh accumulator like this one."""
+        return (self.keys,)
+
+    def make(self) -> Any:
+        cls: Any = type(self)
+        return cls(*self.fresh_args())
+
+    def make_encoder(self) -> Encoder:
+        return self.encoder_class()
 
 
 class Estimator(ABC):

@@ -19,7 +19,6 @@ from mixle_spark.errors import SpecError
 from mixle_spark.stats._scalar_common import (
     ScalarEncoder,
     SumAccumulator,
-    SumAccumulatorFactory,
     check_counts,
     floor,
     prior,
@@ -228,16 +227,11 @@ class BinomialAccumulator(SumAccumulator):
     def make_encoder(self) -> BinomialEncoder:
         return BinomialEncoder(self.n)
 
+    def fresh_args(self) -> tuple[Any, ...]:
+        return (self.keys, self.n)
 
-class BinomialAccumulatorFactory(SumAccumulatorFactory):
-    accumulator_class = BinomialAccumulator
 
-    def __init__(self, keys: Any = None, n: int | None = None) -> None:
-        super().__init__(keys)
-        self.n = n
-
-    def make(self) -> BinomialAccumulator:
-        return BinomialAccumulator(self.keys, self.n)
+BinomialAccumulatorFactory = BinomialAccumulator
 
 
 @register_estimator("binomial")

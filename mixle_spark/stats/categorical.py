@@ -56,10 +56,10 @@ from mixle_spark.stats._labels import (
 from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import (
     Accumulator,
-    AccumulatorFactory,
     Distribution,
     Encoder,
     Estimator,
+    OwnFactory,
     Sampler,
     check_parameter,
     check_spec_keys,
@@ -386,7 +386,7 @@ class CategoricalEncoder(Encoder):
         return one_hot(enc.codes, label_width(self.labels))
 
 
-class CategoricalAccumulator(Accumulator):
+class CategoricalAccumulator(OwnFactory, Accumulator):
     """Weighted label counts over the estimator's vocabulary ``labels``; value: the count vector.
 
     Batches encoded with another vocabulary (for example a mixture's union encoder) are re-aligned
@@ -453,14 +453,11 @@ class CategoricalAccumulator(Accumulator):
     def make_encoder(self) -> CategoricalEncoder:
         return CategoricalEncoder(self.labels)
 
+    def fresh_args(self) -> tuple[Any, ...]:
+        return (self.labels, self.keys)
 
-class CategoricalAccumulatorFactory(AccumulatorFactory):
-    def __init__(self, labels: tuple[Any, ...] | None = None, keys: Any = None) -> None:
-        self.labels = labels
-        self.keys = keys
 
-    def make(self) -> CategoricalAccumulator:
-        return CategoricalAccumulator(self.labels, self.keys)
+CategoricalAccumulatorFactory = CategoricalAccumulator
 
 
 @register_estimator("categorical")

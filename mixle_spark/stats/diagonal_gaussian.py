@@ -29,7 +29,6 @@ from mixle_spark.stats._vector import (
 )
 from mixle_spark.stats._vector_estimator import VectorGaussianEstimator
 from mixle_spark.stats.base import (
-    AccumulatorFactory,
     Distribution,
     Sampler,
     check_parameter,
@@ -152,13 +151,7 @@ class DiagonalGaussianAccumulator(MomentAccumulator):
         return DiagonalGaussianEncoder(self.dim)
 
 
-class DiagonalGaussianAccumulatorFactory(AccumulatorFactory):
-    def __init__(self, dim: int | None = None, keys: Any = None) -> None:
-        self.dim = dim
-        self.keys = keys
-
-    def make(self) -> DiagonalGaussianAccumulator:
-        return DiagonalGaussianAccumulator(self.dim, self.keys)
+DiagonalGaussianAccumulatorFactory = DiagonalGaussianAccumulator
 
 
 @register_estimator("diagonal_gaussian")

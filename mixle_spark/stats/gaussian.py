@@ -26,9 +26,9 @@ from mixle_spark.stats._scalar_common import (
 from mixle_spark.stats._validate import arrow_float_values, check_finite, float_values
 from mixle_spark.stats.base import (
     Accumulator,
-    AccumulatorFactory,
     Encoder,
     Estimator,
+    OwnFactory,
     RowRandom,
     option,
     register_distribution,
@@ -156,7 +156,7 @@ def _center(enc: np.ndarray) -> float:
     return float(enc.mean()) if len(enc) else 0.0
 
 
-class GaussianAccumulator(Accumulator):
+class GaussianAccumulator(OwnFactory, Accumulator):
     """Sums ``sw = Σw``, ``s1 = Σw(x - shift)``, ``s2 = Σw(x - shift)^2``; value ``(sw, s1, s2, shift)``."""
 
     def __init__(self, keys: Any = None) -> None:
@@ -214,12 +214,7 @@ class GaussianAccumulator(Accumulator):
     encoder_class = GaussianEncoder
 
 
-class GaussianAccumulatorFactory(AccumulatorFactory):
-    def __init__(self, keys: Any = None) -> None:
-        self.keys = keys
-
-    def make(self) -> GaussianAccumulator:
-        return GaussianAccumulator(self.keys)
+GaussianAccumulatorFactory = GaussianAccumulator
 
 
 @register_estimator("gaussian")

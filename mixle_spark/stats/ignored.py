@@ -14,10 +14,10 @@ import numpy as np
 
 from mixle_spark.stats.base import (
     Accumulator,
-    AccumulatorFactory,
     Distribution,
     Encoder,
     Estimator,
+    OwnFactory,
     RowRandom,
     Sampler,
     check_pseudo_count,
@@ -113,7 +113,7 @@ class IgnoredEncoder(Encoder):
         return np.zeros((int(enc), 0))
 
 
-class IgnoredAccumulator(Accumulator):
+class IgnoredAccumulator(OwnFactory, Accumulator):
     """Holds nothing; ``value()`` is None."""
 
     def __init__(self, keys: Any = None) -> None:
@@ -138,12 +138,7 @@ class IgnoredAccumulator(Accumulator):
         return IgnoredEncoder()
 
 
-class IgnoredAccumulatorFactory(AccumulatorFactory):
-    def __init__(self, keys: Any = None) -> None:
-        self.keys = keys
-
-    def make(self) -> IgnoredAccumulator:
-        return IgnoredAccumulator(self.keys)
+IgnoredAccumulatorFactory = IgnoredAccumulator
 
 
 @register_estimator("ignored")

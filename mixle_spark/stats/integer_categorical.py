@@ -33,10 +33,10 @@ from mixle_spark.stats._validate import (
 )
 from mixle_spark.stats.base import (
     Accumulator,
-    AccumulatorFactory,
     Distribution,
     Encoder,
     Estimator,
+    OwnFactory,
     Sampler,
     check_parameter,
     check_spec_keys,
@@ -282,11 +282,12 @@ def _align(min_val: int, counts: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return out
 
 
-class IntegerCategoricalAccumulator(Accumulator):
+class IntegerCategoricalAccumulator(OwnFactory, Accumulator):
     """Weighted counts over ``min_val .. min_val + len(counts) - 1``; value ``(min_val, counts)``."""
 
     def __init__(self, min_val: int | None = None, max_val: int | None = None, keys: Any = None) -> None:
         self.keys = keys
+        self.range = (min_val, max_val)  # as given (min_val moves with the data)
         if min_val is not None and max_val is not None:
             self.min_val, self.counts = int(min_val), np.zeros(int(max_val) - int(min_val) + 1)
         else:
@@ -330,15 +331,11 @@ class IntegerCategoricalAccumulator(Accumulator):
     def make_encoder(self) -> IntegerCategoricalEncoder:
         return IntegerCategoricalEncoder()
 
+    def fresh_args(self) -> tuple[Any, ...]:
+        return (*self.range, self.keys)
 
-class IntegerCategoricalAccumulatorFactory(AccumulatorFactory):
-    def __init__(self, min_val: int | None = None, max_val: int | None = None, keys: Any = None) -> None:
-        self.min_val = min_val
-        self.max_val = max_val
-        self.keys = keys
 
-    def make(self) -> IntegerCategoricalAccumulator:
-        return IntegerCategoricalAccumulator(self.min_val, self.max_val, self.keys)
+IntegerCategoricalAccumulatorFactory = IntegerCategoricalAccumulator
 
 
 @register_estimator("integer_categorical")

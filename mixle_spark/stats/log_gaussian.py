@@ -30,7 +30,6 @@ from mixle_spark.stats.base import (
 )
 from mixle_spark.stats.gaussian import (
     GaussianAccumulator,
-    GaussianAccumulatorFactory,
     GaussianDistribution,
     GaussianEstimator,
 )
@@ -139,9 +138,7 @@ class LogGaussianAccumulator(GaussianAccumulator):
         return LogGaussianEncoder()
 
 
-class LogGaussianAccumulatorFactory(GaussianAccumulatorFactory):
-    def make(self) -> LogGaussianAccumulator:
-        return LogGaussianAccumulator(self.keys)
+LogGaussianAccumulatorFactory = LogGaussianAccumulator
 
 
 @register_estimator("log_gaussian")

@@ -36,7 +36,6 @@ from mixle_spark.stats._vector import (
 )
 from mixle_spark.stats._vector_estimator import VectorGaussianEstimator
 from mixle_spark.stats.base import (
-    AccumulatorFactory,
     Distribution,
     Sampler,
     check_parameter,
@@ -190,13 +189,7 @@ class MultivariateGaussianAccumulator(MomentAccumulator):
         return MultivariateGaussianEncoder(self.dim)
 
 
-class MultivariateGaussianAccumulatorFactory(AccumulatorFactory):
-    def __init__(self, dim: int | None = None, keys: Any = None) -> None:
-        self.dim = dim
-        self.keys = keys
-
-    def make(self) -> MultivariateGaussianAccumulator:
-        return MultivariateGaussianAccumulator(self.dim, self.keys)
+MultivariateGaussianAccumulatorFactory = MultivariateGaussianAccumulator
 
 
 @register_estimator("multivariate_gaussian")

@@ -51,8 +51,8 @@ from mixle_spark.stats._special import (
 )
 from mixle_spark.stats.base import (
     Accumulator,
-    AccumulatorFactory,
     Estimator,
+    OwnFactory,
     option,
     register_distribution,
     register_estimator,
@@ -225,7 +225,7 @@ def _histogram(x: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return values[keep], totals[keep]
 
 
-class NegativeBinomialAccumulator(Accumulator):
+class NegativeBinomialAccumulator(OwnFactory, Accumulator):
     """The weighted histogram of the counts; value ``(values, weights)``, two float64 arrays."""
 
     def __init__(self, keys: Any = None) -> None:
@@ -264,12 +264,7 @@ class NegativeBinomialAccumulator(Accumulator):
     encoder_class = NegativeBinomialEncoder
 
 
-class NegativeBinomialAccumulatorFactory(AccumulatorFactory):
-    def __init__(self, keys: Any = None) -> None:
-        self.keys = keys
-
-    def make(self) -> NegativeBinomialAccumulator:
-        return NegativeBinomialAccumulator(self.keys)
+NegativeBinomialAccumulatorFactory = NegativeBinomialAccumulator
 
 
 def prior_histogram(r0: float, p0: float) -> tuple[np.ndarray, np.ndarray]:

@@ -55,9 +55,9 @@ from mixle_spark.stats._scalar_common import (
 from mixle_spark.stats._special import log1p_minus_identity, log_minus_digamma, log_rising_factorial
 from mixle_spark.stats.base import (
     Accumulator,
-    AccumulatorFactory,
     Distribution,
     Estimator,
+    OwnFactory,
     check_parameter,
     option,
     register_distribution,
@@ -202,7 +202,7 @@ class StudentTDistribution(ScalarFamily):
         return u, d
 
 
-class StudentTAccumulator(Accumulator):
+class StudentTAccumulator(OwnFactory, Accumulator):
     """EM statistics of the scale mixture; value ``(sw, su, s1, s2, shift, sw_dof, s_dof)``.
 
     ``sw = Σw``, ``su = Σw u``, ``s1 = Σw u (x - shift)``, ``s2 = Σw u (x - shift)^2``; ``sw_dof`` and
@@ -288,12 +288,7 @@ class StudentTAccumulator(Accumulator):
     encoder_class = StudentTEncoder
 
 
-class StudentTAccumulatorFactory(AccumulatorFactory):
-    def __init__(self, keys: Any = None) -> None:
-        self.keys = keys
-
-    def make(self) -> StudentTAccumulator:
-        return StudentTAccumulator(self.keys)
+StudentTAccumulatorFactory = StudentTAccumulator
 
 
 @register_estimator("student_t")
