@@ -53,6 +53,7 @@ __all__ = [
     "OwnFactory",
     "RowRandom",
     "Sampler",
+    "check_estimators",
     "check_parameter",
     "check_pseudo_count",
     "check_spec_keys",
@@ -60,6 +61,7 @@ __all__ = [
     "drop_none",
     "estimator_from_dict",
     "estimator_option",
+    "estimators_option",
     "option",
     "register_distribution",
     "register_estimator",
@@ -392,23 +394,29 @@ class Estimator(ABC):
         spec: dict[str, Any] = {"type": self.family}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
-            if value is None or (f.default is not dataclasses.MISSING and _same(value, f.default)):
+            if f.default is not dataclasses.MISSING and _same(value, f.default):
                 continue
             write = f.metadata.get("write")
-            spec[f.name] = write(value) if write is not None else _jsonable(value)
+            spec[f.metadata.get("key") or f.name] = write(value) if write is not None else _jsonable(value)
         return spec
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> Estimator:
         """Build from a spec dict (validating its keys)."""
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        required = [n for n, f in fields.items() if f.default is dataclasses.MISSING]
-        check_spec_keys(spec, cls.family, required=required, optional=fields)
+        names = {f.metadata.get("key") or f.name: f.name for f in fields.values()}
+        required = [k for k, n in names.items() if fields[n].default is dataclasses.MISSING]
+        check_spec_keys(spec, cls.family, required=required, optional=names)
         options = {}
         for key, value in spec.items():
-            if key != "type":
-                parse = fields[key].metadata.get("parse")
-                options[key] = parse(value) if parse is not None and value is not None else value
+            if key == "type":
+                continue
+            f = fields[names[key]]
+            parse = f.metadata.get("parse")
+            try:
+                options[f.name] = parse(value) if parse is not None and value is not None else value
+            except TypeError as err:  # the parser names what it expected
+                raise SpecError(f"{cls.__name__}: {key} must be {err}, got {value!r}") from None
         return cls(**options)
 
     def __eq__(self, other: object) -> bool:
@@ -429,21 +437,47 @@ def option(
     read: Callable[[Any], Any] | None = None,
     write: Callable[[Any], Any] | None = None,
     parse: Callable[[Any], Any] | None = None,
+    key: str | None = None,
 ) -> Any:
     """An estimator option (a dataclass field): its ``default``; the test ``ok`` a value other than
     a None default must pass, and what it ``expected`` (for the message, which names the value);
     ``read`` converts the accepted value to the attribute; ``write`` gives its JSON form (default:
     arrays and tuples as lists, mappings as ``[key, value]`` pairs, estimators as their specs) and
-    ``parse`` reads that form back."""
-    metadata = {"ok": ok, "expected": expected, "read": read, "write": write, "parse": parse}
+    ``parse`` reads that form back (raising TypeError with what it expected); ``key`` is the JSON key
+    when it is not the option's name. ``default=dataclasses.MISSING`` makes the option required."""
+    metadata = {"ok": ok, "expected": expected, "read": read, "write": write, "parse": parse, "key": key}
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def estimator_option() -> Any:
-    """An option holding a part's estimator (``len_estimator``, ...): None or an Estimator, written
-    as its spec."""
+def estimator_option(required: bool = False) -> Any:
+    """An option holding a part's estimator (``estimator``, ``len_estimator``): an Estimator (or
+    None when not ``required``), written as its spec."""
     ok = lambda v: isinstance(v, Estimator)  # noqa: E731
+    if required:
+        return option(dataclasses.MISSING, ok, "an Estimator", parse=estimator_from_dict)
     return option(None, ok, "an Estimator or None", parse=estimator_from_dict)
+
+
+def estimators_option(key: str | None = None) -> Any:
+    """A required list of parts' estimators (checked by the family's ``check``, which names the
+    one that is not an estimator), written as a list of specs."""
+    return option(dataclasses.MISSING, parse=_estimator_specs, key=key)
+
+
+def _estimator_specs(value: Any) -> list[Estimator]:
+    if not isinstance(value, (list, tuple)):
+        raise TypeError("a list of estimator specs")
+    return [estimator_from_dict(spec) for spec in value]
+
+
+def check_estimators(family: str, name: str, value: Any) -> list[Estimator]:
+    """``value`` as a list, after checking it is a non-empty list of estimators (naming the first
+    element that is not one)."""
+    parts = list(value) if isinstance(value, (list, tuple)) else []
+    check_parameter(len(parts) > 0, family, name, value, "a non-empty list of estimators")
+    for k, e in enumerate(parts):
+        check_parameter(isinstance(e, Estimator), family, f"{name}[{k}]", e, "an Estimator")
+    return parts
 
 
 def _same(value: Any, default: Any) -> bool:

@@ -7,7 +7,9 @@ Field paths in error messages use the index as a string (``column 'pair.1': ...`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,8 +31,7 @@ from mixle_spark.stats.base import (
     check_parameter,
     check_spec_keys,
     distribution_from_dict,
-    drop_none,
-    estimator_from_dict,
+    estimators_option,
     register_distribution,
     register_estimator,
 )
@@ -210,6 +211,7 @@ class CompositeAccumulatorFactory(ProductAccumulatorFactory):
 
 
 @register_estimator("composite")
+@dataclass(eq=False, repr=False)
 class CompositeEstimator(Estimator):
     """Fits each part with its own estimator.
 
@@ -221,12 +223,12 @@ class CompositeEstimator(Estimator):
         Tie the whole tuple's statistics to every other site with the same key.
     """
 
-    def __init__(
-        self, components: Sequence[Estimator], name: str | None = None, keys: str | None = None
-    ) -> None:
-        self.components = _check_components(components, "CompositeEstimator", Estimator)
-        self.name = name
-        self.keys = keys
+    components: Sequence[Estimator] = estimators_option()
+    name: str | None = None
+    keys: str | None = None
+
+    def check(self) -> None:
+        self.components = _check_components(self.components, "CompositeEstimator", Estimator)
 
     def accumulator_factory(self) -> CompositeAccumulatorFactory:
         return CompositeAccumulatorFactory(
@@ -245,7 +247,7 @@ class CompositeEstimator(Estimator):
         if scan is None:
             return self
         comps = [e if s is None else e.with_scan(s) for e, s in zip(self.components, scan, strict=True)]
-        return CompositeEstimator(comps, name=self.name, keys=self.keys)
+        return dataclasses.replace(self, components=comps)
 
     def min_rows(self) -> int:
         return max(e.min_rows() for e in self.components)
@@ -254,15 +256,3 @@ class CompositeEstimator(Estimator):
         return sum(
             e.n_free_parameters(d, tied) for e, d in zip(self.components, model.components, strict=True)
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family, "components": [e.to_dict() for e in self.components]}
-        spec.update(drop_none(name=self.name, keys=self.keys))
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> CompositeEstimator:
-        check_spec_keys(spec, "composite", required=("components",), optional=("name", "keys"))
-        comps = spec["components"]
-        check_parameter(isinstance(comps, (list, tuple)), "CompositeEstimator", "components", comps, "a list")
-        return cls([estimator_from_dict(c) for c in comps], name=spec.get("name"), keys=spec.get("keys"))

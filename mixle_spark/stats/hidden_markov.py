@@ -20,8 +20,10 @@ The elements are encoded once, by the emissions' encoder (all states read one en
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,13 +40,14 @@ from mixle_spark.stats.base import (
     Estimator,
     RowRandom,
     Sampler,
+    check_estimators,
     check_parameter,
-    check_pseudo_count,
     check_spec_keys,
     distribution_from_dict,
-    drop_none,
-    estimator_from_dict,
+    estimator_option,
+    estimators_option,
     free_parameters,
+    option,
     register_distribution,
     register_estimator,
     seq_update_with_ll,
@@ -453,6 +456,7 @@ def _smoothed(counts: np.ndarray, pseudo_count: float) -> np.ndarray:
 
 
 @register_estimator("hidden_markov")
+@dataclass(eq=False, repr=False)
 class HiddenMarkovEstimator(Estimator):
     """Baum-Welch (EM) estimator of a K-state hidden Markov model.
 
@@ -471,42 +475,17 @@ class HiddenMarkovEstimator(Estimator):
     name, keys : str, optional
     """
 
-    def __init__(
-        self,
-        estimators: Sequence[Estimator],
-        len_estimator: Estimator | None = None,
-        pseudo_count: float | None = None,
-        init_rows_per_state: int | None = 20,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        fam = "HiddenMarkovEstimator"
-        ests = list(estimators) if isinstance(estimators, (list, tuple)) else []
-        check_parameter(len(ests) > 0, fam, "estimators", estimators, "a non-empty list of estimators")
-        for k, e in enumerate(ests):
-            check_parameter(isinstance(e, Estimator), fam, f"estimators[{k}]", e, "an Estimator")
-        check_parameter(
-            len_estimator is None or isinstance(len_estimator, Estimator),
-            fam,
-            "len_estimator",
-            len_estimator,
-            "an Estimator or None",
-        )
-        check_pseudo_count(fam, pseudo_count)
-        rows_ok = isinstance(init_rows_per_state, int) and init_rows_per_state >= 1
-        check_parameter(
-            init_rows_per_state is None or rows_ok,
-            fam,
-            "init_rows_per_state",
-            init_rows_per_state,
-            "a positive integer or None",
-        )
-        self.estimators = ests
-        self.len_estimator = len_estimator
-        self.pseudo_count = pseudo_count
-        self.init_rows_per_state = init_rows_per_state
-        self.name = name
-        self.keys = keys
+    estimators: Sequence[Estimator] = estimators_option()
+    len_estimator: Estimator | None = estimator_option()
+    pseudo_count: float | None = None
+    init_rows_per_state: int | None = option(
+        20, lambda v: v is None or (isinstance(v, int) and v >= 1), "a positive integer or None"
+    )
+    name: str | None = None
+    keys: str | None = None
+
+    def check(self) -> None:
+        self.estimators = check_estimators("HiddenMarkovEstimator", "estimators", self.estimators)
 
     def accumulator_factory(self) -> HiddenMarkovAccumulatorFactory:
         len_factory = None if self.len_estimator is None else self.len_estimator.accumulator_factory()
@@ -532,9 +511,7 @@ class HiddenMarkovEstimator(Estimator):
         len_est = self.len_estimator
         if len_scan is not None and len_est is not None:
             len_est = len_est.with_scan(len_scan)
-        return HiddenMarkovEstimator(
-            ests, len_est, self.pseudo_count, self.init_rows_per_state, self.name, self.keys
-        )
+        return dataclasses.replace(self, estimators=ests, len_estimator=len_est)
 
     def min_rows(self) -> int:
         return 1
@@ -566,36 +543,3 @@ class HiddenMarkovEstimator(Estimator):
         pairs = zip(self.estimators, model.emissions, strict=True)
         emissions = sum(e.n_free_parameters(d, tied) for e, d in pairs)
         return k * k - 1 + emissions + free_parameters(self.len_estimator, model.len_dist, tied)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family, "estimators": [e.to_dict() for e in self.estimators]}
-        if self.len_estimator is not None:
-            spec["len_estimator"] = self.len_estimator.to_dict()
-        spec.update(drop_none(pseudo_count=self.pseudo_count, name=self.name, keys=self.keys))
-        if self.init_rows_per_state != 20:
-            spec["init_rows_per_state"] = self.init_rows_per_state
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> HiddenMarkovEstimator:
-        check_spec_keys(
-            spec,
-            "hidden_markov",
-            required=("estimators",),
-            optional=("len_estimator", "pseudo_count", "init_rows_per_state", "name", "keys"),
-        )
-        ests = spec["estimators"]
-        check_parameter(
-            isinstance(ests, (list, tuple)),
-            "HiddenMarkovEstimator",
-            "estimators",
-            ests,
-            "a list of estimator specs",
-        )
-        len_spec = spec.get("len_estimator")
-        opts = {k: spec[k] for k in ("pseudo_count", "init_rows_per_state", "name", "keys") if k in spec}
-        return cls(
-            [estimator_from_dict(e) for e in ests],
-            None if len_spec is None else estimator_from_dict(len_spec),
-            **opts,
-        )

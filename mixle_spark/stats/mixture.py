@@ -16,8 +16,10 @@ gathered with a second one, instead of a Python loop over components.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,12 +43,12 @@ from mixle_spark.stats.base import (
     Estimator,
     RowRandom,
     Sampler,
+    check_estimators,
     check_parameter,
-    check_pseudo_count,
     check_spec_keys,
     distribution_from_dict,
-    drop_none,
-    estimator_from_dict,
+    estimators_option,
+    option,
     register_distribution,
     register_estimator,
 )
@@ -422,6 +424,7 @@ class MixtureAccumulatorFactory(AccumulatorFactory):
 
 
 @register_estimator("mixture")
+@dataclass(eq=False, repr=False)
 class MixtureEstimator(Estimator):
     """EM estimator of a K-component mixture.
 
@@ -447,54 +450,24 @@ class MixtureEstimator(Estimator):
     Zero total weight gives uniform weights; each component is estimated from its own count.
     """
 
-    def __init__(
-        self,
-        estimators: Sequence[Estimator],
-        pseudo_count: float | None = None,
-        w_min: float = 0.0,
-        keys: tuple[Any, Any] | None = None,
-        name: str | None = None,
-        init_rows_per_component: int | None = 20,
-    ) -> None:
-        ests = list(estimators) if isinstance(estimators, (list, tuple)) else []
-        check_parameter(
-            len(ests) > 0, "MixtureEstimator", "estimators", estimators, "a non-empty list of estimators"
-        )
-        for k, e in enumerate(ests):
-            check_parameter(
-                isinstance(e, Estimator), "MixtureEstimator", f"estimators[{k}]", e, "an Estimator"
-            )
-        check_pseudo_count("MixtureEstimator", pseudo_count)
-        check_parameter(
-            math.isfinite(w_min) and 0 <= w_min * len(ests) <= 1,
-            "MixtureEstimator",
-            "w_min",
-            w_min,
-            f"in [0, 1/K] = [0, {1 / len(ests)!r}]",
-        )
-        if keys is not None:
-            check_parameter(
-                isinstance(keys, (list, tuple)) and len(keys) == 2,
-                "MixtureEstimator",
-                "keys",
-                keys,
-                "a pair (weight_key, comp_key)",
-            )
-            keys = (keys[0], keys[1])
-        check_parameter(
-            init_rows_per_component is None
-            or (isinstance(init_rows_per_component, int) and init_rows_per_component >= 1),
-            "MixtureEstimator",
-            "init_rows_per_component",
-            init_rows_per_component,
-            "a positive integer or None",
-        )
-        self.estimators = ests
-        self.pseudo_count = pseudo_count
-        self.w_min = float(w_min)
-        self.init_rows_per_component = init_rows_per_component
-        self.keys = keys
-        self.name = name
+    estimators: Sequence[Estimator] = estimators_option(key="components")
+    pseudo_count: float | None = None
+    w_min: float = option(0.0, read=float)
+    keys: tuple[Any, Any] | None = option(
+        None,
+        lambda v: isinstance(v, (list, tuple)) and len(v) == 2,
+        "a pair (weight_key, comp_key)",
+        read=tuple,
+    )
+    name: str | None = None
+    init_rows_per_component: int | None = option(
+        20, lambda v: v is None or (isinstance(v, int) and v >= 1), "a positive integer or None"
+    )
+
+    def check(self) -> None:
+        self.estimators = ests = check_estimators("MixtureEstimator", "estimators", self.estimators)
+        ok = math.isfinite(self.w_min) and 0 <= self.w_min * len(ests) <= 1
+        check_parameter(ok, "MixtureEstimator", "w_min", self.w_min, f"in [0, 1/K] = [0, {1 / len(ests)!r}]")
 
     def min_rows(self) -> int:
         return len(self.estimators)
@@ -520,14 +493,7 @@ class MixtureEstimator(Estimator):
         return MixtureEncoder(first)
 
     def with_scan(self, scan: Any) -> MixtureEstimator:
-        return MixtureEstimator(
-            [e.with_scan(scan) for e in self.estimators],
-            self.pseudo_count,
-            self.w_min,
-            self.keys,
-            self.name,
-            self.init_rows_per_component,
-        )
+        return dataclasses.replace(self, estimators=[e.with_scan(scan) for e in self.estimators])
 
     def estimate(self, nobs: float | None, value: Any) -> MixtureDistribution:
         counts, comp_values = value
@@ -574,37 +540,3 @@ class MixtureEstimator(Estimator):
             pairs = zip(self.estimators, model.components, strict=True)  # type: ignore[attr-defined]
             count += sum(e.n_free_parameters(c, tied) for e, c in pairs)
         return count
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family, "components": [e.to_dict() for e in self.estimators]}
-        spec.update(
-            drop_none(
-                pseudo_count=self.pseudo_count,
-                keys=None if self.keys is None else list(self.keys),
-                name=self.name,
-            )
-        )
-        if self.w_min != 0.0:
-            spec["w_min"] = self.w_min
-        if self.init_rows_per_component != 20:
-            spec["init_rows_per_component"] = self.init_rows_per_component
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> MixtureEstimator:
-        check_spec_keys(
-            spec,
-            "mixture",
-            required=("components",),
-            optional=("pseudo_count", "w_min", "keys", "name", "init_rows_per_component"),
-        )
-        comps = spec["components"]
-        check_parameter(
-            isinstance(comps, (list, tuple)),
-            "MixtureEstimator",
-            "components",
-            comps,
-            "a list of estimator specs",
-        )
-        opts = {k: v for k, v in spec.items() if k not in ("type", "components")}
-        return cls([estimator_from_dict(c) for c in comps], **opts)

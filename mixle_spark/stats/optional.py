@@ -12,8 +12,10 @@ so leaves never deal with nulls, and a child's error is re-mapped to the row of 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -33,11 +35,11 @@ from mixle_spark.stats.base import (
     RowRandom,
     Sampler,
     check_parameter,
-    check_pseudo_count,
     check_spec_keys,
     distribution_from_dict,
     drop_none,
-    estimator_from_dict,
+    estimator_option,
+    option,
     register_distribution,
     register_estimator,
     seq_update_with_ll,
@@ -359,6 +361,7 @@ class OptionalAccumulatorFactory(AccumulatorFactory):
 
 
 @register_estimator("optional")
+@dataclass(eq=False, repr=False)
 class OptionalEstimator(Estimator):
     """Fits the child to the present rows and, when ``model_missing``, the missing probability.
 
@@ -375,23 +378,11 @@ class OptionalEstimator(Estimator):
         ``keys`` ties the missing probability and the child statistics across sites.
     """
 
-    def __init__(
-        self,
-        estimator: Estimator,
-        pseudo_count: float | None = None,
-        model_missing: bool = True,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        check_parameter(
-            isinstance(estimator, Estimator), "OptionalEstimator", "estimator", estimator, "an Estimator"
-        )
-        check_pseudo_count("OptionalEstimator", pseudo_count)
-        self.estimator = estimator
-        self.pseudo_count = pseudo_count
-        self.model_missing = bool(model_missing)
-        self.name = name
-        self.keys = keys
+    estimator: Estimator = estimator_option(required=True)
+    pseudo_count: float | None = None
+    model_missing: bool = option(True, read=bool)
+    name: str | None = None
+    keys: str | None = None
 
     def accumulator_factory(self) -> OptionalAccumulatorFactory:
         return OptionalAccumulatorFactory(self.estimator.accumulator_factory(), self.keys)
@@ -412,9 +403,7 @@ class OptionalEstimator(Estimator):
     def with_scan(self, scan: Any) -> OptionalEstimator:
         if scan is None:
             return self
-        return OptionalEstimator(
-            self.estimator.with_scan(scan), self.pseudo_count, self.model_missing, self.name, self.keys
-        )
+        return dataclasses.replace(self, estimator=self.estimator.with_scan(scan))
 
     def min_rows(self) -> int:
         return self.estimator.min_rows()
@@ -422,26 +411,3 @@ class OptionalEstimator(Estimator):
     def _free_parameters(self, model: Any, tied: set[Any]) -> int:
         missing = 0 if model.p is None else 1  # the probability of a missing value
         return missing + self.estimator.n_free_parameters(model.dist, tied)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family, "estimator": self.estimator.to_dict()}
-        spec.update(drop_none(pseudo_count=self.pseudo_count, name=self.name, keys=self.keys))
-        if not self.model_missing:
-            spec["model_missing"] = False
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> OptionalEstimator:
-        check_spec_keys(
-            spec,
-            "optional",
-            required=("estimator",),
-            optional=("pseudo_count", "model_missing", "name", "keys"),
-        )
-        return cls(
-            estimator_from_dict(spec["estimator"]),
-            spec.get("pseudo_count"),
-            spec.get("model_missing", True),
-            spec.get("name"),
-            spec.get("keys"),
-        )

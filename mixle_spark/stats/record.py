@@ -9,7 +9,9 @@ a bad value deep inside reads ``column 'outer.inner': expected ..., got ... (row
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,8 +34,8 @@ from mixle_spark.stats.base import (
     check_parameter,
     check_spec_keys,
     distribution_from_dict,
-    drop_none,
     estimator_from_dict,
+    option,
     register_distribution,
     register_estimator,
 )
@@ -60,6 +62,16 @@ def _check_fields(fields: Any, family: str, kind: type) -> dict[str, Any]:
         check_parameter(isinstance(name, str), family, "field name", name, "a string (a column name)")
         check_parameter(isinstance(child, kind), family, f"field {name!r}", child, f"a {kind.__name__}")
     return dict(fields)
+
+
+def _field_specs(fields: Mapping[str, Estimator]) -> dict[str, Any]:
+    return {name: e.to_dict() for name, e in fields.items()}
+
+
+def _field_estimators(specs: Any) -> dict[str, Estimator]:
+    if not isinstance(specs, Mapping):
+        raise TypeError("a dict of column name -> estimator spec")
+    return {name: estimator_from_dict(spec) for name, spec in specs.items()}
 
 
 @register_distribution("record")
@@ -250,6 +262,7 @@ class RecordAccumulatorFactory(ProductAccumulatorFactory):
 
 
 @register_estimator("record")
+@dataclass(eq=False, repr=False)
 class RecordEstimator(Estimator):
     """Fits each field with its own estimator.
 
@@ -262,12 +275,12 @@ class RecordEstimator(Estimator):
         Tie the whole record's statistics to every other site with the same key.
     """
 
-    def __init__(
-        self, fields: Mapping[str, Estimator], name: str | None = None, keys: str | None = None
-    ) -> None:
-        self.fields = _check_fields(fields, "RecordEstimator", Estimator)
-        self.name = name
-        self.keys = keys
+    fields: Mapping[str, Estimator] = option(dataclasses.MISSING, write=_field_specs, parse=_field_estimators)
+    name: str | None = None
+    keys: str | None = None
+
+    def check(self) -> None:
+        self.fields = _check_fields(self.fields, "RecordEstimator", Estimator)
 
     def accumulator_factory(self) -> RecordAccumulatorFactory:
         return RecordAccumulatorFactory(
@@ -289,29 +302,10 @@ class RecordEstimator(Estimator):
             name: (e.with_scan(scan[name]) if scan.get(name) is not None else e)
             for name, e in self.fields.items()
         }
-        return RecordEstimator(fields, name=self.name, keys=self.keys)
+        return dataclasses.replace(self, fields=fields)
 
     def min_rows(self) -> int:
         return max(e.min_rows() for e in self.fields.values())
 
     def _free_parameters(self, model: Any, tied: set[Any]) -> int:
         return sum(e.n_free_parameters(model.fields[name], tied) for name, e in self.fields.items())
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {
-            "type": self.family,
-            "fields": {name: e.to_dict() for name, e in self.fields.items()},
-        }
-        spec.update(drop_none(name=self.name, keys=self.keys))
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> RecordEstimator:
-        check_spec_keys(spec, "record", required=("fields",), optional=("name", "keys"))
-        fields = spec["fields"]
-        check_parameter(isinstance(fields, Mapping), "RecordEstimator", "fields", fields, "a dict")
-        return cls(
-            {name: estimator_from_dict(child) for name, child in fields.items()},
-            name=spec.get("name"),
-            keys=spec.get("keys"),
-        )

@@ -11,8 +11,10 @@ one vectorized call and summed back per row with ``np.bincount``.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -34,8 +36,7 @@ from mixle_spark.stats.base import (
     check_parameter,
     check_spec_keys,
     distribution_from_dict,
-    drop_none,
-    estimator_from_dict,
+    estimator_option,
     free_parameters,
     register_distribution,
     register_estimator,
@@ -473,6 +474,7 @@ class SequenceAccumulatorFactory(AccumulatorFactory):
 
 
 @register_estimator("sequence")
+@dataclass(eq=False, repr=False)
 class SequenceEstimator(Estimator):
     """Fits the element model to all elements (weighted by their row's weight) and, when given,
     the length model to the lengths.
@@ -486,27 +488,10 @@ class SequenceEstimator(Estimator):
     name, keys : str, optional
     """
 
-    def __init__(
-        self,
-        estimator: Estimator,
-        len_estimator: Estimator | None = None,
-        name: str | None = None,
-        keys: str | None = None,
-    ) -> None:
-        check_parameter(
-            isinstance(estimator, Estimator), "SequenceEstimator", "estimator", estimator, "an Estimator"
-        )
-        check_parameter(
-            len_estimator is None or isinstance(len_estimator, Estimator),
-            "SequenceEstimator",
-            "len_estimator",
-            len_estimator,
-            "an Estimator or None",
-        )
-        self.estimator = estimator
-        self.len_estimator = len_estimator
-        self.name = name
-        self.keys = keys
+    estimator: Estimator = estimator_option(required=True)
+    len_estimator: Estimator | None = estimator_option()
+    name: str | None = None
+    keys: str | None = None
 
     def accumulator_factory(self) -> SequenceAccumulatorFactory:
         len_factory = None if self.len_estimator is None else self.len_estimator.accumulator_factory()
@@ -531,7 +516,7 @@ class SequenceEstimator(Estimator):
         len_est = self.len_estimator
         if len_scan is not None and len_est is not None:
             len_est = len_est.with_scan(len_scan)
-        return SequenceEstimator(est, len_est, self.name, self.keys)
+        return dataclasses.replace(self, estimator=est, len_estimator=len_est)
 
     def min_rows(self) -> int:
         return max(
@@ -541,21 +526,3 @@ class SequenceEstimator(Estimator):
     def _free_parameters(self, model: Any, tied: set[Any]) -> int:
         elements = self.estimator.n_free_parameters(model.dist, tied)
         return elements + free_parameters(self.len_estimator, model.len_dist, tied)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family, "estimator": self.estimator.to_dict()}
-        if self.len_estimator is not None:
-            spec["len_estimator"] = self.len_estimator.to_dict()
-        spec.update(drop_none(name=self.name, keys=self.keys))
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> SequenceEstimator:
-        check_spec_keys(spec, "sequence", required=("estimator",), optional=("len_estimator", "name", "keys"))
-        len_spec = spec.get("len_estimator")
-        return cls(
-            estimator_from_dict(spec["estimator"]),
-            None if len_spec is None else estimator_from_dict(len_spec),
-            spec.get("name"),
-            spec.get("keys"),
-        )
