@@ -17,7 +17,6 @@ from mixle_spark.errors import FieldError, SchemaError
 from mixle_spark.stats._validate import as_arrow_array
 from mixle_spark.stats.base import (
     Accumulator,
-    AccumulatorFactory,
     Encoder,
     RowRandom,
     Sampler,
@@ -245,29 +244,11 @@ class ProductAccumulator(Accumulator):
             acc.from_value(v)
         return self
 
-    def key_merge(self, stats: dict[Any, Any]) -> None:
-        super().key_merge(stats)
-        for acc in self.children:
-            acc.key_merge(stats)
+    def parts(self) -> list[Accumulator]:
+        return self.children
 
-    def key_replace(self, stats: dict[Any, Any]) -> None:
-        super().key_replace(stats)
-        for acc in self.children:
-            acc.key_replace(stats)
-
-
-class ProductAccumulatorFactory(AccumulatorFactory):
-    """Makes a product accumulator from child factories (``accumulator_class`` picks the subclass)."""
-
-    accumulator_class: type[ProductAccumulator] = ProductAccumulator
-
-    def __init__(self, children: list[AccumulatorFactory], streams: list[Any], keys: Any = None) -> None:
-        self.children = children
-        self.streams = streams
-        self.keys = keys
-
-    def make(self) -> ProductAccumulator:
-        return self.accumulator_class([f.make() for f in self.children], list(self.streams), self.keys)
+    def fresh_args(self) -> tuple[Any, ...]:
+        return ([c.make() for c in self.children], list(self.streams), self.keys)
 
 
 class ProductSampler(Sampler):

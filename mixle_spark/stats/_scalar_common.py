@@ -32,7 +32,6 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
-    OwnFactory,
     Sampler,
     check_parameter,
     check_spec_keys,
@@ -229,8 +228,8 @@ class ScalarEncoder(Encoder):
         return f"{type(self).__name__}()"
 
 
-class SumAccumulator(OwnFactory, Accumulator):
-    """Sums ``sw = Σw`` and ``sx = Σw x``; value ``(sw, sx)``; its own factory (:class:`OwnFactory`).
+class SumAccumulator(Accumulator):
+    """Sums ``sw = Σw`` and ``sx = Σw x``; value ``(sw, sx)``; its own factory.
 
     Subclasses say where ``x`` lives in their encoded batch (:meth:`values`) and which encoder
     matches (:attr:`encoder_class`).
@@ -269,7 +268,7 @@ class SumAccumulator(OwnFactory, Accumulator):
         return self
 
 
-class FeatureSumAccumulator(OwnFactory, Accumulator):
+class FeatureSumAccumulator(Accumulator):
     """Sums ``Σw`` and ``Σw f`` for each of the :attr:`features` arrays ``f`` of an encoded batch (a
     tuple of float64 arrays of shape (n,)); value ``(Σw, Σw f_1, ..., Σw f_m)``, merged by addition.
 

@@ -24,7 +24,7 @@ from mixle_spark.errors import (
     SchemaError,
 )
 from mixle_spark.stats._validate import arrow_float_values, as_arrow_array, check_finite, first_true
-from mixle_spark.stats.base import Accumulator, Encoder, OwnFactory, check_parameter
+from mixle_spark.stats.base import Accumulator, Encoder, check_parameter
 
 __all__ = [
     "MomentAccumulator",
@@ -366,7 +366,7 @@ def _scan_of(x: np.ndarray) -> Any:
     return (float(len(x)), x.sum(axis=0))
 
 
-class MomentAccumulator(OwnFactory, Accumulator):
+class MomentAccumulator(Accumulator):
     """Σw, Σw y and Σw y y^T (or Σw y^2 when ``diagonal``) around a centre; base of the vector
     Gaussian accumulators.
 

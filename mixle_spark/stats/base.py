@@ -50,7 +50,6 @@ __all__ = [
     "Distribution",
     "Encoder",
     "Estimator",
-    "OwnFactory",
     "RowRandom",
     "Sampler",
     "check_estimators",
@@ -213,7 +212,18 @@ class Encoder(ABC):
         return f"{type(self).__name__}()"
 
 
-class Accumulator(ABC):
+class AccumulatorFactory(ABC):
+    """Makes fresh, zeroed accumulators; small and picklable (shipped to workers).
+
+    Every accumulator is its own factory (:meth:`Accumulator.make`); a separate factory class is
+    for wrappers that make another class's accumulators."""
+
+    @abstractmethod
+    def make(self) -> Accumulator:
+        """A new accumulator with zero statistics."""
+
+
+class Accumulator(AccumulatorFactory):
     """Weighted sufficient statistics of one family.
 
     ``keys`` (optional) ties parameters: every accumulator site with the same key is estimated
@@ -259,12 +269,31 @@ class Accumulator(ABC):
     def from_value(self, value: Any) -> Accumulator:
         """Replace this accumulator's statistics by ``value`` (copied); returns self."""
 
+    encoder_class: ClassVar[type[Encoder] | None] = None
+
     def make_encoder(self) -> Encoder:
-        """The encoder matching this accumulator (for ``update`` / ``initialize`` on raw records)."""
-        raise NotImplementedError(f"{type(self).__name__} has no encoder")
+        """The encoder matching this accumulator (for ``update`` / ``initialize`` on raw records);
+        default: a fresh :attr:`encoder_class`."""
+        if self.encoder_class is None:
+            raise NotImplementedError(f"{type(self).__name__} has no encoder")
+        return self.encoder_class()
+
+    def fresh_args(self) -> tuple[Any, ...]:
+        """The constructor arguments of a fresh, zeroed accumulator like this one (default
+        ``(keys,)``; composites make fresh parts)."""
+        return (self.keys,)
+
+    def make(self) -> Accumulator:
+        """A fresh, zeroed accumulator like this one: every accumulator is its own factory."""
+        cls: Any = type(self)
+        return cls(*self.fresh_args())  # type: ignore[no-any-return]
+
+    def parts(self) -> list[Accumulator]:
+        """The accumulators of this one's parts (the tying passes walk them); default none."""
+        return []
 
     def key_merge(self, stats: dict[Any, Any]) -> None:
-        """Tying pass 1: pool this site's statistics into ``stats[self.keys]``."""
+        """Tying pass 1: pool this site's statistics into ``stats[self.keys]``, then its parts'."""
         # The first site becomes the pool and later sites add into it; key_replace then copies the
         # pooled value back into every site (the pool itself included, harmlessly).
         if self.keys is not None:
@@ -272,39 +301,15 @@ class Accumulator(ABC):
                 stats[self.keys].combine(self.value())
             else:
                 stats[self.keys] = self
+        for part in self.parts():
+            part.key_merge(stats)
 
     def key_replace(self, stats: dict[Any, Any]) -> None:
-        """Tying pass 2: copy the pooled statistics back into this site."""
+        """Tying pass 2: copy the pooled statistics back into this site, then into its parts."""
         if self.keys is not None and self.keys in stats:
             self.from_value(stats[self.keys].value())
-
-
-class AccumulatorFactory(ABC):
-    """Makes fresh, zeroed accumulators; small and picklable (shipped to workers)."""
-
-    @abstractmethod
-    def make(self) -> Accumulator:
-        """A new accumulator with zero statistics."""
-
-
-class OwnFactory(AccumulatorFactory):
-    """An accumulator that is its own factory: :meth:`make` gives a fresh one built from
-    :meth:`fresh_args` (default ``(keys,)``); :meth:`make_encoder` the :attr:`encoder_class` it reads.
-    A separate factory class would add nothing (its public ``XAccumulatorFactory`` name is an alias)."""
-
-    keys: Any
-    encoder_class: ClassVar[type[Encoder]]
-
-    def fresh_args(self) -> tuple[Any, ...]:
-        """The constructor arguments of a fresh accumulator like this one."""
-        return (self.keys,)
-
-    def make(self) -> Any:
-        cls: Any = type(self)
-        return cls(*self.fresh_args())
-
-    def make_encoder(self) -> Encoder:
-        return self.encoder_class()
+        for part in self.parts():
+            part.key_replace(stats)
 
 
 class Estimator(ABC):
@@ -329,6 +334,10 @@ class Estimator(ABC):
     @abstractmethod
     def accumulator_factory(self) -> AccumulatorFactory:
         """The factory of this estimator's accumulators."""
+
+    def accumulator(self) -> Accumulator:
+        """A fresh accumulator (a combinator's part; drivers use :meth:`accumulator_factory`)."""
+        return self.accumulator_factory().make()
 
     @abstractmethod
     def estimate(self, nobs: float | None, value: Any) -> Distribution:

@@ -59,7 +59,6 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
-    OwnFactory,
     Sampler,
     check_parameter,
     check_spec_keys,
@@ -386,7 +385,7 @@ class CategoricalEncoder(Encoder):
         return one_hot(enc.codes, label_width(self.labels))
 
 
-class CategoricalAccumulator(OwnFactory, Accumulator):
+class CategoricalAccumulator(Accumulator):
     """Weighted label counts over the estimator's vocabulary ``labels``; value: the count vector.
 
     Batches encoded with another vocabulary (for example a mixture's union encoder) are re-aligned

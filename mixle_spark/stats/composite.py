@@ -18,7 +18,6 @@ import pyarrow as pa
 from mixle_spark.errors import DataTypeError, DataValueError, SchemaError
 from mixle_spark.stats._product import (
     ProductAccumulator,
-    ProductAccumulatorFactory,
     ProductEncoder,
     ProductSampler,
     reraise_at,
@@ -206,8 +205,7 @@ class CompositeAccumulator(ProductAccumulator):
         return CompositeEncoder([acc.make_encoder() for acc in self.children])
 
 
-class CompositeAccumulatorFactory(ProductAccumulatorFactory):
-    accumulator_class = CompositeAccumulator
+CompositeAccumulatorFactory = CompositeAccumulator
 
 
 @register_estimator("composite")
@@ -232,7 +230,7 @@ class CompositeEstimator(Estimator):
 
     def accumulator_factory(self) -> CompositeAccumulatorFactory:
         return CompositeAccumulatorFactory(
-            [e.accumulator_factory() for e in self.components], list(range(len(self.components))), self.keys
+            [e.accumulator() for e in self.components], list(range(len(self.components))), self.keys
         )
 
     def estimate(self, nobs: float | None, value: Any) -> CompositeDistribution:

@@ -28,7 +28,6 @@ from mixle_spark.stats.base import (
     Accumulator,
     Encoder,
     Estimator,
-    OwnFactory,
     RowRandom,
     option,
     register_distribution,
@@ -156,7 +155,7 @@ def _center(enc: np.ndarray) -> float:
     return float(enc.mean()) if len(enc) else 0.0
 
 
-class GaussianAccumulator(OwnFactory, Accumulator):
+class GaussianAccumulator(Accumulator):
     """Sums ``sw = Σw``, ``s1 = Σw(x - shift)``, ``s2 = Σw(x - shift)^2``; value ``(sw, s1, s2, shift)``."""
 
     def __init__(self, keys: Any = None) -> None:

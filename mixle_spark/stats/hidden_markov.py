@@ -34,7 +34,6 @@ from mixle_spark.stats._product import as_record_list
 from mixle_spark.stats._validate import unit_sum
 from mixle_spark.stats.base import (
     Accumulator,
-    AccumulatorFactory,
     Distribution,
     Encoder,
     Estimator,
@@ -409,38 +408,18 @@ class HiddenMarkovAccumulator(Accumulator):
             self.emissions[0].make_encoder(), None if self.len_acc is None else self.len_acc.make_encoder()
         )
 
-    def key_merge(self, stats: dict[Any, Any]) -> None:
-        super().key_merge(stats)
-        for acc in self.emissions:
-            acc.key_merge(stats)
-        if self.len_acc is not None:
-            self.len_acc.key_merge(stats)
+    def parts(self) -> list[Accumulator]:
+        return [*self.emissions, *([] if self.len_acc is None else [self.len_acc])]
 
-    def key_replace(self, stats: dict[Any, Any]) -> None:
-        super().key_replace(stats)
-        for acc in self.emissions:
-            acc.key_replace(stats)
-        if self.len_acc is not None:
-            self.len_acc.key_replace(stats)
-
-
-class HiddenMarkovAccumulatorFactory(AccumulatorFactory):
-    def __init__(
-        self,
-        emissions: Sequence[AccumulatorFactory],
-        len_factory: AccumulatorFactory | None = None,
-        keys: Any = None,
-    ) -> None:
-        self.emissions = list(emissions)
-        self.len_factory = len_factory
-        self.keys = keys
-
-    def make(self) -> HiddenMarkovAccumulator:
-        return HiddenMarkovAccumulator(
-            [f.make() for f in self.emissions],
-            None if self.len_factory is None else self.len_factory.make(),
+    def fresh_args(self) -> tuple[Any, ...]:
+        return (
+            [e.make() for e in self.emissions],
+            None if self.len_acc is None else self.len_acc.make(),
             self.keys,
         )
+
+
+HiddenMarkovAccumulatorFactory = HiddenMarkovAccumulator
 
 
 def _smoothed(counts: np.ndarray, pseudo_count: float) -> np.ndarray:
@@ -488,10 +467,8 @@ class HiddenMarkovEstimator(Estimator):
         self.estimators = check_estimators("HiddenMarkovEstimator", "estimators", self.estimators)
 
     def accumulator_factory(self) -> HiddenMarkovAccumulatorFactory:
-        len_factory = None if self.len_estimator is None else self.len_estimator.accumulator_factory()
-        return HiddenMarkovAccumulatorFactory(
-            [e.accumulator_factory() for e in self.estimators], len_factory, self.keys
-        )
+        len_acc = None if self.len_estimator is None else self.len_estimator.accumulator()
+        return HiddenMarkovAccumulatorFactory([e.accumulator() for e in self.estimators], len_acc, self.keys)
 
     def encoder(self) -> SequenceEncoder:
         first = self.estimators[0].encoder()

@@ -17,7 +17,6 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
-    OwnFactory,
     RowRandom,
     Sampler,
     check_pseudo_count,
@@ -113,7 +112,7 @@ class IgnoredEncoder(Encoder):
         return np.zeros((int(enc), 0))
 
 
-class IgnoredAccumulator(OwnFactory, Accumulator):
+class IgnoredAccumulator(Accumulator):
     """Holds nothing; ``value()`` is None."""
 
     def __init__(self, keys: Any = None) -> None:

@@ -36,7 +36,6 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
-    OwnFactory,
     Sampler,
     check_parameter,
     check_spec_keys,
@@ -282,7 +281,7 @@ def _align(min_val: int, counts: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return out
 
 
-class IntegerCategoricalAccumulator(OwnFactory, Accumulator):
+class IntegerCategoricalAccumulator(Accumulator):
     """Weighted counts over ``min_val .. min_val + len(counts) - 1``; value ``(min_val, counts)``."""
 
     def __init__(self, min_val: int | None = None, max_val: int | None = None, keys: Any = None) -> None:

@@ -67,7 +67,6 @@ from mixle_spark.stats._product import as_record_list
 from mixle_spark.stats._validate import unit_sum
 from mixle_spark.stats.base import (
     Accumulator,
-    AccumulatorFactory,
     Distribution,
     Encoder,
     Estimator,
@@ -464,32 +463,14 @@ class MarkovChainAccumulator(Accumulator):
     def make_encoder(self) -> MarkovChainEncoder:
         return MarkovChainEncoder(self.labels, None if self.len_acc is None else self.len_acc.make_encoder())
 
-    def key_merge(self, stats: dict[Any, Any]) -> None:
-        super().key_merge(stats)
-        if self.len_acc is not None:
-            self.len_acc.key_merge(stats)
+    def parts(self) -> list[Accumulator]:
+        return [] if self.len_acc is None else [self.len_acc]
 
-    def key_replace(self, stats: dict[Any, Any]) -> None:
-        super().key_replace(stats)
-        if self.len_acc is not None:
-            self.len_acc.key_replace(stats)
+    def fresh_args(self) -> tuple[Any, ...]:
+        return (self.labels, None if self.len_acc is None else self.len_acc.make(), self.keys)
 
 
-class MarkovChainAccumulatorFactory(AccumulatorFactory):
-    def __init__(
-        self,
-        labels: tuple[Any, ...] | None = None,
-        len_factory: AccumulatorFactory | None = None,
-        keys: Any = None,
-    ) -> None:
-        self.labels = labels
-        self.len_factory = len_factory
-        self.keys = keys
-
-    def make(self) -> MarkovChainAccumulator:
-        return MarkovChainAccumulator(
-            self.labels, None if self.len_factory is None else self.len_factory.make(), self.keys
-        )
+MarkovChainAccumulatorFactory = MarkovChainAccumulator
 
 
 @register_estimator("markov_chain")
@@ -525,8 +506,8 @@ class MarkovChainEstimator(LabelOptions, Estimator):
     )
 
     def accumulator_factory(self) -> MarkovChainAccumulatorFactory:
-        len_factory = None if self.len_estimator is None else self.len_estimator.accumulator_factory()
-        return MarkovChainAccumulatorFactory(self.vocabulary, len_factory, self.keys)
+        len_acc = None if self.len_estimator is None else self.len_estimator.accumulator()
+        return MarkovChainAccumulatorFactory(self.vocabulary, len_acc, self.keys)
 
     def encoder(self) -> MarkovChainEncoder:
         return MarkovChainEncoder(

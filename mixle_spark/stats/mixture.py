@@ -38,7 +38,6 @@ from mixle_spark.stats._mixture_kernels import (
 from mixle_spark.stats._mixture_kernels import reference_kernels as reference_kernels  # documented here
 from mixle_spark.stats.base import (
     Accumulator,
-    AccumulatorFactory,
     Distribution,
     Estimator,
     RowRandom,
@@ -401,8 +400,8 @@ class MixtureAccumulator(Accumulator):
                     pool.combine(acc.value())
             else:
                 stats[self.comp_key] = [copy.deepcopy(acc) for acc in self.accumulators]
-        for acc in self.accumulators:
-            acc.key_merge(stats)
+        for part in self.parts():
+            part.key_merge(stats)
 
     def key_replace(self, stats: dict[Any, Any]) -> None:
         if self.weight_key is not None and self.weight_key in stats:
@@ -410,17 +409,17 @@ class MixtureAccumulator(Accumulator):
         if self.comp_key is not None and self.comp_key in stats:
             for pool, acc in zip(stats[self.comp_key], self.accumulators, strict=True):
                 acc.from_value(pool.value())
-        for acc in self.accumulators:
-            acc.key_replace(stats)
+        for part in self.parts():
+            part.key_replace(stats)
+
+    def parts(self) -> list[Accumulator]:
+        return self.accumulators
+
+    def fresh_args(self) -> tuple[Any, ...]:
+        return ([a.make() for a in self.accumulators], self.keys)
 
 
-class MixtureAccumulatorFactory(AccumulatorFactory):
-    def __init__(self, factories: Sequence[AccumulatorFactory], keys: tuple[Any, Any] | None = None) -> None:
-        self.factories = list(factories)
-        self.keys = keys
-
-    def make(self) -> MixtureAccumulator:
-        return MixtureAccumulator([f.make() for f in self.factories], self.keys)
+MixtureAccumulatorFactory = MixtureAccumulator
 
 
 @register_estimator("mixture")
@@ -479,7 +478,7 @@ class MixtureEstimator(Estimator):
         return 10 * k, max(self.init_rows_per_component, 10) * k
 
     def accumulator_factory(self) -> MixtureAccumulatorFactory:
-        return MixtureAccumulatorFactory([e.accumulator_factory() for e in self.estimators], self.keys)
+        return MixtureAccumulatorFactory([e.accumulator() for e in self.estimators], self.keys)
 
     def encoder(self) -> MixtureEncoder:
         first = unwrap(self.estimators[0].encoder())

@@ -71,7 +71,6 @@ from mixle_spark.stats._special import log_factorial
 from mixle_spark.stats._validate import first_true
 from mixle_spark.stats.base import (
     Accumulator,
-    AccumulatorFactory,
     Distribution,
     Estimator,
     RowRandom,
@@ -371,31 +370,14 @@ class MultinomialAccumulator(Accumulator):
             self.labels, len_encoder=None if self.len_acc is None else self.len_acc.make_encoder()
         )
 
-    def key_merge(self, stats: dict[Any, Any]) -> None:
-        super().key_merge(stats)
-        if self.len_acc is not None:
-            self.len_acc.key_merge(stats)
+    def parts(self) -> list[Accumulator]:
+        return [] if self.len_acc is None else [self.len_acc]
 
-    def key_replace(self, stats: dict[Any, Any]) -> None:
-        super().key_replace(stats)
-        if self.len_acc is not None:
-            self.len_acc.key_replace(stats)
+    def fresh_args(self) -> tuple[Any, ...]:
+        return (self.labels, None if self.len_acc is None else self.len_acc.make(), self.keys)
 
 
-class MultinomialAccumulatorFactory(AccumulatorFactory):
-    def __init__(
-        self,
-        labels: tuple[Any, ...] | None = None,
-        len_factory: AccumulatorFactory | None = None,
-        keys: Any = None,
-    ) -> None:
-        self.labels = labels
-        self.len_factory = len_factory
-        self.keys = keys
-
-    def make(self) -> MultinomialAccumulator:
-        len_acc = None if self.len_factory is None else self.len_factory.make()
-        return MultinomialAccumulator(self.labels, len_acc, self.keys)
+MultinomialAccumulatorFactory = MultinomialAccumulator
 
 
 @register_estimator("multinomial")
@@ -450,8 +432,8 @@ class MultinomialEstimator(LabelOptions, Estimator):
             self.labels = sorted_labels((*self.labels, *(self.suff_stat or ())))
 
     def accumulator_factory(self) -> MultinomialAccumulatorFactory:
-        len_factory = None if self.len_estimator is None else self.len_estimator.accumulator_factory()
-        return MultinomialAccumulatorFactory(self.vocabulary, len_factory, self.keys)
+        len_acc = None if self.len_estimator is None else self.len_estimator.accumulator()
+        return MultinomialAccumulatorFactory(self.vocabulary, len_acc, self.keys)
 
     def encoder(self) -> MultinomialEncoder:
         len_encoder = None if self.len_estimator is None else self.len_estimator.encoder()

@@ -52,7 +52,6 @@ from mixle_spark.stats._special import (
 from mixle_spark.stats.base import (
     Accumulator,
     Estimator,
-    OwnFactory,
     option,
     register_distribution,
     register_estimator,
@@ -225,7 +224,7 @@ def _histogram(x: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return values[keep], totals[keep]
 
 
-class NegativeBinomialAccumulator(OwnFactory, Accumulator):
+class NegativeBinomialAccumulator(Accumulator):
     """The weighted histogram of the counts; value ``(values, weights)``, two float64 arrays."""
 
     def __init__(self, keys: Any = None) -> None:

@@ -28,7 +28,6 @@ from mixle_spark.stats._product import as_record_list
 from mixle_spark.stats._validate import as_arrow_array
 from mixle_spark.stats.base import (
     Accumulator,
-    AccumulatorFactory,
     Distribution,
     Encoder,
     Estimator,
@@ -342,22 +341,14 @@ class OptionalAccumulator(Accumulator):
     def make_encoder(self) -> OptionalEncoder:
         return OptionalEncoder(self.child.make_encoder())
 
-    def key_merge(self, stats: dict[Any, Any]) -> None:
-        super().key_merge(stats)
-        self.child.key_merge(stats)
+    def parts(self) -> list[Accumulator]:
+        return [self.child]
 
-    def key_replace(self, stats: dict[Any, Any]) -> None:
-        super().key_replace(stats)
-        self.child.key_replace(stats)
+    def fresh_args(self) -> tuple[Any, ...]:
+        return (self.child.make(), self.keys)
 
 
-class OptionalAccumulatorFactory(AccumulatorFactory):
-    def __init__(self, child: AccumulatorFactory, keys: Any = None) -> None:
-        self.child = child
-        self.keys = keys
-
-    def make(self) -> OptionalAccumulator:
-        return OptionalAccumulator(self.child.make(), self.keys)
+OptionalAccumulatorFactory = OptionalAccumulator
 
 
 @register_estimator("optional")
@@ -385,7 +376,7 @@ class OptionalEstimator(Estimator):
     keys: str | None = None
 
     def accumulator_factory(self) -> OptionalAccumulatorFactory:
-        return OptionalAccumulatorFactory(self.estimator.accumulator_factory(), self.keys)
+        return OptionalAccumulatorFactory(self.estimator.accumulator(), self.keys)
 
     def estimate(self, nobs: float | None, value: Any) -> OptionalDistribution:
         missing, present, child_value = value

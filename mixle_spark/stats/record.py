@@ -20,7 +20,6 @@ import pyarrow as pa
 from mixle_spark.errors import DataTypeError, DataValueError, SchemaError
 from mixle_spark.stats._product import (
     ProductAccumulator,
-    ProductAccumulatorFactory,
     ProductEncoder,
     ProductSampler,
     reraise_at,
@@ -257,8 +256,7 @@ class RecordAccumulator(ProductAccumulator):
         )
 
 
-class RecordAccumulatorFactory(ProductAccumulatorFactory):
-    accumulator_class = RecordAccumulator
+RecordAccumulatorFactory = RecordAccumulator
 
 
 @register_estimator("record")
@@ -284,7 +282,7 @@ class RecordEstimator(Estimator):
 
     def accumulator_factory(self) -> RecordAccumulatorFactory:
         return RecordAccumulatorFactory(
-            [e.accumulator_factory() for e in self.fields.values()], list(self.fields), self.keys
+            [e.accumulator() for e in self.fields.values()], list(self.fields), self.keys
         )
 
     def estimate(self, nobs: float | None, value: Any) -> RecordDistribution:

@@ -26,7 +26,6 @@ from mixle_spark.stats._product import as_record_list
 from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import (
     Accumulator,
-    AccumulatorFactory,
     Distribution,
     Encoder,
     Estimator,
@@ -446,31 +445,14 @@ class SequenceAccumulator(Accumulator):
             self.child.make_encoder(), None if self.len_acc is None else self.len_acc.make_encoder()
         )
 
-    def key_merge(self, stats: dict[Any, Any]) -> None:
-        super().key_merge(stats)
-        self.child.key_merge(stats)
-        if self.len_acc is not None:
-            self.len_acc.key_merge(stats)
+    def parts(self) -> list[Accumulator]:
+        return [self.child] if self.len_acc is None else [self.child, self.len_acc]
 
-    def key_replace(self, stats: dict[Any, Any]) -> None:
-        super().key_replace(stats)
-        self.child.key_replace(stats)
-        if self.len_acc is not None:
-            self.len_acc.key_replace(stats)
+    def fresh_args(self) -> tuple[Any, ...]:
+        return (self.child.make(), None if self.len_acc is None else self.len_acc.make(), self.keys)
 
 
-class SequenceAccumulatorFactory(AccumulatorFactory):
-    def __init__(
-        self, child: AccumulatorFactory, len_factory: AccumulatorFactory | None = None, keys: Any = None
-    ) -> None:
-        self.child = child
-        self.len_factory = len_factory
-        self.keys = keys
-
-    def make(self) -> SequenceAccumulator:
-        return SequenceAccumulator(
-            self.child.make(), None if self.len_factory is None else self.len_factory.make(), self.keys
-        )
+SequenceAccumulatorFactory = SequenceAccumulator
 
 
 @register_estimator("sequence")
@@ -494,8 +476,8 @@ class SequenceEstimator(Estimator):
     keys: str | None = None
 
     def accumulator_factory(self) -> SequenceAccumulatorFactory:
-        len_factory = None if self.len_estimator is None else self.len_estimator.accumulator_factory()
-        return SequenceAccumulatorFactory(self.estimator.accumulator_factory(), len_factory, self.keys)
+        len_acc = None if self.len_estimator is None else self.len_estimator.accumulator()
+        return SequenceAccumulatorFactory(self.estimator.accumulator(), len_acc, self.keys)
 
     def estimate(self, nobs: float | None, value: Any) -> SequenceDistribution:
         row_weight, element_weight, child_value, len_value = value

@@ -57,7 +57,6 @@ from mixle_spark.stats.base import (
     Accumulator,
     Distribution,
     Estimator,
-    OwnFactory,
     check_parameter,
     option,
     register_distribution,
@@ -202,7 +201,7 @@ class StudentTDistribution(ScalarFamily):
         return u, d
 
 
-class StudentTAccumulator(OwnFactory, Accumulator):
+class StudentTAccumulator(Accumulator):
     """EM statistics of the scale mixture; value ``(sw, su, s1, s2, shift, sw_dof, s_dof)``.
 
     ``sw = Σw``, ``su = Σw u``, ``s1 = Σw u (x - shift)``, ``s2 = Σw u (x - shift)^2``; ``sw_dof`` and

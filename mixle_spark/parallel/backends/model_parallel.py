@@ -184,6 +184,9 @@ class ModelParallelAccumulator(Accumulator):
         self.num_workers = num_workers
         self.keys = getattr(inner, "keys", None)
 
+    def fresh_args(self) -> tuple[Any, ...]:
+        return (self.inner.make(), self.num_workers)
+
     def update(self, x: Any, weight: float, estimate: Distribution | None) -> None:
         self.inner.update(x, weight, estimate)
 
