@@ -21,10 +21,12 @@ from mixle_spark.errors import (
     DataValueError,
     FieldError,
     SchemaError,
-    SpecError,
 )
 from mixle_spark.stats._embed import label_frequencies, label_width, length_scales, scales, with_length
 from mixle_spark.stats._labels import (
+    check_stored_codes,
+    label_codes,
+    no_vocabulary_error,
     normalize_label,
     readable_label_type,
     sorted_labels,
@@ -45,7 +47,6 @@ __all__ = [
     "MultinomialEncoder",
     "bag_of",
     "encode_lengths",
-    "no_vocabulary_error",
 ]
 
 EXPECTED_BAG = "expected a bag of words (a list of tokens, or a map token -> count) for MultinomialEstimator"
@@ -70,13 +71,6 @@ def _token_type_ok(typ: pa.DataType) -> bool:
 
 def _count_type_ok(typ: pa.DataType) -> bool:
     return pa.types.is_integer(typ) or pa.types.is_floating(typ)
-
-
-def no_vocabulary_error() -> SpecError:
-    return SpecError(
-        "MultinomialEstimator has no vocabulary: give labels=[...] or apply the encoder's scan "
-        "with estimator.with_scan(scan) before fitting"
-    )
 
 
 class MultinomialBatch:
@@ -250,28 +244,7 @@ class MultinomialEncoder(Encoder):
         return n, row, tokens, counts
 
     def _arrow_codes(self, tokens: pa.Array, vocab: tuple[Any, ...]) -> np.ndarray:
-        """Vectorized token -> code with ``pyarrow.compute.index_in`` (-1 where absent)."""
-        if pa.types.is_dictionary(tokens.type):
-            tokens = tokens.dictionary_decode()
-        typ = tokens.type
-        if pa.types.is_integer(typ):
-            tokens, typ = pc.cast(tokens, pa.int64()), pa.int64()
-        cache_key = str(typ)
-        cached = self._value_sets.get(cache_key) if vocab is self.labels else None
-        if cached is None:
-            if pa.types.is_boolean(typ):
-                positions = [i for i, v in enumerate(vocab) if isinstance(v, bool)]
-            elif pa.types.is_integer(typ):
-                positions = [i for i, v in enumerate(vocab) if isinstance(v, int) and not isinstance(v, bool)]
-            else:
-                positions = [i for i, v in enumerate(vocab) if isinstance(v, str)]
-            value_set = pa.array([vocab[i] for i in positions], type=typ)
-            cached = (value_set, np.append(np.asarray(positions, dtype=np.int64), -1))
-            if vocab is self.labels:
-                self._value_sets[cache_key] = cached
-        value_set, lookup = cached
-        found = pc.index_in(tokens, value_set=value_set).fill_null(-1)
-        return lookup[np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)]
+        return label_codes(tokens, vocab, self._value_sets if vocab is self.labels else None)
 
     @staticmethod
     def _arrow_tokens(tokens: pa.Array, counts: np.ndarray) -> list[Any]:
@@ -350,7 +323,7 @@ class MultinomialEncoder(Encoder):
 
     def _from_codes(self, array: pa.StructArray) -> MultinomialBatch:
         if self.labels is None:
-            raise no_vocabulary_error()
+            raise no_vocabulary_error("MultinomialEstimator")
         maps = array.field(0)
         n = len(array)
         offsets = np.asarray(maps.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -362,12 +335,7 @@ class MultinomialEncoder(Encoder):
         counts = np.asarray(
             maps.items.slice(start, stop - start).to_numpy(zero_copy_only=False), dtype=np.float64
         )
-        k = len(self.labels)
-        if len(codes) and (codes.max() >= k or codes.min() < -1):
-            raise SpecError(
-                f"MultinomialEncoder: token codes outside [-1, {k}) for a vocabulary of {k} tokens; "
-                "the codes were made with another vocabulary (re-encode the data)"
-            )
+        check_stored_codes(codes, len(self.labels), "MultinomialEncoder", "token")
         return self._finish(n, row, codes, counts, self.labels, lambda j: "<unseen token>")
 
     def check_arrow_type(self, arrow_type: Any) -> None:

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mixle_spark.errors import DataTypeError, DataValueError, SpecError, UnseenLabelError
 from mixle_spark.stats._validate import unit_sum
@@ -21,6 +22,7 @@ __all__ = [
     "EXPECTED_LABEL",
     "LabelOptions",
     "align_counts",
+    "check_stored_codes",
     "checked_pmap",
     "hashable_label",
     "hashable_labels",
@@ -113,6 +115,31 @@ def readable_label_type(typ: pa.DataType) -> bool:
     )
 
 
+def label_codes(values: pa.Array, vocab: tuple[Any, ...], cache: dict[str, Any] | None = None) -> np.ndarray:
+    """Label -> code of every value of an Arrow array (-1 where ``vocab`` lacks it), vectorized with
+    ``pyarrow.compute.index_in``; ``cache`` keeps the value set per Arrow type of a fixed vocabulary."""
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    if pa.types.is_integer(values.type):
+        values = pc.cast(values, pa.int64())
+    typ = values.type
+    cached = None if cache is None else cache.get(str(typ))
+    if cached is None:
+        if pa.types.is_boolean(typ):
+            positions = [i for i, v in enumerate(vocab) if isinstance(v, bool)]
+        elif pa.types.is_integer(typ):
+            positions = [i for i, v in enumerate(vocab) if isinstance(v, int) and not isinstance(v, bool)]
+        else:
+            positions = [i for i, v in enumerate(vocab) if isinstance(v, str)]
+        value_set = pa.array([vocab[i] for i in positions], type=typ)
+        cached = (value_set, np.append(np.asarray(positions, dtype=np.int64), -1))
+        if cache is not None:
+            cache[str(typ)] = cached
+    value_set, lookup = cached
+    found = pc.index_in(values, value_set=value_set).fill_null(-1)
+    return lookup[np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)]  # type: ignore[no-any-return]
+
+
 def lookup_label(index: dict[Any, int], value: Any, row: int, n: int) -> int:
     """Code of ``value`` (-1 when absent); None and unhashable values are errors."""
     if value is None:
@@ -133,11 +160,20 @@ def align_counts(labels: tuple[Any, ...], values: np.ndarray, vocab: tuple[Any, 
     return out
 
 
-def no_vocabulary_error() -> SpecError:
+def no_vocabulary_error(family: str = "CategoricalEstimator") -> SpecError:
     return SpecError(
-        "CategoricalEstimator has no vocabulary: give labels=[...] or apply the encoder's scan "
+        f"{family} has no vocabulary: give labels=[...] or apply the encoder's scan "
         "with estimator.with_scan(scan) before fitting"
     )
+
+
+def check_stored_codes(codes: np.ndarray, k: int, encoder: str, what: str = "label") -> None:
+    """Raise SpecError unless the codes of a compact cache index a vocabulary of ``k`` ``what`` s."""
+    if len(codes) and (codes.max() >= k or codes.min() < -1):
+        raise SpecError(
+            f"{encoder}: {what} codes outside [-1, {k}) for a vocabulary of {k} {what}s; "
+            "the codes were made with another vocabulary (re-encode the data)"
+        )
 
 
 def checked_pmap(pmap: Any, fam: str, what: str = "label") -> tuple[tuple[Any, ...], np.ndarray]:

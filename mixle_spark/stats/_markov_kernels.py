@@ -28,7 +28,9 @@ from mixle_spark.stats._embed import label_frequencies, label_width, length_scal
 from mixle_spark.stats._hmm_kernels import Layout
 from mixle_spark.stats._labels import (
     CODES_FIELD,
+    check_stored_codes,
     is_codes_array,
+    label_codes,
     normalize_label,
     sorted_labels,
     unseen_label_error,
@@ -172,19 +174,6 @@ def readable_value_type(typ: pa.DataType) -> bool:
     )
 
 
-def _lookup(values: pa.Array, vocab: tuple[Any, ...]) -> np.ndarray:
-    """Label -> code for every value (-1 where the vocabulary lacks it), vectorized in Arrow."""
-    if pa.types.is_integer(values.type):
-        positions = [i for i, v in enumerate(vocab) if isinstance(v, int) and not isinstance(v, bool)]
-        values = pc.cast(values, pa.int64())
-    else:
-        positions = [i for i, v in enumerate(vocab) if isinstance(v, str)]
-    value_set = pa.array([vocab[i] for i in positions], type=values.type)
-    found = pc.index_in(values, value_set=value_set).fill_null(-1)
-    local = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
-    return np.append(np.asarray(positions, dtype=np.int64), -1)[local]
-
-
 def checked_values(lengths: np.ndarray, values: pa.Array) -> pa.Array:
     """Flattened Arrow labels (dictionaries decoded), after checking their type and that none is null."""
     if pa.types.is_dictionary(values.type):
@@ -220,7 +209,7 @@ def arrow_codes(
     if len(values) == 0:
         return np.zeros(0, dtype=np.int64), labels if labels is not None else ()
     vocab = labels if labels is not None else sorted_labels(pc.unique(values).to_pylist())
-    codes = _lookup(values, vocab)
+    codes = label_codes(values, vocab)
     if strict:
         check_unseen(lengths, codes, vocab, lambda j: values[j].as_py())
     return codes, vocab
@@ -233,12 +222,7 @@ def _compact_codes(values: pa.StructArray, labels: tuple[Any, ...] | None) -> np
             "give labels=[...] or re-encode the labels"
         )
     codes = np.asarray(values.field(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    k = len(labels)
-    if codes.size and (codes.max() >= k or codes.min() < -1):
-        raise SpecError(
-            f"MarkovChainEncoder: label codes outside [-1, {k}) for a vocabulary of {k} labels; "
-            "the codes were made with another vocabulary (re-encode the data)"
-        )
+    check_stored_codes(codes, len(labels), "MarkovChainEncoder")
     return codes
 
 

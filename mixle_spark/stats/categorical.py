@@ -40,9 +40,11 @@ from mixle_spark.stats._labels import (
     EXPECTED_LABEL,
     LabelOptions,
     align_counts,
+    check_stored_codes,
     checked_pmap,
     hashable_labels,
     is_codes_array,
+    label_codes,
     lookup_label,
     min_prob_option,
     no_vocabulary_error,
@@ -234,10 +236,10 @@ class CategoricalEncoder(Encoder):
             raise null_label_error(first_true(mask), n, int(mask.sum()))
         vocab = self.labels if self.labels is not None else sorted_labels(self._arrow_labels(array))
         if pa.types.is_dictionary(array.type):
-            dict_codes = self._codes(array.dictionary, vocab, check=False)
+            dict_codes = label_codes(array.dictionary, vocab)
             codes = dict_codes[np.asarray(array.indices.to_numpy(zero_copy_only=False), dtype=np.int64)]
         else:
-            codes = self._codes(array, vocab, check=False)
+            codes = label_codes(array, vocab)
         if self.unseen == "error" and n and (codes < 0).any():
             bad = codes < 0
             i = first_true(bad)
@@ -270,34 +272,11 @@ class CategoricalEncoder(Encoder):
             mask = np.asarray(array.is_null().to_numpy(zero_copy_only=False))
             raise null_label_error(first_true(mask), n, int(mask.sum()))
         codes = np.asarray(array.field(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        k = len(self.labels)
-        if n and (codes.max() >= k or codes.min() < -1):
-            raise SpecError(
-                f"CategoricalEncoder: label codes outside [-1, {k}) for a vocabulary of {k} labels; "
-                "the codes were made with another vocabulary (re-encode the data)"
-            )
+        check_stored_codes(codes, len(self.labels), "CategoricalEncoder")
         if self.unseen == "error" and n and (codes < 0).any():
             bad = codes < 0
             raise unseen_label_error("<unseen label>", self.labels, first_true(bad), n, int(bad.sum()))
         return CategoricalBatch(codes, self.labels)
-
-    @staticmethod
-    def _codes(array: pa.Array, vocab: tuple[Any, ...], check: bool) -> np.ndarray:
-        """Vectorized label -> code with ``pyarrow.compute.index_in`` (-1 where not found)."""
-        typ = array.type
-        if pa.types.is_boolean(typ):
-            positions = [i for i, v in enumerate(vocab) if isinstance(v, bool)]
-        elif pa.types.is_integer(typ):
-            positions = [i for i, v in enumerate(vocab) if isinstance(v, int) and not isinstance(v, bool)]
-            array = pc.cast(array, pa.int64())
-            typ = pa.int64()
-        else:
-            positions = [i for i, v in enumerate(vocab) if isinstance(v, str)]
-        value_set = pa.array([vocab[i] for i in positions], type=typ)
-        found = pc.index_in(array, value_set=value_set).fill_null(-1)
-        local = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
-        lookup = np.append(np.asarray(positions, dtype=np.int64), -1)
-        return lookup[local]
 
     @staticmethod
     def _check_array(array: pa.Array) -> None:

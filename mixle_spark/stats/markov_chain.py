@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import EmptyDataError, SpecError
-from mixle_spark.stats._labels import LabelOptions, normalize_label, sorted_labels
+from mixle_spark.stats._labels import LabelOptions, no_vocabulary_error, normalize_label, sorted_labels
 from mixle_spark.stats._markov_kernels import (
     MarkovChainEncoded,
     MarkovChainEncoder,
@@ -349,13 +349,6 @@ class MarkovChainSampler(Sampler):
         return out[0] if size is None else out
 
 
-def _no_vocabulary() -> SpecError:
-    return SpecError(
-        "MarkovChainEstimator has no vocabulary: give labels=[...] or apply the encoder's scan "
-        "with estimator.with_scan(scan) before fitting"
-    )
-
-
 class MarkovChainAccumulator(Accumulator):
     """Weighted counts over the estimator's vocabulary ``labels`` (K labels).
 
@@ -379,7 +372,7 @@ class MarkovChainAccumulator(Accumulator):
 
     def _codes(self, enc: MarkovChainEncoded, weights: np.ndarray) -> np.ndarray:
         if self.labels is None:
-            raise _no_vocabulary()
+            raise no_vocabulary_error("MarkovChainEstimator")
         if enc.labels is self.labels or enc.labels == self.labels:
             return enc.codes
         pos = self._maps.get(enc.labels)
@@ -526,7 +519,7 @@ class MarkovChainEstimator(LabelOptions, Estimator):
 
     def estimate(self, nobs: float | None, value: Any) -> MarkovChainDistribution:
         if self.vocabulary is None:
-            raise _no_vocabulary()
+            raise no_vocabulary_error("MarkovChainEstimator")
         if not self.vocabulary:
             raise EmptyDataError("MarkovChainEstimator: no labels in the data (every sequence is empty)")
         initial, transitions, len_value, row_weight = value

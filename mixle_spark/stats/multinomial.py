@@ -53,7 +53,6 @@ from mixle_spark.stats._bag_of_words import (
     MultinomialEncoder,
     bag_of,
     encode_lengths,
-    no_vocabulary_error,
 )
 from mixle_spark.stats._labels import (
     LabelOptions,
@@ -61,6 +60,7 @@ from mixle_spark.stats._labels import (
     checked_pmap,
     hashable_labels,
     min_prob_option,
+    no_vocabulary_error,
     normalize_label,
     pmap_from_spec,
     sorted_labels,
@@ -300,7 +300,7 @@ class MultinomialAccumulator(Accumulator):
 
     def _add_counts(self, enc: MultinomialBatch, weights: np.ndarray) -> None:
         if self.labels is None:
-            raise no_vocabulary_error()
+            raise no_vocabulary_error("MultinomialEstimator")
         codes, w = enc.codes, weights[enc.row] * enc.counts
         if len(codes) and codes.min() < 0:  # unseen tokens (unseen="zero") carry no statistics
             keep = codes >= 0
@@ -455,7 +455,7 @@ class MultinomialEstimator(LabelOptions, Estimator):
     def estimate(self, nobs: float | None, value: Any) -> MultinomialDistribution:
         vocab = self.vocabulary
         if vocab is None:
-            raise no_vocabulary_error()
+            raise no_vocabulary_error("MultinomialEstimator")
         if not vocab:
             raise EmptyDataError("MultinomialEstimator: no tokens in the data and no `labels` given")
         row_weight, counts, len_value = value
