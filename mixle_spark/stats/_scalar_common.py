@@ -17,8 +17,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,9 +31,9 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
+    Parameter,
     Sampler,
     check_parameter,
-    check_spec_keys,
     option,
     registered_estimators,
 )
@@ -42,7 +41,6 @@ from mixle_spark.stats.base import (
 __all__ = [
     "FeatureSumAccumulator",
     "OneParameterEstimator",
-    "Parameter",
     "ScalarEncoder",
     "ScalarFamily",
     "ScalarSampler",
@@ -71,17 +69,6 @@ def check_counts(x: np.ndarray, expected: str, low: float, high: float | None = 
     check_integer(x, expected)
 
 
-@dataclass(frozen=True)
-class Parameter:
-    """A family's parameter, declared once: its ``name`` (the constructor's argument, the attribute
-    and the JSON key), the test ``ok`` its value must pass, and what that test ``expected`` (for the
-    message, which names the value)."""
-
-    name: str
-    ok: Callable[[Any], bool]
-    expected: str
-
-
 def positive(name: str) -> Parameter:
     return Parameter(name, lambda v: math.isfinite(v) and v > 0, "a positive finite number")
 
@@ -101,13 +88,12 @@ class ScalarFamily(Distribution):
 
     parameters: ClassVar[tuple[Parameter, ...]]
     encoder_class: ClassVar[type[Encoder]]
-    sampler_class: ClassVar[type[Sampler]]
 
     def _set_parameters(self, *values: Any) -> None:
         fam = type(self).__name__
         for parameter, value in zip(self.parameters, values, strict=True):
             try:
-                ok = bool(parameter.ok(value))
+                ok = parameter.ok is None or bool(parameter.ok(value))
             except (TypeError, ValueError):  # not a number at all
                 ok = False
             check_parameter(ok, fam, parameter.name, value, parameter.expected)
@@ -115,9 +101,6 @@ class ScalarFamily(Distribution):
 
     def _values(self) -> list[float]:
         return [getattr(self, p.name) for p in self.parameters]
-
-    def sampler(self, seed: int | None = None) -> Sampler:
-        return self.sampler_class(self, seed)
 
     def estimator(self, pseudo_count: float | None = None) -> Estimator:
         estimator: Any = registered_estimators()[self.family]  # takes pseudo_count and suff_stat
@@ -130,18 +113,6 @@ class ScalarFamily(Distribution):
 
     def encoder(self) -> Encoder:
         return self.encoder_class()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": self.family,
-            **{p.name: v for p, v in zip(self.parameters, self._values(), strict=True)},
-        }
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> Distribution:
-        names = [p.name for p in cls.parameters]
-        check_spec_keys(spec, cls.family, required=names)
-        return cls(*(spec[name] for name in names))
 
 
 class ScalarSampler(Sampler):

@@ -50,6 +50,7 @@ __all__ = [
     "Distribution",
     "Encoder",
     "Estimator",
+    "Parameter",
     "RowRandom",
     "Sampler",
     "check_estimators",
@@ -62,6 +63,8 @@ __all__ = [
     "estimator_option",
     "estimators_option",
     "option",
+    "part",
+    "parts",
     "register_distribution",
     "register_estimator",
     "registered_distributions",
@@ -503,9 +506,42 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, Mapping):  # a pmap: [label, value] pairs (labels need not be strings)
         return [[k, _jsonable(v)] for k, v in value.items()]
-    if isinstance(value, Estimator):
+    if isinstance(value, (Estimator, Distribution)):
         return value.to_dict()
     return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    """A family's parameter, declared once: its ``name`` (the constructor's keyword argument, the
+    attribute and the JSON key); the test ``ok`` its value must pass and what that test ``expected``
+    (for the message, which names the value; scalar families check with it); ``parse`` reads the
+    JSON form back (raising TypeError with what it expected) and ``write`` gives it (default: arrays
+    and tuples as lists, mappings as ``[key, value]`` pairs, parts as their specs); a ``default``
+    makes it optional, written only when the value differs from it."""
+
+    name: str
+    ok: Callable[[Any], bool] | None = None
+    expected: str = ""
+    parse: Callable[[Any], Any] | None = None
+    write: Callable[[Any], Any] | None = None
+    default: Any = dataclasses.field(default_factory=lambda: dataclasses.MISSING)  # MISSING: required
+
+
+def part(name: str, optional: bool = False) -> Parameter:
+    """A parameter holding a part's distribution (None when ``optional`` and absent)."""
+    return Parameter(name, parse=distribution_from_dict, default=None if optional else dataclasses.MISSING)
+
+
+def parts(name: str) -> Parameter:
+    """A parameter holding a list of parts' distributions."""
+    return Parameter(name, parse=_distribution_specs)
+
+
+def _distribution_specs(value: Any) -> list[Distribution]:
+    if not isinstance(value, (list, tuple)):
+        raise TypeError("a list of distribution specs")
+    return [distribution_from_dict(spec) for spec in value]
 
 
 class Distribution(ABC):
@@ -516,6 +552,9 @@ class Distribution(ABC):
     """
 
     family: ClassVar[str] = ""
+    parameters: ClassVar[tuple[Parameter, ...]] = ()
+    """The constructor's keyword arguments, which are also the attributes and the JSON keys."""
+    sampler_class: ClassVar[type[Sampler] | None] = None
     fit_result: Any = None
     """Set by :func:`mixle_spark.estimation.optimize` on the model it returns (not part of equality)."""
 
@@ -530,9 +569,11 @@ class Distribution(ABC):
     def seq_log_density(self, enc: Encoded) -> np.ndarray:
         """Log-density of every row of an encoded batch, shape (n,)."""
 
-    @abstractmethod
     def sampler(self, seed: int | None = None) -> Sampler:
-        """A seeded sampler."""
+        """A seeded sampler (a :attr:`sampler_class`)."""
+        if self.sampler_class is None:
+            raise NotImplementedError(f"{type(self).__name__} has no sampler")
+        return self.sampler_class(self, seed)
 
     @abstractmethod
     def estimator(self, pseudo_count: float | None = None) -> Estimator:
@@ -542,13 +583,34 @@ class Distribution(ABC):
     def encoder(self) -> Encoder:
         """An encoder able to encode any record this distribution gives a finite density."""
 
-    @abstractmethod
     def to_dict(self) -> dict[str, Any]:
-        """Parameters as a JSON-able dict with a ``"type"`` key (float64 round-trips exactly)."""
+        """Parameters as a JSON-able dict with a ``"type"`` key (float64 round-trips exactly): the
+        declared :attr:`parameters` in order, an optional one only when it differs from its default."""
+        spec: dict[str, Any] = {"type": self.family}
+        for parameter in self.parameters:
+            value = getattr(self, parameter.name)
+            if parameter.default is dataclasses.MISSING or not _same(value, parameter.default):
+                write = parameter.write
+                spec[parameter.name] = write(value) if write is not None else _jsonable(value)
+        return spec
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> Distribution:
-        raise NotImplementedError
+        """Rebuild through the constructor (its keyword arguments are the :attr:`parameters`)."""
+        required = [p.name for p in cls.parameters if p.default is dataclasses.MISSING]
+        optional = [p.name for p in cls.parameters if p.default is not dataclasses.MISSING]
+        check_spec_keys(spec, cls.family, required=required, optional=optional)
+        arguments = {}
+        for parameter in cls.parameters:
+            if parameter.name in spec:
+                value, parse = spec[parameter.name], parameter.parse
+                try:
+                    arguments[parameter.name] = value if parse is None or value is None else parse(value)
+                except TypeError as err:  # the parser names what it expected
+                    raise SpecError(
+                        f"{cls.__name__}: {parameter.name} must be {err}, got {value!r}"
+                    ) from None
+        return cls(**arguments)
 
     def nonfinite_parameters(self) -> list[str]:
         """Paths of parameters that are NaN or infinite (used to name a broken component)."""

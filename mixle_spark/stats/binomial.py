@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +29,9 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
+    Parameter,
     Sampler,
     check_parameter,
-    check_spec_keys,
     option,
     register_distribution,
     register_estimator,
@@ -78,6 +78,14 @@ class BinomialEncoded:
         return len(self.x)
 
 
+class BinomialSampler(Sampler):
+    dist: BinomialDistribution
+
+    def sample(self, size: int | None = None) -> Any:
+        draws = self.rng.binomial(self.dist.n, self.dist.p, size=size)
+        return int(draws) if size is None else draws
+
+
 @register_distribution("binomial")
 class BinomialDistribution(Distribution):
     """Binomial distribution: ``n`` trials with success probability ``p`` (0 and 1 allowed).
@@ -87,6 +95,9 @@ class BinomialDistribution(Distribution):
     >>> round(math.exp(BinomialDistribution(0.5, 2).log_density(1)), 12)
     0.5
     """
+
+    parameters = (Parameter("p"), Parameter("n"))
+    sampler_class = BinomialSampler
 
     def __init__(self, p: float, n: int) -> None:
         check_parameter(0.0 <= p <= 1.0, "BinomialDistribution", "p", p, "a probability in [0, 1]")
@@ -120,9 +131,6 @@ class BinomialDistribution(Distribution):
         fail = rest * self._log_q if self.p < 1 else np.where(rest > 0, -np.inf, 0.0)
         return np.where(inside, log_comb + succ + fail, -np.inf)
 
-    def sampler(self, seed: int | None = None) -> BinomialSampler:
-        return BinomialSampler(self, seed)
-
     def estimator(self, pseudo_count: float | None = None) -> BinomialEstimator:
         if pseudo_count is None:
             return BinomialEstimator(n=self.n)
@@ -133,22 +141,6 @@ class BinomialDistribution(Distribution):
 
     def n_free_parameters(self) -> int:
         return 1  # n (trials) is given, not estimated
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "p": self.p, "n": self.n}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> BinomialDistribution:
-        check_spec_keys(spec, "binomial", required=("p", "n"))
-        return cls(spec["p"], spec["n"])
-
-
-class BinomialSampler(Sampler):
-    dist: BinomialDistribution
-
-    def sample(self, size: int | None = None) -> Any:
-        draws = self.rng.binomial(self.dist.n, self.dist.p, size=size)
-        return int(draws) if size is None else draws
 
 
 class BinomialEncoder(ScalarEncoder):

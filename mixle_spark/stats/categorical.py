@@ -61,9 +61,9 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
+    Parameter,
     Sampler,
     check_parameter,
-    check_spec_keys,
     option,
     register_distribution,
     register_estimator,
@@ -94,6 +94,16 @@ class CategoricalBatch:
         return len(self.codes)
 
 
+class CategoricalSampler(Sampler):
+    """One record is a label; ``sample(size)`` a list of labels."""
+
+    def sample(self, size: int | None = None) -> Any:
+        dist: Any = self.dist
+        idx = self.rng.choice(len(dist.labels), size=1 if size is None else size, p=dist._p)
+        labels = dist.labels
+        return labels[int(idx[0])] if size is None else [labels[int(i)] for i in idx]
+
+
 @register_distribution("categorical")
 class CategoricalDistribution(Distribution):
     """Probability ``pmap[label]`` for each label; labels outside ``pmap`` have probability zero.
@@ -107,6 +117,9 @@ class CategoricalDistribution(Distribution):
     >>> round(d.log_density("b"), 6)
     -0.287682
     """
+
+    parameters = (Parameter("pmap", parse=lambda v: pmap_from_spec(v, "CategoricalDistribution")),)
+    sampler_class = CategoricalSampler
 
     def __init__(self, pmap: Mapping[Any, float]) -> None:
         labels, p = checked_pmap(pmap, "CategoricalDistribution")
@@ -150,9 +163,6 @@ class CategoricalDistribution(Distribution):
     def seq_log_density(self, enc: CategoricalBatch) -> np.ndarray:
         return self._log_p_for(enc.labels)[enc.codes]
 
-    def sampler(self, seed: int | None = None) -> CategoricalSampler:
-        return CategoricalSampler(self, seed)
-
     def estimator(self, pseudo_count: float | None = None) -> CategoricalEstimator:
         if pseudo_count is None:
             return CategoricalEstimator()
@@ -163,24 +173,6 @@ class CategoricalDistribution(Distribution):
 
     def n_free_parameters(self) -> int:
         return max(len(self.pmap) - 1, 0)  # the probabilities sum to one
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "pmap": [[k, p] for k, p in self.pmap.items()]}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> CategoricalDistribution:
-        check_spec_keys(spec, "categorical", required=("pmap",))
-        return cls(pmap_from_spec(spec["pmap"], "CategoricalDistribution"))
-
-
-class CategoricalSampler(Sampler):
-    """One record is a label; ``sample(size)`` a list of labels."""
-
-    def sample(self, size: int | None = None) -> Any:
-        dist: Any = self.dist
-        idx = self.rng.choice(len(dist.labels), size=1 if size is None else size, p=dist._p)
-        labels = dist.labels
-        return labels[int(idx[0])] if size is None else [labels[int(i)] for i in idx]
 
 
 class CategoricalEncoder(Encoder):

@@ -28,9 +28,8 @@ from mixle_spark.stats.base import (
     Encoder,
     Estimator,
     check_parameter,
-    check_spec_keys,
-    distribution_from_dict,
     estimators_option,
+    parts,
     register_distribution,
     register_estimator,
 )
@@ -53,6 +52,15 @@ def _check_components(components: Any, family: str, kind: type) -> tuple[Any, ..
     return tuple(components)
 
 
+class CompositeSampler(ProductSampler):
+    """Draws tuples."""
+
+    def sample(self, size: int | None = None) -> Any:
+        if size is None:
+            return tuple(s.sample() for s in self.children)
+        return list(zip(*self._columns(size), strict=True))
+
+
 @register_distribution("composite")
 class CompositeDistribution(Distribution):
     """Independent positional parts; ``log p(x) = Σ_i components[i].log_density(x[i])``.
@@ -64,6 +72,9 @@ class CompositeDistribution(Distribution):
     >>> round(d.log_density((0.0, 1.0)), 6)
     -1.837877
     """
+
+    parameters = (parts("components"),)
+    sampler_class = CompositeSampler
 
     def __init__(self, components: Sequence[Distribution]) -> None:
         self.components = _check_components(components, "CompositeDistribution", Distribution)
@@ -82,9 +93,6 @@ class CompositeDistribution(Distribution):
             total += dist.seq_log_density(e)
         return total
 
-    def sampler(self, seed: int | None = None) -> CompositeSampler:
-        return CompositeSampler(self, seed)
-
     def estimator(self, pseudo_count: float | None = None) -> CompositeEstimator:
         return CompositeEstimator([d.estimator(pseudo_count) for d in self.components])
 
@@ -93,27 +101,6 @@ class CompositeDistribution(Distribution):
 
     def n_free_parameters(self) -> int:
         return self.estimator().n_free_parameters(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "components": [d.to_dict() for d in self.components]}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> CompositeDistribution:
-        check_spec_keys(spec, "composite", required=("components",))
-        comps = spec["components"]
-        check_parameter(
-            isinstance(comps, (list, tuple)), "CompositeDistribution", "components", comps, "a list"
-        )
-        return cls([distribution_from_dict(c) for c in comps])
-
-
-class CompositeSampler(ProductSampler):
-    """Draws tuples."""
-
-    def sample(self, size: int | None = None) -> Any:
-        if size is None:
-            return tuple(s.sample() for s in self.children)
-        return list(zip(*self._columns(size), strict=True))
 
 
 class CompositeEncoder(ProductEncoder):

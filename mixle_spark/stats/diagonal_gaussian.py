@@ -14,7 +14,7 @@ weight gives the prior ``suff_stat`` or unit variances around the centre.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -30,9 +30,9 @@ from mixle_spark.stats._vector import (
 from mixle_spark.stats._vector_estimator import VectorGaussianEstimator
 from mixle_spark.stats.base import (
     Distribution,
+    Parameter,
     Sampler,
     check_parameter,
-    check_spec_keys,
     register_distribution,
     register_estimator,
 )
@@ -50,6 +50,16 @@ _LOG_2PI = math.log(2.0 * math.pi)
 _FAMILY = "DiagonalGaussianDistribution"
 
 
+class DiagonalGaussianSampler(Sampler):
+    """One record is a 1-D array; ``sample(size)`` a list of them."""
+
+    def sample(self, size: int | None = None) -> Any:
+        dist: Any = self.dist
+        z = self.rng.standard_normal((1 if size is None else size, dist.dim))
+        draws = dist.mu + z * np.sqrt(dist.covar)
+        return draws[0] if size is None else list(draws)
+
+
 @register_distribution("diagonal_gaussian")
 class DiagonalGaussianDistribution(Distribution):
     """Gaussian over vectors of length ``d`` with independent coordinates: mean ``mu`` (d,),
@@ -61,6 +71,9 @@ class DiagonalGaussianDistribution(Distribution):
     >>> round(d.log_density([0.0, 0.0]), 6)
     -1.837877
     """
+
+    parameters = (Parameter("mu"), Parameter("covar"))
+    sampler_class = DiagonalGaussianSampler
 
     def __init__(self, mu: Sequence[float] | np.ndarray, covar: Sequence[float] | np.ndarray) -> None:
         mu = parameter_vector(mu, _FAMILY, "mu")
@@ -104,9 +117,6 @@ class DiagonalGaussianDistribution(Distribution):
         const = self._log_const - 0.5 * float((m * m) @ self._inv)
         return np.concatenate(([const], m * self._inv, -0.5 * self._inv))
 
-    def sampler(self, seed: int | None = None) -> DiagonalGaussianSampler:
-        return DiagonalGaussianSampler(self, seed)
-
     def estimator(self, pseudo_count: float | None = None) -> DiagonalGaussianEstimator:
         if pseudo_count is None:
             return DiagonalGaussianEstimator(dim=self.dim)
@@ -116,24 +126,6 @@ class DiagonalGaussianDistribution(Distribution):
 
     def encoder(self) -> DiagonalGaussianEncoder:
         return DiagonalGaussianEncoder(self.dim, self.mu)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "mu": self.mu.tolist(), "covar": self.covar.tolist()}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> DiagonalGaussianDistribution:
-        check_spec_keys(spec, "diagonal_gaussian", required=("mu", "covar"))
-        return cls(spec["mu"], spec["covar"])
-
-
-class DiagonalGaussianSampler(Sampler):
-    """One record is a 1-D array; ``sample(size)`` a list of them."""
-
-    def sample(self, size: int | None = None) -> Any:
-        dist: Any = self.dist
-        z = self.rng.standard_normal((1 if size is None else size, dist.dim))
-        draws = dist.mu + z * np.sqrt(dist.covar)
-        return draws[0] if size is None else list(draws)
 
 
 class DiagonalGaussianEncoder(VectorEncoder):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,16 +37,17 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
+    Parameter,
     RowRandom,
     Sampler,
     check_estimators,
     check_parameter,
-    check_spec_keys,
-    distribution_from_dict,
     estimator_option,
     estimators_option,
     free_parameters,
     option,
+    part,
+    parts,
     register_distribution,
     register_estimator,
     seq_update_with_ll,
@@ -84,6 +85,58 @@ def _probabilities(values: Any, shape: tuple[int, ...], name: str) -> np.ndarray
     return np.stack([unit_sum(r) for r in rows]).reshape(shape)
 
 
+class HiddenMarkovSampler(Sampler):
+    """Draws lengths from ``len_dist``, then state paths for all sequences one time step at a time,
+    then every state's elements in one call to its emission sampler; records are lists."""
+
+    def __init__(self, dist: HiddenMarkovDistribution, seed: int | None = None) -> None:
+        if dist.len_dist is None:
+            raise SpecError(
+                f"{_FAMILY}: sampling needs len_dist (the distribution of the sequence length), got None"
+            )
+        super().__init__(dist, seed)
+        self.lengths = dist.len_dist.sampler(self.new_seed())
+        self.emitters = [e.sampler(self.new_seed()) for e in dist.emissions]
+
+    def sample_with_states(self, size: int) -> tuple[list[Any], list[list[int]]]:
+        """``size`` sequences and their state paths."""
+        dist: HiddenMarkovDistribution = self.dist  # type: ignore[assignment]
+        lengths = np.asarray(as_record_list(self.lengths.sample(size)), dtype=np.int64).reshape(-1)
+        if len(lengths) and lengths.min() < 0:
+            raise SpecError(f"{_FAMILY}: len_dist drew a negative length {int(lengths.min())}")
+        layout = Layout.of(lengths)
+        m = int(lengths.sum())
+        states_tm = np.zeros(m, dtype=np.int64)
+        cum = np.cumsum(dist.transitions, axis=1)
+        current = np.zeros(len(lengths), dtype=np.int64)
+        for t in range(len(layout.active)):
+            c = int(layout.active[t])
+            u = self.rng.random(c)
+            if t == 0:
+                current[:c] = np.minimum(
+                    np.searchsorted(np.cumsum(dist.initial), u, side="right"), dist.num_states - 1
+                )
+            else:
+                rows = cum[current[:c]]
+                current[:c] = np.minimum((rows <= u[:, None]).sum(axis=1), dist.num_states - 1)
+            states_tm[layout.block(t)] = current[:c]
+        states = states_tm[layout.position]
+        values: list[Any] = [None] * m
+        for k, emitter in enumerate(self.emitters):
+            where = np.flatnonzero(states == k)
+            if where.size:
+                for j, v in zip(where.tolist(), as_record_list(emitter.sample(int(where.size))), strict=True):
+                    values[j] = v
+        ends = np.cumsum(lengths)
+        seqs = [values[e - n : e] for e, n in zip(ends.tolist(), lengths.tolist(), strict=True)]
+        paths = [states[e - n : e].tolist() for e, n in zip(ends.tolist(), lengths.tolist(), strict=True)]
+        return seqs, paths
+
+    def sample(self, size: int | None = None) -> Any:
+        seqs, _ = self.sample_with_states(1 if size is None else size)
+        return seqs[0] if size is None else seqs
+
+
 @register_distribution("hidden_markov")
 class HiddenMarkovDistribution(Distribution):
     """A K-state hidden Markov model of sequences.
@@ -108,6 +161,14 @@ class HiddenMarkovDistribution(Distribution):
     >>> hmm.viterbi([0.1, 4.9, 5.2, -0.3])
     [0, 1, 1, 0]
     """
+
+    parameters = (
+        parts("emissions"),
+        Parameter("initial"),
+        Parameter("transitions"),
+        part("len_dist", optional=True),
+    )
+    sampler_class = HiddenMarkovSampler
 
     def __init__(
         self,
@@ -179,9 +240,6 @@ class HiddenMarkovDistribution(Distribution):
         states, _ = self.seq_viterbi(self.encoder().encode([x]))
         return [int(s) for s in states]
 
-    def sampler(self, seed: int | None = None) -> HiddenMarkovSampler:
-        return HiddenMarkovSampler(self, seed)
-
     def estimator(self, pseudo_count: float | None = None) -> HiddenMarkovEstimator:
         len_est = None if self.len_dist is None else self.len_dist.estimator(pseudo_count)
         pc = None if pseudo_count is None else pseudo_count / self.num_states
@@ -203,86 +261,6 @@ class HiddenMarkovDistribution(Distribution):
 
     def n_free_parameters(self) -> int:
         return self.estimator().n_free_parameters(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {
-            "type": self.family,
-            "emissions": [e.to_dict() for e in self.emissions],
-            "initial": self.initial.tolist(),
-            "transitions": self.transitions.tolist(),
-        }
-        if self.len_dist is not None:
-            spec["len_dist"] = self.len_dist.to_dict()
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> HiddenMarkovDistribution:
-        check_spec_keys(
-            spec, "hidden_markov", required=("emissions", "initial", "transitions"), optional=("len_dist",)
-        )
-        ems = spec["emissions"]
-        check_parameter(
-            isinstance(ems, (list, tuple)), _FAMILY, "emissions", ems, "a list of distribution specs"
-        )
-        len_spec = spec.get("len_dist")
-        return cls(
-            [distribution_from_dict(e) for e in ems],
-            spec["initial"],
-            spec["transitions"],
-            None if len_spec is None else distribution_from_dict(len_spec),
-        )
-
-
-class HiddenMarkovSampler(Sampler):
-    """Draws lengths from ``len_dist``, then state paths for all sequences one time step at a time,
-    then every state's elements in one call to its emission sampler; records are lists."""
-
-    def __init__(self, dist: HiddenMarkovDistribution, seed: int | None = None) -> None:
-        if dist.len_dist is None:
-            raise SpecError(
-                f"{_FAMILY}: sampling needs len_dist (the distribution of the sequence length), got None"
-            )
-        super().__init__(dist, seed)
-        self.lengths = dist.len_dist.sampler(self.new_seed())
-        self.emitters = [e.sampler(self.new_seed()) for e in dist.emissions]
-
-    def sample_with_states(self, size: int) -> tuple[list[Any], list[list[int]]]:
-        """``size`` sequences and their state paths."""
-        dist: HiddenMarkovDistribution = self.dist  # type: ignore[assignment]
-        lengths = np.asarray(as_record_list(self.lengths.sample(size)), dtype=np.int64).reshape(-1)
-        if len(lengths) and lengths.min() < 0:
-            raise SpecError(f"{_FAMILY}: len_dist drew a negative length {int(lengths.min())}")
-        layout = Layout.of(lengths)
-        m = int(lengths.sum())
-        states_tm = np.zeros(m, dtype=np.int64)
-        cum = np.cumsum(dist.transitions, axis=1)
-        current = np.zeros(len(lengths), dtype=np.int64)
-        for t in range(len(layout.active)):
-            c = int(layout.active[t])
-            u = self.rng.random(c)
-            if t == 0:
-                current[:c] = np.minimum(
-                    np.searchsorted(np.cumsum(dist.initial), u, side="right"), dist.num_states - 1
-                )
-            else:
-                rows = cum[current[:c]]
-                current[:c] = np.minimum((rows <= u[:, None]).sum(axis=1), dist.num_states - 1)
-            states_tm[layout.block(t)] = current[:c]
-        states = states_tm[layout.position]
-        values: list[Any] = [None] * m
-        for k, emitter in enumerate(self.emitters):
-            where = np.flatnonzero(states == k)
-            if where.size:
-                for j, v in zip(where.tolist(), as_record_list(emitter.sample(int(where.size))), strict=True):
-                    values[j] = v
-        ends = np.cumsum(lengths)
-        seqs = [values[e - n : e] for e, n in zip(ends.tolist(), lengths.tolist(), strict=True)]
-        paths = [states[e - n : e].tolist() for e, n in zip(ends.tolist(), lengths.tolist(), strict=True)]
-        return seqs, paths
-
-    def sample(self, size: int | None = None) -> Any:
-        seqs, _ = self.sample_with_states(1 if size is None else size)
-        return seqs[0] if size is None else seqs
 
 
 class HiddenMarkovAccumulator(Accumulator):

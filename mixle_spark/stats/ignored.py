@@ -36,6 +36,14 @@ __all__ = [
 ]
 
 
+class IgnoredSampler(Sampler):
+    """The ignored field has no model: samples are placeholder uniform floats in [0, 1), so that a
+    Record with an ignored column still yields a value for it (any value is a valid record)."""
+
+    def sample(self, size: int | None = None) -> Any:
+        return float(self.rng.random()) if size is None else self.rng.random(size)
+
+
 @register_distribution("ignored")
 class IgnoredDistribution(Distribution):
     """Gives every record log-density 0 (the field contributes nothing to the likelihood).
@@ -46,14 +54,13 @@ class IgnoredDistribution(Distribution):
     0.0
     """
 
+    sampler_class = IgnoredSampler
+
     def log_density(self, x: Any) -> float:
         return 0.0
 
     def seq_log_density(self, enc: int) -> np.ndarray:
         return np.zeros(int(enc))
-
-    def sampler(self, seed: int | None = None) -> IgnoredSampler:
-        return IgnoredSampler(self, seed)
 
     def estimator(self, pseudo_count: float | None = None) -> IgnoredEstimator:
         return IgnoredEstimator()
@@ -63,22 +70,6 @@ class IgnoredDistribution(Distribution):
 
     def n_free_parameters(self) -> int:
         return 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> IgnoredDistribution:
-        check_spec_keys(spec, "ignored")
-        return cls()
-
-
-class IgnoredSampler(Sampler):
-    """The ignored field has no model: samples are placeholder uniform floats in [0, 1), so that a
-    Record with an ignored column still yields a value for it (any value is a valid record)."""
-
-    def sample(self, size: int | None = None) -> Any:
-        return float(self.rng.random()) if size is None else self.rng.random(size)
 
 
 class IgnoredEncoder(Encoder):

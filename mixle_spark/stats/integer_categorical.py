@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +36,9 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
+    Parameter,
     Sampler,
     check_parameter,
-    check_spec_keys,
     option,
     register_distribution,
     register_estimator,
@@ -74,6 +74,15 @@ class IntegerCategoricalBatch:
         return len(self.codes)
 
 
+class IntegerCategoricalSampler(Sampler):
+    """One record is an int; ``sample(size)`` an int64 array."""
+
+    def sample(self, size: int | None = None) -> Any:
+        d: Any = self.dist
+        draws = d.min_val + self.rng.choice(len(d.p_vec), size=1 if size is None else size, p=d.p_vec)
+        return int(draws[0]) if size is None else draws.astype(np.int64)
+
+
 @register_distribution("integer_categorical")
 class IntegerCategoricalDistribution(Distribution):
     """Probability ``p_vec[x - min_val]`` for integers ``x`` in ``min_val .. min_val + len(p_vec) - 1``.
@@ -84,6 +93,9 @@ class IntegerCategoricalDistribution(Distribution):
     >>> round(d.log_density(2), 6)
     -1.386294
     """
+
+    parameters = (Parameter("min_val"), Parameter("p_vec"))
+    sampler_class = IntegerCategoricalSampler
 
     def __init__(self, min_val: int, p_vec: Sequence[float] | np.ndarray) -> None:
         fam = "IntegerCategoricalDistribution"
@@ -129,9 +141,6 @@ class IntegerCategoricalDistribution(Distribution):
         idx = np.where((idx >= 0) & (idx < size), idx, size)
         return self._log_p[idx]
 
-    def sampler(self, seed: int | None = None) -> IntegerCategoricalSampler:
-        return IntegerCategoricalSampler(self, seed)
-
     def estimator(self, pseudo_count: float | None = None) -> IntegerCategoricalEstimator:
         if pseudo_count is None:
             return IntegerCategoricalEstimator()
@@ -142,23 +151,6 @@ class IntegerCategoricalDistribution(Distribution):
 
     def n_free_parameters(self) -> int:
         return max(len(self.p_vec) - 1, 0)  # min_val is the support, the probabilities sum to one
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "min_val": self.min_val, "p_vec": self.p_vec.tolist()}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> IntegerCategoricalDistribution:
-        check_spec_keys(spec, "integer_categorical", required=("min_val", "p_vec"))
-        return cls(spec["min_val"], spec["p_vec"])
-
-
-class IntegerCategoricalSampler(Sampler):
-    """One record is an int; ``sample(size)`` an int64 array."""
-
-    def sample(self, size: int | None = None) -> Any:
-        d: Any = self.dist
-        draws = d.min_val + self.rng.choice(len(d.p_vec), size=1 if size is None else size, p=d.p_vec)
-        return int(draws[0]) if size is None else draws.astype(np.int64)
 
 
 class IntegerCategoricalEncoder(Encoder):

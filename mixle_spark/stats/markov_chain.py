@@ -70,14 +70,14 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
+    Parameter,
     RowRandom,
     Sampler,
     check_parameter,
-    check_spec_keys,
-    distribution_from_dict,
     estimator_option,
     free_parameters,
     option,
+    part,
     register_distribution,
     register_estimator,
     seq_update_with_ll,
@@ -95,6 +95,39 @@ __all__ = [
 ]
 
 _FAMILY = "MarkovChainDistribution"
+
+
+class MarkovChainSampler(Sampler):
+    """Draws lengths from ``len_dist`` (required: without it the sampler raises SpecError), then the
+    labels of all sequences one time step at a time (see :func:`~mixle_spark.stats._markov_kernels.
+    sample_chain`); records are lists of labels. A chain that must leave a label without a transition
+    row raises SpecError naming the label."""
+
+    def __init__(self, dist: MarkovChainDistribution, seed: int | None = None) -> None:
+        if dist.len_dist is None:
+            raise SpecError(
+                f"{_FAMILY}: sampling needs len_dist (the distribution of the sequence length), got None"
+            )
+        super().__init__(dist, seed)
+        self.lengths = dist.len_dist.sampler(self.new_seed())
+
+    def sample_codes(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(lengths (size,), codes (m,))``: ``size`` sequences as codes into ``dist.labels``."""
+        dist: MarkovChainDistribution = self.dist  # type: ignore[assignment]
+        raw = np.asarray(as_record_list(self.lengths.sample(size)), dtype=np.float64).reshape(-1)
+        bad = (raw < 0) | (raw != np.floor(raw))
+        if bad.any():
+            raise SpecError(f"{_FAMILY}: len_dist drew {raw[bad][0]!r}, not a non-negative integer length")
+        lengths = raw.astype(np.int64)
+        return lengths, sample_chain(self.rng, lengths, dist._p_init, dist._p_trans, dist.labels)
+
+    def sample(self, size: int | None = None) -> Any:
+        dist: MarkovChainDistribution = self.dist  # type: ignore[assignment]
+        lengths, codes = self.sample_codes(1 if size is None else size)
+        values = np.array(dist.labels, dtype=object)[codes].tolist() if codes.size else []
+        ends = np.cumsum(lengths).tolist()
+        out = [values[e - n : e] for e, n in zip(ends, lengths.tolist(), strict=True)]
+        return out[0] if size is None else out
 
 
 @register_distribution("markov_chain")
@@ -116,6 +149,9 @@ class MarkovChainDistribution(Distribution):
     ``initial_vector`` / ``transition_matrix`` as arrays over ``labels`` (rows of zeros for labels
     without a row).
     """
+
+    parameters = (Parameter("initial"), Parameter("transitions"), part("len_dist", optional=True))
+    sampler_class = MarkovChainSampler
 
     def __init__(
         self,
@@ -280,9 +316,6 @@ class MarkovChainDistribution(Distribution):
     def seq_log_density(self, enc: MarkovChainEncoded) -> np.ndarray:
         return self._chain_ll(enc) + self._length_ll(enc)
 
-    def sampler(self, seed: int | None = None) -> MarkovChainSampler:
-        return MarkovChainSampler(self, seed)
-
     def estimator(self, pseudo_count: float | None = None) -> MarkovChainEstimator:
         len_est = None if self.len_dist is None else self.len_dist.estimator(pseudo_count)
         return MarkovChainEstimator(len_estimator=len_est, pseudo_count=pseudo_count)
@@ -294,59 +327,6 @@ class MarkovChainDistribution(Distribution):
 
     def n_free_parameters(self) -> int:
         return self.estimator().n_free_parameters(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {
-            "type": self.family,
-            "initial": [[k, p] for k, p in self.initial.items()],
-            "transitions": [[k, [[j, p] for j, p in row.items()]] for k, row in self.transitions.items()],
-        }
-        if self.len_dist is not None:
-            spec["len_dist"] = self.len_dist.to_dict()
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> MarkovChainDistribution:
-        check_spec_keys(spec, "markov_chain", required=("initial", "transitions"), optional=("len_dist",))
-        len_spec = spec.get("len_dist")
-        return cls(
-            spec["initial"],
-            spec["transitions"],
-            None if len_spec is None else distribution_from_dict(len_spec),
-        )
-
-
-class MarkovChainSampler(Sampler):
-    """Draws lengths from ``len_dist`` (required: without it the sampler raises SpecError), then the
-    labels of all sequences one time step at a time (see :func:`~mixle_spark.stats._markov_kernels.
-    sample_chain`); records are lists of labels. A chain that must leave a label without a transition
-    row raises SpecError naming the label."""
-
-    def __init__(self, dist: MarkovChainDistribution, seed: int | None = None) -> None:
-        if dist.len_dist is None:
-            raise SpecError(
-                f"{_FAMILY}: sampling needs len_dist (the distribution of the sequence length), got None"
-            )
-        super().__init__(dist, seed)
-        self.lengths = dist.len_dist.sampler(self.new_seed())
-
-    def sample_codes(self, size: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(lengths (size,), codes (m,))``: ``size`` sequences as codes into ``dist.labels``."""
-        dist: MarkovChainDistribution = self.dist  # type: ignore[assignment]
-        raw = np.asarray(as_record_list(self.lengths.sample(size)), dtype=np.float64).reshape(-1)
-        bad = (raw < 0) | (raw != np.floor(raw))
-        if bad.any():
-            raise SpecError(f"{_FAMILY}: len_dist drew {raw[bad][0]!r}, not a non-negative integer length")
-        lengths = raw.astype(np.int64)
-        return lengths, sample_chain(self.rng, lengths, dist._p_init, dist._p_trans, dist.labels)
-
-    def sample(self, size: int | None = None) -> Any:
-        dist: MarkovChainDistribution = self.dist  # type: ignore[assignment]
-        lengths, codes = self.sample_codes(1 if size is None else size)
-        values = np.array(dist.labels, dtype=object)[codes].tolist() if codes.size else []
-        ends = np.cumsum(lengths).tolist()
-        out = [values[e - n : e] for e, n in zip(ends, lengths.tolist(), strict=True)]
-        return out[0] if size is None else out
 
 
 class MarkovChainAccumulator(Accumulator):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,14 +40,14 @@ from mixle_spark.stats.base import (
     Accumulator,
     Distribution,
     Estimator,
+    Parameter,
     RowRandom,
     Sampler,
     check_estimators,
     check_parameter,
-    check_spec_keys,
-    distribution_from_dict,
     estimators_option,
     option,
+    parts,
     register_distribution,
     register_estimator,
 )
@@ -63,6 +63,39 @@ __all__ = [
     "MixtureEstimator",
     "MixtureSampler",
 ]
+
+
+class MixtureSampler(Sampler):
+    """Draws a component by ``w``, then a record from that component's own seeded sampler."""
+
+    def __init__(self, dist: MixtureDistribution, seed: int | None = None) -> None:
+        super().__init__(dist, seed)
+        self.samplers = [c.sampler(self.new_seed()) for c in dist.components]
+
+    def sample(self, size: int | None = None) -> Any:
+        w = self.dist.w  # type: ignore[attr-defined]
+        if size is None:
+            return self.samplers[int(self.rng.choice(len(w), p=w))].sample()
+        z = self.rng.choice(len(w), size=size, p=w)
+        draws = [
+            (np.flatnonzero(z == k), s.sample(int((z == k).sum())))
+            for k, s in enumerate(self.samplers)
+            if (z == k).any()
+        ]
+        if not draws:
+            return self.samplers[0].sample(0)
+        shapes = {d.shape[1:] for _, d in draws if isinstance(d, np.ndarray)}
+        if len(shapes) == 1 and all(isinstance(d, np.ndarray) for _, d in draws):
+            dtype = np.result_type(*(d for _, d in draws))
+            out = np.empty((size, *shapes.pop()), dtype=dtype)
+            for idx, d in draws:
+                out[idx] = d
+            return out
+        records: list[Any] = [None] * size
+        for idx, d in draws:
+            for i, x in zip(idx, d, strict=True):
+                records[int(i)] = x
+        return records
 
 
 @register_distribution("mixture")
@@ -84,6 +117,9 @@ class MixtureDistribution(Distribution):
     >>> round(mix.log_density(0.0), 6)
     -0.918939
     """
+
+    parameters = (parts("components"), Parameter("w"))
+    sampler_class = MixtureSampler
 
     def __init__(self, components: Sequence[Distribution], w: Any) -> None:
         comps = list(components) if isinstance(components, (list, tuple)) else []
@@ -199,9 +235,6 @@ class MixtureDistribution(Distribution):
         ll = self.score_samples(X)
         return information_criteria(float(ll.sum()), count_free_parameters(self), float(len(ll)))
 
-    def sampler(self, seed: int | None = None) -> MixtureSampler:
-        return MixtureSampler(self, seed)
-
     def estimator(self, pseudo_count: float | None = None) -> MixtureEstimator:
         """Estimator of the same shape; with ``pseudo_count`` each component uses its current
         parameters as a prior of strength ``pseudo_count / K`` and the weights get ``pseudo_count``."""
@@ -228,59 +261,6 @@ class MixtureDistribution(Distribution):
 
     def n_free_parameters(self) -> int:
         return self.estimator().n_free_parameters(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": self.family,
-            "components": [c.to_dict() for c in self.components],
-            "w": [float(v) for v in self.w],
-        }
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> MixtureDistribution:
-        check_spec_keys(spec, "mixture", required=("components", "w"))
-        comps = spec["components"]
-        check_parameter(
-            isinstance(comps, (list, tuple)),
-            "MixtureDistribution",
-            "components",
-            comps,
-            "a list of distribution specs",
-        )
-        return cls([distribution_from_dict(c) for c in comps], spec["w"])
-
-
-class MixtureSampler(Sampler):
-    """Draws a component by ``w``, then a record from that component's own seeded sampler."""
-
-    def __init__(self, dist: MixtureDistribution, seed: int | None = None) -> None:
-        super().__init__(dist, seed)
-        self.samplers = [c.sampler(self.new_seed()) for c in dist.components]
-
-    def sample(self, size: int | None = None) -> Any:
-        w = self.dist.w  # type: ignore[attr-defined]
-        if size is None:
-            return self.samplers[int(self.rng.choice(len(w), p=w))].sample()
-        z = self.rng.choice(len(w), size=size, p=w)
-        draws = [
-            (np.flatnonzero(z == k), s.sample(int((z == k).sum())))
-            for k, s in enumerate(self.samplers)
-            if (z == k).any()
-        ]
-        if not draws:
-            return self.samplers[0].sample(0)
-        shapes = {d.shape[1:] for _, d in draws if isinstance(d, np.ndarray)}
-        if len(shapes) == 1 and all(isinstance(d, np.ndarray) for _, d in draws):
-            dtype = np.result_type(*(d for _, d in draws))
-            out = np.empty((size, *shapes.pop()), dtype=dtype)
-            for idx, d in draws:
-                out[idx] = d
-            return out
-        records: list[Any] = [None] * size
-        for idx, d in draws:
-            for i, x in zip(idx, d, strict=True):
-                records[int(i)] = x
-        return records
 
 
 class MixtureAccumulator(Accumulator):

@@ -73,14 +73,14 @@ from mixle_spark.stats.base import (
     Accumulator,
     Distribution,
     Estimator,
+    Parameter,
     RowRandom,
     Sampler,
     check_parameter,
-    check_spec_keys,
-    distribution_from_dict,
     estimator_option,
     free_parameters,
     option,
+    part,
     register_distribution,
     register_estimator,
 )
@@ -94,6 +94,45 @@ __all__ = [
     "MultinomialEstimator",
     "MultinomialSampler",
 ]
+
+
+class MultinomialSampler(Sampler):
+    """Draws a length from ``len_dist``, then that many tokens. A record is a dict token -> count
+    (tokens in vocabulary order, positive counts only); ``sample(size)`` a list of them."""
+
+    dist: MultinomialDistribution
+
+    def __init__(self, dist: MultinomialDistribution, seed: int | None = None) -> None:
+        if dist.len_dist is None:
+            raise SpecError(
+                "MultinomialDistribution: sampling needs len_dist (the distribution of the document "
+                "length), got None"
+            )
+        super().__init__(dist, seed)
+        self.lengths = dist.len_dist.sampler(self.new_seed())
+
+    def _draw_lengths(self, size: int) -> np.ndarray:
+        raw = np.asarray(as_record_list(self.lengths.sample(size)), dtype=np.float64)
+        bad = (raw < 0) | (raw != np.floor(raw))
+        if bad.any():
+            raise DataValueError("len_dist must draw non-negative integer lengths", value=float(raw[bad][0]))
+        return raw.astype(np.int64)
+
+    def sample(self, size: int | None = None) -> Any:
+        labels = self.dist.labels
+        lengths = self._draw_lengths(1 if size is None else size)
+        rows = len(lengths)
+        tokens = self.rng.choice(len(labels), size=int(lengths.sum()), p=self.dist._p)
+        # One sort turns the token draws of every document into (document, token) counts.
+        key, counts = np.unique(
+            np.repeat(np.arange(rows), lengths) * len(labels) + tokens, return_counts=True
+        )
+        row, code = np.divmod(key, len(labels))
+        names = [labels[c] for c in code.tolist()]
+        values = counts.tolist()
+        bounds = np.searchsorted(row, np.arange(rows + 1)).tolist()
+        out = [dict(zip(names[a:b], values[a:b], strict=True)) for a, b in itertools.pairwise(bounds)]
+        return out[0] if size is None else out
 
 
 @register_distribution("multinomial")
@@ -112,6 +151,13 @@ class MultinomialDistribution(Distribution):
     >>> d.log_density({"a": 1, "b": 2}) == d.log_density(["b", "a", "b"])
     True
     """
+
+    parameters = (
+        Parameter("pmap", parse=lambda v: pmap_from_spec(v, "MultinomialDistribution")),
+        part("len_dist", optional=True),
+        Parameter("include_coefficient", default=True),
+    )
+    sampler_class = MultinomialSampler
 
     def __init__(
         self,
@@ -190,9 +236,6 @@ class MultinomialDistribution(Distribution):
             out += self.len_dist.seq_log_density(len_enc)
         return out
 
-    def sampler(self, seed: int | None = None) -> MultinomialSampler:
-        return MultinomialSampler(self, seed)
-
     def estimator(self, pseudo_count: float | None = None) -> MultinomialEstimator:
         len_est = None if self.len_dist is None else self.len_dist.estimator(pseudo_count)
         if pseudo_count is None:
@@ -211,63 +254,6 @@ class MultinomialDistribution(Distribution):
 
     def n_free_parameters(self) -> int:
         return self.estimator().n_free_parameters(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family, "pmap": [[k, p] for k, p in self.pmap.items()]}
-        if self.len_dist is not None:
-            spec["len_dist"] = self.len_dist.to_dict()
-        if not self.include_coefficient:
-            spec["include_coefficient"] = False
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> MultinomialDistribution:
-        check_spec_keys(spec, "multinomial", required=("pmap",), optional=("len_dist", "include_coefficient"))
-        len_spec = spec.get("len_dist")
-        return cls(
-            pmap_from_spec(spec["pmap"], "MultinomialDistribution"),
-            None if len_spec is None else distribution_from_dict(len_spec),
-            spec.get("include_coefficient", True),
-        )
-
-
-class MultinomialSampler(Sampler):
-    """Draws a length from ``len_dist``, then that many tokens. A record is a dict token -> count
-    (tokens in vocabulary order, positive counts only); ``sample(size)`` a list of them."""
-
-    dist: MultinomialDistribution
-
-    def __init__(self, dist: MultinomialDistribution, seed: int | None = None) -> None:
-        if dist.len_dist is None:
-            raise SpecError(
-                "MultinomialDistribution: sampling needs len_dist (the distribution of the document "
-                "length), got None"
-            )
-        super().__init__(dist, seed)
-        self.lengths = dist.len_dist.sampler(self.new_seed())
-
-    def _draw_lengths(self, size: int) -> np.ndarray:
-        raw = np.asarray(as_record_list(self.lengths.sample(size)), dtype=np.float64)
-        bad = (raw < 0) | (raw != np.floor(raw))
-        if bad.any():
-            raise DataValueError("len_dist must draw non-negative integer lengths", value=float(raw[bad][0]))
-        return raw.astype(np.int64)
-
-    def sample(self, size: int | None = None) -> Any:
-        labels = self.dist.labels
-        lengths = self._draw_lengths(1 if size is None else size)
-        rows = len(lengths)
-        tokens = self.rng.choice(len(labels), size=int(lengths.sum()), p=self.dist._p)
-        # One sort turns the token draws of every document into (document, token) counts.
-        key, counts = np.unique(
-            np.repeat(np.arange(rows), lengths) * len(labels) + tokens, return_counts=True
-        )
-        row, code = np.divmod(key, len(labels))
-        names = [labels[c] for c in code.tolist()]
-        values = counts.tolist()
-        bounds = np.searchsorted(row, np.arange(rows + 1)).tolist()
-        out = [dict(zip(names[a:b], values[a:b], strict=True)) for a, b in itertools.pairwise(bounds)]
-        return out[0] if size is None else out
 
 
 class MultinomialAccumulator(Accumulator):

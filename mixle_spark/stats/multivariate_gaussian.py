@@ -20,7 +20,7 @@ last resort. Zero total weight gives the prior ``suff_stat`` or ``N(centre, I)``
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -37,9 +37,9 @@ from mixle_spark.stats._vector import (
 from mixle_spark.stats._vector_estimator import VectorGaussianEstimator
 from mixle_spark.stats.base import (
     Distribution,
+    Parameter,
     Sampler,
     check_parameter,
-    check_spec_keys,
     register_distribution,
     register_estimator,
 )
@@ -64,6 +64,16 @@ def _cholesky(covar: np.ndarray) -> np.ndarray | None:
         return None
 
 
+class MultivariateGaussianSampler(Sampler):
+    """Draws ``mu + L z``; one record is a 1-D array, ``sample(size)`` a list of them."""
+
+    def sample(self, size: int | None = None) -> Any:
+        dist: Any = self.dist
+        z = self.rng.standard_normal((1 if size is None else size, dist.dim))
+        draws = dist.mu + z @ dist._chol.T
+        return draws[0] if size is None else list(draws)
+
+
 @register_distribution("multivariate_gaussian")
 class MultivariateGaussianDistribution(Distribution):
     """Gaussian over vectors of length ``d`` with mean ``mu`` (d,) and covariance ``covar`` (d, d).
@@ -76,6 +86,9 @@ class MultivariateGaussianDistribution(Distribution):
     >>> round(d.log_density([0.0, 0.0]), 6)
     -1.837877
     """
+
+    parameters = (Parameter("mu"), Parameter("covar"))
+    sampler_class = MultivariateGaussianSampler
 
     def __init__(
         self, mu: Sequence[float] | np.ndarray, covar: Sequence[Sequence[float]] | np.ndarray
@@ -138,9 +151,6 @@ class MultivariateGaussianDistribution(Distribution):
         iu, ju = triangle_indices(self.dim)
         return np.concatenate(([self._log_const - 0.5 * float(m @ pm)], pm, quad[iu, ju]))
 
-    def sampler(self, seed: int | None = None) -> MultivariateGaussianSampler:
-        return MultivariateGaussianSampler(self, seed)
-
     def estimator(self, pseudo_count: float | None = None) -> MultivariateGaussianEstimator:
         if pseudo_count is None:
             return MultivariateGaussianEstimator(dim=self.dim)
@@ -154,24 +164,6 @@ class MultivariateGaussianDistribution(Distribution):
     def n_free_parameters(self) -> int:
         d = len(self.mu)
         return d + d * (d + 1) // 2  # the covariance is symmetric
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "mu": self.mu.tolist(), "covar": self.covar.tolist()}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> MultivariateGaussianDistribution:
-        check_spec_keys(spec, "multivariate_gaussian", required=("mu", "covar"))
-        return cls(spec["mu"], spec["covar"])
-
-
-class MultivariateGaussianSampler(Sampler):
-    """Draws ``mu + L z``; one record is a 1-D array, ``sample(size)`` a list of them."""
-
-    def sample(self, size: int | None = None) -> Any:
-        dist: Any = self.dist
-        z = self.rng.standard_normal((1 if size is None else size, dist.dim))
-        draws = dist.mu + z @ dist._chol.T
-        return draws[0] if size is None else list(draws)
 
 
 class MultivariateGaussianEncoder(VectorEncoder):

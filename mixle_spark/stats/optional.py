@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -31,14 +31,13 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
+    Parameter,
     RowRandom,
     Sampler,
     check_parameter,
-    check_spec_keys,
-    distribution_from_dict,
-    drop_none,
     estimator_option,
     option,
+    part,
     register_distribution,
     register_estimator,
     seq_update_with_ll,
@@ -73,6 +72,25 @@ def _log(p: float) -> float:
     return math.log(p) if p > 0.0 else -math.inf
 
 
+class OptionalSampler(Sampler):
+    """Draws ``None`` with probability ``p`` (never when ``p`` is None), else a child draw."""
+
+    def __init__(self, dist: OptionalDistribution, seed: int | None = None) -> None:
+        super().__init__(dist, seed)
+        self.child = dist.dist.sampler(self.new_seed())
+
+    def sample(self, size: int | None = None) -> Any:
+        p = self.dist.p or 0.0  # type: ignore[attr-defined]
+        if size is None:
+            return None if self.rng.random() < p else self.child.sample()
+        missing = self.rng.random(size) < p
+        present = as_record_list(self.child.sample(int(size - missing.sum())))
+        out: list[Any] = [None] * size
+        for i, value in zip(np.flatnonzero(~missing), present, strict=True):
+            out[i] = value
+        return out
+
+
 @register_distribution("optional")
 class OptionalDistribution(Distribution):
     """A child distribution over present values, and the probability ``p`` of a missing value.
@@ -84,6 +102,9 @@ class OptionalDistribution(Distribution):
     p : float in [0, 1], optional
         Probability that a value is missing; None marginalizes missing values (they score 0).
     """
+
+    parameters = (part("dist"), Parameter("p", default=None))
+    sampler_class = OptionalSampler
 
     def __init__(self, dist: Distribution, p: float | None = None) -> None:
         check_parameter(
@@ -112,9 +133,6 @@ class OptionalDistribution(Distribution):
             out[enc.present_index] = self._log_present + self.dist.seq_log_density(enc.child)
         return out
 
-    def sampler(self, seed: int | None = None) -> OptionalSampler:
-        return OptionalSampler(self, seed)
-
     def estimator(self, pseudo_count: float | None = None) -> OptionalEstimator:
         return OptionalEstimator(
             self.dist.estimator(pseudo_count), pseudo_count=pseudo_count, model_missing=self.p is not None
@@ -125,33 +143,6 @@ class OptionalDistribution(Distribution):
 
     def n_free_parameters(self) -> int:
         return self.estimator().n_free_parameters(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "dist": self.dist.to_dict(), **drop_none(p=self.p)}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> OptionalDistribution:
-        check_spec_keys(spec, "optional", required=("dist",), optional=("p",))
-        return cls(distribution_from_dict(spec["dist"]), spec.get("p"))
-
-
-class OptionalSampler(Sampler):
-    """Draws ``None`` with probability ``p`` (never when ``p`` is None), else a child draw."""
-
-    def __init__(self, dist: OptionalDistribution, seed: int | None = None) -> None:
-        super().__init__(dist, seed)
-        self.child = dist.dist.sampler(self.new_seed())
-
-    def sample(self, size: int | None = None) -> Any:
-        p = self.dist.p or 0.0  # type: ignore[attr-defined]
-        if size is None:
-            return None if self.rng.random() < p else self.child.sample()
-        missing = self.rng.random(size) < p
-        present = as_record_list(self.child.sample(int(size - missing.sum())))
-        out: list[Any] = [None] * size
-        for i, value in zip(np.flatnonzero(~missing), present, strict=True):
-            out[i] = value
-        return out
 
 
 class OptionalEncoder(Encoder):

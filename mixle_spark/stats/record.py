@@ -30,8 +30,8 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
+    Parameter,
     check_parameter,
-    check_spec_keys,
     distribution_from_dict,
     estimator_from_dict,
     option,
@@ -63,14 +63,30 @@ def _check_fields(fields: Any, family: str, kind: type) -> dict[str, Any]:
     return dict(fields)
 
 
-def _field_specs(fields: Mapping[str, Estimator]) -> dict[str, Any]:
-    return {name: e.to_dict() for name, e in fields.items()}
+def _field_specs(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: part.to_dict() for name, part in fields.items()}
+
+
+def _field_distributions(specs: Any) -> dict[str, Distribution]:
+    if not isinstance(specs, Mapping):
+        raise TypeError("a dict of column name -> distribution spec")
+    return {name: distribution_from_dict(spec) for name, spec in specs.items()}
 
 
 def _field_estimators(specs: Any) -> dict[str, Estimator]:
     if not isinstance(specs, Mapping):
         raise TypeError("a dict of column name -> estimator spec")
     return {name: estimator_from_dict(spec) for name, spec in specs.items()}
+
+
+class RecordSampler(ProductSampler):
+    """Draws dicts ``{name: value}``."""
+
+    def sample(self, size: int | None = None) -> Any:
+        names = list(self.dist.fields)  # type: ignore[attr-defined]
+        if size is None:
+            return {name: s.sample() for name, s in zip(names, self.children, strict=True)}
+        return [dict(zip(names, values, strict=True)) for values in zip(*self._columns(size), strict=True)]
 
 
 @register_distribution("record")
@@ -89,6 +105,9 @@ class RecordDistribution(Distribution):
     >>> round(d.log_density({"a": 0.0, "b": 1.0}), 6)
     -1.837877
     """
+
+    parameters = (Parameter("fields", parse=_field_distributions, write=_field_specs),)
+    sampler_class = RecordSampler
 
     def __init__(self, fields: Mapping[str, Distribution]) -> None:
         self.fields = _check_fields(fields, "RecordDistribution", Distribution)
@@ -110,9 +129,6 @@ class RecordDistribution(Distribution):
             total += dist.seq_log_density(e)
         return total
 
-    def sampler(self, seed: int | None = None) -> RecordSampler:
-        return RecordSampler(self, seed)
-
     def estimator(self, pseudo_count: float | None = None) -> RecordEstimator:
         return RecordEstimator({name: d.estimator(pseudo_count) for name, d in self.fields.items()})
 
@@ -121,26 +137,6 @@ class RecordDistribution(Distribution):
 
     def n_free_parameters(self) -> int:
         return self.estimator().n_free_parameters(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.family, "fields": {name: d.to_dict() for name, d in self.fields.items()}}
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> RecordDistribution:
-        check_spec_keys(spec, "record", required=("fields",))
-        fields = spec["fields"]
-        check_parameter(isinstance(fields, Mapping), "RecordDistribution", "fields", fields, "a dict")
-        return cls({name: distribution_from_dict(child) for name, child in fields.items()})
-
-
-class RecordSampler(ProductSampler):
-    """Draws dicts ``{name: value}``."""
-
-    def sample(self, size: int | None = None) -> Any:
-        names = list(self.dist.fields)  # type: ignore[attr-defined]
-        if size is None:
-            return {name: s.sample() for name, s in zip(names, self.children, strict=True)}
-        return [dict(zip(names, values, strict=True)) for values in zip(*self._columns(size), strict=True)]
 
 
 class RecordEncoder(ProductEncoder):

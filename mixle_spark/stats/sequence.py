@@ -33,10 +33,9 @@ from mixle_spark.stats.base import (
     Sampler,
     any_unseen,
     check_parameter,
-    check_spec_keys,
-    distribution_from_dict,
     estimator_option,
     free_parameters,
+    part,
     register_distribution,
     register_estimator,
     seq_update_with_ll,
@@ -69,6 +68,35 @@ def _row_sums(owner: np.ndarray, element_values: np.ndarray, n: int) -> np.ndarr
     return np.bincount(owner, weights=element_values, minlength=n).astype(np.float64, copy=False)
 
 
+class SequenceSampler(Sampler):
+    """Draws a length from ``len_dist``, then that many elements; records are lists."""
+
+    def __init__(self, dist: SequenceDistribution, seed: int | None = None) -> None:
+        if dist.len_dist is None:
+            raise SpecError(
+                "SequenceDistribution: sampling needs len_dist (the distribution of the "
+                "sequence length), got None"
+            )
+        super().__init__(dist, seed)
+        self.lengths = dist.len_dist.sampler(self.new_seed())
+        self.elements = dist.dist.sampler(self.new_seed())
+
+    def _draw_lengths(self, size: int) -> np.ndarray:
+        raw = np.asarray(as_record_list(self.lengths.sample(size)), dtype=np.float64)
+        if len(raw) and (np.any(raw < 0) or np.any(raw != np.floor(raw))):
+            bad = raw[(raw < 0) | (raw != np.floor(raw))][0]
+            raise DataValueError("len_dist must draw non-negative integer lengths", value=float(bad))
+        return raw.astype(np.int64)
+
+    def sample(self, size: int | None = None) -> Any:
+        lengths = self._draw_lengths(1 if size is None else size)
+        total = int(lengths.sum())
+        values = as_record_list(self.elements.sample(total)) if total else []
+        ends = np.cumsum(lengths)
+        out = [values[e - k : e] for e, k in zip(ends.tolist(), lengths.tolist(), strict=True)]
+        return out[0] if size is None else out
+
+
 @register_distribution("sequence")
 class SequenceDistribution(Distribution):
     """Independent elements from ``dist``, and optionally a length model ``len_dist``.
@@ -80,6 +108,9 @@ class SequenceDistribution(Distribution):
     len_dist : Distribution, optional
         Model of the length (a count family, e.g. Poisson). Required for sampling.
     """
+
+    parameters = (part("dist"), part("len_dist", optional=True))
+    sampler_class = SequenceSampler
 
     def __init__(self, dist: Distribution, len_dist: Distribution | None = None) -> None:
         check_parameter(
@@ -112,9 +143,6 @@ class SequenceDistribution(Distribution):
             out += self.len_dist.seq_log_density(len_enc)
         return out
 
-    def sampler(self, seed: int | None = None) -> SequenceSampler:
-        return SequenceSampler(self, seed)
-
     def estimator(self, pseudo_count: float | None = None) -> SequenceEstimator:
         len_est = None if self.len_dist is None else self.len_dist.estimator(pseudo_count)
         return SequenceEstimator(self.dist.estimator(pseudo_count), len_est)
@@ -126,50 +154,6 @@ class SequenceDistribution(Distribution):
 
     def n_free_parameters(self) -> int:
         return self.estimator().n_free_parameters(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family, "dist": self.dist.to_dict()}
-        if self.len_dist is not None:
-            spec["len_dist"] = self.len_dist.to_dict()
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> SequenceDistribution:
-        check_spec_keys(spec, "sequence", required=("dist",), optional=("len_dist",))
-        len_spec = spec.get("len_dist")
-        return cls(
-            distribution_from_dict(spec["dist"]),
-            None if len_spec is None else distribution_from_dict(len_spec),
-        )
-
-
-class SequenceSampler(Sampler):
-    """Draws a length from ``len_dist``, then that many elements; records are lists."""
-
-    def __init__(self, dist: SequenceDistribution, seed: int | None = None) -> None:
-        if dist.len_dist is None:
-            raise SpecError(
-                "SequenceDistribution: sampling needs len_dist (the distribution of the "
-                "sequence length), got None"
-            )
-        super().__init__(dist, seed)
-        self.lengths = dist.len_dist.sampler(self.new_seed())
-        self.elements = dist.dist.sampler(self.new_seed())
-
-    def _draw_lengths(self, size: int) -> np.ndarray:
-        raw = np.asarray(as_record_list(self.lengths.sample(size)), dtype=np.float64)
-        if len(raw) and (np.any(raw < 0) or np.any(raw != np.floor(raw))):
-            bad = raw[(raw < 0) | (raw != np.floor(raw))][0]
-            raise DataValueError("len_dist must draw non-negative integer lengths", value=float(bad))
-        return raw.astype(np.int64)
-
-    def sample(self, size: int | None = None) -> Any:
-        lengths = self._draw_lengths(1 if size is None else size)
-        total = int(lengths.sum())
-        values = as_record_list(self.elements.sample(total)) if total else []
-        ends = np.cumsum(lengths)
-        out = [values[e - k : e] for e, k in zip(ends.tolist(), lengths.tolist(), strict=True)]
-        return out[0] if size is None else out
 
 
 def _encode_lengths(len_encoder: Encoder, enc_or_lengths: Any) -> Any:
