@@ -1,46 +1,42 @@
 """Model families: each module holds one family's Distribution, Estimator, Accumulator (its own
 factory, or a factory class), Encoder and Sampler, and lists them in its ``__all__``; importing this
-package registers them all and re-exports every family's names."""
+package registers them all and re-exports every family's names (``__all__`` is what the star
+imports bring, with the base contracts)."""
 
-from mixle_spark.stats import (
-    bernoulli,
-    beta,
-    binomial,
-    categorical,
-    composite,
-    diagonal_gaussian,
-    exponential,
-    gamma,
-    gaussian,
-    geometric,
-    hidden_markov,
-    ignored,
-    integer_categorical,
-    log_gaussian,
-    markov_chain,
-    mixture,
-    multinomial,
-    multivariate_gaussian,
-    negative_binomial,
-    optional,
-    poisson,
-    record,
-    sequence,
-    student_t,
-    von_mises,
+from inspect import ismodule as _ismodule
+
+from mixle_spark.stats.base import (
+    Accumulator as Accumulator,
 )
 from mixle_spark.stats.base import (
-    Accumulator,
-    AccumulatorFactory,
-    Distribution,
-    Encoder,
-    Estimator,
-    RowRandom,
-    Sampler,
-    distribution_from_dict,
-    estimator_from_dict,
-    registered_distributions,
-    registered_estimators,
+    AccumulatorFactory as AccumulatorFactory,
+)
+from mixle_spark.stats.base import (
+    Distribution as Distribution,
+)
+from mixle_spark.stats.base import (
+    Encoder as Encoder,
+)
+from mixle_spark.stats.base import (
+    Estimator as Estimator,
+)
+from mixle_spark.stats.base import (
+    RowRandom as RowRandom,
+)
+from mixle_spark.stats.base import (
+    Sampler as Sampler,
+)
+from mixle_spark.stats.base import (
+    distribution_from_dict as distribution_from_dict,
+)
+from mixle_spark.stats.base import (
+    estimator_from_dict as estimator_from_dict,
+)
+from mixle_spark.stats.base import (
+    registered_distributions as registered_distributions,
+)
+from mixle_spark.stats.base import (
+    registered_estimators as registered_estimators,
 )
 from mixle_spark.stats.bernoulli import *  # noqa: F403
 from mixle_spark.stats.beta import *  # noqa: F403
@@ -68,44 +64,4 @@ from mixle_spark.stats.sequence import *  # noqa: F403
 from mixle_spark.stats.student_t import *  # noqa: F403
 from mixle_spark.stats.von_mises import *  # noqa: F403
 
-__all__ = [
-    "Accumulator",
-    "AccumulatorFactory",
-    "Distribution",
-    "Encoder",
-    "Estimator",
-    "RowRandom",
-    "Sampler",
-    "distribution_from_dict",
-    "estimator_from_dict",
-    "registered_distributions",
-    "registered_estimators",
-]
-for _family in (
-    bernoulli,
-    beta,
-    binomial,
-    categorical,
-    composite,
-    diagonal_gaussian,
-    exponential,
-    gamma,
-    gaussian,
-    geometric,
-    hidden_markov,
-    ignored,
-    integer_categorical,
-    log_gaussian,
-    markov_chain,
-    mixture,
-    multinomial,
-    multivariate_gaussian,
-    negative_binomial,
-    optional,
-    poisson,
-    record,
-    sequence,
-    student_t,
-    von_mises,
-):
-    __all__ += _family.__all__
+__all__ = sorted(name for name, value in globals().items() if not (name.startswith("_") or _ismodule(value)))

@@ -24,6 +24,7 @@ import numpy as np
 
 from mixle_spark.errors import SchemaError
 from mixle_spark.stats._embed import scales
+from mixle_spark.stats._special import log_factorial
 from mixle_spark.stats._validate import arrow_float_values, check_integer, check_range, float_values
 from mixle_spark.stats.base import (
     Accumulator,
@@ -39,6 +40,7 @@ from mixle_spark.stats.base import (
 )
 
 __all__ = [
+    "CountEncoder",
     "FeatureSumAccumulator",
     "OneParameterEstimator",
     "ScalarEncoder",
@@ -197,6 +199,22 @@ class ScalarEncoder(Encoder):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+class CountEncoder(ScalarEncoder):
+    """Reads counts into ``(x, log x!)``, two float64 arrays of shape (n,) (Poisson, negative binomial)."""
+
+    embedding = "count"
+    expectation = "a non-negative integer count"
+
+    def seed_values(self, enc: Any) -> np.ndarray:
+        return np.asarray(enc[0], dtype=np.float64)
+
+    def validate(self, x: np.ndarray) -> None:
+        check_counts(x, self.expected, low=0.0)
+
+    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return x, log_factorial(x)
 
 
 class SumAccumulator(Accumulator):

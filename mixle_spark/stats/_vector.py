@@ -459,6 +459,9 @@ class MomentAccumulator(Accumulator):
     def fresh_args(self) -> tuple[Any, ...]:
         return (self.dim, self.keys)
 
+    def make_encoder(self) -> Encoder:
+        return self.encoder_class(self.dim)  # type: ignore[call-arg, misc]
+
 
 def moments_about_mean(value: Any) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     """``(sw, mean_y, scatter, center)`` from an accumulator value: ``scatter`` is Σw(x - mean)(x - mean)^T

@@ -1,4 +1,4 @@
-"""What the diagonal and full-covariance Gaussian estimators share: options, scan, spec."""
+"""What the diagonal and full-covariance Gaussian estimators share: options, scan, spec, M-step."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mixle_spark.stats._vector import parameter_vector
+from mixle_spark.errors import EmptyDataError
+from mixle_spark.stats._vector import moments_about_mean, parameter_vector
 from mixle_spark.stats.base import (
     AccumulatorFactory,
     Distribution,
@@ -69,6 +70,38 @@ class VectorGaussianEstimator(Estimator):
         count, total = scan
         center = np.asarray(total, dtype=np.float64) / float(count)
         return dataclasses.replace(self, dim=len(center), center=center)
+
+    def unit(self, d: int) -> np.ndarray:
+        """The identity of the covariance form (ones for variances, the identity matrix)."""
+        raise NotImplementedError
+
+    def outer(self, a: np.ndarray) -> np.ndarray:
+        """``a a^T`` in the covariance form (``a**2`` for variances)."""
+        raise NotImplementedError
+
+    def floored(self, covar: np.ndarray) -> np.ndarray:
+        """The covariance with the family's floor applied (finite, positive definite)."""
+        raise NotImplementedError
+
+    def estimate(self, nobs: float | None, value: Any) -> Distribution:
+        sw, mean_y, scatter, c = moments_about_mean(value)
+        d = len(mean_y) or self.dim
+        if not d:
+            raise EmptyDataError(
+                f"{type(self).__name__}: no data, and neither dim nor suff_stat to fall back on"
+            )
+        pc = self.pseudo_count or 0.0
+        if sw <= 0.0 and (pc == 0.0 or self.suff_stat is None):
+            return self.fallback(d, c, self.unit(d))
+        if self.suff_stat is not None and pc > 0:
+            mu0, covar0 = self.suff_stat
+            d0 = mu0 - c
+            mean_all = (sw * mean_y + pc * d0) / (sw + pc)
+            scatter = scatter + sw * self.outer(mean_y - mean_all) + pc * (covar0 + self.outer(d0 - mean_all))
+            mu, covar = c + mean_all, scatter / (sw + pc)
+        else:
+            mu, covar = c + mean_y, (scatter + pc * self.unit(d)) / (sw + pc)
+        return self.distribution_class(mu, self.floored(covar))  # type: ignore[no-any-return]
 
     def fallback(self, d: int, value_center: np.ndarray, covar: np.ndarray) -> Distribution:
         """The model for zero total weight: the prior, else ``covar`` around the best centre known."""

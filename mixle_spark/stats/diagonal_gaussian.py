@@ -19,12 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.errors import EmptyDataError
 from mixle_spark.stats._vector import (
     MomentAccumulator,
     VectorBatch,
     VectorEncoder,
-    moments_about_mean,
     parameter_vector,
 )
 from mixle_spark.stats._vector_estimator import VectorGaussianEstimator
@@ -139,8 +137,7 @@ class DiagonalGaussianAccumulator(MomentAccumulator):
 
     diagonal = True
 
-    def make_encoder(self) -> DiagonalGaussianEncoder:
-        return DiagonalGaussianEncoder(self.dim)
+    encoder_class = DiagonalGaussianEncoder
 
 
 DiagonalGaussianAccumulatorFactory = DiagonalGaussianAccumulator
@@ -171,24 +168,12 @@ class DiagonalGaussianEstimator(VectorGaussianEstimator):
     factory_class = DiagonalGaussianAccumulatorFactory
     encoder_class = DiagonalGaussianEncoder
 
-    def estimate(self, nobs: float | None, value: Any) -> DiagonalGaussianDistribution:
-        sw, mean_y, scatter, c = moments_about_mean(value)
-        d = len(mean_y) or self.dim
-        if not d:
-            raise EmptyDataError(
-                f"{type(self).__name__}: no data, and neither dim nor suff_stat to fall back on"
-            )
-        pc = self.pseudo_count or 0.0
-        if sw <= 0.0 and (pc == 0.0 or self.suff_stat is None):
-            return self.fallback(d, c, np.ones(d))  # type: ignore[return-value]
-        if self.suff_stat is not None and pc > 0:
-            mu0, var0 = self.suff_stat
-            d0 = mu0 - c
-            mean_all = (sw * mean_y + pc * d0) / (sw + pc)
-            scatter = scatter + sw * (mean_y - mean_all) ** 2 + pc * (var0 + (d0 - mean_all) ** 2)
-            mu, var = c + mean_all, scatter / (sw + pc)
-        else:
-            mu, var = c + mean_y, (scatter + pc) / (sw + pc)
+    def unit(self, d: int) -> np.ndarray:
+        return np.ones(d)
+
+    def outer(self, a: np.ndarray) -> np.ndarray:
+        return a**2
+
+    def floored(self, var: np.ndarray) -> np.ndarray:
         var = np.where(np.isfinite(var), var, 1.0)
-        floor = max(self.min_covar, self.ridge * float(var.mean()))
-        return DiagonalGaussianDistribution(mu, np.maximum(var, floor))
+        return np.maximum(var, max(self.min_covar, self.ridge * float(var.mean())))

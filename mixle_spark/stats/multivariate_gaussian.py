@@ -25,12 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.errors import EmptyDataError, SpecError
+from mixle_spark.errors import SpecError
 from mixle_spark.stats._vector import (
     MomentAccumulator,
     VectorBatch,
     VectorEncoder,
-    moments_about_mean,
     parameter_vector,
     triangle_indices,
 )
@@ -177,8 +176,7 @@ class MultivariateGaussianAccumulator(MomentAccumulator):
 
     diagonal = False
 
-    def make_encoder(self) -> MultivariateGaussianEncoder:
-        return MultivariateGaussianEncoder(self.dim)
+    encoder_class = MultivariateGaussianEncoder
 
 
 MultivariateGaussianAccumulatorFactory = MultivariateGaussianAccumulator
@@ -209,28 +207,13 @@ class MultivariateGaussianEstimator(VectorGaussianEstimator):
     factory_class = MultivariateGaussianAccumulatorFactory
     encoder_class = MultivariateGaussianEncoder
 
-    def estimate(self, nobs: float | None, value: Any) -> MultivariateGaussianDistribution:
-        sw, mean_y, scatter, c = moments_about_mean(value)
-        d = len(mean_y) or self.dim
-        if not d:
-            raise EmptyDataError(
-                f"{type(self).__name__}: no data, and neither dim nor suff_stat to fall back on"
-            )
-        pc = self.pseudo_count or 0.0
-        if sw <= 0.0 and (pc == 0.0 or self.suff_stat is None):
-            return self.fallback(d, c, np.eye(d))  # type: ignore[return-value]
-        if self.suff_stat is not None and pc > 0:
-            mu0, covar0 = self.suff_stat
-            d0 = mu0 - c
-            mean_all = (sw * mean_y + pc * d0) / (sw + pc)
-            a, b = mean_y - mean_all, d0 - mean_all
-            scatter = scatter + sw * np.outer(a, a) + pc * (covar0 + np.outer(b, b))
-            mu, covar = c + mean_all, scatter / (sw + pc)
-        else:
-            mu, covar = c + mean_y, (scatter + pc * np.eye(d)) / (sw + pc)
-        return MultivariateGaussianDistribution(mu, self._floored(covar))
+    def unit(self, d: int) -> np.ndarray:
+        return np.eye(d)
 
-    def _floored(self, covar: np.ndarray) -> np.ndarray:
+    def outer(self, a: np.ndarray) -> np.ndarray:
+        return np.outer(a, a)
+
+    def floored(self, covar: np.ndarray) -> np.ndarray:
         d = covar.shape[0]
         covar = 0.5 * (covar + covar.T)
         if not np.all(np.isfinite(covar)):

@@ -32,13 +32,12 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.stats._scalar_common import (
+    CountEncoder,
     Parameter,
-    ScalarEncoder,
     ScalarFamily,
     ScalarSampler,
     bound,
     check_bounds,
-    check_counts,
     positive,
     prior_tuple,
 )
@@ -143,22 +142,8 @@ def _log_pmf(r: float, log_p: float, log_q: float, x: np.ndarray, log_fact: np.n
     return log_rising_factorial(r, x) - log_fact + r * log_p + x * log_q  # type: ignore[no-any-return]
 
 
-class NegativeBinomialEncoder(ScalarEncoder):
-    """Reads counts into ``(x, log x!)``, two float64 arrays of shape (n,)."""
-
-    embedding = "count"
-
-    def seed_values(self, enc: Any) -> np.ndarray:
-        return np.asarray(enc[0], dtype=np.float64)
-
+class NegativeBinomialEncoder(CountEncoder):
     estimator_name = "NegativeBinomialEstimator"
-    expectation = "a non-negative integer count"
-
-    def validate(self, x: np.ndarray) -> None:
-        check_counts(x, self.expected, low=0.0)
-
-    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return x, log_factorial(x)
 
 
 class NegativeBinomialSampler(ScalarSampler):

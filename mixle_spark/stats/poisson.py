@@ -14,12 +14,11 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.stats._scalar_common import (
+    CountEncoder,
     OneParameterEstimator,
-    ScalarEncoder,
     ScalarFamily,
     ScalarSampler,
     SumAccumulator,
-    check_counts,
     floor,
     positive,
     prior,
@@ -43,22 +42,8 @@ def _is_count(x: float) -> bool:
     return 0.0 <= x < math.inf and x == math.floor(x)
 
 
-class PoissonEncoder(ScalarEncoder):
-    """Reads counts into ``(x, log x!)``, two float64 arrays of shape (n,)."""
-
-    embedding = "count"
-
-    def seed_values(self, enc: Any) -> np.ndarray:
-        return np.asarray(enc[0], dtype=np.float64)
-
+class PoissonEncoder(CountEncoder):
     estimator_name = "PoissonEstimator"
-    expectation = "a non-negative integer count"
-
-    def validate(self, x: np.ndarray) -> None:
-        check_counts(x, self.expected, low=0.0)
-
-    def pack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return x, log_factorial(x)
 
 
 class PoissonSampler(ScalarSampler):
