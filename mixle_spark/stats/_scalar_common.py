@@ -28,7 +28,6 @@ from mixle_spark.stats._special import log_factorial
 from mixle_spark.stats._validate import arrow_float_values, check_integer, check_range, float_values
 from mixle_spark.stats.base import (
     Accumulator,
-    AccumulatorFactory,
     Distribution,
     Encoder,
     Estimator,
@@ -337,8 +336,6 @@ class OneParameterEstimator(Estimator):
     """
 
     distribution_class: ClassVar[Any]
-    factory_class: ClassVar[Any]
-    encoder_class: ClassVar[Any]
     floor_name: ClassVar[str]
     prior_default: ClassVar[float]
     suff_stat: float | None
@@ -354,12 +351,6 @@ class OneParameterEstimator(Estimator):
 
     def apply_floor(self, value: float) -> float:
         return max(value, self.floor)
-
-    def accumulator_factory(self) -> AccumulatorFactory:
-        return self.factory_class(self.keys)  # type: ignore[no-any-return]
-
-    def encoder(self) -> Encoder:
-        return self.encoder_class()  # type: ignore[no-any-return]
 
     def estimate(self, nobs: float | None, value: Any) -> Distribution:
         sw, sx = value

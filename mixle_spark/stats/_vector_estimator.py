@@ -39,7 +39,7 @@ class VectorGaussianEstimator(Estimator):
     keys: str | None = None
 
     distribution_class: ClassVar[Any]
-    factory_class: ClassVar[Any]
+    accumulator_class: ClassVar[Any]
     encoder_class: ClassVar[Any]
 
     def check(self) -> None:
@@ -58,7 +58,7 @@ class VectorGaussianEstimator(Estimator):
         self.dim = dim
 
     def accumulator_factory(self) -> AccumulatorFactory:
-        return self.factory_class(self.dim, self.keys)  # type: ignore[no-any-return]
+        return self.accumulator_class(self.dim, self.keys)  # type: ignore[no-any-return]
 
     def encoder(self) -> Encoder:
         return self.encoder_class(self.dim, self.center)  # type: ignore[no-any-return]

@@ -334,9 +334,15 @@ class Estimator(ABC):
     keys: Any = None
     name: str | None = None
 
-    @abstractmethod
+    accumulator_class: ClassVar[type[Accumulator] | None] = None
+    encoder_class: ClassVar[type[Encoder] | None] = None
+
     def accumulator_factory(self) -> AccumulatorFactory:
-        """The factory of this estimator's accumulators."""
+        """The factory of this estimator's accumulators (default: an :attr:`accumulator_class` with
+        this estimator's ``keys``; every accumulator is its own factory)."""
+        if self.accumulator_class is None:
+            raise NotImplementedError(f"{type(self).__name__} declares no accumulator_class")
+        return self.accumulator_class(self.keys)  # type: ignore[call-arg]
 
     def accumulator(self) -> Accumulator:
         """A fresh accumulator (a combinator's part; drivers use :meth:`accumulator_factory`)."""
@@ -346,9 +352,12 @@ class Estimator(ABC):
     def estimate(self, nobs: float | None, value: Any) -> Distribution:
         """The M-step: a distribution from merged statistics ``value`` (``nobs`` = total weight)."""
 
-    @abstractmethod
     def encoder(self) -> Encoder:
-        """The encoder for this estimator's data (complete once any needed scan is applied)."""
+        """The encoder for this estimator's data (complete once any needed scan is applied; default:
+        an :attr:`encoder_class`)."""
+        if self.encoder_class is None:
+            raise NotImplementedError(f"{type(self).__name__} declares no encoder_class")
+        return self.encoder_class()
 
     def with_scan(self, scan: Any) -> Estimator:
         """This estimator with the vocabularies / ranges of ``scan`` fixed (default: unchanged)."""

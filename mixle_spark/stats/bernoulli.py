@@ -151,7 +151,7 @@ class BernoulliEstimator(OneParameterEstimator):
     keys: str | None = None
 
     distribution_class = BernoulliDistribution
-    factory_class = BernoulliAccumulator
+    accumulator_class = BernoulliAccumulator
     encoder_class = BernoulliEncoder
     floor_name = "min_p"
     prior_default = 0.5

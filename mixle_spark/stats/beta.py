@@ -240,14 +240,11 @@ class BetaEstimator(Estimator):
     name: str | None = None
     keys: str | None = None
 
+    accumulator_class = BetaAccumulator
+    encoder_class = BetaEncoder
+
     def check(self) -> None:
         check_bounds(self, "min_shape", "max_shape")
-
-    def accumulator_factory(self) -> BetaAccumulatorFactory:
-        return BetaAccumulatorFactory(self.keys)
-
-    def encoder(self) -> BetaEncoder:
-        return BetaEncoder()
 
     def _clip(self, value: float) -> float:
         return min(max(value, self.min_shape), self.max_shape)

@@ -165,7 +165,7 @@ class DiagonalGaussianEstimator(VectorGaussianEstimator):
     """
 
     distribution_class = DiagonalGaussianDistribution
-    factory_class = DiagonalGaussianAccumulatorFactory
+    accumulator_class = DiagonalGaussianAccumulatorFactory
     encoder_class = DiagonalGaussianEncoder
 
     def unit(self, d: int) -> np.ndarray:

@@ -129,7 +129,7 @@ class ExponentialEstimator(OneParameterEstimator):
     keys: str | None = None
 
     distribution_class = ExponentialDistribution
-    factory_class = ExponentialAccumulator
+    accumulator_class = ExponentialAccumulator
     encoder_class = ExponentialEncoder
     floor_name = "min_beta"
     prior_default = 1.0

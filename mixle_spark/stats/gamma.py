@@ -188,14 +188,11 @@ class GammaEstimator(Estimator):
     name: str | None = None
     keys: str | None = None
 
+    accumulator_class = GammaAccumulator
+    encoder_class = GammaEncoder
+
     def check(self) -> None:
         check_bounds(self, "min_k", "max_k")
-
-    def accumulator_factory(self) -> GammaAccumulatorFactory:
-        return GammaAccumulatorFactory(self.keys)
-
-    def encoder(self) -> GammaEncoder:
-        return GammaEncoder()
 
     def estimate(self, nobs: float | None, value: Any) -> GammaDistribution:
         sw, sx, slog = value

@@ -243,11 +243,8 @@ class GaussianEstimator(Estimator):
     name: str | None = None
     keys: str | None = None
 
-    def accumulator_factory(self) -> GaussianAccumulatorFactory:
-        return GaussianAccumulatorFactory(self.keys)
-
-    def encoder(self) -> GaussianEncoder:
-        return GaussianEncoder()
+    accumulator_class = GaussianAccumulator
+    encoder_class = GaussianEncoder
 
     def estimate(self, nobs: float | None, value: Any) -> GaussianDistribution:
         sw, s1, s2, shift = value

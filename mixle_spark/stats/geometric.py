@@ -139,7 +139,7 @@ class GeometricEstimator(OneParameterEstimator):
     keys: str | None = None
 
     distribution_class = GeometricDistribution
-    factory_class = GeometricAccumulator
+    accumulator_class = GeometricAccumulator
     encoder_class = GeometricEncoder
     floor_name = "min_p"
     prior_default = 0.5

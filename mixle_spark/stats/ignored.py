@@ -7,7 +7,8 @@ holds nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,9 +20,6 @@ from mixle_spark.stats.base import (
     Estimator,
     RowRandom,
     Sampler,
-    check_pseudo_count,
-    check_spec_keys,
-    drop_none,
     register_distribution,
     register_estimator,
 )
@@ -132,31 +130,17 @@ IgnoredAccumulatorFactory = IgnoredAccumulator
 
 
 @register_estimator("ignored")
+@dataclass(eq=False, repr=False)
 class IgnoredEstimator(Estimator):
     """Always estimates :class:`IgnoredDistribution`; ``pseudo_count`` and ``keys`` are accepted for a
     uniform signature and have no effect (there is nothing to estimate or tie)."""
 
-    def __init__(self, pseudo_count: float | None = None, name: str | None = None, keys: Any = None) -> None:
-        check_pseudo_count("IgnoredEstimator", pseudo_count)
-        self.pseudo_count = pseudo_count
-        self.name = name
-        self.keys = keys
+    pseudo_count: float | None = None
+    name: str | None = None
+    keys: Any = None
 
-    def accumulator_factory(self) -> IgnoredAccumulatorFactory:
-        return IgnoredAccumulatorFactory(self.keys)
-
-    def encoder(self) -> IgnoredEncoder:
-        return IgnoredEncoder()
+    accumulator_class = IgnoredAccumulator
+    encoder_class = IgnoredEncoder
 
     def estimate(self, nobs: float | None, value: Any) -> IgnoredDistribution:
         return IgnoredDistribution()
-
-    def to_dict(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"type": self.family}
-        spec.update(drop_none(pseudo_count=self.pseudo_count, name=self.name, keys=self.keys))
-        return spec
-
-    @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> IgnoredEstimator:
-        check_spec_keys(spec, "ignored", optional=("pseudo_count", "name", "keys"))
-        return cls(**{k: v for k, v in spec.items() if k != "type"})

@@ -167,14 +167,11 @@ class LogGaussianEstimator(Estimator):
     name: str | None = None
     keys: str | None = None
 
+    accumulator_class = LogGaussianAccumulator
+    encoder_class = LogGaussianEncoder
+
     def estimate(self, nobs: float | None, value: Any) -> LogGaussianDistribution:
         # The M-step is the Gaussian one on the log scale.
         gaussian = GaussianEstimator(self.pseudo_count, self.suff_stat, self.min_var)
         fit: GaussianDistribution = gaussian.estimate(nobs, value)
         return LogGaussianDistribution(fit.mu, fit.sigma2)
-
-    def accumulator_factory(self) -> LogGaussianAccumulatorFactory:
-        return LogGaussianAccumulatorFactory(self.keys)
-
-    def encoder(self) -> LogGaussianEncoder:
-        return LogGaussianEncoder()

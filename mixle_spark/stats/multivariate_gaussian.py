@@ -204,7 +204,7 @@ class MultivariateGaussianEstimator(VectorGaussianEstimator):
     """
 
     distribution_class = MultivariateGaussianDistribution
-    factory_class = MultivariateGaussianAccumulatorFactory
+    accumulator_class = MultivariateGaussianAccumulatorFactory
     encoder_class = MultivariateGaussianEncoder
 
     def unit(self, d: int) -> np.ndarray:

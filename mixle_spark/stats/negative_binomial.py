@@ -301,14 +301,11 @@ class NegativeBinomialEstimator(Estimator):
     name: str | None = None
     keys: str | None = None
 
+    accumulator_class = NegativeBinomialAccumulator
+    encoder_class = NegativeBinomialEncoder
+
     def check(self) -> None:
         check_bounds(self, "min_r", "max_r")
-
-    def accumulator_factory(self) -> NegativeBinomialAccumulatorFactory:
-        return NegativeBinomialAccumulatorFactory(self.keys)
-
-    def encoder(self) -> NegativeBinomialEncoder:
-        return NegativeBinomialEncoder()
 
     def _prior(self) -> tuple[float, float]:
         return (1.0, 0.5) if self.suff_stat is None else self.suff_stat

@@ -135,7 +135,7 @@ class PoissonEstimator(OneParameterEstimator):
     keys: str | None = None
 
     distribution_class = PoissonDistribution
-    factory_class = PoissonAccumulator
+    accumulator_class = PoissonAccumulator
     encoder_class = PoissonEncoder
     floor_name = "min_lam"
     prior_default = 1.0

@@ -343,6 +343,9 @@ class StudentTEstimator(Estimator):
     name: str | None = None
     keys: str | None = None
 
+    accumulator_class = StudentTAccumulator
+    encoder_class = StudentTEncoder
+
     def check(self) -> None:
         check_bounds(self, "min_dof", "max_dof")
         check_parameter(
@@ -355,12 +358,6 @@ class StudentTEstimator(Estimator):
 
     def _free_parameters(self, model: Distribution, tied: set[Any]) -> int:
         return model.n_free_parameters() - (self.dof is not None)  # a given dof is not estimated
-
-    def accumulator_factory(self) -> StudentTAccumulatorFactory:
-        return StudentTAccumulatorFactory(self.keys)
-
-    def encoder(self) -> StudentTEncoder:
-        return StudentTEncoder()
 
     def _with_prior(self, value: Any) -> tuple[float, ...]:
         """The statistics with the pseudo-observations added (see the class docstring)."""

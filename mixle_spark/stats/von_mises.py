@@ -275,11 +275,8 @@ class VonMisesEstimator(Estimator):
     name: str | None = None
     keys: str | None = None
 
-    def accumulator_factory(self) -> VonMisesAccumulatorFactory:
-        return VonMisesAccumulatorFactory(self.keys)
-
-    def encoder(self) -> VonMisesEncoder:
-        return VonMisesEncoder()
+    accumulator_class = VonMisesAccumulator
+    encoder_class = VonMisesEncoder
 
     def estimate(self, nobs: float | None, value: Any) -> VonMisesDistribution:
         sw, scos, ssin = value
