@@ -19,7 +19,6 @@ import pyarrow.compute as pc
 from mixle_spark.errors import (
     DataTypeError,
     DataValueError,
-    FieldError,
     SchemaError,
 )
 from mixle_spark.stats._embed import label_frequencies, label_width, length_scales, scales, with_length
@@ -32,6 +31,7 @@ from mixle_spark.stats._labels import (
     sorted_labels,
     unseen_label_error,
 )
+from mixle_spark.stats._lengths import LengthEncoding
 from mixle_spark.stats._special import log_factorial
 from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import (
@@ -46,7 +46,6 @@ __all__ = [
     "MultinomialBatch",
     "MultinomialEncoder",
     "bag_of",
-    "encode_lengths",
 ]
 
 EXPECTED_BAG = "expected a bag of words (a list of tokens, or a map token -> count) for MultinomialEstimator"
@@ -103,21 +102,7 @@ class MultinomialBatch:
         return self.n
 
 
-def encode_lengths(len_encoder: Encoder, totals: np.ndarray) -> Any:
-    try:
-        return len_encoder.from_arrow(pa.array(totals.astype(np.int64), type=pa.int64()))
-    except FieldError as err:
-        raise type(err)(
-            "document length: " + err.detail,
-            value=err.value,
-            row=err.row,
-            n_rows=err.n_rows,
-            count=err.count,
-            path=err.path,
-        ) from err
-
-
-class MultinomialEncoder(Encoder):
+class MultinomialEncoder(LengthEncoding, Encoder):
     """Bags of words -> a :class:`MultinomialBatch` over a sorted vocabulary.
 
     Parameters
@@ -131,6 +116,8 @@ class MultinomialEncoder(Encoder):
     len_encoder : Encoder, optional
         Encoder of the document lengths (the length model's), applied to the token totals.
     """
+
+    length_name = "document length"
 
     def __init__(
         self, labels: Iterable[Any] | None = None, unseen: str = "error", len_encoder: Encoder | None = None
@@ -296,7 +283,7 @@ class MultinomialEncoder(Encoder):
             row, code1 = np.divmod(key, width)
             codes = code1 - 1
         log_coef = log_factorial(totals) - np.bincount(row, weights=log_factorial(counts), minlength=n)
-        len_enc = None if self.len_encoder is None else encode_lengths(self.len_encoder, totals)
+        len_enc = self.encoded_lengths(totals)
         return MultinomialBatch(n, row, codes, counts, totals, log_coef, vocab, len_enc)
 
     # -- compact Arrow form ---------------------------------------------------------------------------
@@ -358,17 +345,16 @@ class MultinomialEncoder(Encoder):
     # -- scans -----------------------------------------------------------------------------------------
     @property
     def needs_scan(self) -> bool:
-        return self.labels is None or (self.len_encoder is not None and self.len_encoder.needs_scan)
+        return self.labels is None or self.lengths_need_scan
 
     def _scan(self, tokens: Callable[[], list[Any]], n: int, row: np.ndarray, counts: np.ndarray) -> Any:
         if not self.needs_scan:
             return None
         vocab = None if self.labels is not None else frozenset(normalize_label(t) for t in tokens())
-        len_scan = None
-        if self.len_encoder is not None and self.len_encoder.needs_scan:
-            totals = np.bincount(row, weights=counts, minlength=n).astype(np.int64)
-            len_scan = self.len_encoder.scan_arrow(pa.array(totals, type=pa.int64()))
-        return (vocab, len_scan)
+        totals = (
+            np.bincount(row, weights=counts, minlength=n).astype(np.int64) if self.lengths_need_scan else None
+        )
+        return (vocab, None if totals is None else self.scan_lengths(totals))
 
     def scan(self, records: Sequence[Any]) -> Any:
         """The tokens with a positive count (and the length scan of the length encoder, if it has one)."""
@@ -385,22 +371,17 @@ class MultinomialEncoder(Encoder):
         if a is None or b is None:
             return b if a is None else a
         vocab = a[0] if b[0] is None else b[0] if a[0] is None else frozenset(a[0]) | frozenset(b[0])
-        if a[1] is None or b[1] is None:
-            len_scan = b[1] if a[1] is None else a[1]
-        else:
-            len_scan = self.len_encoder.merge_scans(a[1], b[1])  # type: ignore[union-attr]
-        return (vocab, len_scan)
+        return (vocab, self.merge_length_scans(a[1], b[1]))
 
     def with_unseen(self, unseen: str) -> MultinomialEncoder:
-        len_encoder = None if self.len_encoder is None else self.len_encoder.with_unseen(unseen)
+        len_encoder = self.lengths_with_unseen(unseen)
         if unseen == self.unseen and len_encoder is self.len_encoder:
             return self
         return MultinomialEncoder(self.labels, unseen, len_encoder)
 
     def unseen_rows(self, enc: MultinomialBatch) -> np.ndarray | None:
         tokens = unseen_owners(enc.codes < 0, enc.row, enc.n)
-        lengths = None if self.len_encoder is None else self.len_encoder.unseen_rows(enc.len_enc)
-        return any_unseen((tokens, lengths))
+        return any_unseen((tokens, self.unseen_lengths(enc.len_enc)))
 
     def union(self, other: Encoder) -> Encoder:
         if self == other:
@@ -409,11 +390,7 @@ class MultinomialEncoder(Encoder):
             raise TypeError(f"cannot combine encoders {self!r} and {other!r}")
         unseen = "zero" if "zero" in (self.unseen, other.unseen) else "error"
         labels = None if self.labels is None or other.labels is None else (*self.labels, *other.labels)
-        if self.len_encoder is None or other.len_encoder is None:
-            len_encoder = self.len_encoder or other.len_encoder
-        else:
-            len_encoder = self.len_encoder.union(other.len_encoder)
-        return MultinomialEncoder(labels, unseen, len_encoder)
+        return MultinomialEncoder(labels, unseen, self.union_lengths(other))
 
     def __eq__(self, other: object) -> bool:
         return (

@@ -35,9 +35,9 @@ from mixle_spark.stats._labels import (
     sorted_labels,
     unseen_label_error,
 )
+from mixle_spark.stats._lengths import LengthEncoding
 from mixle_spark.stats._validate import first_true, unit_sum
 from mixle_spark.stats.base import Encoder, any_unseen, check_parameter
-from mixle_spark.stats.sequence import _encode_lengths
 
 __all__ = [
     "EXPECTED_ARROW",
@@ -425,7 +425,7 @@ def vocabulary(values: Iterable[Any], fam: str, name: str) -> list[Any]:
 
 
 # -- the encoder ---------------------------------------------------------------------------------------
-class MarkovChainEncoder(Encoder):
+class MarkovChainEncoder(LengthEncoding, Encoder):
     """Lists of labels -> :class:`MarkovChainEncoded` (codes into a sorted vocabulary).
 
     Parameters
@@ -453,7 +453,7 @@ class MarkovChainEncoder(Encoder):
         self.unseen = unseen
 
     def _finish(self, lengths: np.ndarray, codes: np.ndarray, vocab: tuple[Any, ...]) -> MarkovChainEncoded:
-        len_enc = None if self.len_encoder is None else _encode_lengths(self.len_encoder, lengths)
+        len_enc = self.encoded_lengths(lengths)
         return MarkovChainEncoded(lengths, codes, vocab, len_enc)
 
     @property
@@ -461,7 +461,7 @@ class MarkovChainEncoder(Encoder):
         return self.unseen == "error" and self.labels is not None
 
     def with_unseen(self, unseen: str) -> MarkovChainEncoder:
-        len_encoder = None if self.len_encoder is None else self.len_encoder.with_unseen(unseen)
+        len_encoder = self.lengths_with_unseen(unseen)
         if unseen == self.unseen and len_encoder is self.len_encoder:
             return self
         return MarkovChainEncoder(self.labels, len_encoder, unseen)
@@ -470,8 +470,7 @@ class MarkovChainEncoder(Encoder):
         bad = np.flatnonzero(enc.codes < 0)
         rows = np.zeros(enc.n, dtype=bool)
         rows[_owner(enc.lengths, bad)] = True
-        lengths = None if self.len_encoder is None else self.len_encoder.unseen_rows(enc.len_enc)
-        return any_unseen((rows, lengths))
+        return any_unseen((rows, self.unseen_lengths(enc.len_enc)))
 
     def encode(self, records: Sequence[Any]) -> MarkovChainEncoded:
         return self._finish(*python_codes(records, self.labels, self._strict))
@@ -522,15 +521,12 @@ class MarkovChainEncoder(Encoder):
     # -- scans: the vocabulary (a frozenset of labels) and the length model's ----------------------
     @property
     def needs_scan(self) -> bool:
-        return self.labels is None or (self.len_encoder is not None and self.len_encoder.needs_scan)
+        return self.labels is None or self.lengths_need_scan
 
     def _scan(self, lengths: np.ndarray, labels: Any) -> Any:
         if not self.needs_scan:
             return None
-        len_scan = None
-        if self.len_encoder is not None and self.len_encoder.needs_scan:
-            len_scan = self.len_encoder.scan_arrow(pa.array(lengths, type=pa.int64()))
-        return (None if self.labels is not None else frozenset(labels()), len_scan)
+        return (None if self.labels is not None else frozenset(labels()), self.scan_lengths(lengths))
 
     def scan(self, records: Sequence[Any]) -> Any:
         lengths, _codes, vocab = python_codes(records, None, False)
@@ -546,11 +542,8 @@ class MarkovChainEncoder(Encoder):
         if a is None or b is None:
             return b if a is None else a
 
-        def merge(x: Any, y: Any, union: Any) -> Any:
-            return y if x is None else x if y is None else union(x, y)
-
-        len_merge = None if self.len_encoder is None else self.len_encoder.merge_scans
-        return (merge(a[0], b[0], frozenset.union), merge(a[1], b[1], len_merge))
+        labels = b[0] if a[0] is None else a[0] if b[0] is None else frozenset.union(a[0], b[0])
+        return (labels, self.merge_length_scans(a[1], b[1]))
 
     def union(self, other: Encoder) -> Encoder:
         if self == other:
@@ -558,12 +551,8 @@ class MarkovChainEncoder(Encoder):
         if not isinstance(other, MarkovChainEncoder):
             raise TypeError(f"cannot combine encoders {self!r} and {other!r}")
         labels = None if self.labels is None or other.labels is None else (*self.labels, *other.labels)
-        if self.len_encoder is None or other.len_encoder is None:
-            len_encoder = self.len_encoder or other.len_encoder
-        else:
-            len_encoder = self.len_encoder.union(other.len_encoder)
         unseen = "zero" if "zero" in (self.unseen, other.unseen) else "error"
-        return MarkovChainEncoder(labels, len_encoder, unseen)
+        return MarkovChainEncoder(labels, self.union_lengths(other), unseen)
 
     def __eq__(self, other: object) -> bool:
         return (

@@ -30,6 +30,7 @@ import numpy as np
 
 from mixle_spark.errors import SpecError
 from mixle_spark.stats._hmm_kernels import Layout, baum_welch, forward, viterbi
+from mixle_spark.stats._lengths import encode_lengths
 from mixle_spark.stats._product import as_record_list
 from mixle_spark.stats._validate import unit_sum
 from mixle_spark.stats.base import (
@@ -52,7 +53,7 @@ from mixle_spark.stats.base import (
     register_estimator,
     seq_update_with_ll,
 )
-from mixle_spark.stats.sequence import SequenceEncoded, SequenceEncoder, _encode_lengths
+from mixle_spark.stats.sequence import SequenceEncoded, SequenceEncoder
 
 __all__ = [
     "HiddenMarkovAccumulator",
@@ -209,7 +210,7 @@ class HiddenMarkovDistribution(Distribution):
     def _length_ll(self, enc: SequenceEncoded) -> np.ndarray | float:
         if self.len_dist is None:
             return 0.0
-        len_enc = enc.len_enc if enc.len_enc is not None else _encode_lengths(self.len_dist.encoder(), enc)
+        len_enc = enc.len_enc if enc.len_enc is not None else encode_lengths(self.len_dist.encoder(), enc)
         return np.asarray(self.len_dist.seq_log_density(len_enc), dtype=np.float64)
 
     def log_density(self, x: Sequence[Any]) -> float:
@@ -285,11 +286,9 @@ class HiddenMarkovAccumulator(Accumulator):
             if len_dist is None:
                 return 0.0
             return np.asarray(
-                len_dist.seq_log_density(_encode_lengths(len_dist.encoder(), enc)), dtype=np.float64
+                len_dist.seq_log_density(encode_lengths(len_dist.encoder(), enc)), dtype=np.float64
             )
-        len_enc = (
-            enc.len_enc if enc.len_enc is not None else _encode_lengths(self.len_acc.make_encoder(), enc)
-        )
+        len_enc = enc.len_enc if enc.len_enc is not None else encode_lengths(self.len_acc.make_encoder(), enc)
         if len_dist is None:
             self.len_acc.seq_update(len_enc, weights, None)
             return 0.0
@@ -343,7 +342,7 @@ class HiddenMarkovAccumulator(Accumulator):
                 )
         if self.len_acc is not None:
             len_enc = (
-                enc.len_enc if enc.len_enc is not None else _encode_lengths(self.len_acc.make_encoder(), enc)
+                enc.len_enc if enc.len_enc is not None else encode_lengths(self.len_acc.make_encoder(), enc)
             )
             self.len_acc.seq_initialize(len_enc, weights, rng.child("len"))
 

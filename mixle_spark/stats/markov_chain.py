@@ -50,6 +50,7 @@ import numpy as np
 
 from mixle_spark.errors import EmptyDataError, SpecError
 from mixle_spark.stats._labels import LabelOptions, no_vocabulary_error, normalize_label, sorted_labels
+from mixle_spark.stats._lengths import encode_lengths
 from mixle_spark.stats._markov_kernels import (
     MarkovChainEncoded,
     MarkovChainEncoder,
@@ -82,7 +83,6 @@ from mixle_spark.stats.base import (
     register_estimator,
     seq_update_with_ll,
 )
-from mixle_spark.stats.sequence import _encode_lengths
 
 __all__ = [
     "MarkovChainAccumulator",
@@ -306,7 +306,7 @@ class MarkovChainDistribution(Distribution):
         if self.len_dist is None:
             return 0.0
         len_enc = (
-            enc.len_enc if enc.len_enc is not None else _encode_lengths(self.len_dist.encoder(), enc.lengths)
+            enc.len_enc if enc.len_enc is not None else encode_lengths(self.len_dist.encoder(), enc.lengths)
         )
         return np.asarray(self.len_dist.seq_log_density(len_enc), dtype=np.float64)
 
@@ -370,7 +370,7 @@ class MarkovChainAccumulator(Accumulator):
         self.row_weight += float(weights.sum())
 
     def _len_enc(self, enc: MarkovChainEncoded, encoder: Encoder) -> Any:
-        return enc.len_enc if enc.len_enc is not None else _encode_lengths(encoder, enc.lengths)
+        return enc.len_enc if enc.len_enc is not None else encode_lengths(encoder, enc.lengths)
 
     def _len_update(self, enc: MarkovChainEncoded, weights: np.ndarray, estimate: Any) -> np.ndarray | float:
         len_dist = None if estimate is None else estimate.len_dist

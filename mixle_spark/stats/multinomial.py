@@ -52,7 +52,6 @@ from mixle_spark.stats._bag_of_words import (
     MultinomialBatch,
     MultinomialEncoder,
     bag_of,
-    encode_lengths,
 )
 from mixle_spark.stats._labels import (
     LabelOptions,
@@ -66,6 +65,7 @@ from mixle_spark.stats._labels import (
     sorted_labels,
     unseen_label_error,
 )
+from mixle_spark.stats._lengths import encode_lengths
 from mixle_spark.stats._product import as_record_list
 from mixle_spark.stats._special import log_factorial
 from mixle_spark.stats._validate import first_true
@@ -231,7 +231,7 @@ class MultinomialDistribution(Distribution):
             len_enc = (
                 enc.len_enc
                 if enc.len_enc is not None
-                else encode_lengths(self.len_dist.encoder(), enc.totals)
+                else encode_lengths(self.len_dist.encoder(), enc.totals, "document length")
             )
             out += self.len_dist.seq_log_density(len_enc)
         return out
@@ -307,7 +307,7 @@ class MultinomialAccumulator(Accumulator):
     def _len_enc(self, enc: MultinomialBatch) -> Any:
         if enc.len_enc is not None:
             return enc.len_enc
-        return encode_lengths(self.len_acc.make_encoder(), enc.totals)  # type: ignore[union-attr]
+        return encode_lengths(self.len_acc.make_encoder(), enc.totals, "document length")  # type: ignore[union-attr]
 
     def seq_update(self, enc: MultinomialBatch, weights: np.ndarray, estimate: Any) -> None:
         self._add_counts(enc, weights)

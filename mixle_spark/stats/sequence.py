@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from mixle_spark.errors import DataTypeError, DataValueError, FieldError, SchemaError, SpecError
 from mixle_spark.stats._embed import length_scales, segment_mean, with_length
+from mixle_spark.stats._lengths import LengthEncoding, encode_lengths
 from mixle_spark.stats._product import as_record_list
 from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import (
@@ -137,9 +138,7 @@ class SequenceDistribution(Distribution):
     def seq_log_density(self, enc: SequenceEncoded) -> np.ndarray:
         out = _row_sums(enc.owner, self.dist.seq_log_density(enc.values), enc.n)
         if self.len_dist is not None:
-            len_enc = (
-                enc.len_enc if enc.len_enc is not None else _encode_lengths(self.len_dist.encoder(), enc)
-            )
+            len_enc = enc.len_enc if enc.len_enc is not None else encode_lengths(self.len_dist.encoder(), enc)
             out += self.len_dist.seq_log_density(len_enc)
         return out
 
@@ -156,22 +155,7 @@ class SequenceDistribution(Distribution):
         return self.estimator().n_free_parameters(self)
 
 
-def _encode_lengths(len_encoder: Encoder, enc_or_lengths: Any) -> Any:
-    lengths = enc_or_lengths.lengths if isinstance(enc_or_lengths, SequenceEncoded) else enc_or_lengths
-    try:
-        return len_encoder.from_arrow(pa.array(lengths, type=pa.int64()))
-    except FieldError as err:
-        raise type(err)(
-            "sequence length: " + err.detail,
-            value=err.value,
-            row=err.row,
-            n_rows=err.n_rows,
-            count=err.count,
-            path=err.path,
-        ) from err
-
-
-class SequenceEncoder(Encoder):
+class SequenceEncoder(LengthEncoding, Encoder):
     """Reads lists / arrays of elements, or an Arrow ``list`` / ``large_list`` column."""
 
     def __init__(self, child: Encoder, len_encoder: Encoder | None = None) -> None:
@@ -232,7 +216,7 @@ class SequenceEncoder(Encoder):
             child = getattr(self.child, method)(values)
         except FieldError as err:
             raise err.in_rows(owner, n) from err
-        len_enc = None if self.len_encoder is None else _encode_lengths(self.len_encoder, lengths)
+        len_enc = self.encoded_lengths(lengths)
         return SequenceEncoded(n, lengths, owner, child, len_enc)
 
     def encode(self, records: Sequence[Any]) -> SequenceEncoded:
@@ -243,15 +227,14 @@ class SequenceEncoder(Encoder):
 
     def with_unseen(self, unseen: str) -> SequenceEncoder:
         child = self.child.with_unseen(unseen)
-        len_encoder = None if self.len_encoder is None else self.len_encoder.with_unseen(unseen)
+        len_encoder = self.lengths_with_unseen(unseen)
         if child is self.child and len_encoder is self.len_encoder:
             return self
         return SequenceEncoder(child, len_encoder)
 
     def unseen_rows(self, enc: SequenceEncoded) -> np.ndarray | None:
         elements = unseen_owners(self.child.unseen_rows(enc.values), enc.owner, enc.n)
-        lengths = None if self.len_encoder is None else self.len_encoder.unseen_rows(enc.len_enc)
-        return any_unseen((elements, lengths))
+        return any_unseen((elements, self.unseen_lengths(enc.len_enc)))
 
     @property
     def compacts(self) -> bool:
@@ -288,7 +271,7 @@ class SequenceEncoder(Encoder):
 
     @property
     def needs_scan(self) -> bool:
-        return self.child.needs_scan or (self.len_encoder is not None and self.len_encoder.needs_scan)
+        return self.child.needs_scan or self.lengths_need_scan
 
     def _scan(self, method: str, n: int, lengths: np.ndarray, values: Any) -> Any:
         if not self.needs_scan:
@@ -299,10 +282,7 @@ class SequenceEncoder(Encoder):
                 child_scan = getattr(self.child, method)(values)
             except FieldError as err:
                 raise err.in_rows(np.repeat(np.arange(n), lengths), n) from err
-        len_scan = None
-        if self.len_encoder is not None and self.len_encoder.needs_scan:
-            len_scan = self.len_encoder.scan_arrow(pa.array(lengths, type=pa.int64()))
-        return (child_scan, len_scan)
+        return (child_scan, self.scan_lengths(lengths))
 
     def scan(self, records: Sequence[Any]) -> Any:
         return self._scan("scan", *self._flatten(records))
@@ -316,19 +296,13 @@ class SequenceEncoder(Encoder):
         if b is None:
             return a
 
-        def merge(encoder: Encoder | None, x: Any, y: Any) -> Any:
-            return y if x is None else x if y is None else encoder.merge_scans(x, y)  # type: ignore[union-attr]
-
-        return (merge(self.child, a[0], b[0]), merge(self.len_encoder, a[1], b[1]))
+        child = b[0] if a[0] is None else a[0] if b[0] is None else self.child.merge_scans(a[0], b[0])
+        return (child, self.merge_length_scans(a[1], b[1]))
 
     def union(self, other: Encoder) -> Encoder:
         if not isinstance(other, SequenceEncoder):
             raise TypeError(f"cannot combine encoders {self!r} and {other!r}")
-        if self.len_encoder is None or other.len_encoder is None:
-            len_encoder = self.len_encoder or other.len_encoder
-        else:
-            len_encoder = self.len_encoder.union(other.len_encoder)
-        return SequenceEncoder(self.child.union(other.child), len_encoder)
+        return SequenceEncoder(self.child.union(other.child), self.union_lengths(other))
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -372,7 +346,7 @@ class SequenceAccumulator(Accumulator):
     def _len_enc(self, enc: SequenceEncoded) -> Any:
         if enc.len_enc is not None:
             return enc.len_enc
-        return _encode_lengths(self.len_acc.make_encoder(), enc)  # type: ignore[union-attr]
+        return encode_lengths(self.len_acc.make_encoder(), enc)  # type: ignore[union-attr]
 
     def _count(self, enc: SequenceEncoded, weights: np.ndarray) -> np.ndarray:
         self.row_weight += float(weights.sum())
@@ -394,7 +368,7 @@ class SequenceAccumulator(Accumulator):
             else:
                 self.len_acc.seq_update(len_enc, weights, None)
         elif estimate.len_dist is not None:
-            ll += estimate.len_dist.seq_log_density(_encode_lengths(estimate.len_dist.encoder(), enc))
+            ll += estimate.len_dist.seq_log_density(encode_lengths(estimate.len_dist.encoder(), enc))
         return ll
 
     def seq_initialize(self, enc: SequenceEncoded, weights: np.ndarray, rng: RowRandom) -> None:
