@@ -23,6 +23,7 @@ from mixle_spark.errors import (
 )
 from mixle_spark.stats._embed import label_frequencies, label_width, length_scales, scales, with_length
 from mixle_spark.stats._labels import (
+    LabelEncoder,
     check_stored_codes,
     label_codes,
     no_vocabulary_error,
@@ -31,13 +32,11 @@ from mixle_spark.stats._labels import (
     sorted_labels,
     unseen_label_error,
 )
-from mixle_spark.stats._lengths import LengthEncoding
 from mixle_spark.stats._special import log_factorial
 from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import (
     Encoder,
     any_unseen,
-    check_parameter,
     unseen_owners,
 )
 
@@ -102,7 +101,7 @@ class MultinomialBatch:
         return self.n
 
 
-class MultinomialEncoder(LengthEncoding, Encoder):
+class MultinomialEncoder(LabelEncoder):
     """Bags of words -> a :class:`MultinomialBatch` over a sorted vocabulary.
 
     Parameters
@@ -118,17 +117,16 @@ class MultinomialEncoder(LengthEncoding, Encoder):
     """
 
     length_name = "document length"
+    noun = "tokens"
 
     def __init__(
         self, labels: Iterable[Any] | None = None, unseen: str = "error", len_encoder: Encoder | None = None
     ) -> None:
-        check_parameter(
-            unseen in ("error", "zero"), "MultinomialEncoder", "unseen", unseen, "'error' or 'zero'"
-        )
-        self.labels = None if labels is None else sorted_labels(labels)
-        self.unseen = unseen
-        self.len_encoder = len_encoder
+        super().__init__(labels, unseen, len_encoder)
         self._value_sets: dict[str, tuple[pa.Array, np.ndarray]] = {}
+
+    def rebuilt(self, labels: Iterable[Any] | None, unseen: str, len_encoder: Encoder | None) -> LabelEncoder:
+        return MultinomialEncoder(labels, unseen, len_encoder)
 
     # -- Python records ----------------------------------------------------------------------------
     @staticmethod
@@ -287,10 +285,6 @@ class MultinomialEncoder(LengthEncoding, Encoder):
         return MultinomialBatch(n, row, codes, counts, totals, log_coef, vocab, len_enc)
 
     # -- compact Arrow form ---------------------------------------------------------------------------
-    @property
-    def compacts(self) -> bool:
-        return self.labels is not None
-
     def compact_arrow(self, data: Any) -> Any:
         """Documents -> ``struct<__mixle_bow_codes: map<int32, double>>``: each document's token codes
         in this encoder's vocabulary and their counts (what the Spark cache then holds)."""
@@ -343,10 +337,6 @@ class MultinomialEncoder(LengthEncoding, Encoder):
         )
 
     # -- scans -----------------------------------------------------------------------------------------
-    @property
-    def needs_scan(self) -> bool:
-        return self.labels is None or self.lengths_need_scan
-
     def _scan(self, tokens: Callable[[], list[Any]], n: int, row: np.ndarray, counts: np.ndarray) -> Any:
         if not self.needs_scan:
             return None
@@ -373,41 +363,9 @@ class MultinomialEncoder(LengthEncoding, Encoder):
         vocab = a[0] if b[0] is None else b[0] if a[0] is None else frozenset(a[0]) | frozenset(b[0])
         return (vocab, self.merge_length_scans(a[1], b[1]))
 
-    def with_unseen(self, unseen: str) -> MultinomialEncoder:
-        len_encoder = self.lengths_with_unseen(unseen)
-        if unseen == self.unseen and len_encoder is self.len_encoder:
-            return self
-        return MultinomialEncoder(self.labels, unseen, len_encoder)
-
     def unseen_rows(self, enc: MultinomialBatch) -> np.ndarray | None:
         tokens = unseen_owners(enc.codes < 0, enc.row, enc.n)
         return any_unseen((tokens, self.unseen_lengths(enc.len_enc)))
-
-    def union(self, other: Encoder) -> Encoder:
-        if self == other:
-            return self
-        if not isinstance(other, MultinomialEncoder):
-            raise TypeError(f"cannot combine encoders {self!r} and {other!r}")
-        unseen = "zero" if "zero" in (self.unseen, other.unseen) else "error"
-        labels = None if self.labels is None or other.labels is None else (*self.labels, *other.labels)
-        return MultinomialEncoder(labels, unseen, self.union_lengths(other))
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, MultinomialEncoder)
-            and self.labels == other.labels
-            and self.unseen == other.unseen
-            and self.len_encoder == other.len_encoder
-        )
-
-    def __hash__(self) -> int:
-        return hash(("MultinomialEncoder", self.labels, self.unseen))
-
-    def __repr__(self) -> str:
-        size = "?" if self.labels is None else len(self.labels)
-        return (
-            f"MultinomialEncoder(<{size} tokens>, unseen={self.unseen!r}, len_encoder={self.len_encoder!r})"
-        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(vars(self))

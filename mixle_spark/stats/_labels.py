@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from mixle_spark.errors import DataTypeError, DataValueError, SpecError, UnseenLabelError
+from mixle_spark.stats._lengths import LengthEncoding
 from mixle_spark.stats._validate import unit_sum
-from mixle_spark.stats.base import check_parameter, option
+from mixle_spark.stats.base import Encoder, check_parameter, option
 
 __all__ = [
     "EXPECTED_LABEL",
+    "LabelEncoder",
     "LabelOptions",
     "align_counts",
     "check_stored_codes",
@@ -226,3 +228,60 @@ class LabelOptions:
     @property
     def vocabulary(self) -> tuple[Any, ...] | None:
         return cast("tuple[Any, ...] | None", self.labels)
+
+
+class LabelEncoder(LengthEncoding, Encoder):
+    """What the label encoders share (categorical, multinomial, Markov chain): a sorted vocabulary
+    ``labels`` (None until a scan fixes it), what a label outside it does (``unseen``) and, for the
+    list families, a length encoder. Subclasses rebuild themselves with :meth:`rebuilt`."""
+
+    noun: ClassVar[str] = "labels"
+
+    def __init__(self, labels: Iterable[Any] | None, unseen: str, len_encoder: Encoder | None = None) -> None:
+        name = type(self).__name__
+        check_parameter(unseen in ("error", "zero"), name, "unseen", unseen, "'error' or 'zero'")
+        self.labels = None if labels is None else sorted_labels(labels)
+        self.unseen = unseen
+        self.len_encoder = len_encoder
+
+    def rebuilt(self, labels: Iterable[Any] | None, unseen: str, len_encoder: Encoder | None) -> LabelEncoder:
+        raise NotImplementedError
+
+    def with_unseen(self, unseen: str) -> LabelEncoder:
+        len_encoder = self.lengths_with_unseen(unseen)
+        if unseen == self.unseen and len_encoder is self.len_encoder:
+            return self
+        return self.rebuilt(self.labels, unseen, len_encoder)
+
+    @property
+    def compacts(self) -> bool:
+        return self.labels is not None
+
+    @property
+    def needs_scan(self) -> bool:
+        return self.labels is None or self.lengths_need_scan
+
+    def union(self, other: Encoder) -> Encoder:
+        if self == other:
+            return self
+        if not isinstance(other, type(self)):
+            raise TypeError(f"cannot combine encoders {self!r} and {other!r}")
+        labels = None if self.labels is None or other.labels is None else (*self.labels, *other.labels)
+        unseen = "zero" if "zero" in (self.unseen, other.unseen) else "error"
+        return self.rebuilt(labels, unseen, self.union_lengths(other))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is type(self)
+            and self.labels == other.labels  # type: ignore[attr-defined]
+            and self.unseen == other.unseen  # type: ignore[attr-defined]
+            and self.len_encoder == other.len_encoder  # type: ignore[attr-defined]
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.labels, self.unseen))
+
+    def __repr__(self) -> str:
+        size = "?" if self.labels is None else len(self.labels)
+        lengths = "" if self.len_encoder is None else f", len_encoder={self.len_encoder!r}"
+        return f"{type(self).__name__}(<{size} {self.noun}>, unseen={self.unseen!r}{lengths})"

@@ -28,6 +28,7 @@ from mixle_spark.stats._embed import label_frequencies, label_width, length_scal
 from mixle_spark.stats._hmm_kernels import Layout
 from mixle_spark.stats._labels import (
     CODES_FIELD,
+    LabelEncoder,
     check_stored_codes,
     is_codes_array,
     label_codes,
@@ -35,7 +36,6 @@ from mixle_spark.stats._labels import (
     sorted_labels,
     unseen_label_error,
 )
-from mixle_spark.stats._lengths import LengthEncoding
 from mixle_spark.stats._validate import first_true, unit_sum
 from mixle_spark.stats.base import Encoder, any_unseen, check_parameter
 
@@ -425,7 +425,7 @@ def vocabulary(values: Iterable[Any], fam: str, name: str) -> list[Any]:
 
 
 # -- the encoder ---------------------------------------------------------------------------------------
-class MarkovChainEncoder(LengthEncoding, Encoder):
+class MarkovChainEncoder(LabelEncoder):
     """Lists of labels -> :class:`MarkovChainEncoded` (codes into a sorted vocabulary).
 
     Parameters
@@ -443,14 +443,14 @@ class MarkovChainEncoder(LengthEncoding, Encoder):
     def __init__(
         self, labels: Iterable[Any] | None = None, len_encoder: Encoder | None = None, unseen: str = "error"
     ) -> None:
-        check_parameter(
-            unseen in ("error", "zero"), "MarkovChainEncoder", "unseen", unseen, "'error' or 'zero'"
+        super().__init__(
+            None if labels is None else vocabulary(labels, "MarkovChainEncoder", "labels"),
+            unseen,
+            len_encoder,
         )
-        self.labels = (
-            None if labels is None else sorted_labels(vocabulary(labels, "MarkovChainEncoder", "labels"))
-        )
-        self.len_encoder = len_encoder
-        self.unseen = unseen
+
+    def rebuilt(self, labels: Iterable[Any] | None, unseen: str, len_encoder: Encoder | None) -> LabelEncoder:
+        return MarkovChainEncoder(labels, len_encoder, unseen)
 
     def _finish(self, lengths: np.ndarray, codes: np.ndarray, vocab: tuple[Any, ...]) -> MarkovChainEncoded:
         len_enc = self.encoded_lengths(lengths)
@@ -459,12 +459,6 @@ class MarkovChainEncoder(LengthEncoding, Encoder):
     @property
     def _strict(self) -> bool:
         return self.unseen == "error" and self.labels is not None
-
-    def with_unseen(self, unseen: str) -> MarkovChainEncoder:
-        len_encoder = self.lengths_with_unseen(unseen)
-        if unseen == self.unseen and len_encoder is self.len_encoder:
-            return self
-        return MarkovChainEncoder(self.labels, len_encoder, unseen)
 
     def unseen_rows(self, enc: MarkovChainEncoded) -> np.ndarray | None:
         bad = np.flatnonzero(enc.codes < 0)
@@ -479,10 +473,6 @@ class MarkovChainEncoder(LengthEncoding, Encoder):
         lengths, values = flatten_arrow(data)
         codes, vocab = arrow_codes(lengths, values, self.labels, self._strict)
         return self._finish(lengths, codes, vocab)
-
-    @property
-    def compacts(self) -> bool:
-        return self.labels is not None
 
     def compact_arrow(self, data: Any) -> Any:
         """The same lists with labels replaced by their int32 codes, as ``list<struct<__mixle_codes>>``."""
@@ -519,10 +509,6 @@ class MarkovChainEncoder(LengthEncoding, Encoder):
         return EXPECTED_ARROW
 
     # -- scans: the vocabulary (a frozenset of labels) and the length model's ----------------------
-    @property
-    def needs_scan(self) -> bool:
-        return self.labels is None or self.lengths_need_scan
-
     def _scan(self, lengths: np.ndarray, labels: Any) -> Any:
         if not self.needs_scan:
             return None
@@ -544,30 +530,6 @@ class MarkovChainEncoder(LengthEncoding, Encoder):
 
         labels = b[0] if a[0] is None else a[0] if b[0] is None else frozenset.union(a[0], b[0])
         return (labels, self.merge_length_scans(a[1], b[1]))
-
-    def union(self, other: Encoder) -> Encoder:
-        if self == other:
-            return self
-        if not isinstance(other, MarkovChainEncoder):
-            raise TypeError(f"cannot combine encoders {self!r} and {other!r}")
-        labels = None if self.labels is None or other.labels is None else (*self.labels, *other.labels)
-        unseen = "zero" if "zero" in (self.unseen, other.unseen) else "error"
-        return MarkovChainEncoder(labels, self.union_lengths(other), unseen)
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, MarkovChainEncoder)
-            and self.labels == other.labels
-            and self.len_encoder == other.len_encoder
-            and self.unseen == other.unseen
-        )
-
-    def __hash__(self) -> int:
-        return hash(("MarkovChainEncoder", self.labels, self.unseen))
-
-    def __repr__(self) -> str:
-        size = "?" if self.labels is None else len(self.labels)
-        return f"MarkovChainEncoder(<{size} labels>, {self.len_encoder!r}, unseen={self.unseen!r})"
 
     def embedding_scales(self) -> np.ndarray:
         return length_scales(scales(False, label_width(self.labels)), self.len_encoder is not None)

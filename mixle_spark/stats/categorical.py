@@ -38,6 +38,7 @@ from mixle_spark.stats._embed import label_width, one_hot, scales
 from mixle_spark.stats._labels import (
     CODES_FIELD,
     EXPECTED_LABEL,
+    LabelEncoder,
     LabelOptions,
     align_counts,
     check_stored_codes,
@@ -63,7 +64,6 @@ from mixle_spark.stats.base import (
     Estimator,
     Parameter,
     Sampler,
-    check_parameter,
     option,
     register_distribution,
     register_estimator,
@@ -175,7 +175,7 @@ class CategoricalDistribution(Distribution):
         return max(len(self.pmap) - 1, 0)  # the probabilities sum to one
 
 
-class CategoricalEncoder(Encoder):
+class CategoricalEncoder(LabelEncoder):
     """Labels -> int64 codes into a sorted vocabulary.
 
     Parameters
@@ -189,11 +189,10 @@ class CategoricalEncoder(Encoder):
     """
 
     def __init__(self, labels: Iterable[Any] | None = None, unseen: str = "error") -> None:
-        check_parameter(
-            unseen in ("error", "zero"), "CategoricalEncoder", "unseen", unseen, "'error' or 'zero'"
-        )
-        self.labels = None if labels is None else sorted_labels(labels)
-        self.unseen = unseen
+        super().__init__(labels, unseen)
+
+    def rebuilt(self, labels: Iterable[Any] | None, unseen: str, len_encoder: Encoder | None) -> LabelEncoder:
+        return CategoricalEncoder(labels, unseen)
 
     # -- Python records ----------------------------------------------------------------------------
     def encode(self, records: Sequence[Any]) -> CategoricalBatch:
@@ -238,15 +237,8 @@ class CategoricalEncoder(Encoder):
             raise unseen_label_error(array[i].as_py(), vocab, i, n, int(bad.sum()))
         return CategoricalBatch(codes, vocab)
 
-    def with_unseen(self, unseen: str) -> CategoricalEncoder:
-        return self if unseen == self.unseen else CategoricalEncoder(self.labels, unseen)
-
     def unseen_rows(self, enc: CategoricalBatch) -> np.ndarray:
         return enc.codes < 0
-
-    @property
-    def compacts(self) -> bool:
-        return self.labels is not None
 
     def compact_arrow(self, data: Any) -> Any:
         """Labels -> their int32 codes in this encoder's vocabulary, as ``struct<__mixle_codes: int>``
@@ -301,10 +293,6 @@ class CategoricalEncoder(Encoder):
         return "a string, large_string, integer, boolean or dictionary column"
 
     # -- scans -----------------------------------------------------------------------------------------
-    @property
-    def needs_scan(self) -> bool:
-        return self.labels is None
-
     def scan(self, records: Sequence[Any]) -> frozenset[Any]:
         """The labels of ``records`` (None entries are skipped: encode reports them)."""
         n = len(records)
@@ -324,30 +312,6 @@ class CategoricalEncoder(Encoder):
         if a is None or b is None:
             return b if a is None else a
         return frozenset(a) | frozenset(b)
-
-    def union(self, other: Encoder) -> Encoder:
-        if self == other:
-            return self
-        if not isinstance(other, CategoricalEncoder):
-            raise TypeError(f"cannot combine encoders {self!r} and {other!r}")
-        unseen = "zero" if "zero" in (self.unseen, other.unseen) else "error"
-        if self.labels is None or other.labels is None:
-            return CategoricalEncoder(None, unseen)
-        return CategoricalEncoder((*self.labels, *other.labels), unseen)
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, CategoricalEncoder)
-            and self.labels == other.labels
-            and self.unseen == other.unseen
-        )
-
-    def __hash__(self) -> int:
-        return hash(("CategoricalEncoder", self.labels, self.unseen))
-
-    def __repr__(self) -> str:
-        size = "?" if self.labels is None else len(self.labels)
-        return f"CategoricalEncoder(<{size} labels>, unseen={self.unseen!r})"
 
     def embedding_scales(self) -> np.ndarray:
         return scales(False, label_width(self.labels))
