@@ -23,10 +23,26 @@ from mixle_spark.stats.base import (
 
 @dataclass(eq=False, repr=False)
 class VectorGaussianEstimator(Estimator):
-    """Base of DiagonalGaussianEstimator and MultivariateGaussianEstimator (see their docstrings):
-    the options they share, declared once.
+    """Maximum-likelihood (or, with ``pseudo_count``, MAP-like) Gaussian fit of vectors: the base of
+    DiagonalGaussianEstimator and MultivariateGaussianEstimator, with the options they share.
 
-    Subclasses set the classes they build and implement ``estimate``.
+    Parameters
+    ----------
+    pseudo_count : float, optional
+        Weight of the prior ``suff_stat = (mu0, covar0)``; without ``suff_stat`` the (co)variance is
+        shrunk towards the identity with this weight.
+    suff_stat : (array, array), optional
+        Prior mean and (co)variance (also the fallback when there is no data).
+    min_covar, ridge : float
+        The floor of the (co)variance (see each subclass).
+    dim : int, optional
+        Vector length (learnt by the scan when omitted).
+    center : array of shape (d,), optional
+        Centre of the statistics (the data mean, set by :meth:`with_scan`).
+    keys : str, optional
+        Tie this Gaussian's parameters to every other site with the same key.
+
+    Subclasses say the covariance form (:meth:`unit`, :meth:`outer`, :meth:`floored`).
     """
 
     pseudo_count: float | None = None

@@ -145,27 +145,13 @@ DiagonalGaussianAccumulatorFactory = DiagonalGaussianAccumulator
 
 @register_estimator("diagonal_gaussian")
 class DiagonalGaussianEstimator(VectorGaussianEstimator):
-    """Maximum-likelihood (or, with ``pseudo_count``, MAP-like) diagonal Gaussian fit.
-
-    Parameters
-    ----------
-    pseudo_count : float, optional
-        Weight of the prior ``suff_stat = (mu0, covar0)``; without ``suff_stat`` the variances are
-        shrunk towards 1 with this weight.
-    suff_stat : (array of shape (d,), array of shape (d,)), optional
-        Prior mean and variances (also the fallback when there is no data).
-    min_covar, ridge : float
-        Variance floor ``max(min_covar, ridge * mean(variances))``.
-    dim : int, optional
-        Vector length (learnt by the scan when omitted).
-    center : array of shape (d,), optional
-        Centre of the statistics (the data mean, set by :meth:`with_scan`).
-    keys : str, optional
-        Tie this Gaussian's parameters to every other site with the same key.
+    """Diagonal Gaussian fit; the options are :class:`VectorGaussianEstimator`'s: ``suff_stat`` is
+    ``(mu0, variances0)`` (two arrays of shape (d,)) and the variance floor is
+    ``max(min_covar, ridge * mean(variances))``.
     """
 
     distribution_class = DiagonalGaussianDistribution
-    accumulator_class = DiagonalGaussianAccumulatorFactory
+    accumulator_class = DiagonalGaussianAccumulator
     encoder_class = DiagonalGaussianEncoder
 
     def unit(self, d: int) -> np.ndarray:

@@ -184,27 +184,14 @@ MultivariateGaussianAccumulatorFactory = MultivariateGaussianAccumulator
 
 @register_estimator("multivariate_gaussian")
 class MultivariateGaussianEstimator(VectorGaussianEstimator):
-    """Maximum-likelihood (or, with ``pseudo_count``, MAP-like) full-covariance Gaussian fit.
-
-    Parameters
-    ----------
-    pseudo_count : float, optional
-        Weight of the prior ``suff_stat = (mu0, covar0)``; without ``suff_stat`` the covariance is
-        shrunk towards the identity with this weight.
-    suff_stat : (array of shape (d,), array of shape (d, d)), optional
-        Prior mean and covariance (also the fallback when there is no data).
-    min_covar, ridge : float
-        Floors: ``eps = max(min_covar, ridge * trace(covar) / d)`` is added to the diagonal.
-    dim : int, optional
-        Vector length (learnt by the scan when omitted).
-    center : array of shape (d,), optional
-        Centre of the statistics (the data mean, set by :meth:`with_scan`).
-    keys : str, optional
-        Tie this Gaussian's parameters to every other site with the same key.
+    """Full-covariance Gaussian fit; the options are :class:`VectorGaussianEstimator`'s:
+    ``suff_stat`` is ``(mu0, covar0)`` (shapes (d,) and (d, d)) and
+    ``eps = max(min_covar, ridge * trace(covar) / d)`` is added to the diagonal (ten times more
+    until the covariance is positive definite).
     """
 
     distribution_class = MultivariateGaussianDistribution
-    accumulator_class = MultivariateGaussianAccumulatorFactory
+    accumulator_class = MultivariateGaussianAccumulator
     encoder_class = MultivariateGaussianEncoder
 
     def unit(self, d: int) -> np.ndarray:
