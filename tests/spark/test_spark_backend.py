@@ -31,46 +31,13 @@ from mixle_spark.stats import (
     RecordEstimator,
     SequenceEstimator,
 )
+from tests.unit._cases import assert_models_close as _assert_models_close
+from tests.unit._cases import case_table as _table
 from tests.unit.test_contracts import CASES, IDS
 
 pytestmark = pytest.mark.spark
 
 MIX = MixtureDistribution([GaussianDistribution(-3.0, 1.0), GaussianDistribution(2.0, 0.5)], [0.4, 0.6])
-
-
-def _table(case: Any, n: int, seed: int) -> pa.Table:
-    records = list(case.dist.sampler(seed).sample(n))
-    arrow = case.to_arrow(records) if case.to_arrow is not None else pa.array(records)
-    if isinstance(arrow, pa.RecordBatch):
-        arrow = pa.Table.from_batches([arrow])
-    if isinstance(arrow, pa.StructArray) and case.estimator.encoder().column_names() is not None:
-        arrow = pa.Table.from_struct_array(arrow)  # a Record reads top-level columns
-    if not isinstance(arrow, pa.Table):
-        arrow = pa.table({"value": arrow})
-    return arrow
-
-
-def _numbers(model: Any) -> np.ndarray:
-    out: list[float] = []
-
-    def walk(v: Any) -> None:
-        if isinstance(v, dict):
-            for key in sorted(v, key=str):
-                walk(v[key])
-        elif isinstance(v, (list, tuple)):
-            for item in v:
-                walk(item)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            out.append(float(v))
-
-    walk(model.to_dict())
-    return np.array(out)
-
-
-def _assert_models_close(a: Any, b: Any, rtol: float = 1e-9) -> None:
-    x, y = _numbers(a), _numbers(b)
-    assert x.shape == y.shape
-    np.testing.assert_allclose(x, y, rtol=rtol, atol=rtol * max(1.0, float(np.abs(y).max(initial=0))))
 
 
 # (partitions, treeAggregate depth, merge path, resident E-steps)

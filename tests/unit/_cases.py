@@ -10,6 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from mixle_spark.stats.base import Distribution, Estimator
 
 
@@ -45,3 +48,41 @@ class FamilyCase:
     recovery_tol: float = 0.02
     em_its: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def case_table(case: Any, n: int, seed: int) -> pa.Table:
+    """``n`` records sampled from the case's model as the Arrow table a backend reads (a Record model
+    reads top-level columns; any other model one column, ``value``)."""
+    records = list(case.dist.sampler(seed).sample(n))
+    arrow = case.to_arrow(records) if case.to_arrow is not None else pa.array(records)
+    if isinstance(arrow, pa.RecordBatch):
+        arrow = pa.Table.from_batches([arrow])
+    if isinstance(arrow, pa.StructArray) and case.estimator.encoder().column_names() is not None:
+        arrow = pa.Table.from_struct_array(arrow)  # a Record reads top-level columns
+    if not isinstance(arrow, pa.Table):
+        arrow = pa.table({"value": arrow})
+    return arrow
+
+
+def model_numbers(model: Any) -> np.ndarray:
+    out: list[float] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            for key in sorted(v, key=str):
+                walk(v[key])
+        elif isinstance(v, (list, tuple)):
+            for item in v:
+                walk(item)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out.append(float(v))
+
+    walk(model.to_dict())
+    return np.array(out)
+
+
+def assert_models_close(a: Any, b: Any, rtol: float = 1e-9) -> None:
+    """Every number of two models' JSON agrees to ``rtol`` (relative to the largest)."""
+    x, y = model_numbers(a), model_numbers(b)
+    assert x.shape == y.shape
+    np.testing.assert_allclose(x, y, rtol=rtol, atol=rtol * max(1.0, float(np.abs(y).max(initial=0))))

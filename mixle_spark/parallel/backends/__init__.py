@@ -8,9 +8,10 @@
   threaded E-step any backend can use (``num_workers``).
 - One module per backend: ``local`` (also ``model_parallel``), ``spark`` (with ``_spark_common``,
   ``_spark_resident``, ``_resident_policy``, ``_resident_wire``), ``multiprocessing`` (``mp``),
-  ``mpi`` (with ``_mpi_io``) and ``torchrun`` (the mpi handle over ``torch.distributed``).
+  ``mpi`` (with ``_mpi_io``), ``torchrun`` (the mpi handle over ``torch.distributed``) and ``dask``
+  (partitions held by the workers of a ``dask.distributed`` cluster).
 
-Importing this package registers the built-in backends; the optional ones (spark, mpi, torchrun)
+Importing this package registers the built-in backends; the optional ones (spark, mpi, torchrun, dask)
 import their libraries on first use. A backend never imports another backend or the EM driver.
 """
 
@@ -41,6 +42,17 @@ def _make_torchrun(data: Any, **options: Any) -> Any:
     return make_torchrun(data, **options)
 
 
+def _make_dask(data: Any, **options: Any) -> Any:
+    from mixle_spark.parallel.backends.dask import make_dask  # dask[distributed] is an optional extra
+
+    return make_dask(data, **options)
+
+
+def _is_dask_dataframe(data: Any) -> bool:
+    cls = type(data)
+    return cls.__name__ == "DataFrame" and cls.__module__.startswith("dask")
+
+
 def _is_spark_dataframe(data: Any) -> bool:
     cls = type(data)
     return cls.__name__ == "DataFrame" and cls.__module__.startswith("pyspark.sql")
@@ -54,3 +66,4 @@ register_encoded_data_backend(
 register_encoded_data_backend("mpi", _make_mpi, aliases=("mpi4py",))
 register_encoded_data_backend("torchrun", _make_torchrun, aliases=("torch",))
 register_encoded_data_backend("spark", _make_spark, aliases=("pyspark",), default_for=_is_spark_dataframe)
+register_encoded_data_backend("dask", _make_dask, aliases=("distributed",), default_for=_is_dask_dataframe)

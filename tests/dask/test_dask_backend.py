@@ -1,0 +1,133 @@
+"""The dask backend equals the local backend: every family's contract case, one and several
+partitions; initialization from one seed; a worker killed between E-steps; bad input and controls."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from mixle_spark.errors import DataValueError, EmptyDataError, SchemaError
+from mixle_spark.estimation import initialize, optimize
+from mixle_spark.parallel import LocalEncodedData, UnsupportedControlError, encoded_data
+from mixle_spark.stats import (
+    CategoricalEstimator,
+    GaussianDistribution,
+    GaussianEstimator,
+    MixtureDistribution,
+    MixtureEstimator,
+    PoissonEstimator,
+)
+from tests.unit._cases import assert_models_close, case_table
+from tests.unit.test_contracts import CASES, IDS
+
+pytestmark = pytest.mark.dask
+
+MIX = MixtureDistribution([GaussianDistribution(-3.0, 1.0), GaussianDistribution(2.0, 0.5)], [0.4, 0.6])
+EST = MixtureEstimator([GaussianEstimator()] * 2)
+
+
+def _dask_frame(table: pa.Table, partitions: int) -> Any:
+    import dask.dataframe as dd
+    import pandas as pd
+
+    return dd.from_pandas(table.to_pandas(types_mapper=pd.ArrowDtype), npartitions=partitions, sort=False)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_em_step_equals_local_for_every_family(dask_client: Any, case: Any) -> None:
+    table = case_table(case, 300, seed=21)
+    local = LocalEncodedData(table, estimator=case.estimator)
+    want_n, want_ll, want = local.pysp_em_step(case.estimator, case.dist)
+    for partitions in (1, 3):
+        frame = _dask_frame(table, partitions)
+        with encoded_data(frame, case.estimator, client=dask_client) as handle:
+            assert len(handle) == 300 and len(handle.partition_ids()) == partitions
+            n, ll, got = handle.pysp_em_step(case.estimator, case.dist)
+            assert n == want_n
+            assert ll == pytest.approx(want_ll, rel=1e-9)
+            assert_models_close(got, want)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.em_its], ids=[c.id for c in CASES if c.em_its])
+def test_initialization_equals_local(dask_client: Any, case: Any) -> None:
+    table = case_table(case, 400, seed=22)
+    want = initialize(table, case.estimator, seed=9, p=0.3)
+    got = initialize(_dask_frame(table, 4), case.estimator, seed=9, p=0.3, client=dask_client)
+    assert_models_close(got, want, rtol=1e-10)
+
+
+def _mixture_table(n: int = 2000) -> pa.Table:
+    return pa.table({"x": np.asarray(MIX.sampler(5).sample(n), dtype=np.float64)})
+
+
+def test_optimize_picks_dask_for_a_dask_frame_and_matches_local(dask_client: Any) -> None:
+    table = _mixture_table()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = optimize(table, EST, max_its=8, delta=None, seed=4)
+        got = optimize(_dask_frame(table, 5), EST, max_its=8, delta=None, seed=4, client=dask_client)
+    assert_models_close(got, want)
+    # a pandas frame or Arrow table goes to the cluster when asked for
+    handle = encoded_data(table, EST, backend="dask", client=dask_client)
+    assert len(handle) == 2000 and len(handle.partition_ids()) == 2
+    handle.close()
+
+
+def test_a_worker_killed_between_e_steps_gives_the_same_model(dask_client: Any) -> None:
+    import os
+    import signal
+
+    table = _mixture_table(3000)
+    local = LocalEncodedData(table, estimator=EST)
+    handle = encoded_data(_dask_frame(table, 4), EST, client=dask_client)
+    model, want_model = MIX, MIX
+    for step in range(4):
+        if step == 2:  # one worker process exits: its partitions are recomputed elsewhere or anew
+            victim = sorted(dask_client.scheduler_info()["workers"])[0]
+            pid = dask_client.run(os.getpid, workers=[victim])[victim]
+            os.kill(pid, signal.SIGKILL)
+        _, ll, model = handle.pysp_em_step(EST, model)
+        if step == 2:
+            assert victim not in dask_client.scheduler_info()["workers"]  # it is gone, not restarted in place
+        _, want_ll, want_model = local.pysp_em_step(EST, want_model)
+        assert ll == pytest.approx(want_ll, rel=1e-9)
+        assert_models_close(model, want_model)
+    handle.close()
+    dask_client.wait_for_workers(2, timeout=60)
+
+
+def test_weights_column_and_global_rows_in_errors(dask_client: Any) -> None:
+    table = _mixture_table(600).append_column("w", pa.array(np.linspace(0.5, 1.5, 600)))
+    want = LocalEncodedData(table, estimator=EST, weights="w", column="x").pysp_em_step(EST, MIX)
+    with encoded_data(_dask_frame(table, 3), EST, client=dask_client, weights="w", column="x") as handle:
+        got = handle.pysp_em_step(EST, MIX)
+    assert got[0] == pytest.approx(want[0], rel=1e-12) and got[1] == pytest.approx(want[1], rel=1e-9)
+    assert_models_close(got[2], want[2])
+    counts = pa.table({"k": pa.array(np.r_[np.arange(450), -3, np.arange(149)], type=pa.int64())})
+    with pytest.raises(DataValueError) as local_error:
+        LocalEncodedData(counts, estimator=PoissonEstimator())
+    with pytest.raises(DataValueError, match=r"got -3.0 \(row 451 of 600\)") as info:
+        encoded_data(_dask_frame(counts, 3), PoissonEstimator(), client=dask_client)
+    assert str(info.value) == str(local_error.value) and info.value.value == -3
+
+
+def test_bad_input_gives_the_local_errors(dask_client: Any) -> None:
+    table = pa.table({"x": [1.0, 2.0], "y": [3.0, 4.0]})
+    with pytest.raises(SchemaError, match=r"the model reads one column but the data has 2"):
+        encoded_data(_dask_frame(table, 2), GaussianEstimator(), client=dask_client)
+    with pytest.raises(SchemaError, match=r"column 'z' not found"):
+        encoded_data(_dask_frame(table, 2), GaussianEstimator(), client=dask_client, column="z")
+    with pytest.raises(EmptyDataError, match=r"no rows to encode"):
+        encoded_data(_dask_frame(table.slice(0, 0), 1), GaussianEstimator(), client=dask_client, column="x")
+    labels = pa.table({"c": ["a", None, "b"]})
+    with pytest.raises(DataValueError) as local_error:
+        LocalEncodedData(labels, estimator=CategoricalEstimator())
+    with pytest.raises(DataValueError, match=r"row 2 of 3") as info:
+        encoded_data(_dask_frame(labels, 2), CategoricalEstimator(), client=dask_client)
+    assert str(info.value) == str(local_error.value)
+    with pytest.raises(UnsupportedControlError, match=r"the 'dask' backend cannot honour num_workers=2"):
+        encoded_data(_dask_frame(table, 1), GaussianEstimator(), client=dask_client, num_workers=2)
