@@ -81,6 +81,8 @@ def row_count(data: Any) -> int | None:
     cls = type(data)
     if cls.__name__ == "DataFrame" and cls.__module__.startswith("pyspark.sql"):
         return int(data.count())
+    if cls.__module__.startswith("dask"):  # len() would read every partition: the handle counts
+        return None
     if hasattr(data, "num_rows"):  # pyarrow Table / RecordBatch
         return int(data.num_rows)
     if hasattr(data, "__len__") and not isinstance(data, (str, bytes)):

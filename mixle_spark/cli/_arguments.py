@@ -107,12 +107,19 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
     run = parser.add_argument_group("execution")
     run.add_argument(
         "--backend",
-        choices=("spark", "local", *SPMD_BACKENDS),
+        choices=("spark", "local", "dask", *SPMD_BACKENDS),
         default="spark",
-        help="default: spark; mpi / torchrun under mpiexec / torchrun",
+        help="default: spark; dask: a Dask cluster reading Parquet; mpi / torchrun under mpiexec / torchrun",
     )
     run.add_argument(
-        "--num-workers", type=_positive_int, help="threads per process for the E-step (local, mpi, torchrun)"
+        "--dask-scheduler",
+        metavar="ADDRESS",
+        help="with --backend dask: the scheduler address (default: a local cluster, --num-workers processes)",
+    )
+    run.add_argument(
+        "--num-workers",
+        type=_positive_int,
+        help="threads per process for the E-step (local, mpi, torchrun); dask: the local cluster's processes",
     )
     run.add_argument(
         "--partitions",
@@ -241,6 +248,8 @@ def reliability_options(args: argparse.Namespace) -> dict[str, Any]:
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"backend": args.backend}
     for flag, key in (("partitions", "num_chunks"), ("depth", "depth"), ("num_workers", "num_workers")):
+        if flag == "num_workers" and args.backend == "dask":
+            continue  # the local cluster's worker processes (open_dask_input), not E-step threads
         if getattr(args, flag) is not None:
             options[key] = getattr(args, flag)
     if args.no_resident:

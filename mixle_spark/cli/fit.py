@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import warnings
@@ -172,6 +173,11 @@ def open_input(
     Spark DataFrame, a pyarrow Table (``--backend local``) or the path each SPMD process reads."""
     if args.backend in SPMD_BACKENDS:
         return args.input, None, False
+    if args.backend == "dask":
+        if args.sample:
+            assert sample is not None
+            args.input = str(sample.data)
+        return open_dask_input(args, extra)
     if args.backend != "spark":
         if args.sample:
             assert sample is not None
@@ -196,12 +202,58 @@ def open_input(
         raise
 
 
+class _DaskCluster:
+    """The Dask client of a ``--backend dask`` job and the local cluster it started (if it did);
+    ``stop()`` closes both, as the job stops a Spark session it started."""
+
+    def __init__(self, client: Any, cluster: Any) -> None:
+        self.client, self.cluster = client, cluster
+
+    def stop(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def open_dask_input(args: argparse.Namespace, extra: dict[str, Any]) -> tuple[Any, Any, bool]:
+    """``(Dask DataFrame of the Parquet input, the job's cluster, True)``: the cluster at
+    ``--dask-scheduler``, else a local one (``--num-workers`` worker processes, one thread each)."""
+    from mixle_spark.parallel.backends.dask import require_dask
+
+    dd, distributed = require_dask()
+    path = Path(args.input)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file or directory: {args.input!r}")
+    if path.suffix.lower() in (".csv", ".json", ".jsonl", ".ndjson") or (path / "_delta_log").is_dir():
+        raise FileNotFoundError(f"{args.input}: --backend dask reads Parquet (use --backend spark or local)")
+    cluster = None
+    if args.dask_scheduler:
+        client = distributed.Client(args.dask_scheduler, timeout="30s")
+    else:
+        workers = args.num_workers or os.cpu_count() or 1
+        cluster = distributed.LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+        )
+        client = distributed.Client(cluster)
+    session = _DaskCluster(client, cluster)
+    try:
+        extra["dask"] = {"scheduler": client.scheduler.address, "workers": len(client.nthreads())}
+        return dd.read_parquet(str(path)), session, True
+    except BaseException:
+        session.stop()
+        raise
+
+
 def report_sample(data: Any) -> Any:
     """The first ``REPORT_SAMPLE_ROWS`` input rows (a pyarrow Table) for the report's projection."""
     if isinstance(data, str):  # the path SPMD processes read: only these rows are read here
         import pyarrow.dataset as pads
 
         return pads.dataset(data).head(REPORT_SAMPLE_ROWS)
+    if type(data).__module__.startswith("dask"):  # only these rows reach the client
+        import pyarrow as pa
+
+        return pa.Table.from_pandas(data.head(REPORT_SAMPLE_ROWS, npartitions=-1), preserve_index=False)
     if hasattr(data, "limit"):  # a Spark DataFrame: only these rows reach the driver
         head = data.limit(REPORT_SAMPLE_ROWS)
         return head.toArrow() if hasattr(head, "toArrow") else head.toPandas()

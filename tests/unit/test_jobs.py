@@ -139,7 +139,7 @@ def test_em_fit_bad_paths(tmp_path: Path, args: tuple[str, ...], message: str) -
         (("--no-resident",), "--no-resident only applies to --backend spark"),
         (("--max-its", "0"), "argument --max-its: expected a positive integer, got 0"),
         (("--delta", "-1"), "argument --delta: expected a number >= 0, got -1"),
-        (("--backend", "dask"), "argument --backend: invalid choice: 'dask'"),
+        (("--backend", "hadoop"), "argument --backend: invalid choice: 'hadoop'"),
         (("--on-degenerate", "ignore"), "argument --on-degenerate: invalid choice: 'ignore'"),
         (("--audit-fraction", "0"), "argument --audit-fraction: must be in (0, 1], got '0'"),
         (("--audit-every", "0"), "argument --audit-every: expected a positive integer, got 0"),
