@@ -14,6 +14,7 @@ from mixle_spark.errors import DataValueError, EmptyDataError, SchemaError
 from mixle_spark.estimation import initialize, optimize
 from mixle_spark.parallel import LocalEncodedData, UnsupportedControlError, encoded_data
 from mixle_spark.stats import (
+    CategoricalDistribution,
     CategoricalEstimator,
     GaussianDistribution,
     GaussianEstimator,
@@ -131,3 +132,39 @@ def test_bad_input_gives_the_local_errors(dask_client: Any) -> None:
     assert str(info.value) == str(local_error.value)
     with pytest.raises(UnsupportedControlError, match=r"the 'dask' backend cannot honour num_workers=2"):
         encoded_data(_dask_frame(table, 1), GaussianEstimator(), client=dask_client, num_workers=2)
+
+
+def test_score_adds_the_spark_columns_lazily_and_keeps_the_input(dask_client: Any) -> None:
+    from mixle_spark.parallel.backends.dask import score
+
+    table = _mixture_table(500).append_column("id", pa.array(np.arange(500)))
+    frame = _dask_frame(table, 3)
+    scored = score(MIX, frame, column="x")
+    assert list(scored.columns) == ["x", "id", "log_likelihood", "prediction", "probability"]
+    got = scored.compute()
+    enc = MIX.encoder().from_arrow(table.column("x"))
+    np.testing.assert_allclose(
+        got["log_likelihood"].to_numpy(dtype=float), MIX.seq_log_density(enc), rtol=1e-12
+    )
+    post = MIX.seq_posterior(enc)
+    np.testing.assert_array_equal(got["prediction"].to_numpy(dtype=int), post.argmax(axis=1))
+    np.testing.assert_allclose(np.vstack(got["probability"].to_numpy()), post, rtol=1e-12)
+    np.testing.assert_array_equal(got["id"].to_numpy(), np.arange(500))
+    with pytest.raises(SchemaError, match=r"column 'x' already exists"):
+        score(MIX, frame, column="x", log_likelihood_col="x")
+
+
+def test_score_on_unseen_null_and_bad_values(dask_client: Any) -> None:
+    from mixle_spark.errors import UnseenLabelError
+    from mixle_spark.parallel.backends.dask import score
+
+    model = CategoricalDistribution({"a": 0.75, "b": 0.25})
+    frame = _dask_frame(pa.table({"c": ["a", "b", "z", "a"]}), 2)
+    got = score(model, frame, on_unseen="null").compute()
+    ll = got["log_likelihood"]
+    assert ll.isna().tolist() == [False, False, True, False]
+    np.testing.assert_allclose(ll.dropna().to_numpy(dtype=float), np.log([0.75, 0.25, 0.75]), rtol=1e-12)
+    with pytest.raises(UnseenLabelError, match=r"'z'.*partition 1"):
+        score(model, frame).compute()
+    with pytest.raises(SchemaError, match=r"the model reads one column but the data has 2"):
+        score(MIX, _dask_frame(pa.table({"x": [1.0], "y": [2.0]}), 1))

@@ -15,7 +15,7 @@ from mixle_spark.stats.negative_binomial import NegativeBinomialDistribution, Ne
 from mixle_spark.stats.record import RecordEstimator
 from mixle_spark.stats.student_t import StudentTDistribution, StudentTEstimator
 from mixle_spark.stats.von_mises import VonMisesDistribution, VonMisesEstimator
-from tests.spark.test_spark_backend import _assert_models_close
+from tests.unit._cases import assert_models_close as _assert_models_close
 
 pytestmark = pytest.mark.spark
 

@@ -20,7 +20,7 @@ from mixle_spark.stats import (
     PoissonEstimator,
     RecordEstimator,
 )
-from tests.spark.test_spark_backend import _numbers
+from tests.unit._cases import model_numbers as _numbers
 
 pytestmark = pytest.mark.spark
 

@@ -21,7 +21,7 @@ from mixle_spark.stats import (
     PoissonEstimator,
     RecordDistribution,
 )
-from tests.spark.test_spark_backend import _assert_models_close
+from tests.unit._cases import assert_models_close as _assert_models_close
 
 pytestmark = pytest.mark.spark
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import operator
 import pickle
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -20,10 +20,10 @@ from mixle_spark.parallel.backends._handle import (
     Payload,
     merge_payloads,
 )
+from mixle_spark.parallel.backends._scoring import reader
 from mixle_spark.stats._tables import one_column_error
 from mixle_spark.stats._validate import unreadable_cells
 from mixle_spark.stats.base import Encoder
-from mixle_spark.stats.record import RecordDistribution
 
 ROW_ID_COLUMN = "__mixle_mid"
 WEIGHT_COLUMN = "__mixle_weight"
@@ -98,7 +98,7 @@ def unreadable_cell(df: DataFrame, encoder: Encoder, columns: list[str]) -> Fiel
     with the count of such cells; None when every cell reads (the column's type is then the error).
 
     One pass over ``columns``, run only on this failure path."""
-    read = _reader(columns, encoder.column_names() is not None)
+    read = reader(columns, encoder.column_names() is not None)
 
     def probe(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -129,13 +129,6 @@ def unreadable_cell(df: DataFrame, encoder: Encoder, columns: list[str]) -> Fiel
             return located if located.path or len(columns) != 1 else located.at(columns[0])
         before += rows
     return None
-
-
-def _reader(columns: list[str], reads_table: bool) -> Callable[[pa.RecordBatch], Any]:
-    """What an encoder's from_arrow reads out of a batch: the record columns, or one column."""
-    if reads_table:
-        return lambda batch: batch.select(columns)
-    return lambda batch: batch.column(columns[0])
 
 
 def _row_ids(batch: pa.RecordBatch, offsets: np.ndarray) -> np.ndarray:
@@ -173,32 +166,3 @@ def _merge_with_dataframes(payloads: DataFrame, factory: Any, parts: int, depth:
     for row in frame.collect():
         merged = merge_payloads(factory, merged, pickle.loads(row[0]))
     return merged
-
-
-def state_paths(model: Any, states_col: str | None) -> list[tuple[str, Callable[[Any], pa.Array]]]:
-    """The Viterbi-path columns ``score`` adds, each with the function that turns a batch's encoding
-    into that array<int> column: ``states_col`` for a hidden Markov model, ``<field>_<states_col>``
-    for every hidden Markov field of a top-level record; none when ``states_col`` is None."""
-    if states_col is None:
-        return []
-
-    def column(hmm: Any, pick: Callable[[Any], Any]) -> Callable[[Any], pa.Array]:
-        def of(enc: Any) -> pa.Array:
-            seqs = pick(enc)
-            states, _ = hmm.seq_viterbi(seqs)
-            ends = np.concatenate(([0], np.cumsum(seqs.lengths))).astype(np.int32)
-            return pa.ListArray.from_arrays(
-                pa.array(ends, pa.int32()), pa.array(states.astype(np.int32), pa.int32())
-            )
-
-        return of
-
-    if hasattr(model, "seq_viterbi"):
-        return [(states_col, column(model, lambda enc: enc))]
-    if not isinstance(model, RecordDistribution):
-        return []
-    return [
-        (f"{name}_{states_col}", column(dist, operator.itemgetter(i)))
-        for i, (name, dist) in enumerate(model.fields.items())
-        if hasattr(dist, "seq_viterbi")
-    ]

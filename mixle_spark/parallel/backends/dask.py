@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.errors import EmptyDataError, FieldError
+from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
 from mixle_spark.parallel.backends._handle import (
     Payload,
     PayloadHandle,
@@ -30,11 +30,12 @@ from mixle_spark.parallel.backends._handle import (
     check_engine_and_precision,
     merge_payloads,
 )
+from mixle_spark.parallel.backends._scoring import BatchScorer, reader
 from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
-from mixle_spark.stats._tables import TableRows, chunk_bounds, located
+from mixle_spark.stats._tables import TableRows, chunk_bounds, located, one_column_error
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
-__all__ = ["DASK_CONTROLS", "DaskEncodedData", "is_dask_dataframe", "make_dask", "require_dask"]
+__all__ = ["DASK_CONTROLS", "DaskEncodedData", "is_dask_dataframe", "make_dask", "require_dask", "score"]
 
 DASK_CONTROLS = ("encoder", "client", "num_chunks", "engine", "precision")
 _INSTALL_HINT = "the 'dask' backend needs dask and distributed: pip install 'mixle-spark[dask]'"
@@ -257,3 +258,81 @@ def make_dask(data: Any, estimator: Any = None, model: Any = None, **options: An
     refuse_controls("dask", controls, DASK_CONTROLS)
     check_engine_and_precision("dask", controls.pop("engine", None), controls.pop("precision", None))
     return DaskEncodedData(data, estimator=estimator, model=model, **controls, **options)
+
+
+def score(
+    model: Distribution,
+    frame: Any,
+    *,
+    column: str | None = None,
+    log_likelihood_col: str = "log_likelihood",
+    prediction_col: str | None = "prediction",
+    probability_col: str | None = "probability",
+    states_col: str | None = "states",
+    on_unseen: str = "error",
+) -> Any:
+    """A lazy Dask DataFrame: ``frame`` with per-row scores added, partition by partition.
+
+    The added columns are those of the Spark backend's ``score`` (``log_likelihood``; for a mixture
+    ``prediction`` and ``probability``, the posterior; for hidden Markov models the Viterbi
+    ``states``), as pandas Arrow-backed columns; ``on_unseen`` as there (``"error"`` or ``"null"``).
+    A bad value raises when the frame is computed, naming its partition and its row there.
+    """
+    import pandas as pd
+
+    require_dask()
+    scorer = BatchScorer(
+        model,
+        [],
+        log_likelihood_col=log_likelihood_col,
+        prediction_col=prediction_col,
+        probability_col=probability_col,
+        states_col=states_col,
+        on_unseen=on_unseen,
+    )
+    available = list(frame.columns)
+    names = scorer.encoder.column_names()
+    if names is not None:
+        missing = [name for name in names if name not in available]
+        if missing:
+            raise SchemaError(f"the model reads columns {missing} the data does not have; it has {available}")
+        columns = list(names)
+    elif column is not None:
+        if column not in available:
+            raise SchemaError(f"column {column!r} not found; the data has columns {available}")
+        columns = [column]
+    elif len(available) == 1:
+        columns = available
+    else:
+        raise one_column_error(available)
+    for name, _ in scorer.added:
+        if name in available:
+            raise SchemaError(f"column {name!r} already exists; choose another output column name")
+    scorer.read = reader(columns, scorer.reads_table)
+    meta = frame._meta.copy()
+    for name, typ in scorer.added:
+        meta[name] = pd.Series([], dtype=pd.ArrowDtype(typ))
+    return frame.map_partitions(_score_partition, scorer, columns[0], meta=meta)
+
+
+def _score_partition(frame: Any, scorer: BatchScorer, first_column: str, partition_info: Any = None) -> Any:
+    import pandas as pd
+    import pyarrow as pa
+
+    out = frame.copy()
+    if len(frame) == 0:
+        for name, typ in scorer.added:
+            out[name] = pd.Series([], dtype=pd.ArrowDtype(typ), index=frame.index)
+        return out
+    batch = pa.RecordBatch.from_pandas(frame, preserve_index=False)
+    try:
+        enc = scorer.encode(batch)
+    except FieldError as err:
+        where = "the input" if partition_info is None else f"partition {partition_info['number']}"
+        err = err if scorer.reads_table or err.path else err.at(first_column)
+        raise err.in_scope(0, where) from None
+    for (name, typ), array in zip(scorer.added, scorer.scores(batch, enc), strict=True):
+        out[name] = pd.Series(
+            pd.arrays.ArrowExtensionArray(array), index=frame.index, dtype=pd.ArrowDtype(typ)
+        )
+    return out

@@ -47,6 +47,7 @@ from mixle_spark.parallel.backends._handle import (
     merge_payloads,
 )
 from mixle_spark.parallel.backends._resident_policy import ResidentPolicy, resident_blocker, slots_for_layout
+from mixle_spark.parallel.backends._scoring import BatchScorer, reader
 from mixle_spark.parallel.backends._spark_common import (
     _LOW_BITS,
     _PAYLOAD_SCHEMA,
@@ -58,12 +59,10 @@ from mixle_spark.parallel.backends._spark_common import (
     _global_row,
     _merge_with_dataframes,
     _payload_batch,
-    _reader,
     _row_ids,
     _vector_columns_to_arrays,
     _weights,
     is_spark_connect,
-    state_paths,
     unreadable_cell,
 )
 from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
@@ -222,7 +221,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
     def _scan_pass(
         self, encoder: Encoder, estimator: Estimator | None, schema_error: SchemaError | None = None
     ) -> tuple[Any, np.ndarray, int, int]:
-        read = _reader(self.columns, self.reads_table)
+        read = reader(self.columns, self.reads_table)
         needs_scan = estimator is not None and encoder.needs_scan
         has_weights, weight_name = self.has_weights, self.weight_name
 
@@ -295,7 +294,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         cache in one more pass (no second read of the source), which is then released."""
         from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-        encoder, read, columns = self.encoder, _reader(self.columns, self.reads_table), self.columns
+        encoder, read, columns = self.encoder, reader(self.columns, self.reads_table), self.columns
         reads_table = self.reads_table
 
         def compact(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -389,7 +388,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             if merged is not None:
                 return merged
         ref = self._ship(model)
-        encoder, read = self.encoder, _reader(self.columns, self.reads_table)
+        encoder, read = self.encoder, reader(self.columns, self.reads_table)
         has_weights, offsets = self.has_weights, self.offsets
 
         def estep_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -422,7 +421,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         return self._run(estep_partition, factory)
 
     def _resident_encoder(self) -> Callable[[pa.RecordBatch], Any]:
-        encoder, read = self.encoder, _reader(self.columns, self.reads_table)
+        encoder, read = self.encoder, reader(self.columns, self.reads_table)
         has_weights, offsets = self.has_weights, self.offsets
 
         def encode(batch: pa.RecordBatch) -> Any:
@@ -432,7 +431,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
 
     def first_nonfinite_row(self, estimate: Distribution) -> tuple[int, float] | None:
         """(global row index, value) of the first row whose log-density is NaN or infinite, if any."""
-        encoder, read, offsets = self.encoder, _reader(self.columns, self.reads_table), self.offsets
+        encoder, read, offsets = self.encoder, reader(self.columns, self.reads_table), self.offsets
         has_weights = self.has_weights
 
         def find(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -500,10 +499,6 @@ def make_spark(data: Any, estimator: Any = None, model: Any = None, **options: A
     return SparkEncodedData(data, estimator=estimator, model=model, **controls, **options)
 
 
-ON_UNSEEN = ("error", "null")
-"""What :func:`score` does with a row holding a label outside the model's vocabulary."""
-
-
 def score(
     model: Distribution,
     df: DataFrame,
@@ -533,10 +528,16 @@ def score(
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import ArrayType, DoubleType, IntegerType, StructField, StructType
 
-    if on_unseen not in ON_UNSEEN:
-        raise ValueError(f"on_unseen must be 'error' or 'null', got {on_unseen!r}")
-    nulls = on_unseen == "null"
-    encoder = model.encoder().with_unseen("zero" if nulls else "error")
+    scorer = BatchScorer(
+        model,
+        [],
+        log_likelihood_col=log_likelihood_col,
+        prediction_col=prediction_col,
+        probability_col=probability_col,
+        states_col=states_col,
+        on_unseen=on_unseen,
+    )
+    encoder = scorer.encoder
     columns = (
         _data_columns(df, encoder, column, None)
         if encoder.column_names() is None
@@ -544,50 +545,26 @@ def score(
     )
     if encoder.column_names() is not None:
         _data_columns(df, encoder, None, None)
+    scorer.read = reader(columns, scorer.reads_table)
     df = _vector_columns_to_arrays(df, columns)
     try:
         _check_schema(df, encoder, columns)
     except SchemaError as err:  # name the first cell that does not read, where there is one
         raise unreadable_cell(df, encoder, columns) or err from None
-    mixture = hasattr(model, "seq_posterior")
-    added = [StructField(log_likelihood_col, DoubleType(), nulls)]
-    if mixture and prediction_col:
-        added.append(StructField(prediction_col, IntegerType(), nulls))
-    if mixture and probability_col:
-        added.append(StructField(probability_col, ArrayType(DoubleType(), False), nulls))
-    paths = state_paths(model, states_col)
-    added += [StructField(name, ArrayType(IntegerType(), False), nulls) for name, _ in paths]
+    spark_types = {pa.float64(): DoubleType(), pa.int32(): IntegerType()}
+    added = [
+        StructField(
+            name,
+            spark_types[typ] if typ in spark_types else ArrayType(spark_types[typ.value_type], False),
+            scorer.nulls,
+        )
+        for name, typ in scorer.added
+    ]
     for field in added:
         if field.name in df.columns:
             raise SchemaError(f"column {field.name!r} already exists; choose another output column name")
     out_schema = StructType(list(df.schema.fields) + added)
     arrow_schema = to_arrow_schema(out_schema)
-    reads_table = encoder.column_names() is not None
-    read = _reader(columns, reads_table)
-    with_prediction, with_probability = mixture and bool(prediction_col), mixture and bool(probability_col)
-
-    def scores(enc: Any) -> list[pa.Array]:
-        out = [pa.array(model.seq_log_density(enc), pa.float64())]
-        if with_prediction or with_probability:
-            post = model.seq_posterior(enc)  # type: ignore[attr-defined]
-            if with_prediction:
-                out.append(pa.array(post.argmax(axis=1).astype(np.int32), pa.int32()))
-            if with_probability:
-                k = post.shape[1]
-                offsets = pa.array(np.arange(0, (len(post) + 1) * k, k, dtype=np.int32), pa.int32())
-                out.append(pa.ListArray.from_arrays(offsets, pa.array(post.ravel(), pa.float64())))
-        return out + [path(enc) for _, path in paths]
-
-    def seen_scores(batch: pa.RecordBatch, enc: Any) -> list[pa.Array]:
-        """The scores of the rows without an unseen label, nulls in the others' places."""
-        unseen = encoder.unseen_rows(enc)
-        if unseen is None or not unseen.any():
-            return scores(enc)
-        kept = np.flatnonzero(~unseen)
-        place = np.zeros(len(unseen), dtype=np.int64)
-        place[kept] = np.arange(len(kept))
-        where = pa.array(place, mask=unseen)
-        return [column.take(where) for column in scores(encoder.from_arrow(read(batch.take(kept))))]
 
     def score_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -598,14 +575,15 @@ def score(
                 yield pa.RecordBatch.from_pylist([], schema=arrow_schema)
                 continue
             try:
-                enc = encoder.from_arrow(read(batch))
+                enc = scorer.encode(batch)
             except FieldError as err:
                 ctx = TaskContext.get()
                 where = "the input" if ctx is None else f"partition {ctx.partitionId()}"
-                err = err if reads_table or err.path else err.at(columns[0])
+                err = err if scorer.reads_table or err.path else err.at(columns[0])
                 raise err.in_scope(first, where) from None
             first += batch.num_rows
-            added = seen_scores(batch, enc) if nulls else scores(enc)
-            yield pa.RecordBatch.from_arrays([*batch.columns, *added], schema=arrow_schema)
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, *scorer.scores(batch, enc)], schema=arrow_schema
+            )
 
     return df.mapInArrow(score_partition, out_schema)

@@ -1,0 +1,126 @@
+"""Per-row scores of a fitted model over Arrow batches, shared by every backend's ``score``.
+
+:class:`BatchScorer` holds what ``score`` adds (the log-likelihood; for a mixture the prediction and
+the posterior; for hidden Markov models the Viterbi paths) and how a row holding a label the model
+has not seen is scored (``on_unseen``: an error naming the label, or nulls in every added column).
+Engines differ only in how batches reach it (Spark's ``mapInArrow``, Dask's ``map_partitions``) and
+in how they name the row of an error.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mixle_spark.stats.base import Distribution
+from mixle_spark.stats.record import RecordDistribution
+
+__all__ = ["ON_UNSEEN", "BatchScorer", "reader", "state_paths"]
+
+ON_UNSEEN = ("error", "null")
+"""What ``score`` does with a row holding a label outside the model's vocabulary."""
+
+
+def reader(columns: list[str], reads_table: bool) -> Callable[[pa.RecordBatch], Any]:
+    """What an encoder's from_arrow reads out of a batch: the record columns, or one column."""
+    if reads_table:
+        return lambda batch: batch.select(columns)
+    return lambda batch: batch.column(columns[0])
+
+
+def state_paths(model: Any, states_col: str | None) -> list[tuple[str, Callable[[Any], pa.Array]]]:
+    """The Viterbi-path columns ``score`` adds, each with the function that turns a batch's encoding
+    into that array<int> column: ``states_col`` for a hidden Markov model, ``<field>_<states_col>``
+    for every hidden Markov field of a top-level record; none when ``states_col`` is None."""
+    if states_col is None:
+        return []
+
+    def column(hmm: Any, pick: Callable[[Any], Any]) -> Callable[[Any], pa.Array]:
+        def of(enc: Any) -> pa.Array:
+            seqs = pick(enc)
+            states, _ = hmm.seq_viterbi(seqs)
+            ends = np.concatenate(([0], np.cumsum(seqs.lengths))).astype(np.int32)
+            return pa.ListArray.from_arrays(
+                pa.array(ends, pa.int32()), pa.array(states.astype(np.int32), pa.int32())
+            )
+
+        return of
+
+    if hasattr(model, "seq_viterbi"):
+        return [(states_col, column(model, lambda enc: enc))]
+    if not isinstance(model, RecordDistribution):
+        return []
+    return [
+        (f"{name}_{states_col}", column(dist, operator.itemgetter(i)))
+        for i, (name, dist) in enumerate(model.fields.items())
+        if hasattr(dist, "seq_viterbi")
+    ]
+
+
+class BatchScorer:
+    """The columns ``score`` adds to a batch of rows, for one model.
+
+    ``added`` lists them as ``(name, Arrow type)``; :meth:`encode` reads a batch (raising the
+    encoder's FieldError for a bad value, which the engine locates) and :meth:`scores` gives the added
+    arrays, null where a row holds an unseen label when ``on_unseen="null"``.
+    """
+
+    def __init__(
+        self,
+        model: Distribution,
+        columns: list[str],
+        *,
+        log_likelihood_col: str = "log_likelihood",
+        prediction_col: str | None = "prediction",
+        probability_col: str | None = "probability",
+        states_col: str | None = "states",
+        on_unseen: str = "error",
+    ) -> None:
+        if on_unseen not in ON_UNSEEN:
+            raise ValueError(f"on_unseen must be 'error' or 'null', got {on_unseen!r}")
+        self.model = model
+        self.nulls = on_unseen == "null"
+        self.encoder = model.encoder().with_unseen("zero" if self.nulls else "error")
+        self.reads_table = self.encoder.column_names() is not None
+        self.read = reader(columns, self.reads_table)
+        mixture = hasattr(model, "seq_posterior")
+        self.with_prediction = mixture and bool(prediction_col)
+        self.with_probability = mixture and bool(probability_col)
+        self.paths = state_paths(model, states_col)
+        self.added: list[tuple[str, pa.DataType]] = [(log_likelihood_col, pa.float64())]
+        if self.with_prediction:
+            self.added.append((str(prediction_col), pa.int32()))
+        if self.with_probability:
+            self.added.append((str(probability_col), pa.list_(pa.float64())))
+        self.added += [(name, pa.list_(pa.int32())) for name, _ in self.paths]
+
+    def encode(self, batch: pa.RecordBatch) -> Any:
+        return self.encoder.from_arrow(self.read(batch))
+
+    def _all(self, enc: Any) -> list[pa.Array]:
+        out = [pa.array(self.model.seq_log_density(enc), pa.float64())]
+        if self.with_prediction or self.with_probability:
+            post = self.model.seq_posterior(enc)  # type: ignore[attr-defined]
+            if self.with_prediction:
+                out.append(pa.array(post.argmax(axis=1).astype(np.int32), pa.int32()))
+            if self.with_probability:
+                k = post.shape[1]
+                offsets = pa.array(np.arange(0, (len(post) + 1) * k, k, dtype=np.int32), pa.int32())
+                out.append(pa.ListArray.from_arrays(offsets, pa.array(post.ravel(), pa.float64())))
+        return out + [path(enc) for _, path in self.paths]
+
+    def scores(self, batch: pa.RecordBatch, enc: Any) -> list[pa.Array]:
+        """The added columns of ``batch`` (encoded as ``enc``); with ``on_unseen="null"`` the rows
+        holding an unseen label get nulls and the others are scored exactly as without them."""
+        unseen = self.encoder.unseen_rows(enc) if self.nulls else None
+        if unseen is None or not unseen.any():
+            return self._all(enc)
+        kept = np.flatnonzero(~unseen)
+        place = np.zeros(len(unseen), dtype=np.int64)
+        place[kept] = np.arange(len(kept))
+        where = pa.array(place, mask=unseen)
+        return [column.take(where) for column in self._all(self.encode(batch.take(kept)))]
