@@ -6,6 +6,7 @@
     python jobs/benchmark.py --model-parallel        # component threading: 2 workers vs 1
     python jobs/benchmark.py --mp                    # mp backend: 2 worker processes vs 1
     python jobs/benchmark.py --mpi                   # mpi backend: mpiexec -n 2 vs -n 1
+    python jobs/benchmark.py --dask                  # dask backend (2 workers) vs spark backend
 
 ``--local``: the local backend against scikit-learn's ``GaussianMixture`` (full and diagonal
 covariance), both started from the same model (weights, means, covariances) on the same data, with the
@@ -325,6 +326,64 @@ def run_mp(rows: int, dim: int, k: int, its: int, seed: int, rounds: int) -> int
     return 0
 
 
+def run_dask(rows: int, dim: int, k: int, its: int, seed: int, rounds: int) -> int:
+    """dask backend against the Spark backend: per-iteration time on the same data, from one seed."""
+    import dask.dataframe as dd
+    import pandas as pd
+    from distributed import Client, LocalCluster
+
+    from mixle_spark.estimation import optimize
+    from mixle_spark.io import spark_session
+
+    x, _ = make_data(rows, dim, k, seed)
+    est = MixtureEstimator([MultivariateGaussianEstimator()] * k)
+    table = pa.table(
+        {"features": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), dim).cast(pa.list_(pa.float64()))}
+    )
+    cluster = LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+    )
+    client = Client(cluster)
+    spark = spark_session("mixle-benchmark", master="local[2]", conf={"spark.driver.memory": "12g"})
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        frame = dd.from_pandas(table.to_pandas(types_mapper=pd.ArrowDtype), npartitions=2).persist()
+        df = spark.createDataFrame(table).cache()
+        df.count()
+
+        def per_iteration(data: Any) -> tuple[float, float]:
+            model = optimize(data, est, max_its=its, delta=None, seed=seed, print_iter=0)
+            trace = model.fit_result.trace
+            return statistics.median(r.seconds for r in trace[1:its]), model.fit_result.history[
+                its - 1
+            ].log_likelihood / rows
+
+        print(
+            f"dask backend vs spark backend: n={rows}, d={dim}, k={k}, full covariance, {its} iterations, "
+            "2 Dask worker processes (2 partitions) vs Spark local[2] (the DataFrame's own partitions), "
+            "default options"
+        )
+        print(f"{'round':<6} {'spark s/it':>11} {'dask s/it':>10} {'spark/dask':>11}")
+        per_iteration(frame)  # warm both up
+        per_iteration(df)
+        ratios = []
+        for r in range(rounds):
+            t_spark, ll_spark = per_iteration(df)
+            t_dask, ll_dask = per_iteration(frame)
+            ratios.append(t_spark / t_dask)
+            print(f"{r + 1:<6} {t_spark:>11.3f} {t_dask:>10.3f} {ratios[-1]:>10.2f}x")
+        print(f"median spark/dask {statistics.median(ratios):.2f}x")
+        print(
+            f"mean log-likelihood after {its} iterations: spark {ll_spark:.8f}, dask {ll_dask:.8f} "
+            "(same seed)"
+        )
+    finally:
+        spark.stop()
+        client.close()
+        cluster.close()
+    return 0
+
+
 def _mpi_rank_main(rows: int, dim: int, k: int, its: int, seed: int) -> int:
     """One rank of ``--mpi``: fit with the mpi backend; the root prints ``MPI_RESULT s/it ll``."""
     from mixle_spark.parallel.backends.mpi import MPIEncodedData
@@ -397,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mp-rows", type=int, default=200_000, help="rows for --model-parallel")
     parser.add_argument("--mp", action="store_true", help="mp backend: 2 worker processes vs 1")
     parser.add_argument("--mpi", action="store_true", help="mpi backend: mpiexec -n 2 vs -n 1")
+    parser.add_argument("--dask", action="store_true", help="dask backend (2 workers) vs spark backend")
     parser.add_argument("--mpi-rank", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--memory-sizes",
@@ -406,14 +466,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.mpi_rank:
         return _mpi_rank_main(args.rows, args.dim, args.components, args.iterations, args.seed)
-    if not (args.local or args.spark or args.model_parallel or args.mp or args.mpi):
-        parser.error("choose a benchmark: --local, --spark, --model-parallel, --mp and/or --mpi")
+    if not (args.local or args.spark or args.model_parallel or args.mp or args.mpi or args.dask):
+        parser.error("choose a benchmark: --local, --spark, --model-parallel, --mp, --mpi and/or --dask")
     rounds3 = min(args.rounds, 3)
     status = 0
     if args.mpi:
         status |= run_mpi(args.rows, args.dim, args.components, args.iterations, args.seed, rounds3)
     if args.model_parallel:
         status |= run_model_parallel(args.mp_rows, args.seed, args.rounds)
+    if args.dask:
+        status |= run_dask(args.rows, args.dim, args.components, args.iterations, args.seed, rounds3)
     if args.mp:
         status |= run_mp(args.rows, args.dim, args.components, args.iterations, args.seed, rounds3)
     if args.spark:
