@@ -88,20 +88,11 @@ def _encode_partition(
     if rows is None:
         return []
     source = rows.source(encoder)
+    encode = encoder.from_arrow if rows.arrow else encoder.encode
     out = []
     for a, b in chunk_bounds(rows.n, None, num_chunks):
-        try:
-            enc = (
-                encoder.from_arrow(rows.piece(source, a, b))
-                if rows.arrow
-                else encoder.encode(rows.piece(source, a, b))
-            )
-        except FieldError as err:
-            located_err = err.in_rows(np.arange(start + a, start + b), n)
-            column_name = rows.read_column
-            raise (located_err.at(column_name) if column_name and not err.path else located_err) from None
-        ids = np.arange(start + a, start + b, dtype=np.uint64)
-        out.append((enc, rows.weights[a:b], ids))
+        enc = located(encode, rows.piece(source, a, b), start + a, start + b, n, rows.read_column)
+        out.append((enc, rows.weights[a:b], np.arange(start + a, start + b, dtype=np.uint64)))
     return out
 
 
