@@ -168,3 +168,48 @@ def test_score_on_unseen_null_and_bad_values(dask_client: Any) -> None:
         score(model, frame).compute()
     with pytest.raises(SchemaError, match=r"the model reads one column but the data has 2"):
         score(MIX, _dask_frame(pa.table({"x": [1.0], "y": [2.0]}), 1))
+
+
+def test_resources_from_dask_feed_plan_and_the_handle(dask_client: Any) -> None:
+    from mixle_spark.parallel import Resources, plan
+
+    resources = Resources.from_dask(dask_client)
+    assert [d.name.split("://")[0] for d in resources.devices] == ["dask:tcp", "dask:tcp"]
+    table = _mixture_table(1000)
+    frame = _dask_frame(table, 5)
+    placement = plan(frame, estimator=EST, resources=resources)
+    assert placement.backend == "dask" and placement.total_rows == 1000 and placement.fits
+    assert len(placement.shards) == 2 and placement.encoded_row_bytes >= 8
+    want = LocalEncodedData(table, estimator=EST).pysp_em_step(EST, MIX)
+    with encoded_data(frame, EST, resources=resources, client=dask_client) as handle:
+        assert len(handle.partition_ids()) == 2  # one partition per device
+        got = handle.pysp_em_step(EST, MIX)
+    assert got[1] == pytest.approx(want[1], rel=1e-9)
+    assert_models_close(got[2], want[2])
+
+
+def test_best_of_and_select_k_on_dask_equal_local(dask_client: Any) -> None:
+    from mixle_spark.estimation import best_of
+    from mixle_spark.model_selection import select_k
+
+    table = _mixture_table(1500)
+    frame = _dask_frame(table, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want_ll, want = best_of(table, EST, trials=3, max_its=6, delta=None, seed=11, print_iter=0)
+        got_ll, got = best_of(
+            frame, EST, trials=3, max_its=6, delta=None, seed=11, print_iter=0, client=dask_client
+        )
+        assert got_ll == pytest.approx(want_ll, rel=1e-9)
+        assert_models_close(got, want)
+        want_k = select_k(table, MixtureEstimator([GaussianEstimator()]), ks=[1, 2, 3], max_its=8, seed=2)
+        got_k = select_k(
+            frame,
+            MixtureEstimator([GaussianEstimator()]),
+            ks=[1, 2, 3],
+            max_its=8,
+            seed=2,
+            client=dask_client,
+        )
+    assert got_k.best_k == want_k.best_k == 2
+    np.testing.assert_allclose(got_k.scores(), want_k.scores(), rtol=1e-9)

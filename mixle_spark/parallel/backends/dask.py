@@ -37,7 +37,7 @@ from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
 __all__ = ["DASK_CONTROLS", "DaskEncodedData", "is_dask_dataframe", "make_dask", "require_dask", "score"]
 
-DASK_CONTROLS = ("encoder", "client", "num_chunks", "engine", "precision")
+DASK_CONTROLS = ("encoder", "client", "resources", "num_chunks", "engine", "precision")
 _INSTALL_HINT = "the 'dask' backend needs dask and distributed: pip install 'mixle-spark[dask]'"
 
 
@@ -243,11 +243,19 @@ def _as_dask(dd: Any, data: Any, client: Any) -> Any:
 
 
 def make_dask(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> DaskEncodedData:
-    """Registry factory of the ``dask`` backend: honours :data:`DASK_CONTROLS`; ``client=``,
-    ``weights=`` (a column name) and ``column=`` pass through."""
+    """Registry factory of the ``dask`` backend: honours :data:`DASK_CONTROLS` (``resources``: one
+    partition per device, e.g. ``Resources.from_dask(client)``); ``weights=`` (a column name) and
+    ``column=`` pass through."""
     controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
     refuse_controls("dask", controls, DASK_CONTROLS)
     check_engine_and_precision("dask", controls.pop("engine", None), controls.pop("precision", None))
+    resources = controls.pop("resources", None)
+    if resources is not None:  # one partition per device (a Dask worker thread of Resources.from_dask)
+        if not is_dask_dataframe(data):
+            data = _as_dask(
+                require_dask()[0], data, controls.get("client") or _current_client(require_dask()[1])
+            )
+        data = data.repartition(npartitions=len(resources.devices))
     return DaskEncodedData(data, estimator=estimator, model=model, **controls, **options)
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "encoder_for",
     "estimate_nbytes",
     "even_edges",
+    "is_dask_dataframe",
     "is_spark_dataframe",
     "measure_rows",
     "num_components",
@@ -209,6 +210,12 @@ def is_spark_dataframe(data: Any) -> bool:
     return cls.__name__ == "DataFrame" and (cls.__module__ or "").startswith("pyspark.sql")
 
 
+def is_dask_dataframe(data: Any) -> bool:
+    """True for a Dask DataFrame, detected by its type's module (dask is never imported here)."""
+    cls = type(data)
+    return cls.__name__ == "DataFrame" and (cls.__module__ or "").startswith("dask")
+
+
 def _as_table(data: Any) -> pa.Table | None:
     if isinstance(data, pa.Table):
         return data
@@ -245,6 +252,10 @@ def rows_and_sample(data: Any, sample_size: int) -> tuple[int, Any, str]:
         if callable(to_arrow):
             return n, to_arrow(), "spark"
         return n, pa.Table.from_pandas(head.toPandas(), preserve_index=False), "spark"
+    if is_dask_dataframe(data):  # counted on its cluster; only the sample reaches this process
+        n = int(data.map_partitions(len).compute().sum())
+        head = data.head(sample_size, npartitions=-1)
+        return n, pa.Table.from_pandas(head, preserve_index=False), "dask"
     table = _as_table(data)
     if table is not None:
         return table.num_rows, table.slice(0, sample_size), "local"

@@ -328,7 +328,7 @@ def plan(
     ----------
     data : list, numpy array, pandas DataFrame, pyarrow Table / RecordBatch / Array or pyspark DataFrame
         The records; a pyspark DataFrame (detected by type, never imported) gives backend ``"spark"``,
-        anything else ``"local"``. None plans ``num_chunks`` empty-data chunks.
+        a Dask DataFrame ``"dask"``, anything else ``"local"``. None plans ``num_chunks`` empty-data chunks.
     model, estimator, encoder
         What the data is encoded with: ``encoder``, else ``model.encoder()``, else ``estimator.encoder()``
         (after a scan of the sample when the encoder needs one). ``model`` sizes the parameters and
@@ -395,6 +395,10 @@ def plan(
         source = "backend 'local': no data given, only num_chunks"
     elif backend == "spark":
         source = "backend 'spark': data is a pyspark DataFrame (rows counted with count())"
+    elif backend == "dask":
+        source = (
+            "backend 'dask': data is a Dask DataFrame (rows counted partition by partition on its cluster)"
+        )
     else:
         source = f"backend 'local': data is held in this process ({type(data).__name__})"
     measured = (
