@@ -58,7 +58,6 @@ __all__ = [
     "check_pseudo_count",
     "check_spec_keys",
     "distribution_from_dict",
-    "drop_none",
     "estimator_from_dict",
     "estimator_option",
     "estimators_option",
@@ -412,33 +411,12 @@ class Estimator(ABC):
 
     def to_dict(self) -> dict[str, Any]:
         """The estimator as a JSON-able spec dict with a ``"type"`` key."""
-        spec: dict[str, Any] = {"type": self.family}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if f.default is not dataclasses.MISSING and _same(value, f.default):
-                continue
-            write = f.metadata.get("write")
-            spec[f.metadata.get("key") or f.name] = write(value) if write is not None else _jsonable(value)
-        return spec
+        return _spec(self, _options(type(self)))
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> Estimator:
         """Build from a spec dict (validating its keys)."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        names = {f.metadata.get("key") or f.name: f.name for f in fields.values()}
-        required = [k for k, n in names.items() if fields[n].default is dataclasses.MISSING]
-        check_spec_keys(spec, cls.family, required=required, optional=names)
-        options = {}
-        for key, value in spec.items():
-            if key == "type":
-                continue
-            f = fields[names[key]]
-            parse = f.metadata.get("parse")
-            try:
-                options[f.name] = parse(value) if parse is not None and value is not None else value
-            except TypeError as err:  # the parser names what it expected
-                raise SpecError(f"{cls.__name__}: {key} must be {err}, got {value!r}") from None
-        return cls(**options)
+        return cls(**_arguments(cls, spec, _options(cls)))
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and self.to_dict() == other.to_dict()  # type: ignore[attr-defined]
@@ -482,13 +460,18 @@ def estimator_option(required: bool = False) -> Any:
 def estimators_option(key: str | None = None) -> Any:
     """A required list of parts' estimators (checked by the family's ``check``, which names the
     one that is not an estimator), written as a list of specs."""
-    return option(dataclasses.MISSING, parse=_estimator_specs, key=key)
+    return option(dataclasses.MISSING, parse=_specs(estimator_from_dict, "estimator"), key=key)
 
 
-def _estimator_specs(value: Any) -> list[Estimator]:
-    if not isinstance(value, (list, tuple)):
-        raise TypeError("a list of estimator specs")
-    return [estimator_from_dict(spec) for spec in value]
+def _specs(build: Callable[[Any], Any], what: str) -> Callable[[Any], list[Any]]:
+    """The parser of a list of parts' specs (``build`` reads one)."""
+
+    def parse(value: Any) -> list[Any]:
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"a list of {what} specs")
+        return [build(spec) for spec in value]
+
+    return parse
 
 
 def check_estimators(family: str, name: str, value: Any) -> list[Estimator]:
@@ -535,6 +518,52 @@ class Parameter:
     parse: Callable[[Any], Any] | None = None
     write: Callable[[Any], Any] | None = None
     default: Any = dataclasses.field(default_factory=lambda: dataclasses.MISSING)  # MISSING: required
+    attribute: str | None = None
+    """The constructor's argument and attribute when it is not ``name`` (the JSON key)."""
+
+    @property
+    def attr(self) -> str:
+        return self.attribute or self.name
+
+
+def _options(cls: Any) -> tuple[Parameter, ...]:
+    """An estimator's options (its dataclass fields) as the parameters its spec holds."""
+    return tuple(
+        Parameter(
+            f.metadata.get("key") or f.name,
+            parse=f.metadata.get("parse"),
+            write=f.metadata.get("write"),
+            default=f.default,
+            attribute=f.name,
+        )
+        for f in dataclasses.fields(cls)
+    )
+
+
+def _spec(obj: Any, parameters: Iterable[Parameter]) -> dict[str, Any]:
+    """``obj``'s spec: its family, then each parameter (an optional one when not its default)."""
+    spec: dict[str, Any] = {"type": obj.family}
+    for parameter in parameters:
+        value = getattr(obj, parameter.attr)
+        if parameter.default is dataclasses.MISSING or not _same(value, parameter.default):
+            write = parameter.write
+            spec[parameter.name] = write(value) if write is not None else _jsonable(value)
+    return spec
+
+
+def _arguments(cls: Any, spec: Mapping[str, Any], parameters: tuple[Parameter, ...]) -> dict[str, Any]:
+    """The constructor's arguments from ``spec`` (unknown or missing keys refused, parts parsed)."""
+    required = [p.name for p in parameters if p.default is dataclasses.MISSING]
+    check_spec_keys(spec, cls.family, required=required, optional=[p.name for p in parameters])
+    arguments = {}
+    for parameter in parameters:
+        if parameter.name in spec:
+            value, parse = spec[parameter.name], parameter.parse
+            try:
+                arguments[parameter.attr] = value if parse is None or value is None else parse(value)
+            except TypeError as err:  # the parser names what it expected
+                raise SpecError(f"{cls.__name__}: {parameter.name} must be {err}, got {value!r}") from None
+    return arguments
 
 
 def part(name: str, optional: bool = False) -> Parameter:
@@ -544,13 +573,7 @@ def part(name: str, optional: bool = False) -> Parameter:
 
 def parts(name: str) -> Parameter:
     """A parameter holding a list of parts' distributions."""
-    return Parameter(name, parse=_distribution_specs)
-
-
-def _distribution_specs(value: Any) -> list[Distribution]:
-    if not isinstance(value, (list, tuple)):
-        raise TypeError("a list of distribution specs")
-    return [distribution_from_dict(spec) for spec in value]
+    return Parameter(name, parse=_specs(distribution_from_dict, "distribution"))
 
 
 class Distribution(ABC):
@@ -595,31 +618,12 @@ class Distribution(ABC):
     def to_dict(self) -> dict[str, Any]:
         """Parameters as a JSON-able dict with a ``"type"`` key (float64 round-trips exactly): the
         declared :attr:`parameters` in order, an optional one only when it differs from its default."""
-        spec: dict[str, Any] = {"type": self.family}
-        for parameter in self.parameters:
-            value = getattr(self, parameter.name)
-            if parameter.default is dataclasses.MISSING or not _same(value, parameter.default):
-                write = parameter.write
-                spec[parameter.name] = write(value) if write is not None else _jsonable(value)
-        return spec
+        return _spec(self, self.parameters)
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> Distribution:
         """Rebuild through the constructor (its keyword arguments are the :attr:`parameters`)."""
-        required = [p.name for p in cls.parameters if p.default is dataclasses.MISSING]
-        optional = [p.name for p in cls.parameters if p.default is not dataclasses.MISSING]
-        check_spec_keys(spec, cls.family, required=required, optional=optional)
-        arguments = {}
-        for parameter in cls.parameters:
-            if parameter.name in spec:
-                value, parse = spec[parameter.name], parameter.parse
-                try:
-                    arguments[parameter.name] = value if parse is None or value is None else parse(value)
-                except TypeError as err:  # the parser names what it expected
-                    raise SpecError(
-                        f"{cls.__name__}: {parameter.name} must be {err}, got {value!r}"
-                    ) from None
-        return cls(**arguments)
+        return cls(**_arguments(cls, spec, cls.parameters))
 
     def nonfinite_parameters(self) -> list[str]:
         """Paths of parameters that are NaN or infinite (used to name a broken component)."""
@@ -685,11 +689,6 @@ def _nonfinite_paths(value: Any, path: tuple[str, ...]) -> list[str]:
     if isinstance(value, (float, np.floating)) and not math.isfinite(value):
         return [".".join(path) or "<root>"]
     return []
-
-
-def drop_none(**options: Any) -> dict[str, Any]:
-    """The keyword arguments whose value is not None (for compact ``to_dict`` specs)."""
-    return {k: v for k, v in options.items() if v is not None}
 
 
 def check_parameter(ok: bool, family: str, name: str, value: Any, expected: str) -> None:
