@@ -17,6 +17,7 @@ import their libraries on first use. A backend never imports another backend or 
 
 from typing import Any
 
+from mixle_spark.parallel.backends.dask import is_dask_dataframe  # imports no dask until used
 from mixle_spark.parallel.backends.local import make_local, make_model_parallel
 from mixle_spark.parallel.backends.multiprocessing import make_mp
 from mixle_spark.parallel.backends.registry import register_encoded_data_backend
@@ -48,11 +49,6 @@ def _make_dask(data: Any, **options: Any) -> Any:
     return make_dask(data, **options)
 
 
-def _is_dask_dataframe(data: Any) -> bool:
-    cls = type(data)
-    return cls.__name__ == "DataFrame" and cls.__module__.startswith("dask")
-
-
 def _is_spark_dataframe(data: Any) -> bool:
     cls = type(data)
     return cls.__name__ == "DataFrame" and cls.__module__.startswith("pyspark.sql")
@@ -66,4 +62,4 @@ register_encoded_data_backend(
 register_encoded_data_backend("mpi", _make_mpi, aliases=("mpi4py",))
 register_encoded_data_backend("torchrun", _make_torchrun, aliases=("torch",))
 register_encoded_data_backend("spark", _make_spark, aliases=("pyspark",), default_for=_is_spark_dataframe)
-register_encoded_data_backend("dask", _make_dask, aliases=("distributed",), default_for=_is_dask_dataframe)
+register_encoded_data_backend("dask", _make_dask, aliases=("distributed",), default_for=is_dask_dataframe)

@@ -16,13 +16,36 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.stats.base import Distribution
+from mixle_spark.errors import FieldError, SchemaError
+from mixle_spark.stats._tables import one_column_error
+from mixle_spark.stats.base import Distribution, Encoder
 from mixle_spark.stats.record import RecordDistribution
 
-__all__ = ["ON_UNSEEN", "BatchScorer", "reader", "state_paths"]
+__all__ = ["ON_UNSEEN", "BatchScorer", "data_columns", "reader", "state_paths"]
 
 ON_UNSEEN = ("error", "null")
 """What ``score`` does with a row holding a label outside the model's vocabulary."""
+
+
+def data_columns(
+    columns: list[str], encoder: Encoder, column: str | None, weights: str | None = None
+) -> list[str]:
+    """The columns of a DataFrame (Spark or Dask) with ``columns`` that ``encoder`` reads: a Record's
+    columns, else ``column``, else the one column there is (besides the weight column)."""
+    names = encoder.column_names()
+    available = [c for c in columns if c != weights]
+    if names is not None:
+        for name in names:
+            if name not in columns:
+                raise SchemaError(f"column {name!r} not found; the DataFrame has columns {columns}")
+        return list(names)
+    if column is not None:
+        if column not in columns:
+            raise SchemaError(f"column {column!r} not found; the DataFrame has columns {columns}")
+        return [column]
+    if len(available) != 1:
+        raise one_column_error(available)
+    return available
 
 
 def reader(columns: list[str], reads_table: bool) -> Callable[[pa.RecordBatch], Any]:
@@ -64,15 +87,15 @@ def state_paths(model: Any, states_col: str | None) -> list[tuple[str, Callable[
 class BatchScorer:
     """The columns ``score`` adds to a batch of rows, for one model.
 
-    ``added`` lists them as ``(name, Arrow type)``; :meth:`encode` reads a batch (raising the
-    encoder's FieldError for a bad value, which the engine locates) and :meth:`scores` gives the added
-    arrays, null where a row holds an unseen label when ``on_unseen="null"``.
+    ``added`` lists them as ``(name, Arrow type)``; :meth:`read_columns` picks what it reads from a
+    frame's columns; :meth:`encode` reads a batch (a bad value raises the encoder's FieldError at its
+    row and column) and :meth:`scores` gives the added arrays, null where a row holds an unseen label
+    when ``on_unseen="null"``.
     """
 
     def __init__(
         self,
         model: Distribution,
-        columns: list[str],
         *,
         log_likelihood_col: str = "log_likelihood",
         prediction_col: str | None = "prediction",
@@ -86,7 +109,8 @@ class BatchScorer:
         self.nulls = on_unseen == "null"
         self.encoder = model.encoder().with_unseen("zero" if self.nulls else "error")
         self.reads_table = self.encoder.column_names() is not None
-        self.read = reader(columns, self.reads_table)
+        self.columns: list[str] = []
+        self.read: Callable[[pa.RecordBatch], Any] = reader(self.columns, self.reads_table)
         mixture = hasattr(model, "seq_posterior")
         self.with_prediction = mixture and bool(prediction_col)
         self.with_probability = mixture and bool(probability_col)
@@ -98,8 +122,24 @@ class BatchScorer:
             self.added.append((str(probability_col), pa.list_(pa.float64())))
         self.added += [(name, pa.list_(pa.int32())) for name, _ in self.paths]
 
-    def encode(self, batch: pa.RecordBatch) -> Any:
-        return self.encoder.from_arrow(self.read(batch))
+    def read_columns(self, available: list[str], column: str | None) -> list[str]:
+        """Choose the columns to read among a frame's ``available`` ones (:func:`data_columns`); refuse
+        an added column that is already there. Returns them."""
+        self.columns = data_columns(available, self.encoder, column)
+        self.read = reader(self.columns, self.reads_table)
+        for name, _ in self.added:
+            if name in available:
+                raise SchemaError(f"column {name!r} already exists; choose another output column name")
+        return self.columns
+
+    def encode(self, batch: pa.RecordBatch, first: int = 0, where: Callable[[], str] | None = None) -> Any:
+        """``batch`` encoded; a bad value raises at its row (``first`` rows of the partition come
+        before the batch; ``where()`` names the partition) and, for a one-column model, its column."""
+        try:
+            return self.encoder.from_arrow(self.read(batch))
+        except FieldError as err:
+            err = err if self.reads_table or err.path else err.at(self.columns[0])
+            raise err.in_scope(first, "the input" if where is None else where()) from None
 
     def _all(self, enc: Any) -> list[pa.Array]:
         out = [pa.array(self.model.seq_log_density(enc), pa.float64())]

@@ -21,7 +21,6 @@ from mixle_spark.parallel.backends._handle import (
     merge_payloads,
 )
 from mixle_spark.parallel.backends._scoring import reader
-from mixle_spark.stats._tables import one_column_error
 from mixle_spark.stats._validate import unreadable_cells
 from mixle_spark.stats.base import Encoder
 
@@ -56,23 +55,6 @@ def _vector_columns_to_arrays(df: DataFrame, columns: list[str]) -> DataFrame:
         if isinstance(df.schema[name].dataType, VectorUDT):
             df = df.withColumn(name, vector_to_array(F.col(name)))
     return df
-
-
-def _data_columns(df: DataFrame, encoder: Encoder, column: str | None, weights: str | None) -> list[str]:
-    names = encoder.column_names()
-    available = [c for c in df.columns if c != weights]
-    if names is not None:
-        for name in names:
-            if name not in df.columns:
-                raise SchemaError(f"column {name!r} not found; the DataFrame has columns {df.columns}")
-        return list(names)
-    if column is not None:
-        if column not in df.columns:
-            raise SchemaError(f"column {column!r} not found; the DataFrame has columns {df.columns}")
-        return [column]
-    if len(available) != 1:
-        raise one_column_error(available)
-    return available
 
 
 def _check_schema(df: DataFrame, encoder: Encoder, columns: list[str]) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
+from mixle_spark.errors import EmptyDataError
 from mixle_spark.parallel.backends._handle import (
     Payload,
     PayloadHandle,
@@ -30,9 +30,9 @@ from mixle_spark.parallel.backends._handle import (
     check_engine_and_precision,
     merge_payloads,
 )
-from mixle_spark.parallel.backends._scoring import BatchScorer, reader
+from mixle_spark.parallel.backends._scoring import BatchScorer
 from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
-from mixle_spark.stats._tables import TableRows, chunk_bounds, located, one_column_error
+from mixle_spark.stats._tables import TableRows, as_table, chunk_bounds, located
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
 __all__ = ["DASK_CONTROLS", "DaskEncodedData", "is_dask_dataframe", "make_dask", "require_dask", "score"]
@@ -227,8 +227,6 @@ def _current_client(distributed: Any) -> Any:
 
 
 def _as_dask(dd: Any, data: Any, client: Any) -> Any:
-    from mixle_spark.stats._tables import as_table
-
     table = as_table(data)
     if table is None:
         raise TypeError(
@@ -252,9 +250,8 @@ def make_dask(data: Any, estimator: Any = None, model: Any = None, **options: An
     resources = controls.pop("resources", None)
     if resources is not None:  # one partition per device (a Dask worker thread of Resources.from_dask)
         if not is_dask_dataframe(data):
-            data = _as_dask(
-                require_dask()[0], data, controls.get("client") or _current_client(require_dask()[1])
-            )
+            dd, distributed = require_dask()
+            data = _as_dask(dd, data, controls.get("client") or _current_client(distributed))
         data = data.repartition(npartitions=len(resources.devices))
     return DaskEncodedData(data, estimator=estimator, model=model, **controls, **options)
 
@@ -282,39 +279,20 @@ def score(
     require_dask()
     scorer = BatchScorer(
         model,
-        [],
         log_likelihood_col=log_likelihood_col,
         prediction_col=prediction_col,
         probability_col=probability_col,
         states_col=states_col,
         on_unseen=on_unseen,
     )
-    available = list(frame.columns)
-    names = scorer.encoder.column_names()
-    if names is not None:
-        missing = [name for name in names if name not in available]
-        if missing:
-            raise SchemaError(f"the model reads columns {missing} the data does not have; it has {available}")
-        columns = list(names)
-    elif column is not None:
-        if column not in available:
-            raise SchemaError(f"column {column!r} not found; the data has columns {available}")
-        columns = [column]
-    elif len(available) == 1:
-        columns = available
-    else:
-        raise one_column_error(available)
-    for name, _ in scorer.added:
-        if name in available:
-            raise SchemaError(f"column {name!r} already exists; choose another output column name")
-    scorer.read = reader(columns, scorer.reads_table)
+    scorer.read_columns(list(frame.columns), column)
     meta = frame._meta.copy()
     for name, typ in scorer.added:
         meta[name] = pd.Series([], dtype=pd.ArrowDtype(typ))
-    return frame.map_partitions(_score_partition, scorer, columns[0], meta=meta)
+    return frame.map_partitions(_score_partition, scorer, meta=meta)
 
 
-def _score_partition(frame: Any, scorer: BatchScorer, first_column: str, partition_info: Any = None) -> Any:
+def _score_partition(frame: Any, scorer: BatchScorer, partition_info: Any = None) -> Any:
     import pandas as pd
     import pyarrow as pa
 
@@ -324,12 +302,8 @@ def _score_partition(frame: Any, scorer: BatchScorer, first_column: str, partiti
             out[name] = pd.Series([], dtype=pd.ArrowDtype(typ), index=frame.index)
         return out
     batch = pa.RecordBatch.from_pandas(frame, preserve_index=False)
-    try:
-        enc = scorer.encode(batch)
-    except FieldError as err:
-        where = "the input" if partition_info is None else f"partition {partition_info['number']}"
-        err = err if scorer.reads_table or err.path else err.at(first_column)
-        raise err.in_scope(0, where) from None
+    where = "the input" if partition_info is None else f"partition {partition_info['number']}"
+    enc = scorer.encode(batch, 0, lambda: where)
     for (name, typ), array in zip(scorer.added, scorer.scores(batch, enc), strict=True):
         out[name] = pd.Series(
             pd.arrays.ArrowExtensionArray(array), index=frame.index, dtype=pd.ArrowDtype(typ)

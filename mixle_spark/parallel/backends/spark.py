@@ -47,7 +47,7 @@ from mixle_spark.parallel.backends._handle import (
     merge_payloads,
 )
 from mixle_spark.parallel.backends._resident_policy import ResidentPolicy, resident_blocker, slots_for_layout
-from mixle_spark.parallel.backends._scoring import BatchScorer, reader
+from mixle_spark.parallel.backends._scoring import BatchScorer, data_columns, reader
 from mixle_spark.parallel.backends._spark_common import (
     _LOW_BITS,
     _PAYLOAD_SCHEMA,
@@ -55,7 +55,6 @@ from mixle_spark.parallel.backends._spark_common import (
     ROW_ID_COLUMN,
     WEIGHT_COLUMN,
     _check_schema,
-    _data_columns,
     _global_row,
     _merge_with_dataframes,
     _payload_batch,
@@ -170,7 +169,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             raise SchemaError(
                 f"weight column {weights!r} not found; the DataFrame has columns {data.columns}"
             )
-        self.columns = _data_columns(data, base, column, weights)
+        self.columns = data_columns(data.columns, base, column, weights)
         self.reads_table = base.column_names() is not None
         selected = _vector_columns_to_arrays(data, self.columns)
         try:
@@ -530,7 +529,6 @@ def score(
 
     scorer = BatchScorer(
         model,
-        [],
         log_likelihood_col=log_likelihood_col,
         prediction_col=prediction_col,
         probability_col=probability_col,
@@ -538,14 +536,7 @@ def score(
         on_unseen=on_unseen,
     )
     encoder = scorer.encoder
-    columns = (
-        _data_columns(df, encoder, column, None)
-        if encoder.column_names() is None
-        else list(encoder.column_names() or [])
-    )
-    if encoder.column_names() is not None:
-        _data_columns(df, encoder, None, None)
-    scorer.read = reader(columns, scorer.reads_table)
+    columns = scorer.read_columns(df.columns, column)
     df = _vector_columns_to_arrays(df, columns)
     try:
         _check_schema(df, encoder, columns)
@@ -560,27 +551,22 @@ def score(
         )
         for name, typ in scorer.added
     ]
-    for field in added:
-        if field.name in df.columns:
-            raise SchemaError(f"column {field.name!r} already exists; choose another output column name")
     out_schema = StructType(list(df.schema.fields) + added)
     arrow_schema = to_arrow_schema(out_schema)
 
-    def score_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def partition() -> str:
         from pyspark import TaskContext
 
+        ctx = TaskContext.get()
+        return "the input" if ctx is None else f"partition {ctx.partitionId()}"
+
+    def score_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         first = 0  # rows of this partition before the batch, so errors name the partition's row
         for batch in batches:
             if batch.num_rows == 0:
                 yield pa.RecordBatch.from_pylist([], schema=arrow_schema)
                 continue
-            try:
-                enc = scorer.encode(batch)
-            except FieldError as err:
-                ctx = TaskContext.get()
-                where = "the input" if ctx is None else f"partition {ctx.partitionId()}"
-                err = err if scorer.reads_table or err.path else err.at(columns[0])
-                raise err.in_scope(first, where) from None
+            enc = scorer.encode(batch, first, partition)
             first += batch.num_rows
             yield pa.RecordBatch.from_arrays(
                 [*batch.columns, *scorer.scores(batch, enc)], schema=arrow_schema
