@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-EXTRAS ?= spark,test,dev,bench,mpi,plot,dask
+EXTRAS ?= spark,test,dev,bench,mpi,plot,dask,ray
 # The mpich wheel (extra `mpi`) puts mpiexec beside the venv's python; mpi4py finds its libmpi itself.
 MPIEXEC ?= $(VENV)/bin/mpiexec
 MPI_PYTEST := $(PY) -m pytest tests/mpi -m mpi -q -p no:cacheprovider

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark._frames import frame_engine
 from mixle_spark.em._lockstep import can_share_passes, run_together
 from mixle_spark.em._records import (
     DECREASE_RTOL,
@@ -78,10 +79,10 @@ def _handle(data: Any, estimator: Estimator | None, options: dict[str, Any]) -> 
 def row_count(data: Any) -> int | None:
     """Rows of ``data`` without encoding it (a Spark DataFrame: ``count()``, which reads only metadata
     for Parquet and Delta); None for what cannot be counted so."""
-    cls = type(data)
-    if cls.__name__ == "DataFrame" and cls.__module__.startswith("pyspark.sql"):
+    engine = frame_engine(data)
+    if engine == "spark":
         return int(data.count())
-    if cls.__module__.startswith("dask"):  # len() would read every partition: the handle counts
+    if engine is not None:  # Dask, Ray: counting would read every partition; the handle counts
         return None
     if hasattr(data, "num_rows"):  # pyarrow Table / RecordBatch
         return int(data.num_rows)

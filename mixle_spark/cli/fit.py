@@ -87,6 +87,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from mixle_spark._frames import frame_engine
 from mixle_spark.cli._arguments import (
     PROG,
     Sample,
@@ -250,7 +251,7 @@ def report_sample(data: Any) -> Any:
         import pyarrow.dataset as pads
 
         return pads.dataset(data).head(REPORT_SAMPLE_ROWS)
-    if type(data).__module__.startswith("dask"):  # only these rows reach the client
+    if frame_engine(data) == "dask":  # only these rows reach the client
         import pyarrow as pa
 
         return pa.Table.from_pandas(data.head(REPORT_SAMPLE_ROWS, npartitions=-1), preserve_index=False)

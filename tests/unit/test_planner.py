@@ -228,6 +228,52 @@ def test_from_dask_fake_client() -> None:
         Resources.from_dask(FakeDaskClient({}))
 
 
+class FakeRay:
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        self._nodes = nodes
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._nodes
+
+
+def test_from_ray_fake_runtime() -> None:
+    ray = FakeRay(
+        [
+            {"Alive": True, "NodeID": "n2", "NodeManagerAddress": "10.0.0.2", "Resources": {"CPU": 1.0}},
+            {"Alive": False, "NodeID": "n3", "NodeManagerAddress": "10.0.0.3", "Resources": {"CPU": 8.0}},
+            {
+                "Alive": True,
+                "NodeID": "n1",
+                "NodeManagerAddress": "10.0.0.1",
+                "Resources": {"CPU": 2.0, "memory": 3000.0},
+            },
+        ]
+    )
+    devices = Resources.from_ray(ray).devices
+    assert [d.name for d in devices] == ["ray:10.0.0.1:0", "ray:10.0.0.1:1", "ray:10.0.0.2:0"]
+    assert [(d.node_id, d.local_rank) for d in devices] == [("n1", 0), ("n1", 1), ("n2", 0)]
+    assert [d.memory_bytes for d in devices] == [1500, 1500, None]  # the dead node is left out
+    with pytest.raises(TypeError, match=r"nodes\(\), got object"):
+        Resources.from_ray(object())
+    with pytest.raises(ValueError, match=r"reports no live nodes"):
+        Resources.from_ray(FakeRay([]))
+
+
+def test_frame_engine_tells_engines_by_type_alone() -> None:
+    from mixle_spark._frames import frame_engine
+
+    def fake(module: str, name: str) -> Any:
+        return type(name, (), {"__module__": module})()
+
+    assert frame_engine(fake("pyspark.sql.dataframe", "DataFrame")) == "spark"
+    assert frame_engine(fake("pyspark.sql.connect.dataframe", "DataFrame")) == "spark"
+    assert frame_engine(fake("dask.dataframe.dask_expr._collection", "DataFrame")) == "dask"
+    assert frame_engine(fake("ray.data.dataset", "MaterializedDataset")) == "ray"
+    assert frame_engine(fake("raydata", "Dataset")) is None  # a prefix of a module name is not enough
+    assert frame_engine(fake("pandas.core.frame", "DataFrame")) is None
+    assert frame_engine(pa.table({"x": [1]})) is None
+
+
 class FakeSparkContext:
     defaultParallelism = 5
 

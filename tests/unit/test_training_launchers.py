@@ -121,7 +121,7 @@ def test_lightning_absent_names_the_extra_to_install() -> None:
 @pytest.mark.usefixtures("no_ray")
 def test_ray_absent_names_the_extra_to_install() -> None:
     with pytest.raises(
-        ImportError, match=r"requires ray\[train\] and torch: pip install 'mixle-spark\[ray\]'"
+        ImportError, match=r"requires ray\[train\] and torch: pip install 'mixle-spark\[ray-train\]'"
     ):
         RayTrainLauncher().launch(lambda config: None, plan=ParallelPlan(dp_replicate=2))
 

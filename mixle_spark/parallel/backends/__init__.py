@@ -8,16 +8,17 @@
   threaded E-step any backend can use (``num_workers``).
 - One module per backend: ``local`` (also ``model_parallel``), ``spark`` (with ``_spark_common``,
   ``_spark_resident``, ``_resident_policy``, ``_resident_wire``), ``multiprocessing`` (``mp``),
-  ``mpi`` (with ``_mpi_io``), ``torchrun`` (the mpi handle over ``torch.distributed``) and ``dask``
-  (partitions held by the workers of a ``dask.distributed`` cluster).
+  ``mpi`` (with ``_mpi_io``), ``torchrun`` (the mpi handle over ``torch.distributed``), ``dask``
+  (partitions held by the workers of a ``dask.distributed`` cluster) and ``ray`` (row ranges held by
+  actors of a Ray cluster).
 
-Importing this package registers the built-in backends; the optional ones (spark, mpi, torchrun, dask)
+Importing this package registers the built-in backends; the optional ones (spark, mpi, torchrun, dask, ray)
 import their libraries on first use. A backend never imports another backend or the EM driver.
 """
 
 from typing import Any
 
-from mixle_spark.parallel.backends.dask import is_dask_dataframe  # imports no dask until used
+from mixle_spark._frames import frame_engine
 from mixle_spark.parallel.backends.local import make_local, make_model_parallel
 from mixle_spark.parallel.backends.multiprocessing import make_mp
 from mixle_spark.parallel.backends.registry import register_encoded_data_backend
@@ -49,9 +50,14 @@ def _make_dask(data: Any, **options: Any) -> Any:
     return make_dask(data, **options)
 
 
-def _is_spark_dataframe(data: Any) -> bool:
-    cls = type(data)
-    return cls.__name__ == "DataFrame" and cls.__module__.startswith("pyspark.sql")
+def _make_ray(data: Any, **options: Any) -> Any:
+    from mixle_spark.parallel.backends.ray import make_ray  # ray[data] is an optional extra
+
+    return make_ray(data, **options)
+
+
+def _of(engine: str) -> Any:
+    return lambda data: frame_engine(data) == engine
 
 
 register_encoded_data_backend("local", make_local, aliases=("serial", "numpy"))
@@ -61,5 +67,6 @@ register_encoded_data_backend(
 )
 register_encoded_data_backend("mpi", _make_mpi, aliases=("mpi4py",))
 register_encoded_data_backend("torchrun", _make_torchrun, aliases=("torch",))
-register_encoded_data_backend("spark", _make_spark, aliases=("pyspark",), default_for=_is_spark_dataframe)
-register_encoded_data_backend("dask", _make_dask, aliases=("distributed",), default_for=is_dask_dataframe)
+register_encoded_data_backend("spark", _make_spark, aliases=("pyspark",), default_for=_of("spark"))
+register_encoded_data_backend("dask", _make_dask, aliases=("distributed",), default_for=_of("dask"))
+register_encoded_data_backend("ray", _make_ray, default_for=_of("ray"))

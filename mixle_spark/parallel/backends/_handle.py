@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from mixle_spark.stats._random import RowRandom, seed_to_int
+from mixle_spark.stats._tables import TableRows, chunk_bounds, located
 from mixle_spark.stats.base import (
     Accumulator,
     AccumulatorFactory,
@@ -29,10 +30,12 @@ __all__ = [
     "Request",
     "accumulate_chunks",
     "bind_estimator",
+    "encode_part",
     "fold_chunk",
     "fold_key_passes",
     "initial_keep_weights",
     "merge_payloads",
+    "scan_part",
     "seed_from",
     "stat_nbytes",
     "weighted_sum",
@@ -155,6 +158,41 @@ def merge_payloads(factory: AccumulatorFactory, a: Payload | None, b: Payload | 
     else:
         value = factory.make().from_value(a[2]).combine(b[2]).value()
     return (a[0] + b[0], a[1] + b[1], value, a[3] + b[3])
+
+
+def scan_part(frame: Any, encoder: Encoder, weights: Any, column: str | None, start: int, n: int) -> Any:
+    """The scan (vocabularies / ranges) of one partition of a distributed frame, rows ``start`` on of
+    ``n``; None for an empty partition. A bad value is reported at its row in the whole data set."""
+    if len(frame) == 0:
+        return None
+    rows = TableRows(frame, weights, column)
+    source = rows.source(encoder)
+    scan = encoder.scan_arrow if rows.arrow else encoder.scan
+    return located(scan, source, start, start + rows.n, n, rows.read_column)
+
+
+def encode_part(
+    frame: Any,
+    encoder: Encoder,
+    weights: Any,
+    column: str | None,
+    start: int,
+    n: int,
+    num_chunks: int | None,
+) -> list[tuple[Any, np.ndarray, np.ndarray]]:
+    """One partition of a distributed frame (rows ``start`` on of ``n``) as the chunks ``(encoded,
+    weights, global row ids)`` :func:`accumulate_chunks` folds; a bad value is reported at its row in
+    the whole data set."""
+    if len(frame) == 0:
+        return []
+    rows = TableRows(frame, weights, column)
+    source = rows.source(encoder)
+    encode = encoder.from_arrow if rows.arrow else encoder.encode
+    out = []
+    for a, b in chunk_bounds(rows.n, None, num_chunks):
+        enc = located(encode, rows.piece(source, a, b), start + a, start + b, n, rows.read_column)
+        out.append((enc, rows.weights[a:b], np.arange(start + a, start + b, dtype=np.uint64)))
+    return out
 
 
 def check_engine_and_precision(backend: str, engine: Any, precision: Any) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark._frames import frame_engine
 from mixle_spark.errors import EmptyDataError
 from mixle_spark.parallel.backends._handle import (
     Payload,
@@ -28,14 +29,16 @@ from mixle_spark.parallel.backends._handle import (
     accumulate_chunks,
     bind_estimator,
     check_engine_and_precision,
+    encode_part,
     merge_payloads,
+    scan_part,
 )
 from mixle_spark.parallel.backends._scoring import BatchScorer
 from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
-from mixle_spark.stats._tables import TableRows, as_table, chunk_bounds, located
+from mixle_spark.stats._tables import as_table
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
-__all__ = ["DASK_CONTROLS", "DaskEncodedData", "is_dask_dataframe", "make_dask", "require_dask", "score"]
+__all__ = ["DASK_CONTROLS", "DaskEncodedData", "make_dask", "require_dask", "score"]
 
 DASK_CONTROLS = ("encoder", "client", "resources", "num_chunks", "engine", "precision")
 _INSTALL_HINT = "the 'dask' backend needs dask and distributed: pip install 'mixle-spark[dask]'"
@@ -51,51 +54,7 @@ def require_dask() -> tuple[Any, Any]:
     return dd, distributed
 
 
-def is_dask_dataframe(data: Any) -> bool:
-    """True for a Dask DataFrame (checked without importing dask)."""
-    cls = type(data)
-    return cls.__name__ == "DataFrame" and cls.__module__.startswith("dask")
-
-
 # -- what runs on the workers (module-level functions: shipped by reference) ------------------------
-def _rows(frame: Any, weights: Any, column: str | None) -> TableRows | None:
-    return None if len(frame) == 0 else TableRows(frame, weights, column)
-
-
-def _scan_partition(
-    frame: Any, encoder: Encoder, weights: Any, column: str | None, start: int, n: int
-) -> Any:
-    rows = _rows(frame, weights, column)
-    if rows is None:
-        return None
-    source = rows.source(encoder)
-    scan = encoder.scan_arrow if rows.arrow else encoder.scan
-    return located(scan, source, start, start + rows.n, n, rows.read_column)
-
-
-def _encode_partition(
-    frame: Any,
-    encoder: Encoder,
-    weights: Any,
-    column: str | None,
-    start: int,
-    n: int,
-    num_chunks: int | None,
-) -> list[tuple[Any, np.ndarray, np.ndarray]]:
-    """The partition's chunks ``(encoded, weights, global row ids)``; a bad value is reported at its
-    row in the whole data set."""
-    rows = _rows(frame, weights, column)
-    if rows is None:
-        return []
-    source = rows.source(encoder)
-    encode = encoder.from_arrow if rows.arrow else encoder.encode
-    out = []
-    for a, b in chunk_bounds(rows.n, None, num_chunks):
-        enc = located(encode, rows.piece(source, a, b), start + a, start + b, n, rows.read_column)
-        out.append((enc, rows.weights[a:b], np.arange(start + a, start + b, dtype=np.uint64)))
-    return out
-
-
 def _request(request: Request) -> Request:
     return request
 
@@ -147,7 +106,7 @@ class DaskEncodedData(PayloadHandle):
                 f"weights must be the name of a weight column for the dask backend, got {weights!r}"
             )
         self.client = client if client is not None else _current_client(distributed)
-        frame = data if is_dask_dataframe(data) else _as_dask(dd, data, self.client)
+        frame = data if frame_engine(data) == "dask" else _as_dask(dd, data, self.client)
         base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
         parts = self.client.compute(frame.to_delayed())  # the source partitions, on the workers
         sizes = [int(s) for s in self.client.gather(self.client.map(len, parts, pure=False))]
@@ -162,7 +121,7 @@ class DaskEncodedData(PayloadHandle):
         if estimator is not None and base.needs_scan:
             scans = self.client.gather(
                 [
-                    self.client.submit(_scan_partition, p, base, weights, column, s, self.n, pure=False)
+                    self.client.submit(scan_part, p, base, weights, column, s, self.n, pure=False)
                     for p, s in zip(parts, starts, strict=True)
                 ]
             )
@@ -171,7 +130,7 @@ class DaskEncodedData(PayloadHandle):
             self.encoder = estimator.with_scan(self._scan).encoder()
         self._parts = [
             self.client.submit(
-                _encode_partition, p, self.encoder, weights, column, s, self.n, num_chunks, pure=False
+                encode_part, p, self.encoder, weights, column, s, self.n, num_chunks, pure=False
             )
             for p, s in zip(parts, starts, strict=True)
         ]
@@ -249,7 +208,7 @@ def make_dask(data: Any, estimator: Any = None, model: Any = None, **options: An
     check_engine_and_precision("dask", controls.pop("engine", None), controls.pop("precision", None))
     resources = controls.pop("resources", None)
     if resources is not None:  # one partition per device (a Dask worker thread of Resources.from_dask)
-        if not is_dask_dataframe(data):
+        if frame_engine(data) != "dask":
             dd, distributed = require_dask()
             data = _as_dask(dd, data, controls.get("client") or _current_client(distributed))
         data = data.repartition(npartitions=len(resources.devices))

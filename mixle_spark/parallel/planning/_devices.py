@@ -1,8 +1,9 @@
 """Placement targets: :class:`DeviceSpec`, :class:`Resources` and :func:`precision_name`.
 
 Re-exported by :mod:`mixle_spark.parallel.planning.planner` (the public home of these names). Resources come
-from explicit specs, the local machine, MPI, dask, Spark or torchrun; none of those libraries is
-imported here (torch only lazily, for accelerator discovery).
+from explicit specs, the local machine, MPI, Dask, Ray, Spark or torchrun; none of those libraries is
+imported at module load (torch lazily, for accelerator discovery; ray by ``from_ray()`` without
+an argument).
 """
 
 from __future__ import annotations
@@ -408,6 +409,48 @@ class Resources:
                     f"dask:{address}", memory_bytes=memory, throughput=max(1.0, threads), precision=prec
                 )
             )
+        return cls(tuple(devices))
+
+    @classmethod
+    def from_ray(cls, ray: Any = None, precision: Any = None) -> Resources:
+        """One ``ray:<node address>:<i>`` CPU slot per CPU of every live node of a Ray cluster.
+
+        ``ray`` is the ``ray`` module with a runtime started (default: imported here), or anything
+        with ``nodes()`` returning Ray's node records (``Alive``, ``NodeID``, ``NodeManagerAddress``,
+        ``Resources`` with ``CPU`` and ``memory``). Each slot gets its node's ``memory`` divided by the
+        node's CPUs, ``node_id`` the node and ``local_rank`` its index there; nodes are sorted by
+        address.
+        """
+        if ray is None:
+            try:
+                import ray
+            except ImportError as err:
+                raise ImportError(f"from_ray needs Ray: pip install 'mixle-spark[ray]' ({err})") from err
+        nodes_of = getattr(ray, "nodes", None)
+        if not callable(nodes_of):
+            raise TypeError(
+                f"from_ray needs the ray module or an object with nodes(), got {type(ray).__name__}"
+            )
+        nodes = [n for n in nodes_of() or () if n.get("Alive", True)]
+        if not nodes:
+            raise ValueError("the Ray cluster reports no live nodes (is a runtime started? ray.init())")
+        prec = _optional_precision(precision)
+        devices = []
+        for node in sorted(nodes, key=lambda n: str(n.get("NodeManagerAddress", ""))):
+            resources = node.get("Resources") or {}
+            cpus = max(1, int(resources.get("CPU") or 1))
+            memory = int(resources.get("memory") or 0) // cpus or None
+            address = node.get("NodeManagerAddress", "?")
+            for i in range(cpus):
+                devices.append(
+                    DeviceSpec(
+                        f"ray:{address}:{i}",
+                        memory_bytes=memory,
+                        precision=prec,
+                        node_id=str(node.get("NodeID", address)),
+                        local_rank=i,
+                    )
+                )
         return cls(tuple(devices))
 
     @classmethod

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from mixle_spark._frames import frame_engine
 from mixle_spark.errors import MixleError, SchemaError
 
 if TYPE_CHECKING:
@@ -33,8 +34,6 @@ __all__ = [
     "encoder_for",
     "estimate_nbytes",
     "even_edges",
-    "is_dask_dataframe",
-    "is_spark_dataframe",
     "measure_rows",
     "num_components",
     "row_ranges",
@@ -204,18 +203,6 @@ def _unknown(obj: Any, path: str, why: str) -> UnknownMemoryFootprintError:
 # -- sampling data for plan() -------------------------------------------------------------------
 
 
-def is_spark_dataframe(data: Any) -> bool:
-    """True for a pyspark DataFrame, detected by its type's module (pyspark is never imported here)."""
-    cls = type(data)
-    return cls.__name__ == "DataFrame" and (cls.__module__ or "").startswith("pyspark.sql")
-
-
-def is_dask_dataframe(data: Any) -> bool:
-    """True for a Dask DataFrame, detected by its type's module (dask is never imported here)."""
-    cls = type(data)
-    return cls.__name__ == "DataFrame" and (cls.__module__ or "").startswith("dask")
-
-
 def _as_table(data: Any) -> pa.Table | None:
     if isinstance(data, pa.Table):
         return data
@@ -245,17 +232,23 @@ def rows_and_sample(data: Any, sample_size: int) -> tuple[int, Any, str]:
     The sample is an Arrow table / array for tabular data (pyspark, pandas, Arrow) and a slice of the
     data otherwise (a list of records, a numpy array).
     """
-    if is_spark_dataframe(data):
+    engine = frame_engine(data)  # no engine is imported here
+    if engine == "spark":
         n = int(data.count())
         head = _vectors_as_arrays(data).limit(sample_size)
         to_arrow = getattr(head, "toArrow", None)
         if callable(to_arrow):
             return n, to_arrow(), "spark"
         return n, pa.Table.from_pandas(head.toPandas(), preserve_index=False), "spark"
-    if is_dask_dataframe(data):  # counted on its cluster; only the sample reaches this process
+    if engine == "dask":  # counted on its cluster; only the sample reaches this process
         n = int(data.map_partitions(len).compute().sum())
         head = data.head(sample_size, npartitions=-1)
         return n, pa.Table.from_pandas(head, preserve_index=False), "dask"
+    if engine == "ray":  # counted by Ray (from metadata when it can); only the sample reaches here
+        n = int(data.count())
+        if n == 0:
+            return 0, data.schema().base_schema.empty_table(), "ray"
+        return n, data.take_batch(min(sample_size, n), batch_format="pyarrow"), "ray"
     table = _as_table(data)
     if table is not None:
         return table.num_rows, table.slice(0, sample_size), "local"
@@ -266,8 +259,9 @@ def rows_and_sample(data: Any, sample_size: int) -> tuple[int, Any, str]:
         return n, data[:sample_size], "local"
     except TypeError:
         raise TypeError(
-            "plan data must be a list of records, a numpy array, a pandas DataFrame, a pyarrow "
-            f"Table / RecordBatch / Array or a pyspark DataFrame, got {type(data).__name__}"
+            "plan data must be a list of records, a numpy array, a pandas DataFrame, a pyarrow Table / "
+            "RecordBatch / Array, a pyspark or Dask DataFrame or a Ray Dataset, "
+            f"got {type(data).__name__}"
         ) from None
 
 

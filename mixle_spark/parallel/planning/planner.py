@@ -326,9 +326,11 @@ def plan(
 
     Parameters
     ----------
-    data : list, numpy array, pandas DataFrame, pyarrow Table / RecordBatch / Array or pyspark DataFrame
+    data : list, numpy array, pandas DataFrame, pyarrow Table / RecordBatch / Array, or a pyspark or
+        Dask DataFrame or Ray Dataset
         The records; a pyspark DataFrame (detected by type, never imported) gives backend ``"spark"``,
-        a Dask DataFrame ``"dask"``, anything else ``"local"``. None plans ``num_chunks`` empty-data chunks.
+        a Dask DataFrame ``"dask"``, a Ray Dataset ``"ray"``, anything else ``"local"``. None plans
+        ``num_chunks`` empty-data chunks.
     model, estimator, encoder
         What the data is encoded with: ``encoder``, else ``model.encoder()``, else ``estimator.encoder()``
         (after a scan of the sample when the encoder needs one). ``model`` sizes the parameters and
@@ -399,6 +401,8 @@ def plan(
         source = (
             "backend 'dask': data is a Dask DataFrame (rows counted partition by partition on its cluster)"
         )
+    elif backend == "ray":
+        source = "backend 'ray': data is a Ray Dataset (rows counted by Ray)"
     else:
         source = f"backend 'local': data is held in this process ({type(data).__name__})"
     measured = (

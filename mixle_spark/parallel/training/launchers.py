@@ -45,7 +45,7 @@ __all__ = [
 PLAN_CONFIG_KEY = "mixle_parallel_plan"
 TOPOLOGY_CONFIG_KEY = "mixle_worker_topology_attestation"
 
-_RAY_HINT = "Ray training launch requires ray[train] and torch: pip install 'mixle-spark[ray]'"
+_RAY_HINT = "Ray training launch requires ray[train] and torch: pip install 'mixle-spark[ray-train]'"
 _LIGHTNING_HINT = "Lightning Fabric launch requires lightning: pip install 'mixle-spark[lightning]'"
 _DATA_PARALLEL = (ParallelAxis.DP_REPLICATE, ParallelAxis.DP_SHARD)
 _REPLICATING_STRATEGIES = frozenset({"ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "dp"})
