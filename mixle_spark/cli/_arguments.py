@@ -107,9 +107,10 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
     run = parser.add_argument_group("execution")
     run.add_argument(
         "--backend",
-        choices=("spark", "local", "dask", *SPMD_BACKENDS),
+        choices=("spark", "local", "dask", "ray", *SPMD_BACKENDS),
         default="spark",
-        help="default: spark; dask: a Dask cluster reading Parquet; mpi / torchrun under mpiexec / torchrun",
+        help="default: spark; dask / ray: a Dask cluster / Ray runtime reading Parquet; "
+        "mpi / torchrun under mpiexec / torchrun",
     )
     run.add_argument(
         "--dask-scheduler",
@@ -117,9 +118,15 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         help="with --backend dask: the scheduler address (default: a local cluster, --num-workers processes)",
     )
     run.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="with --backend ray: the cluster's address (default: a local runtime of --num-workers CPUs)",
+    )
+    run.add_argument(
         "--num-workers",
         type=_positive_int,
-        help="threads per process for the E-step (local, mpi, torchrun); dask: the local cluster's processes",
+        help="threads per process for the E-step (local, mpi, torchrun); dask: the local cluster's "
+        "processes; ray: the local runtime's CPUs",
     )
     run.add_argument(
         "--partitions",
@@ -191,7 +198,12 @@ def resolve_args(
             f"--backend {args.backend} needs --input and --model (a Parquet path each process reads)"
         )
     if args.num_workers is not None and args.backend == "spark":
-        parser.error("--num-workers applies to --backend local, mpi and torchrun (spark: spark.task.cpus)")
+        parser.error(
+            "--num-workers applies to --backend local, dask, ray, mpi and torchrun (spark: spark.task.cpus)"
+        )
+    for flag, owner in (("dask_scheduler", "dask"), ("ray_address", "ray")):
+        if getattr(args, flag, None) is not None and args.backend != owner:
+            parser.error(f"--{flag.replace('_', '-')} only applies to --backend {owner}")
     if args.backend != "spark":
         given = [f"--{n}" for n in ("depth", "master") if getattr(args, n) is not None]
         given += ["--conf"] if args.conf else []
@@ -248,8 +260,8 @@ def reliability_options(args: argparse.Namespace) -> dict[str, Any]:
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"backend": args.backend}
     for flag, key in (("partitions", "num_chunks"), ("depth", "depth"), ("num_workers", "num_workers")):
-        if flag == "num_workers" and args.backend == "dask":
-            continue  # the local cluster's worker processes (open_dask_input), not E-step threads
+        if flag == "num_workers" and args.backend in ("dask", "ray"):
+            continue  # the local cluster's processes / runtime's CPUs (open_*_input), not E-step threads
         if getattr(args, flag) is not None:
             options[key] = getattr(args, flag)
     if args.no_resident:
