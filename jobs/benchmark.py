@@ -7,6 +7,7 @@
     python jobs/benchmark.py --mp                    # mp backend: 2 worker processes vs 1
     python jobs/benchmark.py --mpi                   # mpi backend: mpiexec -n 2 vs -n 1
     python jobs/benchmark.py --dask                  # dask backend (2 workers) vs spark backend
+    python jobs/benchmark.py --dask --ray            # dask and ray backends vs spark, in one run
 
 ``--local``: the local backend against scikit-learn's ``GaussianMixture`` (full and diagonal
 covariance), both started from the same model (weights, means, covariances) on the same data, with the
@@ -32,6 +33,12 @@ task, and a check that the models estimated from the two E-steps are bit-identic
 full-covariance mixture at ``--rows`` (default 1e6), seconds per iteration after the first, and the
 log-likelihood both reach (equal to the local backend's). ``--mpi``: the same with the ``mpi``
 backend, ``mpiexec -n 2`` against ``-n 1`` (each rank generates the data and keeps its share).
+
+``--dask`` / ``--ray`` (together: one run, one Spark baseline): the ``dask`` backend (a local cluster
+of 2 worker processes, a 2-partition DataFrame) and the ``ray`` backend (a local runtime of 2 CPUs, a
+Dataset from one Arrow table) against the Spark backend on ``local[2]``, all with default options
+from one seed: seconds per iteration after the first, the ratio spark/engine (above 1: the engine is
+faster) and the mean log-likelihood each reaches (the same, from the same seed).
 """
 
 from __future__ import annotations
@@ -326,11 +333,11 @@ def run_mp(rows: int, dim: int, k: int, its: int, seed: int, rounds: int) -> int
     return 0
 
 
-def run_dask(rows: int, dim: int, k: int, its: int, seed: int, rounds: int) -> int:
-    """dask backend against the Spark backend: per-iteration time on the same data, from one seed."""
-    import dask.dataframe as dd
+def run_engines(engines: list[str], rows: int, dim: int, k: int, its: int, seed: int, rounds: int) -> int:
+    """The dask and / or ray backends against the Spark backend: per-iteration time on the same data,
+    from one seed, each engine given the machine's 2 cores (2 Dask worker processes; a Ray runtime
+    of 2 CPUs; Spark ``local[2]``) and default options."""
     import pandas as pd
-    from distributed import Client, LocalCluster
 
     from mixle_spark.estimation import optimize
     from mixle_spark.io import spark_session
@@ -340,14 +347,32 @@ def run_dask(rows: int, dim: int, k: int, its: int, seed: int, rounds: int) -> i
     table = pa.table(
         {"features": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), dim).cast(pa.list_(pa.float64()))}
     )
-    cluster = LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
-    )
-    client = Client(cluster)
+    frames: dict[str, Any] = {}
+    stops: list[Any] = []
     spark = spark_session("mixle-benchmark", master="local[2]", conf={"spark.driver.memory": "12g"})
     spark.sparkContext.setLogLevel("ERROR")
+    stops.append(spark.stop)
     try:
-        frame = dd.from_pandas(table.to_pandas(types_mapper=pd.ArrowDtype), npartitions=2).persist()
+        if "dask" in engines:
+            import dask.dataframe as dd
+            from distributed import Client, LocalCluster
+
+            cluster = LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+            )
+            client = Client(cluster)
+            stops += [cluster.close, client.close]
+            frames["dask"] = dd.from_pandas(
+                table.to_pandas(types_mapper=pd.ArrowDtype), npartitions=2
+            ).persist()
+        if "ray" in engines:
+            import ray
+            import ray.data
+
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            stops.append(ray.shutdown)
+            ray.data.DataContext.get_current().enable_progress_bars = False
+            frames["ray"] = ray.data.from_arrow(table)
         df = spark.createDataFrame(table).cache()
         df.count()
 
@@ -359,28 +384,34 @@ def run_dask(rows: int, dim: int, k: int, its: int, seed: int, rounds: int) -> i
             ].log_likelihood / rows
 
         print(
-            f"dask backend vs spark backend: n={rows}, d={dim}, k={k}, full covariance, {its} iterations, "
-            "2 Dask worker processes (2 partitions) vs Spark local[2] (the DataFrame's own partitions), "
+            f"{' and '.join(engines)} backend{'s' if len(engines) > 1 else ''} vs spark backend: n={rows}, "
+            f"d={dim}, k={k}, full covariance, {its} iterations, 2 cores each (Dask: 2 worker processes, "
+            "2 partitions; Ray: a runtime of 2 CPUs; Spark local[2], the DataFrame's own partitions), "
             "default options"
         )
-        print(f"{'round':<6} {'spark s/it':>11} {'dask s/it':>10} {'spark/dask':>11}")
-        per_iteration(frame)  # warm both up
-        per_iteration(df)
-        ratios = []
+        header = f"{'round':<6} {'spark s/it':>11}" + "".join(f" {e + ' s/it':>10}" for e in engines)
+        print(header + "".join(f" {'spark/' + e:>11}" for e in engines))
+        for data in (df, *frames.values()):  # warm every engine up
+            per_iteration(data)
+        ratios: dict[str, list[float]] = {e: [] for e in engines}
+        lls: dict[str, float] = {}
         for r in range(rounds):
-            t_spark, ll_spark = per_iteration(df)
-            t_dask, ll_dask = per_iteration(frame)
-            ratios.append(t_spark / t_dask)
-            print(f"{r + 1:<6} {t_spark:>11.3f} {t_dask:>10.3f} {ratios[-1]:>10.2f}x")
-        print(f"median spark/dask {statistics.median(ratios):.2f}x")
+            t_spark, lls["spark"] = per_iteration(df)
+            times = {}
+            for engine in engines:
+                times[engine], lls[engine] = per_iteration(frames[engine])
+                ratios[engine].append(t_spark / times[engine])
+            line = f"{r + 1:<6} {t_spark:>11.3f}" + "".join(f" {times[e]:>10.3f}" for e in engines)
+            print(line + "".join(f" {ratios[e][-1]:>10.2f}x" for e in engines))
+        for engine in engines:
+            print(f"median spark/{engine} {statistics.median(ratios[engine]):.2f}x")
         print(
-            f"mean log-likelihood after {its} iterations: spark {ll_spark:.8f}, dask {ll_dask:.8f} "
-            "(same seed)"
+            f"mean log-likelihood after {its} iterations (same seed): "
+            + ", ".join(f"{name} {value:.8f}" for name, value in lls.items())
         )
     finally:
-        spark.stop()
-        client.close()
-        cluster.close()
+        for stop in reversed(stops):
+            stop()
     return 0
 
 
@@ -457,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mp", action="store_true", help="mp backend: 2 worker processes vs 1")
     parser.add_argument("--mpi", action="store_true", help="mpi backend: mpiexec -n 2 vs -n 1")
     parser.add_argument("--dask", action="store_true", help="dask backend (2 workers) vs spark backend")
+    parser.add_argument("--ray", action="store_true", help="ray backend (2 CPUs) vs spark backend")
     parser.add_argument("--mpi-rank", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--memory-sizes",
@@ -466,16 +498,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.mpi_rank:
         return _mpi_rank_main(args.rows, args.dim, args.components, args.iterations, args.seed)
-    if not (args.local or args.spark or args.model_parallel or args.mp or args.mpi or args.dask):
-        parser.error("choose a benchmark: --local, --spark, --model-parallel, --mp, --mpi and/or --dask")
+    if not (args.local or args.spark or args.model_parallel or args.mp or args.mpi or args.dask or args.ray):
+        parser.error(
+            "choose a benchmark: --local, --spark, --model-parallel, --mp, --mpi, --dask and/or --ray"
+        )
     rounds3 = min(args.rounds, 3)
     status = 0
     if args.mpi:
         status |= run_mpi(args.rows, args.dim, args.components, args.iterations, args.seed, rounds3)
     if args.model_parallel:
         status |= run_model_parallel(args.mp_rows, args.seed, args.rounds)
-    if args.dask:
-        status |= run_dask(args.rows, args.dim, args.components, args.iterations, args.seed, rounds3)
+    engines = [name for name in ("dask", "ray") if getattr(args, name)]
+    if engines:
+        status |= run_engines(
+            engines, args.rows, args.dim, args.components, args.iterations, args.seed, rounds3
+        )
     if args.mp:
         status |= run_mp(args.rows, args.dim, args.components, args.iterations, args.seed, rounds3)
     if args.spark:

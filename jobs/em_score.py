@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
     owned = SparkContext._active_spark_context is None
     spark = job_spark_session(PROG, args.master, spark_conf, args.verbose)
     try:
-        from mixle_spark.parallel.backends.spark import score
+        from mixle_spark.scoring import score
 
         data = read_table(spark, args.input)
         try:

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from mixle_spark.estimation import best_of
 from mixle_spark.io import read_table, spark_session
 from mixle_spark.notebook import widget
-from mixle_spark.parallel.backends.spark import score
+from mixle_spark.scoring import score
 from mixle_spark.stats import (
     CategoricalEstimator,
     LogGaussianEstimator,

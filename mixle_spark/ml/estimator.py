@@ -436,7 +436,7 @@ class MixleModel(Model, MixleParams, MLReadable["MixleModel"], MLWritable):
         from pyspark.ml.linalg import VectorUDT
         from pyspark.sql import functions as F
 
-        from mixle_spark.parallel.backends.spark import score
+        from mixle_spark.scoring import score
 
         model = self.distribution
         column = None

@@ -12,7 +12,7 @@ running sequences); its Baum-Welch statistics are the accumulator's value — we
 counts, weighted expected transition counts, and each state's emission statistics from the elements
 weighted by their posterior state probabilities — so they merge like any other family's across
 partitions, ranks and workers. :meth:`HiddenMarkovDistribution.seq_viterbi` decodes the most
-probable state path (``mixle_spark.parallel.backends.spark.score`` adds it as a ``states`` column).
+probable state path (``mixle_spark.scoring.score`` adds it as a ``states`` column).
 
 The elements are encoded once, by the emissions' encoder (all states read one encoding), as a
 :class:`~mixle_spark.stats.sequence.SequenceEncoded` batch.

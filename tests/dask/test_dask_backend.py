@@ -135,7 +135,7 @@ def test_bad_input_gives_the_local_errors(dask_client: Any) -> None:
 
 
 def test_score_adds_the_spark_columns_lazily_and_keeps_the_input(dask_client: Any) -> None:
-    from mixle_spark.parallel.backends.dask import score
+    from mixle_spark.scoring import score
 
     table = _mixture_table(500).append_column("id", pa.array(np.arange(500)))
     frame = _dask_frame(table, 3)
@@ -156,7 +156,7 @@ def test_score_adds_the_spark_columns_lazily_and_keeps_the_input(dask_client: An
 
 def test_score_on_unseen_null_and_bad_values(dask_client: Any) -> None:
     from mixle_spark.errors import UnseenLabelError
-    from mixle_spark.parallel.backends.dask import score
+    from mixle_spark.scoring import score
 
     model = CategoricalDistribution({"a": 0.75, "b": 0.25})
     frame = _dask_frame(pa.table({"c": ["a", "b", "z", "a"]}), 2)

@@ -163,7 +163,7 @@ def test_bad_input_gives_the_local_errors(ray_runtime: Any) -> None:
 
 
 def test_score_adds_the_spark_columns_lazily_and_keeps_the_input(ray_runtime: Any) -> None:
-    from mixle_spark.parallel.backends.ray import score
+    from mixle_spark.scoring import score
 
     table = _mixture_table(500).append_column("id", pa.array(np.arange(500)))
     scored = score(MIX, _dataset(table, 3), column="x")
@@ -187,7 +187,7 @@ def _tables(dataset: Any) -> list[pa.Table]:
 
 def test_score_on_unseen_null_and_bad_values(ray_runtime: Any) -> None:
     from mixle_spark.errors import UnseenLabelError
-    from mixle_spark.parallel.backends.ray import score
+    from mixle_spark.scoring import score
 
     model = CategoricalDistribution({"a": 0.75, "b": 0.25})
     dataset = _dataset(pa.table({"c": ["a", "b", "z", "a"]}), 1)

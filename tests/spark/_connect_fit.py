@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from mixle_spark.estimation import optimize
 from mixle_spark.parallel import encoded_data
-from mixle_spark.parallel.backends.spark import score
+from mixle_spark.scoring import score
 from mixle_spark.spec import model_to_dict
 from mixle_spark.stats import GaussianEstimator, MixtureEstimator
 

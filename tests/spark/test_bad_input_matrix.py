@@ -45,7 +45,7 @@ from mixle_spark.errors import (  # noqa: E402
 )
 from mixle_spark.estimation import optimize  # noqa: E402
 from mixle_spark.io import read_table, write_table  # noqa: E402
-from mixle_spark.parallel.backends.spark import score  # noqa: E402
+from mixle_spark.scoring import score  # noqa: E402
 from mixle_spark.spec import (  # noqa: E402
     MODEL_FORMAT_VERSION,
     estimator_from_spec,

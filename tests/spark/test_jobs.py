@@ -180,7 +180,7 @@ def test_em_score_writes_delta_scores_and_refuses_to_overwrite(
         ("probability", "array<double>"),
     ]
 
-    from mixle_spark.parallel.backends.spark import score
+    from mixle_spark.scoring import score
 
     model = load_model(out / "model.json")
     expected = score(model, read_table(spark, str(SAMPLE)))

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from mixle_spark.estimation import optimize
-from mixle_spark.parallel.backends.spark import score
+from mixle_spark.scoring import score
 from mixle_spark.stats import (
     CategoricalDistribution,
     CategoricalEstimator,

@@ -212,7 +212,7 @@ def test_the_cache_holds_label_codes_not_strings(spark: Any) -> None:
 def test_score_adds_columns_lazily_and_keeps_inputs(spark: Any) -> None:
     from chispa import assert_approx_df_equality
 
-    from mixle_spark.parallel.backends.spark import score
+    from mixle_spark.scoring import score
 
     x = np.asarray(MIX.sampler(8).sample(40))
     df = spark.createDataFrame(pa.table({"id": np.arange(40), "x": x}))

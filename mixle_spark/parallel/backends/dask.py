@@ -38,7 +38,7 @@ from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_cont
 from mixle_spark.stats._tables import as_table
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
-__all__ = ["DASK_CONTROLS", "DaskEncodedData", "make_dask", "require_dask", "score"]
+__all__ = ["DASK_CONTROLS", "DaskEncodedData", "add_scores", "make_dask", "require_dask"]
 
 DASK_CONTROLS = ("encoder", "client", "resources", "num_chunks", "engine", "precision")
 _INSTALL_HINT = "the 'dask' backend needs dask and distributed: pip install 'mixle-spark[dask]'"
@@ -215,35 +215,13 @@ def make_dask(data: Any, estimator: Any = None, model: Any = None, **options: An
     return DaskEncodedData(data, estimator=estimator, model=model, **controls, **options)
 
 
-def score(
-    model: Distribution,
-    frame: Any,
-    *,
-    column: str | None = None,
-    log_likelihood_col: str = "log_likelihood",
-    prediction_col: str | None = "prediction",
-    probability_col: str | None = "probability",
-    states_col: str | None = "states",
-    on_unseen: str = "error",
-) -> Any:
-    """A lazy Dask DataFrame: ``frame`` with per-row scores added, partition by partition.
-
-    The added columns are those of the Spark backend's ``score`` (``log_likelihood``; for a mixture
-    ``prediction`` and ``probability``, the posterior; for hidden Markov models the Viterbi
-    ``states``), as pandas Arrow-backed columns; ``on_unseen`` as there (``"error"`` or ``"null"``).
-    A bad value raises when the frame is computed, naming its partition and its row there.
-    """
+def add_scores(frame: Any, scorer: BatchScorer, column: str | None) -> Any:
+    """A lazy Dask DataFrame: ``frame`` with ``scorer``'s columns added partition by partition, as
+    pandas Arrow-backed columns (:func:`mixle_spark.scoring.score`). A bad value raises when the
+    frame is computed, naming its partition and its row there."""
     import pandas as pd
 
     require_dask()
-    scorer = BatchScorer(
-        model,
-        log_likelihood_col=log_likelihood_col,
-        prediction_col=prediction_col,
-        probability_col=probability_col,
-        states_col=states_col,
-        on_unseen=on_unseen,
-    )
     scorer.read_columns(list(frame.columns), column)
     meta = frame._meta.copy()
     for name, typ in scorer.added:

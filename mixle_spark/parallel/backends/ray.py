@@ -48,7 +48,7 @@ from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_cont
 from mixle_spark.stats._tables import as_table, split
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
-__all__ = ["RAY_CONTROLS", "RayEncodedData", "make_ray", "require_ray", "score"]
+__all__ = ["RAY_CONTROLS", "RayEncodedData", "add_scores", "make_ray", "require_ray"]
 
 RAY_CONTROLS = ("encoder", "resources", "num_workers", "num_chunks", "engine", "precision")
 _INSTALL_HINT = "the 'ray' backend needs Ray Data: pip install 'mixle-spark[ray]'"
@@ -378,35 +378,11 @@ def make_ray(data: Any, estimator: Any = None, model: Any = None, **options: Any
     return RayEncodedData(data, estimator=estimator, model=model, **controls, **options)
 
 
-def score(
-    model: Distribution,
-    dataset: Any,
-    *,
-    column: str | None = None,
-    log_likelihood_col: str = "log_likelihood",
-    prediction_col: str | None = "prediction",
-    probability_col: str | None = "probability",
-    states_col: str | None = "states",
-    on_unseen: str = "error",
-) -> Any:
-    """A lazy Ray Dataset: ``dataset`` with per-row scores added, block by block.
-
-    The added columns are those of the Spark backend's ``score`` (``log_likelihood``; for a mixture
-    ``prediction`` and ``probability``, the posterior; for hidden Markov models the Viterbi
-    ``states``); ``on_unseen`` as there (``"error"`` or ``"null"``). A bad value raises when the
-    dataset is consumed, naming its row in its block (Ray does not tell a batch which block it is);
-    Ray Data wraps that error in its ``UserCodeException`` unless the dataset's
-    ``context.raise_original_map_exception`` is set.
-    """
+def add_scores(dataset: Any, scorer: BatchScorer, column: str | None) -> Any:
+    """A lazy Ray Dataset: ``dataset`` with ``scorer``'s columns added block by block
+    (:func:`mixle_spark.scoring.score`). A bad value raises when the dataset is consumed, naming its
+    row in its block (Ray does not tell a batch which block it is)."""
     require_ray()
-    scorer = BatchScorer(
-        model,
-        log_likelihood_col=log_likelihood_col,
-        prediction_col=prediction_col,
-        probability_col=probability_col,
-        states_col=states_col,
-        on_unseen=on_unseen,
-    )
     scorer.read_columns(list(dataset.columns()), column)
     return dataset.map_batches(
         _score_block, fn_args=(scorer,), batch_format="pyarrow", batch_size=None, zero_copy_batch=True

@@ -68,7 +68,14 @@ from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_cont
 from mixle_spark.stats._validate import as_arrow_array, check_weights, unreadable_cells
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
-__all__ = ["ROW_ID_COLUMN", "WEIGHT_COLUMN", "SparkEncodedData", "is_spark_connect", "make_spark", "score"]
+__all__ = [
+    "ROW_ID_COLUMN",
+    "WEIGHT_COLUMN",
+    "SparkEncodedData",
+    "add_scores",
+    "is_spark_connect",
+    "make_spark",
+]
 
 logger = logging.getLogger("mixle_spark.parallel.backends.spark")
 
@@ -498,43 +505,13 @@ def make_spark(data: Any, estimator: Any = None, model: Any = None, **options: A
     return SparkEncodedData(data, estimator=estimator, model=model, **controls, **options)
 
 
-def score(
-    model: Distribution,
-    df: DataFrame,
-    *,
-    column: str | None = None,
-    log_likelihood_col: str = "log_likelihood",
-    prediction_col: str | None = "prediction",
-    probability_col: str | None = "probability",
-    states_col: str | None = "states",
-    on_unseen: str = "error",
-) -> DataFrame:
-    """Add per-row scores to ``df`` lazily, through ``mapInArrow``, keeping every input column.
-
-    Adds ``log_likelihood_col`` (double); for mixture models also ``prediction_col`` (int, the most
-    probable component) and ``probability_col`` (array<double>, the posterior over components);
-    for hidden Markov models ``states_col`` (array<int>, the Viterbi path, one state per element),
-    and for a record ``<field>_<states_col>`` per hidden Markov field.
-    Pass None to skip the mixture / state columns. ML Vector input columns are read as
-    array<double> (and returned as such).
-
-    ``on_unseen`` decides what a row holding a label outside the model's vocabulary (a categorical
-    label, a Markov chain label, a multinomial token) gets: ``"error"`` (default) fails the job with
-    an :class:`~mixle_spark.errors.UnseenLabelError` naming the label and its row; ``"null"`` scores
-    such rows null in every added column (the other rows as with ``"error"``), so the added columns
-    are nullable; count them with ``log_likelihood_col IS NULL``.
-    """
+def add_scores(df: DataFrame, scorer: BatchScorer, column: str | None) -> DataFrame:
+    """``df`` with ``scorer``'s columns added lazily through ``mapInArrow``, keeping every input
+    column (:func:`mixle_spark.scoring.score`); ML Vector input columns are read as array<double>
+    (and returned as such). A bad cell raises naming its partition and its row there."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import ArrayType, DoubleType, IntegerType, StructField, StructType
 
-    scorer = BatchScorer(
-        model,
-        log_likelihood_col=log_likelihood_col,
-        prediction_col=prediction_col,
-        probability_col=probability_col,
-        states_col=states_col,
-        on_unseen=on_unseen,
-    )
     encoder = scorer.encoder
     columns = scorer.read_columns(df.columns, column)
     df = _vector_columns_to_arrays(df, columns)

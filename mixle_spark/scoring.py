@@ -1,0 +1,68 @@
+"""Per-row scores of a fitted model over a Spark, Dask or Ray frame: ``score(model, frame)``.
+
+One entry point for every engine that holds data: the frame's own type picks the backend that adds
+the scores (Spark through ``mapInArrow``, Dask through ``map_partitions``, Ray through
+``map_batches``); the result is a frame of the same engine, lazy, with every input column kept.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from mixle_spark._frames import frame_engine
+from mixle_spark.parallel.backends._scoring import BatchScorer
+from mixle_spark.stats.base import Distribution
+
+__all__ = ["score"]
+
+
+def score(
+    model: Distribution,
+    frame: Any,
+    *,
+    column: str | None = None,
+    log_likelihood_col: str = "log_likelihood",
+    prediction_col: str | None = "prediction",
+    probability_col: str | None = "probability",
+    states_col: str | None = "states",
+    on_unseen: str = "error",
+) -> Any:
+    """``frame`` (a pyspark DataFrame, a Dask DataFrame or a Ray Dataset) with per-row scores added
+    lazily, as a frame of the same engine keeping every input column.
+
+    Adds ``log_likelihood_col`` (double); for mixture models also ``prediction_col`` (int, the most
+    probable component) and ``probability_col`` (array<double>, the posterior over components);
+    for hidden Markov models ``states_col`` (array<int>, the Viterbi path, one state per element),
+    and for a record ``<field>_<states_col>`` per hidden Markov field. Pass None to skip the
+    mixture / state columns. ``column`` names the column a non-record model reads (default: the
+    frame's one column). Spark ML Vector columns are read as array<double> (and returned as such);
+    Dask adds pandas Arrow-backed columns.
+
+    ``on_unseen`` decides what a row holding a label outside the model's vocabulary (a categorical
+    label, a Markov chain label, a multinomial token) gets: ``"error"`` (default) fails with an
+    :class:`~mixle_spark.errors.UnseenLabelError` naming the label and its row; ``"null"`` scores
+    such rows null in every added column (the other rows as with ``"error"``), so the added columns
+    are nullable; count them with ``log_likelihood_col IS NULL``.
+
+    A column the model needs and the frame lacks raises :class:`~mixle_spark.errors.SchemaError`
+    here; a bad value raises when the frame is computed, naming its partition (Spark, Dask) or block
+    (Ray) and its row there. Ray Data wraps that error in its ``UserCodeException`` unless the
+    dataset's ``context.raise_original_map_exception`` is set.
+    """
+    scorer = BatchScorer(
+        model,
+        log_likelihood_col=log_likelihood_col,
+        prediction_col=prediction_col,
+        probability_col=probability_col,
+        states_col=states_col,
+        on_unseen=on_unseen,
+    )
+    engine = frame_engine(frame)
+    if engine is None:
+        raise TypeError(
+            f"score needs a pyspark DataFrame, a Dask DataFrame or a Ray Dataset, not {type(frame).__name__} "
+            "(data in memory: a mixture's score_samples / predict / predict_proba)"
+        )
+    backend = import_module(f"mixle_spark.parallel.backends.{engine}")  # the optional library's own
+    return backend.add_scores(frame, scorer, column)
