@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -148,3 +150,15 @@ def test_local_honours_chunking_controls_with_identical_results() -> None:
     four = encoded_data(X, est, num_chunks=4)
     assert threaded.pysp_em_step(est, mix)[2].to_dict() == four.pysp_em_step(est, mix)[2].to_dict()
     assert threaded.pysp_seq_log_density_sum(mix) == four.pysp_seq_log_density_sum(mix)
+
+
+@pytest.mark.parametrize(
+    ("backend", "hidden", "extra"),
+    [("dask", "distributed", "mixle-spark[dask]"), ("ray", "ray.data", "mixle-spark[ray]")],
+)
+def test_an_engine_whose_library_is_absent_names_its_extra(
+    monkeypatch: pytest.MonkeyPatch, backend: str, hidden: str, extra: str
+) -> None:
+    monkeypatch.setitem(sys.modules, hidden, None)  # importing it raises ImportError
+    with pytest.raises(ImportError, match=re.escape(f"pip install '{extra}'")):
+        encoded_data(X, GaussianEstimator(), backend=backend)
