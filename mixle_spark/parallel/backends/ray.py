@@ -171,7 +171,9 @@ class RayEncodedData(PayloadHandle):
     The actors are long-lived and shared by the handles of this process (a second fit does not
     start new ones); ``partition_ids()`` are this handle's row ranges, one per actor, in row order.
     ``close()`` (or the handle being garbage-collected) drops its rows from the actors and releases
-    the blocks; the Ray runtime is the caller's.
+    the blocks; the Ray runtime is the caller's. While the handle is open the dataset's blocks stay
+    in Ray's object store (which spills to disk under pressure) beside the encoded rows: an actor
+    that dies is rebuilt from them.
     """
 
     def __init__(
