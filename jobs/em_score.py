@@ -17,6 +17,16 @@ multinomial token outside the fitted vocabulary) fails the job by default, namin
 row (``--on-unseen error``); with ``--on-unseen null`` such rows are written with null scores and
 counted in the summary line (``... 3 of them hold a label the model has not seen: scored null``).
 
+``--backend dask`` / ``--backend ray`` score a Parquet input on a Dask cluster / Ray runtime (a local
+one of ``--num-workers`` processes / CPUs, or the one at ``--dask-scheduler`` / ``--ray-address``)
+and write the same columns as a Parquet directory, atomically: the files are written beside
+``--output`` and moved into place once all are written (a failed run leaves no directory, or the
+previous one with ``--mode overwrite``). A bad value is named by its partition (Dask) or its block
+(Ray) and its row there.
+
+    python jobs/em_score.py --backend dask --num-workers 2 --input data/customers_sample.parquet \
+        --model output/sample_fit/model.json --output output/scores_dask
+
 Exit codes: 0 success; 2 bad arguments or bad input (a missing input or model, a model that does
 not match the table's columns or types, an output table that exists with ``--mode error``); 1 any
 other failure. A failure prints one line on stderr naming the row of the input table where there is
@@ -30,7 +40,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mixle_spark.cli._common import JobArgumentParser, in_table_rows, job_spark_session, run_job
+from mixle_spark.cli._arguments import positive_int
+from mixle_spark.cli._common import (
+    JobArgumentParser,
+    atomic_directory,
+    check_output_free,
+    in_table_rows,
+    job_spark_session,
+    run_job,
+)
+from mixle_spark.cli._engines import (
+    ENGINE_BACKENDS,
+    add_engine_addresses,
+    check_engine_addresses,
+    engine_error,
+    open_engine_input,
+)
 from mixle_spark.spec import load_model
 
 PROG = "em_score"
@@ -57,6 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="a row with a label the model has not seen: error (default) fails the job naming it; "
         "null writes the row with null scores and counts it",
     )
+    parser.add_argument(
+        "--backend",
+        choices=("spark", *ENGINE_BACKENDS),
+        default="spark",
+        help="spark (default): any input, a Delta table out; dask / ray: Parquet in, Parquet out",
+    )
+    add_engine_addresses(parser)
+    parser.add_argument(
+        "--num-workers",
+        type=positive_int,
+        help="dask: the local cluster's processes; ray: the local runtime's CPUs (default: this machine's)",
+    )
     parser.add_argument("--master", help="Spark master (default: spark-submit's, $MASTER or local[*])")
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)"
@@ -65,6 +102,51 @@ def build_parser() -> argparse.ArgumentParser:
         "--verbose", action="store_true", help="Spark's console output and a failure's traceback on stderr"
     )
     return parser
+
+
+def run_engine(args: argparse.Namespace) -> dict[str, Any]:
+    """``--backend dask`` / ``ray``: read the Parquet input as the engine's frame, score it there and
+    write a Parquet directory atomically; returns a small report (as :func:`run`)."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as pads
+
+    from mixle_spark.scoring import score
+
+    started = time.perf_counter()
+    model = load_model(args.model)
+    if "://" in args.output:
+        raise ValueError(
+            f"--output {args.output}: --backend {args.backend} writes a directory of this machine "
+            "(or a mounted one), moved into place when complete"
+        )
+    output = Path(args.output)
+    check_output_free(output, args.mode == "overwrite", "--mode overwrite")  # before any engine starts
+    data, engine, _ = open_engine_input(args, {})
+    try:
+        scored = score(model, data, on_unseen=args.on_unseen)
+        with atomic_directory(output, overwrite=args.mode == "overwrite") as staging:
+            if args.backend == "dask":
+                scored.to_parquet(str(staging), write_index=False)
+            else:
+                scored.context.raise_original_map_exception = True  # our error, not Ray's wrapper
+                scored.write_parquet(str(staging))
+    except Exception as err:
+        err = engine_error(err)
+        raise (in_table_rows(err, data) if args.backend == "dask" else None) or err from None
+    finally:
+        engine.stop()
+    written = pads.dataset(output, format="parquet")
+    rows = written.count_rows()
+    columns = written.schema.names
+    unseen = (
+        written.count_rows(filter=pc.field("log_likelihood").is_null()) if args.on_unseen == "null" else 0
+    )
+    line = f"wrote {rows} rows as Parquet to {output} ({', '.join(columns)})"
+    if args.on_unseen == "null":
+        line += f"; {unseen} of them hold a label the model has not seen: scored null"
+    print(line)
+    print(f"{time.perf_counter() - started:.1f}s")
+    return {"rows": rows, "columns": columns, "unseen": unseen}
 
 
 def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
@@ -113,6 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: parse, run, map failures to exit codes (see the module docstring)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    check_engine_addresses(parser, args)
+    if args.backend == "spark" and args.num_workers is not None:
+        parser.error("--num-workers applies to --backend dask and ray (spark: spark.task.cpus)")
+    if args.backend != "spark" and (args.master is not None or args.conf):
+        parser.error("--master and --conf only apply to --backend spark")
+    if args.backend in ENGINE_BACKENDS:
+        return run_job(PROG, lambda: run_engine(args), verbose=args.verbose)
     from mixle_spark.io import parse_conf
 
     try:

@@ -1,17 +1,24 @@
-"""``em_fit --backend dask|ray``: the bundled sample on a local Dask cluster / Ray runtime writes the
-model the local backend writes (to round-off: the engines merge partial sums); an input these
-backends cannot read, or a flag of another backend, is one error line."""
+"""``em_fit`` / ``em_score --backend dask|ray``: the bundled sample on a local Dask cluster / Ray
+runtime writes the model the local backend writes (to round-off: the engines merge partial sums);
+scores written as Parquet equal the model's own; an input these backends cannot read, a bad value,
+an existing output or a flag of another backend is one error line."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 import pytest
 
-from mixle_spark.spec import load_model
+from mixle_spark.spec import load_model, save_model
+from mixle_spark.stats import GaussianDistribution, MixtureDistribution
 from tests.unit._cases import assert_models_close
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,9 +31,10 @@ ENGINES = [
 ]
 
 
-def _job(*args: str) -> subprocess.CompletedProcess[str]:
+def _job(*args: str, job: str = "em_fit") -> subprocess.CompletedProcess[str]:
+    quiet = ["--quiet"] if job == "em_fit" else []
     return subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "em_fit.py"), "--quiet", *args],
+        [sys.executable, str(ROOT / "jobs" / f"{job}.py"), *quiet, *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -77,3 +85,72 @@ def test_an_engine_address_without_its_backend_is_a_usage_error(
     run = _job("--backend", "local", flag, "localhost:1", "--output", str(tmp_path / "out"))
     assert run.returncode == 2
     assert f"{flag} only applies to --backend {owner}" in run.stderr
+
+
+MODEL = MixtureDistribution([GaussianDistribution(-2.0, 1.0), GaussianDistribution(3.0, 0.5)], [0.3, 0.7])
+
+
+def _scoring_input(tmp_path: Path, bad_row: int | None = None) -> tuple[Path, Path, np.ndarray]:
+    """Three Parquet files of 100 rows of ``x`` each (unique values) and the model's JSON."""
+    x = np.asarray(MODEL.sampler(3).sample(300), dtype=np.float64)
+    if bad_row is not None:
+        x[bad_row] = np.nan
+    data = tmp_path / "data"
+    data.mkdir()
+    for part in range(3):
+        pq.write_table(pa.table({"x": x[100 * part : 100 * (part + 1)]}), data / f"part-{part}.parquet")
+    return data, save_model(MODEL, tmp_path / "model.json"), x
+
+
+def _score(engine: str, data: Path, model: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    args = ("--backend", engine, "--num-workers", "2", "--input", str(data), "--model", str(model))
+    return _job(*args, "--output", str(out), *extra, job="em_score")
+
+
+@pytest.mark.parametrize(("engine", "library", "described"), ENGINES)
+def test_em_score_writes_the_models_scores_as_parquet_and_keeps_an_existing_output(
+    tmp_path: Path, engine: str, library: str, described: object
+) -> None:
+    pytest.importorskip(library)
+    data, model, x = _scoring_input(tmp_path)
+    out = tmp_path / "scores"
+    run = _score(engine, data, model, out)
+    assert run.returncode == 0, run.stderr
+    assert f"wrote 300 rows as Parquet to {out}" in run.stdout
+    got = pads.dataset(out, format="parquet").to_table()
+    assert got.column_names == ["x", "log_likelihood", "prediction", "probability"]
+    got = got.sort_by("x")  # Ray writes its blocks' files in no set order
+    order = np.argsort(x)
+    np.testing.assert_array_equal(got["x"].to_numpy(), x[order])
+    want = MODEL.score_samples(x[order])
+    np.testing.assert_allclose(got["log_likelihood"].to_numpy(), want, rtol=1e-12)
+    np.testing.assert_array_equal(got["prediction"].to_numpy(), MODEL.predict(x[order]))
+    probability = np.stack(got["probability"].to_numpy(zero_copy_only=False))
+    np.testing.assert_allclose(probability, MODEL.predict_proba(x[order]), rtol=1e-12, atol=1e-300)
+    files = sorted(p.name for p in out.iterdir())
+    again = _score(engine, data, model, out)
+    assert again.returncode == 2 and again.stderr.strip().splitlines() == [
+        f"em_score: error: output {out} exists; pass --mode overwrite to replace it"
+    ]
+    assert sorted(p.name for p in out.iterdir()) == files  # untouched
+    replaced = _score(engine, data, model, out, "--mode", "overwrite")
+    assert replaced.returncode == 0, replaced.stderr
+    assert pads.dataset(out, format="parquet").count_rows() == 300
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".scores")] == []  # no staging left
+
+
+@pytest.mark.parametrize(("engine", "library", "described"), ENGINES)
+def test_em_score_names_a_bad_value_in_one_line_and_writes_nothing(
+    tmp_path: Path, engine: str, library: str, described: object
+) -> None:
+    pytest.importorskip(library)
+    data, model, _ = _scoring_input(tmp_path, bad_row=150)
+    out = tmp_path / "scores"
+    run = _score(engine, data, model, out)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "column 'x'" in lines[0] and "got nan" in lines[0], run.stderr
+    # Dask: the row of the table; Ray: the row of its block (Ray packs small files into blocks as it likes)
+    where = r"\(row 151 of 300\)$" if engine == "dask" else r"\(row (151|51) of a block of the dataset\)$"
+    assert re.search(where, lines[0]), lines[0]
+    assert not out.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".scores")] == []

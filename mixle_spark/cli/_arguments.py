@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mixle_spark.cli._common import JobArgumentParser
+from mixle_spark.cli._engines import ENGINE_BACKENDS, add_engine_addresses, check_engine_addresses
 from mixle_spark.cli._spmd import SPMD_BACKENDS
 from mixle_spark.em.sdc_audit import SDCAudit
 from mixle_spark.em.seeding import INIT_MODES
@@ -42,7 +43,7 @@ class Sample:
     delta_table: Callable[[Any], str]
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
@@ -81,7 +82,7 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         "--report", action="store_true", help="also write report.html (figures need mixle-spark[plot])"
     )
     fit = parser.add_argument_group("fit (defaults: the spec's fit section)")
-    fit.add_argument("--max-its", type=_positive_int, help="most EM iterations")
+    fit.add_argument("--max-its", type=positive_int, help="most EM iterations")
     fit.add_argument(
         "--delta", type=_non_negative_float, help="stop when the log-likelihood gain is below this"
     )
@@ -91,9 +92,9 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         choices=INIT_MODES,
         help="how EM starts: kmeans|| seeding (default) or random responsibilities over a row sample",
     )
-    fit.add_argument("--init-steps", type=_positive_int, help="k-means|| rounds (default 2)")
+    fit.add_argument("--init-steps", type=positive_int, help="k-means|| rounds (default 2)")
     fit.add_argument("--init-p", type=float, help="fraction of rows used for a random initial model")
-    fit.add_argument("--trials", type=_positive_int, help="random restarts (the best log-likelihood wins)")
+    fit.add_argument("--trials", type=positive_int, help="random restarts (the best log-likelihood wins)")
     fit.add_argument("--print-iter", type=int, help="print progress every N iterations")
     fit.add_argument(
         "--k",
@@ -107,30 +108,21 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
     run = parser.add_argument_group("execution")
     run.add_argument(
         "--backend",
-        choices=("spark", "local", "dask", "ray", *SPMD_BACKENDS),
+        choices=("spark", "local", *ENGINE_BACKENDS, *SPMD_BACKENDS),
         default="spark",
         help="default: spark; dask / ray: a Dask cluster / Ray runtime reading Parquet; "
         "mpi / torchrun under mpiexec / torchrun",
     )
-    run.add_argument(
-        "--dask-scheduler",
-        metavar="ADDRESS",
-        help="with --backend dask: the scheduler address (default: a local cluster, --num-workers processes)",
-    )
-    run.add_argument(
-        "--ray-address",
-        metavar="ADDRESS",
-        help="with --backend ray: the cluster's address (default: a local runtime of --num-workers CPUs)",
-    )
+    add_engine_addresses(run)
     run.add_argument(
         "--num-workers",
-        type=_positive_int,
+        type=positive_int,
         help="threads per process for the E-step (local, mpi, torchrun); dask: the local cluster's "
         "processes; ray: the local runtime's CPUs",
     )
     run.add_argument(
         "--partitions",
-        type=_positive_int,
+        type=positive_int,
         help="repartition the encoded data (num_chunks; default: one partition per task slot)",
     )
     run.add_argument(
@@ -139,7 +131,7 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         help="one Spark job per E-step, not resident tasks holding every task slot for the fit "
         "(for a cluster shared with other jobs; keeps the input's partitioning)",
     )
-    run.add_argument("--depth", type=_positive_int, help="treeAggregate depth (spark; default 2)")
+    run.add_argument("--depth", type=positive_int, help="treeAggregate depth (spark; default 2)")
     run.add_argument("--master", help="Spark master (default: spark-submit's, $MASTER or local[*])")
     run.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)"
@@ -152,7 +144,7 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
     long = parser.add_argument_group("long fits")
     long.add_argument("--checkpoint-dir", metavar="DIR", help="checkpoint the fit here and resume from it")
     long.add_argument(
-        "--checkpoint-every", type=_positive_int, default=1, metavar="N", help="checkpoint every N iterations"
+        "--checkpoint-every", type=positive_int, default=1, metavar="N", help="checkpoint every N iterations"
     )
     long.add_argument(
         "--no-resume", dest="resume", action="store_false", help="discard existing checkpoints, start afresh"
@@ -164,7 +156,7 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         help="a mixture component whose M-step fails: stop (default), floor or reseed it",
     )
     long.add_argument(
-        "--audit-every", type=_positive_int, metavar="N", help="audit partition statistics every N iterations"
+        "--audit-every", type=positive_int, metavar="N", help="audit partition statistics every N iterations"
     )
     long.add_argument(
         "--audit-fraction",
@@ -201,9 +193,7 @@ def resolve_args(
         parser.error(
             "--num-workers applies to --backend local, dask, ray, mpi and torchrun (spark: spark.task.cpus)"
         )
-    for flag, owner in (("dask_scheduler", "dask"), ("ray_address", "ray")):
-        if getattr(args, flag, None) is not None and args.backend != owner:
-            parser.error(f"--{flag.replace('_', '-')} only applies to --backend {owner}")
+    check_engine_addresses(parser, args)
     if args.backend != "spark":
         given = [f"--{n}" for n in ("depth", "master") if getattr(args, n) is not None]
         given += ["--conf"] if args.conf else []
@@ -260,7 +250,7 @@ def reliability_options(args: argparse.Namespace) -> dict[str, Any]:
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"backend": args.backend}
     for flag, key in (("partitions", "num_chunks"), ("depth", "depth"), ("num_workers", "num_workers")):
-        if flag == "num_workers" and args.backend in ("dask", "ray"):
+        if flag == "num_workers" and args.backend in ENGINE_BACKENDS:
             continue  # the local cluster's processes / runtime's CPUs (open_*_input), not E-step threads
         if getattr(args, flag) is not None:
             options[key] = getattr(args, flag)

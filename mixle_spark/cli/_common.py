@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
+from mixle_spark._frames import frame_engine
 from mixle_spark.errors import (
     DataError,
     ExecutorError,
@@ -330,16 +331,19 @@ _PARTITION_ROW = re.compile(r"\(row (\d+) of partition (\d+)\)")
 
 
 def in_table_rows(err: BaseException, df: Any) -> MixleError | None:
-    """A bad-input failure of a lazy Spark pass that names a row of a partition ("row 5 of partition
-    2": ``score`` does not know the partitions' offsets), as the same error naming the row of the
-    whole table ("row 105 of 300"); None for any other error. ``df`` is the DataFrame that pass read;
-    it costs one count per partition, on failure only."""
-    from pyspark.sql import functions as F
-
+    """A bad-input failure of a lazy pass that names a row of a partition ("row 5 of partition 2":
+    ``score`` does not know the partitions' offsets), as the same error naming the row of the whole
+    table ("row 105 of 300"); None for any other error. ``df`` is the Spark or Dask DataFrame that
+    pass read; it costs one count per partition, on failure only."""
     text = error_line(err)
     found = _PARTITION_ROW.search(text)
     if found is None or exit_code(err) != EXIT_BAD_INPUT:
         return None
-    counts = {int(p): int(c) for p, c in df.groupBy(F.spark_partition_id().alias("p")).count().collect()}
+    if frame_engine(df) == "dask":
+        counts = dict(enumerate(int(c) for c in df.map_partitions(len).compute()))
+    else:
+        from pyspark.sql import functions as F
+
+        counts = {int(p): int(c) for p, c in df.groupBy(F.spark_partition_id().alias("p")).count().collect()}
     row = sum(c for p, c in counts.items() if p < int(found.group(2))) + int(found.group(1))
     return DataError(f"{text[: found.start()]}(row {row} of {sum(counts.values())}){text[found.end() :]}")

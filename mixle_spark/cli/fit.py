@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import warnings
@@ -105,6 +104,7 @@ from mixle_spark.cli._common import (
     run_job,
     sweep_stale,
 )
+from mixle_spark.cli._engines import ENGINE_BACKENDS, open_engine_input
 from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, run_spmd, solo
 from mixle_spark.cli._summary import SUMMARY_FORMAT, build_summary, long_fit_summary
 from mixle_spark.em.seeding import SeedingFallbackWarning
@@ -174,11 +174,11 @@ def open_input(
     Spark DataFrame, a pyarrow Table (``--backend local``) or the path each SPMD process reads."""
     if args.backend in SPMD_BACKENDS:
         return args.input, None, False
-    if args.backend in ("dask", "ray"):
+    if args.backend in ENGINE_BACKENDS:
         if args.sample:
             assert sample is not None
             args.input = str(sample.data)
-        return (open_dask_input if args.backend == "dask" else open_ray_input)(args, extra)
+        return open_engine_input(args, extra)
     if args.backend != "spark":
         if args.sample:
             assert sample is not None
@@ -200,98 +200,6 @@ def open_input(
     except BaseException:
         if owned:
             spark.stop()
-        raise
-
-
-class _DaskCluster:
-    """The Dask client of a ``--backend dask`` job and the local cluster it started (if it did);
-    ``stop()`` closes both, as the job stops a Spark session it started."""
-
-    def __init__(self, client: Any, cluster: Any) -> None:
-        self.client, self.cluster = client, cluster
-
-    def stop(self) -> None:
-        self.client.close()
-        if self.cluster is not None:
-            self.cluster.close()
-
-
-def _parquet_input(args: argparse.Namespace) -> Path:
-    """``args.input`` as a path the ``dask`` and ``ray`` backends read: Parquet (a file or a
-    directory of files); FileNotFoundError (exit 2) for a missing path or another format."""
-    path = Path(args.input)
-    if not path.exists():
-        raise FileNotFoundError(f"no such file or directory: {args.input!r}")
-    if path.suffix.lower() in (".csv", ".json", ".jsonl", ".ndjson") or (path / "_delta_log").is_dir():
-        raise FileNotFoundError(
-            f"{args.input}: --backend {args.backend} reads Parquet (use --backend spark or local)"
-        )
-    return path
-
-
-def open_dask_input(args: argparse.Namespace, extra: dict[str, Any]) -> tuple[Any, Any, bool]:
-    """``(Dask DataFrame of the Parquet input, the job's cluster, True)``: the cluster at
-    ``--dask-scheduler``, else a local one (``--num-workers`` worker processes, one thread each)."""
-    from mixle_spark.parallel.backends.dask import require_dask
-
-    dd, distributed = require_dask()
-    path = _parquet_input(args)
-    cluster = None
-    if args.dask_scheduler:
-        client = distributed.Client(args.dask_scheduler, timeout="30s")
-    else:
-        workers = args.num_workers or os.cpu_count() or 1
-        cluster = distributed.LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
-        )
-        client = distributed.Client(cluster)
-    session = _DaskCluster(client, cluster)
-    try:
-        extra["dask"] = {"scheduler": client.scheduler.address, "workers": len(client.nthreads())}
-        return dd.read_parquet(str(path)), session, True
-    except BaseException:
-        session.stop()
-        raise
-
-
-class _RayRuntime:
-    """The Ray runtime a ``--backend ray`` job connected to (or started); ``stop()`` disconnects
-    (stopping a local runtime the job started), as the job stops a Spark session it started."""
-
-    def __init__(self, ray: Any) -> None:
-        self.ray = ray
-
-    def stop(self) -> None:
-        self.ray.shutdown()
-
-
-def open_ray_input(args: argparse.Namespace, extra: dict[str, Any]) -> tuple[Any, Any, bool]:
-    """``(Ray Dataset of the Parquet input, the job's runtime, True)``: the cluster at
-    ``--ray-address``, else a local runtime of ``--num-workers`` CPUs (default: this machine's)."""
-    from mixle_spark.parallel.backends.ray import require_ray
-
-    ray = require_ray()
-    path = _parquet_input(args)
-    if ray.is_initialized():  # a runtime this process already uses is not the job's to stop
-        raise RuntimeError("a Ray runtime is already initialised in this process; run the job on its own")
-    quiet = {"include_dashboard": False, "log_to_driver": bool(args.verbose), "configure_logging": False}
-    if args.ray_address:
-        ray.init(address=args.ray_address, **quiet)
-    else:
-        ray.init(num_cpus=args.num_workers or os.cpu_count() or 1, **quiet)
-    runtime = _RayRuntime(ray)
-    try:
-        context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = bool(args.verbose)
-        resources = ray.cluster_resources()
-        extra["ray"] = {
-            "address": args.ray_address or "local",
-            "nodes": sum(1 for node in ray.nodes() if node.get("Alive")),
-            "cpus": int(resources.get("CPU", 0)),
-        }
-        return ray.data.read_parquet(str(path)), runtime, True
-    except BaseException:
-        runtime.stop()
         raise
 
 

@@ -143,7 +143,7 @@ def test_em_fit_bad_paths(tmp_path: Path, args: tuple[str, ...], message: str) -
         (("--on-degenerate", "ignore"), "argument --on-degenerate: invalid choice: 'ignore'"),
         (("--audit-fraction", "0"), "argument --audit-fraction: must be in (0, 1], got '0'"),
         (("--audit-every", "0"), "argument --audit-every: expected a positive integer, got 0"),
-        (("--checkpoint-every", "x"), "argument --checkpoint-every: invalid _positive_int value: 'x'"),
+        (("--checkpoint-every", "x"), "argument --checkpoint-every: invalid positive_int value: 'x'"),
         (
             ("--init", "kmeans"),
             "argument --init: invalid choice: 'kmeans' (choose from 'kmeans||', 'random')",
