@@ -104,6 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _report(where: str, rows: int, columns: list[str], unseen: int | None, started: float) -> dict[str, Any]:
+    """Print the summary line (with the unseen-label count under ``--on-unseen null``) and the
+    seconds; return the small report both backends' ``run`` return."""
+    line = f"wrote {rows} rows {where} ({', '.join(columns)})"
+    if unseen is not None:
+        line += f"; {unseen} of them hold a label the model has not seen: scored null"
+    print(line)
+    print(f"{time.perf_counter() - started:.1f}s")
+    return {"rows": rows, "columns": columns, "unseen": unseen or 0}
+
+
 def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     """``--backend dask`` / ``ray``: read the Parquet input as the engine's frame, score it there and
     write a Parquet directory atomically; returns a small report (as :func:`run`)."""
@@ -141,12 +152,9 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     unseen = (
         written.count_rows(filter=pc.field("log_likelihood").is_null()) if args.on_unseen == "null" else 0
     )
-    line = f"wrote {rows} rows as Parquet to {output} ({', '.join(columns)})"
-    if args.on_unseen == "null":
-        line += f"; {unseen} of them hold a label the model has not seen: scored null"
-    print(line)
-    print(f"{time.perf_counter() - started:.1f}s")
-    return {"rows": rows, "columns": columns, "unseen": unseen}
+    return _report(
+        f"as Parquet to {output}", rows, columns, unseen if args.on_unseen == "null" else None, started
+    )
 
 
 def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
@@ -183,12 +191,9 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
     finally:
         if owned:
             spark.stop()
-    line = f"wrote {rows} rows to the Delta table {output} ({', '.join(columns)})"
-    if args.on_unseen == "null":
-        line += f"; {unseen} of them hold a label the model has not seen: scored null"
-    print(line)
-    print(f"{time.perf_counter() - started:.1f}s")
-    return {"rows": rows, "columns": columns, "unseen": unseen}
+    return _report(
+        f"to the Delta table {output}", rows, columns, unseen if args.on_unseen == "null" else None, started
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mixle_spark.spec import load_model, save_model
-from mixle_spark.stats import GaussianDistribution, MixtureDistribution
+from mixle_spark.stats import CategoricalDistribution, GaussianDistribution, MixtureDistribution
 from tests.unit._cases import assert_models_close
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,3 +154,24 @@ def test_em_score_names_a_bad_value_in_one_line_and_writes_nothing(
     where = r"\(row 151 of 300\)$" if engine == "dask" else r"\(row (151|51) of a block of the dataset\)$"
     assert re.search(where, lines[0]), lines[0]
     assert not out.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".scores")] == []
+
+
+@pytest.mark.parametrize(("engine", "library", "described"), ENGINES)
+def test_em_score_on_unseen_null_counts_the_rows_it_scored_null(
+    tmp_path: Path, engine: str, library: str, described: object
+) -> None:
+    pytest.importorskip(library)
+    data = tmp_path / "labels.parquet"
+    pq.write_table(pa.table({"c": ["a", "b", "z", "a", "y"]}), data)
+    model = save_model(CategoricalDistribution({"a": 0.75, "b": 0.25}), tmp_path / "model.json")
+    out = tmp_path / "scores"
+    run = _score(engine, data, model, out, "--on-unseen", "null")
+    assert run.returncode == 0, run.stderr
+    assert "wrote 5 rows as Parquet" in run.stdout
+    assert "; 2 of them hold a label the model has not seen: scored null" in run.stdout
+    got = pads.dataset(out, format="parquet").to_table().sort_by("c")
+    assert got["c"].to_pylist() == ["a", "a", "b", "y", "z"]
+    assert got["log_likelihood"].to_pylist()[3:] == [None, None]
+    np.testing.assert_allclose(
+        got["log_likelihood"].to_numpy(zero_copy_only=False)[:3], np.log([0.75, 0.75, 0.25])
+    )
