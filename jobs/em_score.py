@@ -1,4 +1,5 @@
-"""Score a table with a fitted model; write the scores to a Delta table in one transaction.
+"""Score a table with a fitted model; write the scores to a Delta table in one transaction (Spark), or
+to a Parquet directory moved into place when complete (``--backend dask`` / ``ray``).
 
     python jobs/em_score.py --input TABLE --model output/sample_fit/model.json --output SCORES [options]
     spark-submit --packages io.delta:delta-spark_2.13:4.0.1 jobs/em_score.py --input ... (same options)
@@ -64,7 +65,9 @@ PROG = "em_score"
 def build_parser() -> argparse.ArgumentParser:
     """The command line (see the module docstring)."""
     parser = JobArgumentParser(
-        prog=PROG, description="Score a table with a fitted mixle_spark model into a Delta table."
+        prog=PROG,
+        description="Score a table with a fitted mixle_spark model into a Delta table "
+        "(--backend dask / ray: a Parquet directory).",
     )
     parser.add_argument("--input", required=True, help="Delta/Parquet/CSV/JSON path or metastore table name")
     parser.add_argument("--model", required=True, help="fitted model JSON (em_fit's model.json)")

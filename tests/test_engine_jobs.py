@@ -175,3 +175,20 @@ def test_em_score_on_unseen_null_counts_the_rows_it_scored_null(
     np.testing.assert_allclose(
         got["log_likelihood"].to_numpy(zero_copy_only=False)[:3], np.log([0.75, 0.75, 0.25])
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--num-workers", "2"), "--num-workers applies to --backend dask and ray"),
+        (("--backend", "dask", "--master", "local[2]"), "--master and --conf only apply to --backend spark"),
+        (("--backend", "dask", "--ray-address", "auto"), "--ray-address only applies to --backend ray"),
+    ],
+)
+def test_em_score_flags_of_another_backend_are_usage_errors(
+    tmp_path: Path, flags: tuple[str, ...], message: str
+) -> None:
+    run = _job(
+        "--input", "x.parquet", "--model", "m.json", "--output", str(tmp_path / "o"), *flags, job="em_score"
+    )
+    assert run.returncode == 2 and message in run.stderr, run.stderr
