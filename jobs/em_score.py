@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _report(where: str, rows: int, columns: list[str], unseen: int | None, started: float) -> dict[str, Any]:
-    """Print the summary line (with the unseen-label count under ``--on-unseen null``) and the
+    """Print the summary line (with the unseen-label count, None unless ``--on-unseen null``) and the
     seconds; return the small report both backends' ``run`` return."""
     line = f"wrote {rows} rows {where} ({', '.join(columns)})"
     if unseen is not None:
@@ -146,18 +146,16 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
                 scored.write_parquet(str(staging))
     except Exception as err:
         err = engine_error(err)
-        raise (in_table_rows(err, data) if args.backend == "dask" else None) or err from None
+        raise in_table_rows(err, data) or err from None  # the row of the table where it is known
     finally:
         engine.stop()
     written = pads.dataset(output, format="parquet")
     rows = written.count_rows()
     columns = written.schema.names
     unseen = (
-        written.count_rows(filter=pc.field("log_likelihood").is_null()) if args.on_unseen == "null" else 0
+        written.count_rows(filter=pc.field("log_likelihood").is_null()) if args.on_unseen == "null" else None
     )
-    return _report(
-        f"as Parquet to {output}", rows, columns, unseen if args.on_unseen == "null" else None, started
-    )
+    return _report(f"as Parquet to {output}", rows, columns, unseen, started)
 
 
 def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
@@ -190,13 +188,13 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
         written = read_table(spark, output, format="delta")
         rows = written.count()
         columns = written.columns
-        unseen = written.filter(written["log_likelihood"].isNull()).count() if args.on_unseen == "null" else 0
+        unseen = (
+            written.filter(written["log_likelihood"].isNull()).count() if args.on_unseen == "null" else None
+        )
     finally:
         if owned:
             spark.stop()
-    return _report(
-        f"to the Delta table {output}", rows, columns, unseen if args.on_unseen == "null" else None, started
-    )
+    return _report(f"to the Delta table {output}", rows, columns, unseen, started)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -333,13 +333,14 @@ _PARTITION_ROW = re.compile(r"\(row (\d+) of partition (\d+)\)")
 def in_table_rows(err: BaseException, df: Any) -> MixleError | None:
     """A bad-input failure of a lazy pass that names a row of a partition ("row 5 of partition 2":
     ``score`` does not know the partitions' offsets), as the same error naming the row of the whole
-    table ("row 105 of 300"); None for any other error. ``df`` is the Spark or Dask DataFrame that
-    pass read; it costs one count per partition, on failure only."""
+    table ("row 105 of 300"); None for any other error or frame. ``df`` is the Spark or Dask DataFrame
+    that pass read; it costs one count per partition, on failure only."""
     text = error_line(err)
     found = _PARTITION_ROW.search(text)
-    if found is None or exit_code(err) != EXIT_BAD_INPUT:
-        return None
-    if frame_engine(df) == "dask":
+    engine = frame_engine(df)
+    if found is None or exit_code(err) != EXIT_BAD_INPUT or engine not in ("spark", "dask"):
+        return None  # a Ray block's row cannot be placed: Ray does not say which block it was
+    if engine == "dask":
         counts = dict(enumerate(int(c) for c in df.map_partitions(len).compute()))
     else:
         from pyspark.sql import functions as F

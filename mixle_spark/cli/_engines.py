@@ -14,6 +14,7 @@ __all__ = [
     "ENGINE_BACKENDS",
     "add_engine_addresses",
     "check_engine_addresses",
+    "engine_error",
     "open_engine_input",
     "parquet_input",
 ]

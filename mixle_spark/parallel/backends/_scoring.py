@@ -1,10 +1,11 @@
-"""Per-row scores of a fitted model over Arrow batches, shared by every backend's ``score``.
+"""Per-row scores of a fitted model over Arrow batches, shared by every backend's ``add_scores``
+(reached through :func:`mixle_spark.scoring.score`).
 
 :class:`BatchScorer` holds what ``score`` adds (the log-likelihood; for a mixture the prediction and
 the posterior; for hidden Markov models the Viterbi paths) and how a row holding a label the model
 has not seen is scored (``on_unseen``: an error naming the label, or nulls in every added column).
-Engines differ only in how batches reach it (Spark's ``mapInArrow``, Dask's ``map_partitions``) and
-in how they name the row of an error.
+Engines differ only in how batches reach it (Spark's ``mapInArrow``, Dask's ``map_partitions``, Ray's
+``map_batches``) and in how they name the row of an error.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ ON_UNSEEN = ("error", "null")
 def data_columns(
     columns: list[str], encoder: Encoder, column: str | None, weights: str | None = None
 ) -> list[str]:
-    """The columns of a DataFrame (Spark or Dask) with ``columns`` that ``encoder`` reads: a Record's
+    """The columns of a frame (Spark, Dask or Ray) with ``columns`` that ``encoder`` reads: a Record's
     columns, else ``column``, else the one column there is (besides the weight column)."""
     names = encoder.column_names()
     available = [c for c in columns if c != weights]
