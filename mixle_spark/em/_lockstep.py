@@ -41,6 +41,9 @@ def can_share_passes(handle: Any) -> bool:
 
 
 class _Request:
+    """One fit's request: a shared-pass member or a call. Its outcome (``result`` / ``error``) and
+    ``done`` are written only under the coordinator's lock, once, by the serving thread."""
+
     __slots__ = ("call", "done", "error", "member", "result")
 
     def __init__(self, member: tuple[Any, Any, Any] | None, call: Callable[[], Any] | None) -> None:
@@ -50,28 +53,42 @@ class _Request:
         self.done = False
 
 
+class _Stopped(RuntimeError):
+    """Raised in the fits' threads when the serving thread stopped (an error or an interrupt on it):
+    no pass will be served."""
+
+
 class _Coordinator:
-    """Collects the fits' requests and serves them, a shared pass when every running fit waits."""
+    """Collects the fits' requests and serves them, a shared pass when every running fit waits.
+
+    Every shared field (``pending``, ``running``, ``stopped`` and each request's outcome) changes only
+    under ``cond``. A request leaves ``pending`` when the serving thread takes it into a batch, so a
+    fit that wakes early and asks again can only add a new request, never lose one.
+    """
 
     def __init__(self, handle: Any, count: int) -> None:
         self.handle = handle
         self.cond = threading.Condition()
         self.pending: dict[int, _Request] = {}
         self.running = set(range(count))
-        self.passes = 0
+        self.stopped: BaseException | None = None
+        self.passes = 0  # the serving thread's alone
 
     def ask(
         self, slot: int, member: tuple[Any, Any, Any] | None = None, call: Callable[[], Any] | None = None
     ) -> Any:
         request = _Request(member, call)
         with self.cond:
+            if self.stopped is not None:
+                raise _Stopped("the shared passes were stopped") from self.stopped
             self.pending[slot] = request
             self.cond.notify_all()
             while not request.done:
                 self.cond.wait()
-        if request.error is not None:
-            raise request.error
-        return request.result
+            error, result = request.error, request.result
+        if error is not None:
+            raise error
+        return result
 
     def finished(self, slot: int) -> None:
         with self.cond:
@@ -79,45 +96,58 @@ class _Coordinator:
             self.cond.notify_all()
 
     def serve(self) -> None:
-        """Serve requests until every fit has finished (runs on the calling thread)."""
-        while True:
-            with self.cond:
-                while self.running and set(self.pending) != self.running:
-                    self.cond.wait()
-                if not self.running:
-                    return
-                batch = dict(sorted(self.pending.items()))
-            self._serve(batch)
-            with self.cond:
-                for slot, request in batch.items():
-                    if request.done:
-                        del self.pending[slot]
-                self.cond.notify_all()
-
-    def _serve(self, batch: dict[int, _Request]) -> None:
-        calls = [r for r in batch.values() if r.call is not None]
-        if calls:  # a call a shared pass cannot carry: the first one, alone
-            request = calls[0]
-            try:
-                request.result = request.call()  # type: ignore[misc]
-            except BaseException as err:
-                request.error = err
-            request.done = True
-            return
-        members = [r.member for r in batch.values() if r.member is not None]  # no calls left here
-        shared = SharedPass(tuple(members))
+        """Serve requests until every fit has finished (runs on the calling thread); if serving
+        itself fails, every waiting and later request fails with :class:`_Stopped`."""
         try:
+            while True:
+                with self.cond:
+                    while self.running and self.pending.keys() != self.running:
+                        self.cond.wait()
+                    if not self.running:
+                        return
+                    batch = self._take()
+                outcomes = self._serve(batch)
+                with self.cond:
+                    for request, (result, error) in zip(batch, outcomes, strict=True):
+                        request.result, request.error, request.done = result, error, True
+                    self.cond.notify_all()
+        except BaseException as err:
+            self._stop(err)
+            raise
+
+    def _take(self) -> list[_Request]:
+        """The next batch, taken out of ``pending`` (under the lock): the first call in fit order
+        alone (a call a shared pass cannot carry), else every request, in fit order."""
+        slots = sorted(self.pending)
+        calls = [slot for slot in slots if self.pending[slot].call is not None]
+        return [self.pending.pop(slot) for slot in (calls[:1] or slots)]
+
+    def _serve(self, batch: list[_Request]) -> list[tuple[Any, BaseException | None]]:
+        """Each request's ``(result, error)``; touches no shared state (runs outside the lock)."""
+        if batch[0].call is not None:
+            try:
+                return [(batch[0].call(), None)]
+            except BaseException as err:
+                return [(None, err)]
+        try:
+            shared = SharedPass(tuple(r.member for r in batch))  # type: ignore[misc]
             _nobs, value = self.handle.pysp_row_pass(shared.factory(), shared)
             self.passes += 1
+            values, nobs, ll, _touched = value
+            parts = tuple(getattr(self.handle, "last_parts", ()))
         except BaseException as err:
-            for request in batch.values():
-                request.error, request.done = err, True
-            return
-        values, nobs, ll, _touched = value
-        parts = tuple(getattr(self.handle, "last_parts", ()))
-        for i, request in enumerate(batch.values()):
-            request.result = (float(nobs[i]), float(ll[i]), values[i], parts)
-            request.done = True
+            return [(None, err)] * len(batch)
+        return [((float(nobs[i]), float(ll[i]), values[i], parts), None) for i in range(len(batch))]
+
+    def _stop(self, err: BaseException) -> None:
+        with self.cond:
+            self.stopped = err
+            for request in self.pending.values():
+                request.error = _Stopped("the shared passes were stopped")
+                request.error.__cause__ = err
+                request.done = True
+            self.pending.clear()
+            self.cond.notify_all()
 
 
 class SharedPassHandle(PayloadHandle):
@@ -181,9 +211,11 @@ def run_together(handle: Any, fits: Sequence[Callable[[Any], Any]]) -> tuple[lis
     ]
     for thread in threads:
         thread.start()
-    coordinator.serve()
-    for thread in threads:
-        thread.join()
+    try:
+        coordinator.serve()
+    finally:  # after a failed serve every fit fails at its next ask: none outlives this call
+        for thread in threads:
+            thread.join()
     for err in errors:
         if err is not None:
             raise err
