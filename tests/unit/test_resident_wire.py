@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import queue
 import socket
 import struct
 import threading
@@ -158,3 +159,31 @@ def test_an_absurd_frame_length_is_refused() -> None:
     driver.sendall(struct.pack("!Q", 1 << 40))
     with pytest.raises(wire.AuthenticationFailed, match=r"frame of 1099511627776 bytes"):
         side["value"].recv()
+
+
+def test_a_task_authenticating_while_the_listener_closes_is_hung_up_on() -> None:
+    """A channel that authenticates while the driver closes its listener is either taken before the
+    close or closed by it: never left open in the queue (the task would wait on it for good)."""
+    from mixle_spark.parallel.backends._spark_resident import _Listener
+
+    server = socket.create_server(("127.0.0.1", 0))
+    listener = _Listener(server, SECRET)
+    queueing, go_on = threading.Event(), threading.Event()
+
+    class SlowQueue(queue.Queue):  # the handshake thread is paused as it queues its channel
+        def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+            queueing.set()
+            go_on.wait(5)
+            super().put(item, block, timeout)
+
+    listener.accepted = SlowQueue()
+    task = socket.create_connection(server.getsockname(), timeout=5)
+    _OPEN.append(task)
+    wire.connect_driver(task, SECRET, (0, 0, 1))
+    assert queueing.wait(5)
+    closing = _in_thread(listener.close)
+    time.sleep(0.2)  # close() runs while the channel is being queued
+    go_on.set()
+    closing["thread"].join(10)
+    assert "error" not in closing and not closing["thread"].is_alive()
+    assert task.recv(1) == b""  # the driver's end is closed: the task sees end of stream

@@ -140,6 +140,7 @@ class _Listener:
         self.accepted: queue.Queue[tuple[wire.Hello, wire.Channel]] = queue.Queue()
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
         self._closed = threading.Event()
+        self._lock = threading.Lock()  # closing and queueing exclude each other: no channel is left open
         server.settimeout(0.2)
         self._thread = threading.Thread(target=self._accept, name="mixle-resident-accept", daemon=True)
         self._thread.start()
@@ -173,16 +174,19 @@ class _Listener:
             )
             conn.close()
         else:
-            if self._closed.is_set():
+            with self._lock:
+                queued = not self._closed.is_set()
+                if queued:
+                    self.accepted.put((hello, channel))
+            if not queued:
                 channel.close()
-            else:
-                self.accepted.put((hello, channel))
         finally:
             self._pending.release()
 
     def close(self) -> None:
-        """Stop accepting; channels authenticated but not taken are closed."""
-        self._closed.set()
+        """Stop accepting; channels authenticated but not taken, now or later, are closed."""
+        with self._lock:
+            self._closed.set()
         self.server.close()
         self._thread.join(timeout=5)
         while True:
