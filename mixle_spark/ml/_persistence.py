@@ -14,7 +14,6 @@ pyspark's JVM helper, which Spark Connect does not have.
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import Any, Generic, TypeVar
 
@@ -76,13 +75,27 @@ class MixleWriter(MLWriter):
         _write_text(spark, metadata, os.path.join(path, METADATA_DIR), mode)
 
 
-def _class(name: str) -> type:
-    module, _, attr = name.rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError) as err:
-        raise ModelFormatError(f"saved stage names class {name!r}, which cannot be imported: {err}") from None
-    return found  # type: ignore[no-any-return]
+def _stage_class(name: str, base: type, path: str) -> type:
+    """The class ``name`` (as pyspark writes it, ``module.ClassName``) among ``base`` and its subclasses
+    defined in this process.
+
+    Nothing is imported: a saved stage is data, and a metadata file naming any module (``this``,
+    ``unittest.__main__``, ...) would otherwise run that module's code when it is loaded.
+    """
+    known: dict[str, type] = {}
+    stack = [base]
+    while stack:
+        cls = stack.pop()
+        known.setdefault(f"{cls.__module__}.{cls.__name__}", cls)
+        stack.extend(cls.__subclasses__())
+    found = known.get(name)
+    if found is None:
+        raise ModelFormatError(
+            f"{path} holds a stage of class {name!r}, which is not {base.__module__}.{base.__name__} or a "
+            "subclass of it defined in this process (saved stages never import modules: import the "
+            "module that defines a subclass before loading it)"
+        )
+    return found
 
 
 class MixleReader(MLReader[T], Generic[T]):
@@ -98,11 +111,7 @@ class MixleReader(MLReader[T], Generic[T]):
             raise TypeError(f"path should be a string, got {type(path).__name__}")
         spark = self.sparkSession
         metadata = DefaultParamsReader.loadMetadata(path, spark)
-        py_type = _class(str(metadata.get("class")))
-        if not (isinstance(py_type, type) and issubclass(py_type, self.cls)):
-            raise ModelFormatError(
-                f"{path} holds a {metadata.get('class')!r}, not a {self.cls.__module__}.{self.cls.__name__}"
-            )
+        py_type = _stage_class(str(metadata.get("class")), self.cls, path)
         instance: Any = py_type()
         instance._resetUid(metadata["uid"])
         DefaultParamsReader.getAndSetParams(instance, metadata)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -530,3 +531,34 @@ def test_summary_writes_the_fit_report(points: Any, tmp_path: Path) -> None:
     for section in ("log-likelihood", "weights", "parameters", "projection"):
         assert f'id="{section}"' in html
     assert "2,000" in html or "2000" in html  # the training rows in the overview
+
+
+@pytest.mark.parametrize(
+    ("saved_class", "module"),
+    [("this.s", "this"), ("unittest.__main__.X", "unittest.__main__"), ("os.system", "os")],
+)
+def test_loading_a_stage_imports_nothing_its_metadata_names(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any, saved_class: str, module: str
+) -> None:
+    """The metadata's "class" is looked up among our stage classes; a module it names is never
+    imported (``this`` prints the Zen of Python, ``unittest.__main__`` runs test discovery in the
+    working directory, and its SystemExit would escape ``except Exception``)."""
+    from mixle_spark.errors import ModelFormatError
+    from mixle_spark.ml import MixleEstimator, MixleModel
+
+    MixleEstimator(k=2).write().save(str(tmp_path / "est"))
+    (part,) = (tmp_path / "est" / "metadata").glob("part-*")
+    metadata = json.loads(part.read_text())
+    part.write_text(json.dumps({**metadata, "class": saved_class}))
+    for crc in (tmp_path / "est" / "metadata").glob(".*.crc"):
+        crc.unlink()
+    marker = tmp_path / "discovered"
+    (tmp_path / "test_planted.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    imported = module in sys.modules
+    for stage in (MixleEstimator, MixleModel):
+        with pytest.raises(ModelFormatError, match=rf"class '{re.escape(saved_class)}', which is not "):
+            stage.load(str(tmp_path / "est"))
+    assert (module in sys.modules) == imported
+    assert not marker.exists()
+    assert "Beautiful is better" not in capsys.readouterr().out
