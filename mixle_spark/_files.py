@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["file_mode", "remove_tree", "write_atomically", "write_table_files"]
+__all__ = ["file_mode", "read_bytes_bounded", "remove_tree", "write_atomically", "write_table_files"]
 
 
 def file_mode() -> int:
@@ -48,6 +48,19 @@ def write_atomically(path: str | os.PathLike[str], text: str | Iterable[str]) ->
             os.unlink(tmp)
         raise
     return target
+
+
+def read_bytes_bounded(path: Path, limit: int, what: str, error: type[Exception]) -> bytes:
+    """The bytes of ``path``, refused with ``error`` (naming ``what``, its size and ``limit``) before
+    more than ``limit`` bytes are read: a huge file, or a device or pipe that never ends, is not read
+    whole into memory."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size  # 0 for a device or a pipe: their end is found by reading
+        data = b"" if size > limit else fh.read(limit + 1)
+    if size > limit or len(data) > limit:
+        found = f"{size:,} bytes" if size > limit else f"more than {limit:,} bytes"
+        raise error(f"{what} is {found}; the limit is {limit:,} bytes")
+    return data
 
 
 def remove_tree(path: Path, keep_dir: bool) -> None:

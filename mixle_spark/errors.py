@@ -31,11 +31,13 @@ __all__ = [
     "FieldError",
     "MixleError",
     "ModelFormatError",
+    "ModelSizeWarning",
     "NonFiniteLikelihoodError",
     "SchemaError",
     "SilentCorruptionError",
     "SpecError",
     "TooFewRowsError",
+    "TooLargeError",
     "UnknownNameError",
     "UnseenLabelError",
     "describe_value",
@@ -230,6 +232,11 @@ class TooFewRowsError(MixleError, ValueError):
     """Fewer rows than the model needs (for example fewer rows than mixture components)."""
 
 
+class TooLargeError(MixleError, ValueError):
+    """A spec, model file or fit beyond a stated bound (components, nesting depth, file size, memory);
+    the message names the value and the bound."""
+
+
 class SpecError(MixleError, ValueError):
     """A malformed model or estimator specification (unknown key, bad parameter)."""
 
@@ -334,6 +341,10 @@ class CheckpointMismatchError(MixleError, ValueError):
 
 class CorruptCheckpointWarning(UserWarning):
     """A checkpoint file that failed verification and was skipped (the message names file and reason)."""
+
+
+class ModelSizeWarning(UserWarning):
+    """A fitted model with more free parameters than rows (the message names the field holding most)."""
 
 
 class ConvergenceWarning(UserWarning):

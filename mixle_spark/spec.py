@@ -32,13 +32,17 @@ from typing import Any
 import numpy as np
 
 import mixle_spark.stats  # noqa: F401  (registers every family)
-from mixle_spark._files import write_atomically
+from mixle_spark._files import read_bytes_bounded, write_atomically
 from mixle_spark._version import __version__
-from mixle_spark.errors import ModelFormatError, SpecError
+from mixle_spark.errors import ModelFormatError, SpecError, TooLargeError
 from mixle_spark.stats.base import Distribution, Estimator, distribution_from_dict, estimator_from_dict
 
 __all__ = [
     "FIT_OPTIONS",
+    "MAX_COMPONENTS",
+    "MAX_MODEL_BYTES",
+    "MAX_NESTING",
+    "MAX_SPEC_BYTES",
     "MODEL_FORMAT",
     "MODEL_FORMAT_VERSION",
     "ModelSpec",
@@ -55,6 +59,52 @@ __all__ = [
 MODEL_FORMAT = "mixle_spark.model"
 MODEL_FORMAT_VERSION = 1
 FIT_OPTIONS = ("max_its", "delta", "init", "init_steps", "init_p", "seed", "trials", "print_iter")
+
+MAX_COMPONENTS = 100_000
+"""Most components (or hidden states) a spec's ``k`` may ask for; more is refused before anything is
+built (the memory a fit needs for its components is checked against the data when it starts)."""
+MAX_NESTING = 100
+"""Deepest nesting of JSON objects and arrays in a spec or a saved model (real ones are rarely 20
+deep); deeper is refused before it is built, rather than running out of Python's recursion limit."""
+MAX_SPEC_BYTES = 16 * 2**20
+"""Largest spec file read (16 MiB); larger is refused before it is read whole."""
+MAX_MODEL_BYTES = 256 * 2**20
+"""Largest model file :func:`load_model` reads by default (256 MiB); larger is refused before it is
+read whole (pass ``max_bytes`` to read a larger one)."""
+
+
+def _check_nesting(value: Any, where: str, error: type[Exception]) -> None:
+    """Refuse ``value`` when its objects / arrays nest deeper than :data:`MAX_NESTING` (walked
+    without recursion, so the check itself cannot overflow the stack)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > MAX_NESTING:
+            raise error(
+                f"{where} nests objects and arrays more than {MAX_NESTING} deep; the limit is {MAX_NESTING}"
+            )
+        stack.extend((child, depth + 1) for child in children if isinstance(child, Mapping | list | tuple))
+
+
+def _parse_json(text: str | bytes, where: str, error: type[Exception]) -> Any:
+    """``json.loads`` with its errors named after ``where``; a document too deep for the parser is
+    refused as too large."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise error(f"{where} is not valid JSON: {err}") from None
+    except UnicodeDecodeError as err:
+        raise error(f"{where} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except RecursionError:
+        raise TooLargeError(
+            f"{where} nests objects and arrays more than {MAX_NESTING} deep; the limit is {MAX_NESTING}"
+        ) from None
 
 
 # Families with a "K copies of one spec" shorthand: type -> (list key, copy key).
@@ -79,12 +129,17 @@ def _expand_shorthand(spec: Any) -> Any:
         k = out.pop("k")
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise SpecError(f"{family} spec: k must be a positive integer, got {k!r}")
+        if k > MAX_COMPONENTS:
+            raise TooLargeError(
+                f"{family} spec: k = {k:,} is more than the {MAX_COMPONENTS:,} components allowed"
+            )
         out[many] = [out.pop(one)] * k
     return out
 
 
 def estimator_from_spec(spec: Mapping[str, Any] | str) -> Estimator:
     """Build an estimator from a spec dict or family name (see module docstring)."""
+    _check_nesting(spec, "the spec", TooLargeError)
     return estimator_from_dict(_expand_shorthand(spec))
 
 
@@ -107,10 +162,8 @@ def load_spec(source: str | os.PathLike[str] | Mapping[str, Any]) -> ModelSpec:
         path = Path(source)
         if not path.exists():
             raise FileNotFoundError(f"model spec file not found: {path}")
-        try:
-            raw = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise SpecError(f"model spec {path} is not valid JSON: {err}") from None
+        text = read_bytes_bounded(path, MAX_SPEC_BYTES, f"model spec {path}", TooLargeError)
+        raw = _parse_json(text, f"model spec {path}", SpecError)
         where = str(path)
     if not isinstance(raw, Mapping):
         raise SpecError(f"{where}: expected a JSON object, got {type(raw).__name__}")
@@ -182,19 +235,16 @@ def model_from_dict(payload: Mapping[str, Any]) -> Distribution:
         )
     if "model" not in payload:
         raise ModelFormatError("model file has no 'model' entry")
+    _check_nesting(payload["model"], "the model", TooLargeError)
     try:
         return distribution_from_dict(payload["model"])
     except SpecError as err:
         raise ModelFormatError(f"invalid model: {err}") from err
 
 
-def model_from_json(text: str, source: str = "model") -> Distribution:
+def model_from_json(text: str | bytes, source: str = "model") -> Distribution:
     """Rebuild a model from :func:`model_to_json` output (``source`` names it in errors)."""
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ModelFormatError(f"{source} is not valid JSON: {err}") from None
-    return model_from_dict(payload)
+    return model_from_dict(_parse_json(text, source, ModelFormatError))
 
 
 def save_model(model: Distribution, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
@@ -205,9 +255,10 @@ def save_model(model: Distribution, path: str | os.PathLike[str], *, overwrite: 
     return write_atomically(target, model_to_json(model, indent=2) + "\n")
 
 
-def load_model(path: str | os.PathLike[str]) -> Distribution:
-    """Read a model written by :func:`save_model`."""
+def load_model(path: str | os.PathLike[str], *, max_bytes: int = MAX_MODEL_BYTES) -> Distribution:
+    """Read a model written by :func:`save_model` (a file larger than ``max_bytes`` is refused)."""
     target = Path(path)
     if not target.exists():
         raise FileNotFoundError(f"model file not found: {target}")
-    return model_from_json(target.read_text(), f"model {target}")
+    source = f"model {target}"
+    return model_from_json(read_bytes_bounded(target, max_bytes, source, TooLargeError), source)

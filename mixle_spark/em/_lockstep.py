@@ -24,6 +24,7 @@ from typing import Any
 from mixle_spark.em._shared_passes import SharedPass
 from mixle_spark.parallel.backends._handle import Payload, PayloadHandle, Request
 from mixle_spark.parallel.backends.contract import (
+    FoldSize,
     RowDiagnosis,
     RowPasses,
     WorkerEvents,
@@ -165,6 +166,12 @@ class SharedPassHandle(PayloadHandle):
 
     def bind(self, estimator: Estimator) -> Estimator:
         return self._handle.bind(estimator)  # type: ignore[no-any-return]
+
+    def fold_rows(self) -> int:
+        return self._handle.fold_rows() if isinstance(self._handle, FoldSize) else 0  # type: ignore[no-any-return]
+
+    def worker_memory(self) -> int | None:
+        return self._handle.worker_memory() if isinstance(self._handle, FoldSize) else None  # type: ignore[no-any-return]
 
     def take_events(self) -> list[str]:
         handle = self._handle

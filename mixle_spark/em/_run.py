@@ -27,6 +27,7 @@ from mixle_spark.em._records import (
     FitResult,
     IterationRecord,
     Progress,
+    check_memory,
     check_rows,
     em_step,
     has_converged,
@@ -206,6 +207,7 @@ class EMRun(CheckpointedRun):
 
     def run(self) -> Distribution:
         check_rows(self.handle, self.estimator)
+        check_memory(self.handle, self.estimator)
         finished = self._restore()
         try:
             self._open_sinks()

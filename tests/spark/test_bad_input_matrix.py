@@ -186,6 +186,8 @@ NEWER = (
     rf"this mixle_spark {re.escape(__version__)} reads versions up to {MODEL_FORMAT_VERSION}: "
     r"upgrade mixle_spark to load it"
 )
+DEEP_SPEC = '{"type": "optional", "estimator": ' * 1000 + '"gaussian"' + "}" * 1000
+TOO_DEEP = "nests objects and arrays more than 100 deep; the limit is 100"
 FAMILIES = ", ".join(sorted(registered_estimators()))  # bernoulli, binomial, ..., gaussian, ...
 CASES = {
     # 1. a string column where Gaussian needs numbers: the cell that does not read, and its row
@@ -570,6 +572,28 @@ CASES = {
     ),
     "missing-spec-em_fit": Case(
         _em_fit(), 2, rf"model spec file not found: {TMP}/spec\.json", job="em_fit", spec=None
+    ),
+    # 19. bounds before allocation: a spec or model too large or too deep
+    "spec-huge-k-em_fit": Case(
+        _em_fit(),
+        2,
+        r"mixture spec: k = 1,000,000,000 is more than the 100,000 components allowed",
+        job="em_fit",
+        spec=_mixture(10**9, amount="gaussian"),
+    ),
+    "spec-nested-too-deep-em_fit": Case(
+        _em_fit(),
+        2,
+        rf"model spec {TMP}/spec\.json {TOO_DEEP}",
+        job="em_fit",
+        spec=DEEP_SPEC,
+    ),
+    "model-nested-too-deep-em_score": Case(
+        _em_score,
+        2,
+        rf"model {TMP}/model\.json {TOO_DEEP}",
+        job="em_score",
+        model='{"format": "mixle_spark.model", "format_version": 1, "model": ' + DEEP_SPEC + "}",
     ),
     # 18. a record spec naming a column the table does not have
     "record-spec-missing-column": Case(

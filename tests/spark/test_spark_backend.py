@@ -313,3 +313,28 @@ def test_weighted_initialization_and_step_equal_local(spark: Any, init: str) -> 
             fits.append((flat(start), flat(step)))
         np.testing.assert_allclose(fits[1][0], fits[0][0], rtol=1e-12)
         np.testing.assert_allclose(fits[1][1], fits[0][1], rtol=1e-10)
+
+
+def test_a_mixture_too_big_for_a_workers_memory_is_refused_before_its_first_pass(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fold is one Arrow batch (the session's maxRecordsPerBatch rows at most); under a local master
+    a worker has this machine's memory."""
+    from mixle_spark.errors import TooLargeError
+    from mixle_spark.parallel.backends import spark as spark_backend
+    from mixle_spark.parallel.backends._handle import machine_memory
+
+    rows = np.random.default_rng(3).normal(size=(5000, 1))
+    df = spark.createDataFrame(rows.tolist(), "x double").repartition(2)
+    estimator = MixtureEstimator([RecordEstimator({"x": GaussianEstimator()})] * 300)
+    batch = int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"))
+    with encoded_data(df, estimator, resident=False) as handle:
+        assert handle.fold_rows() == batch == 1000  # the test session's batches (partitions are larger)
+        assert handle.worker_memory() == machine_memory() > 2**30
+        monkeypatch.setattr(spark_backend, "machine_memory", lambda: 16 * 2**20)  # a 16 MiB worker
+        with pytest.raises(
+            TooLargeError,
+            match=r"^MixtureEstimator with 300 components needs about 18 MiB to score a fold of 1,000 rows "
+            r"\(64 bytes per row and component\), more than the 16 MiB of memory a worker has",
+        ):
+            optimize(handle, estimator, max_its=2)

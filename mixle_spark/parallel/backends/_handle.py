@@ -3,6 +3,7 @@ row-keyed initial selection, the tying pass, weighted log-likelihood sums, mergi
 
 from __future__ import annotations
 
+import os
 import time
 import types
 from collections.abc import Callable, Iterable, Mapping
@@ -34,6 +35,7 @@ __all__ = [
     "fold_chunk",
     "fold_key_passes",
     "initial_keep_weights",
+    "machine_memory",
     "merge_payloads",
     "scan_part",
     "seed_from",
@@ -114,6 +116,23 @@ def seed_from(rng: Any) -> int:
     if isinstance(rng, np.random.RandomState):
         return int(rng.randint(0, 2**31 - 1))
     raise TypeError(f"rng must be an int seed, None, a numpy Generator or RandomState, got {rng!r}")
+
+
+def machine_memory() -> int | None:
+    """Bytes of memory this process may use: the machine's physical memory, or its container's limit
+    (cgroup v2 ``memory.max``, v1 ``memory.limit_in_bytes``) when lower; None where neither reads."""
+    try:
+        total: int | None = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        total = None
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(limit_file) as fh:
+                limit = int(fh.read().strip())
+        except (OSError, ValueError):  # absent, or "max" (no limit)
+            continue
+        total = limit if total is None else min(total, limit)
+    return total
 
 
 def bind_estimator(

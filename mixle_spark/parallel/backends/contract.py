@@ -16,6 +16,8 @@ back when it does not; each is a small :class:`typing.Protocol` checked with ``i
 :class:`RowDiagnosis`         the first row whose log-density is not finite (for the error message)
 :class:`SingleWriter`         several processes run the fit (SPMD, MPI): one of them writes files
 :class:`Named`                the backend's name for the trace when it is not the handle's class name
+:class:`FoldSize`             the most rows one fold holds and a worker's memory (a fit that cannot
+                              fit is refused before it starts)
 ============================  =======================================================================
 
 :class:`~mixle_spark.parallel.backends._handle.PayloadHandle` implements :class:`EncodedData`,
@@ -35,6 +37,7 @@ __all__ = [
     "EMStep",
     "EncodedData",
     "FitSession",
+    "FoldSize",
     "Named",
     "PartReports",
     "PartitionAudit",
@@ -168,6 +171,16 @@ class Named(Protocol):
     """``backend_name``: what the EM trace records as the backend."""
 
     backend_name: str
+
+
+@runtime_checkable
+class FoldSize(Protocol):
+    """``fold_rows()``: the most rows one fold (a chunk, an Arrow batch) scores at once;
+    ``worker_memory()``: the bytes of memory one worker may use, None where the backend cannot tell."""
+
+    def fold_rows(self) -> int: ...
+
+    def worker_memory(self) -> int | None: ...
 
 
 def backend_name(handle: Any) -> str:

@@ -21,6 +21,7 @@ from mixle_spark.parallel.backends._handle import (
     accumulate_chunks,
     bind_estimator,
     check_engine_and_precision,
+    machine_memory,
     merge_payloads,
 )
 from mixle_spark.parallel.backends.model_parallel import EXECUTION_KIND, ModelParallelEstimator, check_workers
@@ -141,6 +142,14 @@ class LocalEncodedData(PayloadHandle):
     def partition_ids(self) -> range:
         """The ids partitions report in ``last_parts``: chunk indices."""
         return range(len(self.chunks))
+
+    def fold_rows(self) -> int:
+        """The most rows one chunk holds (each is folded at once)."""
+        return max((stop - start for start, stop, _enc in self.chunks), default=0)
+
+    def worker_memory(self) -> int | None:
+        """This process's memory (the chunks are folded here)."""
+        return machine_memory()
 
     def _map_items(self, fn: Any, items: list[Any]) -> Iterator[Any]:
         """``fn`` over ``items`` in order; threaded when ``parallel_chunks`` (results in order)."""

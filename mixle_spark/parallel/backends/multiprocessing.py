@@ -32,6 +32,7 @@ from mixle_spark.parallel.backends._handle import (
     accumulate_chunks,
     bind_estimator,
     check_engine_and_precision,
+    machine_memory,
     merge_payloads,
 )
 from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
@@ -148,10 +149,12 @@ class MPEncodedData(PayloadHandle):
         self._conns: list[Any] = []
         self.shards = split(0, self.n, min(workers, self.n))
         self.num_workers = len(self.shards)
+        self._fold_rows = 0
         try:
             self._start(start_method)
             for i, (a, b) in enumerate(self.shards):
                 bounds = _shard_chunks(b - a, num_chunks, sub_chunks)
+                self._fold_rows = max(self._fold_rows, *(y - x for x, y in bounds))
                 piece = self._source.slice(a, b - a) if hasattr(self._source, "slice") else self._source[a:b]
                 load = (
                     "load",
@@ -268,6 +271,14 @@ class MPEncodedData(PayloadHandle):
     def partition_ids(self) -> range:
         """The ids partitions report in ``last_parts``: worker indices."""
         return range(self.num_workers)
+
+    def fold_rows(self) -> int:
+        """The most rows one chunk of a worker holds (each is folded at once)."""
+        return self._fold_rows
+
+    def worker_memory(self) -> int | None:
+        """This machine's memory (the workers run here)."""
+        return machine_memory()
 
     def _estep(self, request: Request) -> Payload:
         if self._closed:

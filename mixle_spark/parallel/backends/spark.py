@@ -44,6 +44,7 @@ from mixle_spark.parallel.backends._handle import (
     accumulate_chunks,
     bind_estimator,
     check_engine_and_precision,
+    machine_memory,
     merge_payloads,
 )
 from mixle_spark.parallel.backends._resident_policy import ResidentPolicy, resident_blocker, slots_for_layout
@@ -348,6 +349,19 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
     def partition_ids(self) -> range:
         """The ids partitions report in ``last_parts``: the encoded DataFrame's partitions."""
         return range(self.num_partitions)
+
+    def fold_rows(self) -> int:
+        """The most rows one Arrow batch of a partition holds (each batch is folded at once)."""
+        sizes = np.diff(np.append(self.offsets, self.n))
+        largest = int(sizes.max()) if len(sizes) else 0
+        batch = int(self.frame.sparkSession.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000"))
+        return min(largest, batch) if batch > 0 else largest
+
+    def worker_memory(self) -> int | None:
+        """This machine's memory under a local master (the tasks run here); unknown on a cluster."""
+        if self.connect:
+            return None
+        return machine_memory() if self.frame.sparkSession.sparkContext.master.startswith("local") else None
 
     def _ship(self, model: Any) -> Any:
         """A reference to ``model`` for executors: a broadcast, or the model itself under Connect."""
