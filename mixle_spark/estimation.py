@@ -37,17 +37,19 @@ from mixle_spark.em._records import (
     ON_DEGENERATE,
     FitResult,
     IterationRecord,
+    check_memory,
     check_rows,
     init_fraction,
 )
 from mixle_spark.em._run import start_model
 from mixle_spark.em.options import FitOptions
 from mixle_spark.em.seeding import Seeding
-from mixle_spark.errors import ConvergenceWarning
+from mixle_spark.errors import ConvergenceWarning, ModelSizeWarning
 from mixle_spark.parallel.backends.contract import FitSession
 from mixle_spark.parallel.backends.registry import is_encoded_data_handle
 from mixle_spark.stats._random import RowRandom, seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
+from mixle_spark.summary import count_free_parameters, parameters_warning
 
 __all__ = [
     "DECREASE_RTOL",
@@ -126,6 +128,7 @@ def initialize(
     handle, owned = _handle(data, estimator, backend_options)
     try:
         check_rows(handle, estimator)
+        check_memory(handle, estimator)
         return start_model(handle, estimator, seed_to_int(seed), p, seeding)
     finally:
         _release(handle, owned)
@@ -196,7 +199,9 @@ def optimize(
     vhandle, vowned = (None, False) if vdata is None else _handle(vdata, estimator, {})
     try:
         run = fit.fit(estimator, prev_estimate=prev_estimate, vhandle=vhandle, started=started)
-        return run(handle)
+        model = run(handle)
+        warn_model_size(model, len(handle))
+        return model
     finally:
         _release(handle, owned)
         _release(vhandle, vowned)
@@ -219,6 +224,14 @@ def fit_together(
         logger.info(f"{len(runs)} fits advanced together in {passes} passes over the data")
         return models
     return [run(handle) for run in runs]
+
+
+def warn_model_size(model: Distribution, rows: int) -> None:
+    """A :class:`~mixle_spark.errors.ModelSizeWarning` (for the caller of the public function) when
+    the fitted ``model`` has more free parameters than ``rows``."""
+    note = parameters_warning(model, count_free_parameters(model), rows)
+    if note is not None:
+        warnings.warn(note, ModelSizeWarning, stacklevel=3)
 
 
 def trial_seeds(seed: int | None, trials: int) -> list[int]:
@@ -275,8 +288,9 @@ def best_of(
                 fit.out.write(line + "\n")
             if best is None or ll > best[0]:
                 best = (ll, model)
+        assert best is not None
+        warn_model_size(best[1], len(handle))
     finally:
         _release(handle, owned)
         _release(vhandle, vowned)
-    assert best is not None
     return best

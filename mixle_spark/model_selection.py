@@ -193,7 +193,7 @@ def select_k(
         ``best_k``, ``model`` (the best fit, with its ``fit_result``), ``table`` (a
         :class:`CandidateFit` per k) and ``models`` (every candidate's fit).
     """
-    from mixle_spark.estimation import _handle, _release, fit_together, trial_seeds
+    from mixle_spark.estimation import _handle, _release, fit_together, trial_seeds, warn_model_size
     from mixle_spark.stats._random import seed_to_int
     from mixle_spark.summary import count_free_parameters, information_criteria
 
@@ -274,4 +274,5 @@ def select_k(
             range(len(table)), key=lambda i: (scores[i] if math.isfinite(scores[i]) else math.inf, table[i].k)
         )
     best_k = table[best].k
+    warn_model_size(models[best_k], n)
     return KSelection(criterion, best_k, models[best_k], table, models)

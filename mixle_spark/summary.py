@@ -4,11 +4,12 @@ description, the number of free parameters (asked of the model), and information
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from mixle_spark.stats.base import Distribution, Estimator
 
-__all__ = ["count_free_parameters", "describe_model", "information_criteria"]
+__all__ = ["count_free_parameters", "describe_model", "information_criteria", "parameters_warning"]
 
 
 def _number(v: Any) -> str:
@@ -104,3 +105,39 @@ def information_criteria(log_likelihood: float, n_parameters: int, n_rows: float
         "bic": n_parameters * math.log(n_rows) - 2.0 * log_likelihood,
         "aic": 2.0 * n_parameters - 2.0 * log_likelihood,
     }
+
+
+def _field_parameters(model: Distribution) -> dict[str, int]:
+    """Free parameters per record field, summed over a mixture's components (empty for other models)."""
+    parts = getattr(model, "components", None)
+    records = parts if isinstance(parts, list | tuple) else [model]
+    counts: dict[str, int] = {}
+    for record in records:
+        fields = getattr(record, "fields", None)
+        if not isinstance(fields, Mapping):
+            return {}
+        for name, dist in fields.items():
+            counts[name] = counts.get(name, 0) + dist.n_free_parameters()
+    return counts
+
+
+def parameters_warning(model: Distribution, n_parameters: int, n_rows: float) -> str | None:
+    """A warning when ``model`` has more free parameters than ``n_rows``: such a fit describes its
+    rows rather than a population (a label column with nearly as many values as rows, say); it names
+    the field holding most of them when the model is a record or a mixture of records.
+
+    >>> from mixle_spark.stats import CategoricalDistribution, RecordDistribution
+    >>> ids = RecordDistribution({"customer": CategoricalDistribution({f"id{i}": 0.25 for i in range(4)})})
+    >>> print(parameters_warning(ids, 3, 2))  # doctest: +NORMALIZE_WHITESPACE
+    the model has 3 free parameters for 2 rows (field 'customer' has 3 of them): it describes these
+    rows, not a population
+    """
+    if n_parameters <= n_rows:
+        return None
+    fields = _field_parameters(model)
+    name = max(fields, key=lambda f: fields[f]) if fields else None
+    where = f" (field {name!r} has {fields[name]:,} of them)" if name is not None else ""
+    return (
+        f"the model has {n_parameters:,} free parameters for {n_rows:,.0f} rows{where}: it describes "
+        "these rows, not a population"
+    )

@@ -108,7 +108,12 @@ from mixle_spark.cli._engines import ENGINE_BACKENDS, open_engine_input
 from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, run_spmd, solo
 from mixle_spark.cli._summary import SUMMARY_FORMAT, build_summary, long_fit_summary
 from mixle_spark.em.seeding import SeedingFallbackWarning
-from mixle_spark.errors import CheckpointMismatchError, ConvergenceWarning, MalformedRowError
+from mixle_spark.errors import (
+    CheckpointMismatchError,
+    ConvergenceWarning,
+    MalformedRowError,
+    ModelSizeWarning,
+)
 from mixle_spark.estimation import FitOptions, best_of, optimize, row_count
 from mixle_spark.model_selection import select_k, with_components
 from mixle_spark.parallel import encoded_data
@@ -157,9 +162,9 @@ def read_local_input(source: str) -> Any:
 def _report_warnings(caught: list[warnings.WarningMessage], coord: Coordination = solo) -> list[str]:
     ours = []
     for w in caught:
-        if issubclass(w.category, (ConvergenceWarning, SeedingFallbackWarning)) or "mixle_spark" in str(
-            w.filename
-        ):
+        if issubclass(
+            w.category, (ConvergenceWarning, SeedingFallbackWarning, ModelSizeWarning)
+        ) or "mixle_spark" in str(w.filename):
             ours.append(str(w.message))
             coord.say(f"{PROG}: warning: {w.message}")
         elif coord.is_root:
