@@ -14,7 +14,7 @@ from mixle_spark.cli._engines import ENGINE_BACKENDS, add_engine_addresses, chec
 from mixle_spark.cli._spmd import SPMD_BACKENDS
 from mixle_spark.em.sdc_audit import SDCAudit
 from mixle_spark.em.seeding import INIT_MODES
-from mixle_spark.errors import SpecError
+from mixle_spark.errors import CheckpointStoreError, SpecError
 from mixle_spark.estimation import ON_DEGENERATE
 from mixle_spark.model_selection import parse_ks
 from mixle_spark.spec import ModelSpec
@@ -150,6 +150,12 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         "--no-resume", dest="resume", action="store_false", help="discard existing checkpoints, start afresh"
     )
     long.add_argument(
+        "--checkpoint-key-file",
+        metavar="FILE",
+        help="authenticate the checkpoints with the key in FILE (HMAC-SHA256; default: "
+        "$MIXLE_SPARK_CHECKPOINT_KEY, else checkpoints are checked for damage only)",
+    )
+    long.add_argument(
         "--on-degenerate",
         choices=ON_DEGENERATE,
         default="stop",
@@ -202,6 +208,8 @@ def resolve_args(
             parser.error(
                 f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to --backend spark"
             )
+    if args.checkpoint_key_file is not None and args.checkpoint_dir is None:
+        parser.error("--checkpoint-key-file needs --checkpoint-dir")
     args.ks = None
     if args.k is not None:
         try:
@@ -240,11 +248,28 @@ def reliability_options(args: argparse.Namespace) -> dict[str, Any]:
         options.update(
             checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume
         )
+    if args.checkpoint_key_file is not None:
+        options["checkpoint_key"] = read_key_file(args.checkpoint_key_file)
     if args.audit_every is not None:
         options["audit"] = SDCAudit(every=args.audit_every, fraction=args.audit_fraction)
     if args.trace is not None:
         options["trace_path"] = args.trace
     return options
+
+
+def read_key_file(path: str) -> bytes:
+    """The key in ``path`` (its bytes, less one trailing newline); refused when it is readable by
+    other users, as ssh refuses a private key."""
+    target = Path(path)
+    if not target.is_file():
+        raise FileNotFoundError(f"--checkpoint-key-file {path}: no such file")
+    mode = target.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise CheckpointStoreError(
+            f"--checkpoint-key-file {path}: readable by other users (mode {mode:04o}); chmod 600 it"
+        )
+    key = target.read_bytes()
+    return key[:-1] if key.endswith(b"\n") else key
 
 
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -7,6 +7,13 @@ restart, asks for the newest checkpoint that verifies. Each checkpoint is a file
     {"format": "mixle_spark.em_checkpoint", "version": 1, "iteration": 12,
      "sha256": "<hex digest of the canonical JSON of the state>", "state": {...}}
 
+The sha256 finds *damage* (a truncated or corrupted file), not *tampering*: anyone who can write the
+directory can change a state and recompute its hash. With a ``key`` (the fit's ``checkpoint_key``,
+``em_fit --checkpoint-key-file``, or the environment variable :data:`KEY_VARIABLE`) every file also
+carries ``"hmac_sha256"``, an HMAC-SHA256 under that key of the format, iteration and state; a file
+whose HMAC is missing or does not verify is skipped like a damaged one, so a fit resumes only from
+checkpoints written by someone holding the key.
+
 A file is written under a temporary ``.tmp-em-checkpoint-...`` name and renamed into place, so a crash
 leaves at most a temporary file, which readers ignore and the next save removes. Floats round-trip
 bit-exactly (``repr`` precision; +/-inf as JSON's ``Infinity``; every NaN as ``NaN``).
@@ -36,6 +43,7 @@ import builtins
 import contextlib
 import errno
 import hashlib
+import hmac
 import json
 import numbers
 import os
@@ -52,13 +60,17 @@ from mixle_spark.errors import CheckpointStoreError, CorruptCheckpointWarning, d
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_VERSION",
+    "KEY_VARIABLE",
     "CheckpointStore",
     "CheckpointStoreError",
     "CorruptCheckpointWarning",
+    "checkpoint_key",
 ]
 
 CHECKPOINT_FORMAT = "mixle_spark.em_checkpoint"
 CHECKPOINT_VERSION = 1
+KEY_VARIABLE = "MIXLE_SPARK_CHECKPOINT_KEY"
+"""The environment variable holding the checkpoint key when none is given (its UTF-8 bytes)."""
 
 _CHECKPOINT_NAME = re.compile(r"em-checkpoint-(\d{9,})\.json")
 _TEMP_NAME = re.compile(r"\.tmp-em-checkpoint-\d{9,}-\d+-[0-9a-f]{32}\.json")
@@ -66,6 +78,19 @@ _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 # fsync is not implemented by every filesystem (some FUSE mounts, directories on some platforms);
 # there the rename alone is what we can get.
 _FSYNC_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
+
+
+def checkpoint_key(key: bytes | str | None) -> bytes | None:
+    """``key`` as bytes (a str as UTF-8); when None, the environment's :data:`KEY_VARIABLE`, if set."""
+    if key is None:
+        key = os.environ.get(KEY_VARIABLE) or None
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    if key is not None and not isinstance(key, bytes):
+        raise TypeError(f"checkpoint_key must be bytes or a str, got {describe_value(key)}")
+    if key is not None and len(key) < 16:
+        raise CheckpointStoreError(f"checkpoint_key must be at least 16 bytes long, got {len(key)}")
+    return key
 
 
 class _Invalid(Exception):
@@ -89,23 +114,32 @@ def _parse_name(name: str) -> int | None:
     return iteration if _checkpoint_name(iteration) == name else None
 
 
-def _encode(iteration: int, state: Mapping[str, Any]) -> bytes:
+def _mac(key: bytes, iteration: int, body: str) -> str:
+    """HMAC-SHA256 of a checkpoint's format, iteration and canonical state text under ``key``."""
+    message = f"{CHECKPOINT_FORMAT}\n{iteration}\n".encode() + body.encode("utf-8")
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def _encode(iteration: int, state: Mapping[str, Any], key: bytes | None = None) -> bytes:
     try:
         body = _canonical_json(dict(state))
     except (TypeError, ValueError, RecursionError) as err:
         raise TypeError(f"checkpoint state of iteration {iteration} is not JSON-able: {err}") from err
-    header = {
+    header: dict[str, Any] = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
         "iteration": iteration,
         "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest(),
     }
+    if key is not None:
+        header["hmac_sha256"] = _mac(key, iteration, body)
     # Splice the canonical text in rather than dumping the state twice (states can be large).
     return (json.dumps(header, separators=(",", ":"))[:-1] + ',"state":' + body + "}\n").encode("utf-8")
 
 
-def _decode(iteration: int, data: bytes) -> dict[str, Any]:
-    """The verified state of a checkpoint file named for ``iteration``; raises :class:`_Invalid`."""
+def _decode(iteration: int, data: bytes, key: bytes | None = None) -> dict[str, Any]:
+    """The verified (with ``key``: authenticated) state of a checkpoint file named for ``iteration``;
+    raises :class:`_Invalid`."""
     if not data.strip():
         raise _Invalid("empty file")
     try:
@@ -134,14 +168,21 @@ def _decode(iteration: int, data: bytes) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise _Invalid(f"'state' is {describe_value(state)}, expected a JSON object")
     try:
-        digest = hashlib.sha256(_canonical_json(state).encode("utf-8")).hexdigest()
+        body = _canonical_json(state)
     except (ValueError, RecursionError) as err:
         raise _Invalid(f"state cannot be re-serialised ({err})") from None
+    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
     if digest != payload.get("sha256"):
         raise _Invalid(
             f"sha256 mismatch, the state is damaged (file says {payload.get('sha256')!r}, "
             f"state hashes to {digest!r})"
         )
+    if key is not None:
+        tag = payload.get("hmac_sha256")
+        if not isinstance(tag, str):
+            raise _Invalid("it carries no HMAC, and a checkpoint key is set: not written with the key")
+        if not hmac.compare_digest(tag, _mac(key, iteration, body)):
+            raise _Invalid("its HMAC does not verify under the checkpoint key: changed, or another key")
     return state
 
 
@@ -353,6 +394,10 @@ class CheckpointStore:
     filesystem : pyarrow.fs.FileSystem, optional
         Do all I/O through this filesystem; ``directory`` is then a path inside it (or a ``file:``
         URI, for a local-like filesystem).
+    key : bytes or str, optional
+        Authenticate the checkpoints (HMAC-SHA256; a str is taken as UTF-8): files are written with
+        an HMAC and only files whose HMAC verifies are read. Default: the environment variable
+        :data:`KEY_VARIABLE` when it is set, else none (the sha256 then finds damage only).
 
     Attributes
     ----------
@@ -366,7 +411,15 @@ class CheckpointStore:
     keep: int
     _files: _Files
 
-    def __init__(self, directory: str | os.PathLike[str], *, keep: int = 3, filesystem: Any = None) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        keep: int = 3,
+        filesystem: Any = None,
+        key: bytes | str | None = None,
+    ) -> None:
+        self._key = checkpoint_key(key)
         if isinstance(keep, bool) or not isinstance(keep, numbers.Integral):
             raise TypeError(f"keep must be an integer >= 1, got {describe_value(keep)}")
         if keep < 1:
@@ -374,8 +427,9 @@ class CheckpointStore:
         self.keep = int(keep)
         self.directory, self._files = _open_files(directory, filesystem)
 
-    def __repr__(self) -> str:
-        return f"CheckpointStore({self.directory!r}, keep={self.keep})"
+    def __repr__(self) -> str:  # never the key
+        keyed = ", keyed" if self._key is not None else ""
+        return f"CheckpointStore({self.directory!r}, keep={self.keep}{keyed})"
 
     def save(self, iteration: int, state: Mapping[str, Any]) -> str:
         """Write the checkpoint of ``iteration`` atomically, then prune to the newest ``keep``.
@@ -399,7 +453,7 @@ class CheckpointStore:
         iteration = int(iteration)
         if not isinstance(state, Mapping):
             raise TypeError(f"checkpoint state must be a mapping, got {type(state).__name__}")
-        data = _encode(iteration, state)
+        data = _encode(iteration, state, self._key)
         names = self._files.names()
         for name in names:  # leftovers of interrupted saves: never valid, and they take space
             if _TEMP_NAME.fullmatch(name):
@@ -423,7 +477,7 @@ class CheckpointStore:
         """
         for iteration, name in _newest_first(self._files.names()):
             try:
-                return iteration, _decode(iteration, self._files.read(name))
+                return iteration, _decode(iteration, self._files.read(name), self._key)
             except FileNotFoundError:
                 continue  # pruned by a save since the listing: not damage
             except (OSError, _Invalid) as err:

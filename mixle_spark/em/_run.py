@@ -65,6 +65,8 @@ class Settings:
     trace_path: Any = None
     mlflow: bool | None = None
     seeding: Seeding = field(default_factory=Seeding)
+    checkpoint_key: bytes | None = field(default=None, repr=False)
+    """Authenticates the checkpoints (None: the environment's key, if any); never shown."""
 
     @classmethod
     def build(
@@ -78,6 +80,7 @@ class Settings:
         mlflow: bool | None,
         init: Any = "kmeans||",
         init_steps: Any = None,
+        checkpoint_key: Any = None,
     ) -> Settings:
         if type(checkpoint_every) is not int or checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
@@ -98,8 +101,20 @@ class Settings:
         if mlflow is not None and type(mlflow) is not bool:
             raise TypeError(f"mlflow must be True, False or None, got {mlflow!r}")
         seeding = Seeding.build(init, init_steps)
+        if checkpoint_key is not None:
+            from mixle_spark.em._checkpoint_store import checkpoint_key as key_bytes
+
+            checkpoint_key = key_bytes(checkpoint_key)
         return cls(
-            checkpoint_dir, checkpoint_every, resume, on_degenerate, audit, trace_path, mlflow, seeding
+            checkpoint_dir,
+            checkpoint_every,
+            resume,
+            on_degenerate,
+            audit,
+            trace_path,
+            mlflow,
+            seeding,
+            checkpoint_key,
         )
 
     def for_trial(self, k: int) -> Settings:

@@ -79,6 +79,11 @@ class FitOptions:
         either way.
     init_steps : int, optional
         k-means|| rounds (pyspark.ml ``initSteps``; default 2).
+    checkpoint_key : bytes or str, optional
+        Authenticate the checkpoints with this key (HMAC-SHA256, at least 16 bytes): only checkpoints
+        written with it are resumed from. Default: the environment variable
+        ``MIXLE_SPARK_CHECKPOINT_KEY`` when set; without a key a checkpoint's sha256 finds damage,
+        not tampering (see :mod:`mixle_spark.em._checkpoint_store`).
     """
 
     max_its: int = 10
@@ -97,6 +102,7 @@ class FitOptions:
     mlflow: bool | None = None
     init: str | Seeding = "kmeans||"
     init_steps: int | None = None
+    checkpoint_key: bytes | str | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_its < 0:
@@ -130,6 +136,7 @@ class FitOptions:
             self.mlflow,
             self.init,
             self.init_steps,
+            self.checkpoint_key,
         )
 
     def fit(

@@ -214,7 +214,7 @@ class CheckpointedRun:
         from mixle_spark.em.observability import EMTrace
         from mixle_spark.em.resilient import CheckpointStore, check_fingerprint, fit_fingerprint
 
-        self.store = CheckpointStore(self.settings.checkpoint_dir)
+        self.store = CheckpointStore(self.settings.checkpoint_dir, key=self.settings.checkpoint_key)
         self.fingerprint = fit_fingerprint(
             self.estimator,
             rows=len(self.handle),

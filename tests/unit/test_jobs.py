@@ -156,6 +156,7 @@ def test_em_fit_bad_paths(tmp_path: Path, args: tuple[str, ...], message: str) -
             ("--k", "2:4", "--checkpoint-dir", "c"),
             "--k fits several models; --checkpoint-dir apply to a single fit",
         ),
+        (("--checkpoint-key-file", "k"), "--checkpoint-key-file needs --checkpoint-dir"),
     ],
 )
 def test_em_fit_bad_arguments_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:
@@ -388,3 +389,26 @@ def test_em_fit_counts_a_fixed_student_t_dof_out_of_bic(tmp_path: Path) -> None:
     assert summary["free_parameters"] == 2 * 2 + 1  # mu and sigma per component, one weight; no dof
     ll, n = summary["log_likelihood"], summary["rows"]
     assert summary["bic"] == pytest.approx(5 * math.log(n) - 2 * ll, rel=1e-12)
+
+
+def test_em_fit_authenticates_its_checkpoints_with_a_key_file(tmp_path: Path) -> None:
+    base = ("--input", str(SAMPLE), "--model", str(SPEC), *FAST, "--max-its", "3", "--quiet")
+    ckpt, key = tmp_path / "ckpt", tmp_path / "key"
+    key.write_text("0123456789abcdef0123456789abcdef\n")
+    key.chmod(0o644)
+    open_key = _run(*base, "--checkpoint-dir", str(ckpt), "--checkpoint-key-file", str(key), "--output",
+                    str(tmp_path / "refused"))  # fmt: skip
+    assert open_key.returncode == 2
+    assert _error_lines(open_key.stderr) == [
+        f"em_fit: error: --checkpoint-key-file {key}: readable by other users (mode 0644); chmod 600 it"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["key"]  # nothing written
+    key.chmod(0o600)
+    keyed = _run(*base, "--checkpoint-dir", str(ckpt), "--checkpoint-key-file", str(key), "--output",
+                 str(tmp_path / "fit"))  # fmt: skip
+    assert keyed.returncode == 0, keyed.stderr
+    files = sorted(ckpt.glob("em-checkpoint-*.json"))
+    assert files and all(
+        re.fullmatch(r"[0-9a-f]{64}", json.loads(f.read_text())["hmac_sha256"]) for f in files
+    )
+    assert "0123456789abcdef" not in (tmp_path / "fit" / "summary.json").read_text()  # the key is nowhere

@@ -279,3 +279,56 @@ def test_a_sigkilled_driver_resumes_to_identical_estimates(tmp_path: Path) -> No
     assert got.to_dict() == want.to_dict()
     assert json.loads(json.dumps(model_to_dict(got))) == model_to_dict(want)
     assert model_from_dict(model_to_dict(got)).to_dict() == want.to_dict()
+
+
+def _forge_finished_checkpoint(ckpt: Path) -> None:
+    """Change the finished model's first mean to 99 and recompute the file's sha256, as anyone who
+    can write the directory can."""
+    import hashlib
+
+    newest = max(ckpt.glob("em-checkpoint-*.json"))
+    payload = json.loads(newest.read_text())
+    final = json.loads(payload["state"]["final"]["model"])
+    final["model"]["components"][0]["mu"] = 99.0
+    payload["state"]["final"]["model"] = json.dumps(final)
+    canonical = json.dumps(payload["state"], sort_keys=True, separators=(",", ":"), allow_nan=True)
+    payload["sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
+    newest.write_text(json.dumps(payload))
+
+
+def test_a_keyed_checkpoint_refuses_a_forged_finished_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unkeyed, the sha256 finds damage only: a forged model with its hash recomputed is returned as
+    finished without reading the data (what the docs say). With a key (given, or from the
+    environment) the forged file fails its HMAC, is skipped with a warning naming it, and the fit is
+    made again from the data."""
+    data = _gaussian_data()
+    est = MixtureEstimator([GaussianEstimator()] * 2)
+    want = optimize(data, est, max_its=4, delta=None, seed=1)
+    unkeyed, keyed = tmp_path / "unkeyed", tmp_path / "keyed"
+    optimize(data, est, max_its=4, delta=None, seed=1, checkpoint_dir=unkeyed)
+    _forge_finished_checkpoint(unkeyed)
+    forged = optimize(data, est, max_its=4, delta=None, seed=1, checkpoint_dir=unkeyed)
+    assert forged.components[0].mu == 99.0  # integrity, not authenticity
+
+    key = b"k" * 32
+    optimize(data, est, max_its=4, delta=None, seed=1, checkpoint_dir=keyed, checkpoint_key=key)
+    _forge_finished_checkpoint(keyed)
+    newest = max(keyed.glob("em-checkpoint-*.json")).name
+    with pytest.warns(
+        CorruptCheckpointWarning, match=rf"{newest}: its HMAC does not verify under the checkpoint key"
+    ):
+        again = optimize(data, est, max_its=4, delta=None, seed=1, checkpoint_dir=keyed, checkpoint_key=key)
+    assert again.to_dict() == want.to_dict()
+
+    # the environment's key, and a store that has one reads no unkeyed (or otherwise keyed) files
+    monkeypatch.setenv("MIXLE_SPARK_CHECKPOINT_KEY", "e" * 20)
+    with pytest.warns(CorruptCheckpointWarning, match=r"carries no HMAC, and a checkpoint key is set"):
+        assert CheckpointStore(unkeyed).latest() is None
+    with pytest.warns(CorruptCheckpointWarning, match=r"HMAC does not verify"):
+        assert CheckpointStore(keyed).latest() is None
+    assert CheckpointStore(keyed, key=key).latest() is not None
+    assert "keyed" in repr(CheckpointStore(keyed)) and "eeee" not in repr(CheckpointStore(keyed))
+    with pytest.raises(ValueError, match=r"checkpoint_key must be at least 16 bytes long, got 5"):
+        optimize(data, est, max_its=1, checkpoint_dir=keyed, checkpoint_key="short")
