@@ -366,8 +366,10 @@ def run_engines(engines: list[str], rows: int, dim: int, k: int, its: int, seed:
             import ray
             import ray.data
 
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-            stops.append(ray.shutdown)
+            from mixle_spark.cli._runtimes import start_local_ray
+
+            quiet = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+            stops.append(start_local_ray(ray, 2, **quiet).stop)  # the job's runtime: its own token
             ray.data.DataContext.get_current().enable_progress_bars = False
             frames["ray"] = ray.data.from_arrow(table)
         df = spark.createDataFrame(table).cache()

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mixle_spark.cli._runtimes import connect_dask, start_local_dask
+from mixle_spark.cli._runtimes import RayRuntime, connect_dask, start_local_dask, start_local_ray
 
 __all__ = [
     "ENGINE_BACKENDS",
@@ -36,7 +36,8 @@ def add_engine_addresses(group: Any) -> None:
     group.add_argument(
         "--ray-address",
         metavar="ADDRESS",
-        help="with --backend ray: the cluster's address (default: a local runtime of --num-workers CPUs)",
+        help="with --backend ray: the cluster's address, its token from RAY_AUTH_TOKEN[_PATH] or "
+        "~/.ray/auth_token (default: a local runtime of --num-workers CPUs with a token of its own)",
     )
 
 
@@ -98,17 +99,6 @@ def open_dask_input(args: argparse.Namespace, extra: dict[str, Any]) -> tuple[An
         raise
 
 
-class _RayRuntime:
-    """The Ray runtime a ``--backend ray`` job connected to (or started); ``stop()`` disconnects
-    (stopping a local runtime the job started), as the job stops a Spark session it started."""
-
-    def __init__(self, ray: Any) -> None:
-        self.ray = ray
-
-    def stop(self) -> None:
-        self.ray.shutdown()
-
-
 def open_ray_input(args: argparse.Namespace, extra: dict[str, Any]) -> tuple[Any, Any, bool]:
     """``(Ray Dataset of the Parquet input, the job's runtime, True)``: the cluster at
     ``--ray-address``, else a local runtime of ``--num-workers`` CPUs (default: this machine's)."""
@@ -121,11 +111,11 @@ def open_ray_input(args: argparse.Namespace, extra: dict[str, Any]) -> tuple[Any
     if not args.verbose:  # Ray's notices at start ("Token authentication is enabled ...")
         logging.getLogger("ray").setLevel(logging.ERROR)
     quiet = {"include_dashboard": False, "log_to_driver": bool(args.verbose), "configure_logging": False}
-    if args.ray_address:
+    if args.ray_address:  # its token: Ray's own RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH / ~/.ray/auth_token
         ray.init(address=args.ray_address, **quiet)
+        runtime = RayRuntime(ray)
     else:
-        ray.init(num_cpus=args.num_workers or os.cpu_count() or 1, **quiet)
-    runtime = _RayRuntime(ray)
+        runtime = start_local_ray(ray, args.num_workers or os.cpu_count() or 1, **quiet)
     try:
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = bool(args.verbose)

@@ -1,4 +1,4 @@
-"""The Dask cluster a job starts on this machine, admitting only the job.
+"""The Dask cluster and the Ray runtime a job starts on this machine, each admitting only the job.
 
 - Dask (:func:`start_local_dask`): scheduler, nannies and workers listen on 127.0.0.1 and speak
   mutual TLS with a credential made for this cluster (``distributed.Security.temporary()``: a key
@@ -6,18 +6,33 @@
   without it is refused at the handshake. No dashboard: the job prints its own progress, and the
   HTTP servers Dask always starts (on loopback) answer health checks only, since TLS does not
   cover them.
+- Ray (:func:`start_local_ray`): token authentication (``RAY_AUTH_MODE=token``, Ray >= 2.52) with
+  a token made for this runtime, held only in the environment of the runtime's processes (never in
+  ``~/.ray/auth_token``, which Ray writes readable by every user), and the runtime's files (session,
+  logs, sockets, spilled objects) under a new directory of mode 0700, removed when it stops.
+  Ray's servers listen on every interface whatever it is told (it maps 127.0.0.1 to the machine's
+  address); the token is what keeps other users and hosts out.
 
 ``connect_dask`` joins a cluster at an address with dask's own TLS settings (docs/security.md).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DaskCluster", "connect_dask", "start_local_dask"]
+__all__ = ["DaskCluster", "RayRuntime", "connect_dask", "start_local_dask", "start_local_ray"]
 
 LOOPBACK = "127.0.0.1"
 _HEALTH_ONLY = ["distributed.http.health"]
+RAY_TOKEN_AUTH = (2, 52)
+"""The first Ray release with token authentication."""
 
 
 class DaskCluster:
@@ -84,3 +99,88 @@ def connect_dask(address: str) -> DaskCluster:
             "distributed.comm.tls.client.key; see docs/security.md)"
         ) from err
     return DaskCluster(client)
+
+
+class RayRuntime:
+    """The Ray runtime of a job (started by it, or joined); ``stop()`` disconnects, stopping a runtime
+    the job started, removing its private directory and restoring the environment it changed."""
+
+    def __init__(
+        self, ray: Any, private_dir: str | None = None, saved_env: dict[str, str | None] | None = None
+    ):
+        self.ray, self.private_dir, self._saved_env = ray, private_dir, saved_env or {}
+
+    def stop(self) -> None:
+        try:
+            self.ray.shutdown()
+        finally:
+            if self._saved_env:
+                _set_environment(self._saved_env)
+                self._saved_env = {}
+            if self.private_dir is not None:
+                shutil.rmtree(self.private_dir, ignore_errors=True)
+                self.private_dir = None
+
+
+def ray_version(ray: Any) -> tuple[int, int]:
+    """``(major, minor)`` of the installed Ray."""
+    major, minor = [*str(ray.__version__).split("."), "0"][:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def start_local_ray(ray: Any, num_cpus: int, **options: Any) -> RayRuntime:
+    """``ray.init(num_cpus=..., **options)`` for a runtime only this job can use: token authentication
+    with a new token (in the environment of this process and the runtime's, not in a file) and the
+    runtime's files under a new private directory. RuntimeError for a Ray without token authentication."""
+    if ray_version(ray) < RAY_TOKEN_AUTH:
+        raise RuntimeError(
+            f"--backend ray starts a local Ray runtime with token authentication, which needs "
+            f"ray>={'.'.join(map(str, RAY_TOKEN_AUTH))}; installed: ray {ray.__version__} "
+            "(pip install 'mixle-spark[ray]', or pass --ray-address)"
+        )
+    private_dir = tempfile.mkdtemp(prefix="mixle-", dir=_ray_temp_base())  # mode 0700
+    token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    saved = _set_environment(token)
+    runtime = RayRuntime(ray, private_dir, saved)
+    try:
+        # Ray makes its temp directory world-writable (0777): a directory inside the private one
+        ray.init(num_cpus=num_cpus, _temp_dir=os.path.join(private_dir, "ray"), **options)
+    except BaseException:
+        runtime.stop()
+        raise
+    return runtime
+
+
+_SOCKET_PATH_MAX = 103  # bytes in a Unix socket's path (macOS; Linux allows 107)
+_SOCKET_PATH_ROOM = len("/mixle-XXXXXXXX/ray/session_2026-01-01_00-00-00_000000_1234567/sockets/plasma_store")
+
+
+def _ray_temp_base() -> str:
+    """Where Ray itself would put its files (``RAY_TMPDIR``, else ``TMPDIR`` on Linux, else /tmp),
+    or /tmp if the runtime's socket paths under it would be too long for Unix sockets."""
+    if "RAY_TMPDIR" in os.environ:
+        base = os.environ["RAY_TMPDIR"]
+    elif sys.platform.startswith("linux") and "TMPDIR" in os.environ:
+        base = os.environ["TMPDIR"]
+    else:
+        base = "/tmp" if sys.platform.startswith(("linux", "darwin")) else tempfile.gettempdir()
+    if len(base.encode()) + _SOCKET_PATH_ROOM > _SOCKET_PATH_MAX and os.path.isdir("/tmp"):
+        return "/tmp"
+    return base
+
+
+def _set_environment(values: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Set (a value) or unset (``None``) environment variables, and make an imported Ray read them
+    again (Ray caches its auth mode and token when first asked); return the previous values."""
+    previous = {name: os.environ.get(name) for name in values}
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if "ray._raylet" in sys.modules:
+        raylet = sys.modules["ray._raylet"]
+        with contextlib.suppress(AttributeError):  # what ray.init does when it turns token auth on
+            raylet.Config.initialize("")
+            raylet.AuthenticationTokenLoader.instance().reset_cache()
+    return previous
