@@ -31,7 +31,7 @@ def add_engine_addresses(group: Any) -> None:
         "--dask-scheduler",
         metavar="ADDRESS",
         help="with --backend dask: the scheduler address, tls://... with dask's distributed.comm.tls "
-        "settings (default: a local cluster of --num-workers processes, TLS on loopback)",
+        "settings (docs/security.md) (default: a local cluster of --num-workers processes, TLS on loopback)",
     )
     group.add_argument(
         "--ray-address",
