@@ -355,13 +355,10 @@ def run_engines(engines: list[str], rows: int, dim: int, k: int, its: int, seed:
     try:
         if "dask" in engines:
             import dask.dataframe as dd
-            from distributed import Client, LocalCluster
 
-            cluster = LocalCluster(
-                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
-            )
-            client = Client(cluster)
-            stops += [cluster.close, client.close]
+            from mixle_spark.cli._runtimes import start_local_dask
+
+            stops.append(start_local_dask(2, silence_logs=40).stop)  # the job's cluster: loopback, TLS
             frames["dask"] = dd.from_pandas(
                 table.to_pandas(types_mapper=pd.ArrowDtype), npartitions=2
             ).persist()
@@ -369,8 +366,10 @@ def run_engines(engines: list[str], rows: int, dim: int, k: int, its: int, seed:
             import ray
             import ray.data
 
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-            stops.append(ray.shutdown)
+            from mixle_spark.cli._runtimes import start_local_ray
+
+            quiet = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+            stops.append(start_local_ray(ray, 2, **quiet).stop)  # the job's runtime: its own token
             ray.data.DataContext.get_current().enable_progress_bars = False
             frames["ray"] = ray.data.from_arrow(table)
         df = spark.createDataFrame(table).cache()

@@ -6,9 +6,12 @@ an existing output or a flag of another backend is one error line."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +34,9 @@ DESCRIBED = {"dask": {"workers": 2}, "ray": {"address": "local", "nodes": 1, "cp
 """What summary.json says of the engine a 2-worker sample fit ran on."""
 
 
-def _job(*args: str, job: str = "em_fit") -> subprocess.CompletedProcess[str]:
+def _job(
+    *args: str, job: str = "em_fit", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     quiet = ["--quiet"] if job == "em_fit" else []
     return subprocess.run(
         [sys.executable, str(ROOT / "jobs" / f"{job}.py"), *quiet, *args],
@@ -39,14 +44,24 @@ def _job(*args: str, job: str = "em_fit") -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=600,
         stdin=subprocess.DEVNULL,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
 @pytest.mark.parametrize(("engine", "library"), ENGINES)
 def test_the_sample_fit_writes_the_local_model(tmp_path: Path, engine: str, library: str) -> None:
     pytest.importorskip(library)
-    run = _job("--backend", engine, "--num-workers", "2", "--output", str(tmp_path / engine))
-    assert run.returncode == 0, run.stderr
+    home = tmp_path / "home"
+    home.mkdir()
+    scratch = Path(tempfile.mkdtemp(prefix="t", dir="/tmp"))  # short: Ray's Unix socket paths are in it
+    try:
+        env = {"HOME": str(home), "RAY_TMPDIR": str(scratch)}
+        run = _job("--backend", engine, "--num-workers", "2", "--output", str(tmp_path / engine), env=env)
+        assert run.returncode == 0, run.stderr
+        # no credential written for others to read (Ray's ~/.ray/auth_token), no runtime files left
+        assert not (home / ".ray").exists() and list(scratch.iterdir()) == []
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     local_run = _job("--backend", "local", "--output", str(tmp_path / "local"))
     assert local_run.returncode == 0, local_run.stderr
     got = load_model(tmp_path / engine / "model.json")

@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mixle_spark.cli._runtimes import RayRuntime, connect_dask, start_local_dask, start_local_ray
+
 __all__ = [
     "ENGINE_BACKENDS",
     "add_engine_addresses",
@@ -28,12 +30,14 @@ def add_engine_addresses(group: Any) -> None:
     group.add_argument(
         "--dask-scheduler",
         metavar="ADDRESS",
-        help="with --backend dask: the scheduler address (default: a local cluster, --num-workers processes)",
+        help="with --backend dask: the scheduler address, tls://... with dask's distributed.comm.tls "
+        "settings (docs/security.md) (default: a local cluster of --num-workers processes, TLS on loopback)",
     )
     group.add_argument(
         "--ray-address",
         metavar="ADDRESS",
-        help="with --backend ray: the cluster's address (default: a local runtime of --num-workers CPUs)",
+        help="with --backend ray: the cluster's address, its token from RAY_AUTH_TOKEN[_PATH] or "
+        "~/.ray/auth_token (default: a local runtime of --num-workers CPUs with a token of its own)",
     )
 
 
@@ -42,19 +46,6 @@ def check_engine_addresses(parser: argparse.ArgumentParser, args: argparse.Names
     for flag, owner in _ADDRESSES:
         if getattr(args, flag, None) is not None and args.backend != owner:
             parser.error(f"--{flag.replace('_', '-')} only applies to --backend {owner}")
-
-
-class _DaskCluster:
-    """The Dask client of a ``--backend dask`` job and the local cluster it started (if it did);
-    ``stop()`` closes both, as the job stops a Spark session it started."""
-
-    def __init__(self, client: Any, cluster: Any) -> None:
-        self.client, self.cluster = client, cluster
-
-    def stop(self) -> None:
-        self.client.close()
-        if self.cluster is not None:
-            self.cluster.close()
 
 
 def engine_error(err: BaseException) -> BaseException:
@@ -90,22 +81,15 @@ def open_dask_input(args: argparse.Namespace, extra: dict[str, Any]) -> tuple[An
     ``--dask-scheduler``, else a local one (``--num-workers`` worker processes, one thread each)."""
     from mixle_spark.parallel.backends.dask import require_dask
 
-    dd, distributed = require_dask()
+    dd, _ = require_dask()
     path = parquet_input(args)
-    cluster = None
     if args.dask_scheduler:
-        client = distributed.Client(args.dask_scheduler, timeout="30s")
+        session = connect_dask(args.dask_scheduler)
     else:
-        workers = args.num_workers or os.cpu_count() or 1
-        cluster = distributed.LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=":0",
-            silence_logs=10 if args.verbose else 50,
+        session = start_local_dask(
+            args.num_workers or os.cpu_count() or 1, silence_logs=10 if args.verbose else 50
         )
-        client = distributed.Client(cluster)
-    session = _DaskCluster(client, cluster)
+    client = session.client
     try:
         extra["dask"] = {"scheduler": client.scheduler.address, "workers": len(client.nthreads())}
         # Arrow-backed columns: list and struct columns keep their types (scores write back as read)
@@ -113,17 +97,6 @@ def open_dask_input(args: argparse.Namespace, extra: dict[str, Any]) -> tuple[An
     except BaseException:
         session.stop()
         raise
-
-
-class _RayRuntime:
-    """The Ray runtime a ``--backend ray`` job connected to (or started); ``stop()`` disconnects
-    (stopping a local runtime the job started), as the job stops a Spark session it started."""
-
-    def __init__(self, ray: Any) -> None:
-        self.ray = ray
-
-    def stop(self) -> None:
-        self.ray.shutdown()
 
 
 def open_ray_input(args: argparse.Namespace, extra: dict[str, Any]) -> tuple[Any, Any, bool]:
@@ -138,11 +111,11 @@ def open_ray_input(args: argparse.Namespace, extra: dict[str, Any]) -> tuple[Any
     if not args.verbose:  # Ray's notices at start ("Token authentication is enabled ...")
         logging.getLogger("ray").setLevel(logging.ERROR)
     quiet = {"include_dashboard": False, "log_to_driver": bool(args.verbose), "configure_logging": False}
-    if args.ray_address:
+    if args.ray_address:  # its token: Ray's own RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH / ~/.ray/auth_token
         ray.init(address=args.ray_address, **quiet)
+        runtime = RayRuntime(ray)
     else:
-        ray.init(num_cpus=args.num_workers or os.cpu_count() or 1, **quiet)
-    runtime = _RayRuntime(ray)
+        runtime = start_local_ray(ray, args.num_workers or os.cpu_count() or 1, **quiet)
     try:
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = bool(args.verbose)

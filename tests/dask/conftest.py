@@ -1,4 +1,5 @@
-"""A session-scoped local Dask cluster (2 worker processes, 1 thread each) for every `dask` test."""
+"""A session-scoped local Dask cluster (2 worker processes, 1 thread each) for every `dask` test: the
+cluster a ``--backend dask`` job starts (loopback, TLS with a credential of its own, no dashboard)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,8 @@ import pytest
 @pytest.fixture(scope="session")
 def dask_client() -> Iterator[Any]:
     pytest.importorskip("distributed")
-    from distributed import Client, LocalCluster
+    from mixle_spark.cli._runtimes import start_local_dask
 
-    cluster = LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
-    )
-    client = Client(cluster)
-    yield client
-    client.close()
-    cluster.close()
+    session = start_local_dask(2, silence_logs=40)
+    yield session.client
+    session.stop()

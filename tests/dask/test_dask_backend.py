@@ -174,7 +174,8 @@ def test_resources_from_dask_feed_plan_and_the_handle(dask_client: Any) -> None:
     from mixle_spark.parallel import Resources, plan
 
     resources = Resources.from_dask(dask_client)
-    assert [d.name.split("://")[0] for d in resources.devices] == ["dask:tcp", "dask:tcp"]
+    # the cluster of conftest.py speaks TLS
+    assert [d.name.split("://")[0] for d in resources.devices] == ["dask:tls", "dask:tls"]
     table = _mixture_table(1000)
     frame = _dask_frame(table, 5)
     placement = plan(frame, estimator=EST, resources=resources)

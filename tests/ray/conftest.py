@@ -1,4 +1,5 @@
-"""A session-scoped local Ray runtime (2 CPU slots, no dashboard) for every `ray` test."""
+"""A session-scoped local Ray runtime (2 CPU slots, no dashboard) for every `ray` test: the runtime a
+``--backend ray`` job starts (a token of its own, its files in a private directory)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ import pytest
 def ray_runtime() -> Iterator[Any]:
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
-    ray.init(
-        num_cpus=2,
+    from mixle_spark.cli._runtimes import start_local_ray
+
+    runtime = start_local_ray(
+        ray,
+        2,
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,
@@ -22,4 +26,4 @@ def ray_runtime() -> Iterator[Any]:
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     yield ray
-    ray.shutdown()
+    runtime.stop()
