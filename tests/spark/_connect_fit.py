@@ -22,7 +22,12 @@ from mixle_spark.stats import GaussianEstimator, MixtureEstimator
 def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     x = np.asarray(json.loads(sys.argv[1]))
-    spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    # the local Connect server authenticates with a token pyspark makes; it also listens on loopback only
+    spark = (
+        SparkSession.builder.remote("local[2]")
+        .config("spark.connect.grpc.binding.address", "127.0.0.1")
+        .getOrCreate()
+    )
     df = spark.createDataFrame(pa.table({"x": x}))
     est = MixtureEstimator([GaussianEstimator()] * 2)
     with encoded_data(df, est, num_chunks=3) as handle:

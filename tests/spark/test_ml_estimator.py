@@ -450,7 +450,12 @@ def _connect_child(data: str) -> None:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     x = np.asarray(json.loads(data))
-    spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    # the local Connect server authenticates with a token pyspark makes; it also listens on loopback only
+    spark = (
+        SparkSession.builder.remote("local[2]")
+        .config("spark.connect.grpc.binding.address", "127.0.0.1")
+        .getOrCreate()
+    )
     df = spark.createDataFrame(pd.DataFrame({"x": x[:, 0], "y": x[:, 1]}))
     estimator = MixleEstimator(k=3, seed=3, maxIter=3, numPartitions=3)
     pipeline = Pipeline(stages=[VectorAssembler(inputCols=["x", "y"], outputCol="features"), estimator])
