@@ -9,6 +9,7 @@ import socket
 import struct
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +134,18 @@ def test_forged_and_replayed_frames_are_refused_before_unpickling(tmp_path: Path
 
     marker = tmp_path / "pwned"
     bomb = pickle.dumps(_Touch(marker))
-    driver.sendall(struct.pack("!Q", len(bomb)) + b"\1" * 32 + bomb)  # a forged frame
+    driver.sendall(struct.pack("!Q", len(bomb)) + b"\1" * 64 + bomb)  # a forged frame
+    with pytest.raises(wire.AuthenticationFailed, match="length did not verify"):
+        to_driver.recv()
+    assert not marker.exists()
+
+    driver, task = _pair()  # a frame whose length verifies, its body swapped for the pickle
+    side = _in_thread(wire.connect_driver, task, SECRET, (0, 0, 1))
+    _hello, to_task = wire.accept_task(driver, SECRET)
+    side["thread"].join(5)
+    to_driver = side["value"]
+    frame = to_task.frame(b"\0" * len(bomb))
+    driver.sendall(frame[: -len(bomb)] + bomb)
     with pytest.raises(wire.AuthenticationFailed, match="MAC did not verify"):
         to_driver.recv()
     assert not marker.exists()
@@ -147,18 +159,65 @@ def test_forged_and_replayed_frames_are_refused_before_unpickling(tmp_path: Path
     driver.sendall(frame)
     assert to_driver.recv() == ("step", 1)
     driver.sendall(frame)  # the same bytes again: the sequence number no longer matches
-    with pytest.raises(wire.AuthenticationFailed, match="MAC did not verify"):
+    with pytest.raises(wire.AuthenticationFailed, match="length did not verify"):
         to_driver.recv()
 
 
-def test_an_absurd_frame_length_is_refused() -> None:
+def _channels() -> tuple[wire.Channel, wire.Channel, socket.socket]:
+    """(driver's channel, task's channel, the driver's raw socket) after a real handshake."""
     driver, task = _pair()
     side = _in_thread(wire.connect_driver, task, SECRET, (0, 0, 1))
-    _hello, _to_task = wire.accept_task(driver, SECRET)
+    _hello, to_task = wire.accept_task(driver, SECRET)
     side["thread"].join(5)
-    driver.sendall(struct.pack("!Q", 1 << 40))
-    with pytest.raises(wire.AuthenticationFailed, match=r"frame of 1099511627776 bytes"):
-        side["value"].recv()
+    return to_task, side["value"], driver
+
+
+def test_an_absurd_frame_length_is_refused() -> None:
+    to_task, to_driver, driver = _channels()
+    length = struct.pack("!Q", 1 << 40)
+    seq = struct.pack("!Q", 0)
+    tag = wire._mac(to_task._key, b"D", b"L", seq, length)  # even with a valid MAC, from the key
+    driver.sendall(length + tag + b"\0" * 32)
+    with pytest.raises(wire.ProtocolError, match=r"frame of 1099511627776 bytes announced, over the"):
+        to_driver.recv()
+
+
+@pytest.mark.parametrize("size", [1 << 28, (1 << 36) - 1, (1 << 64) - 1])
+def test_a_forged_frame_length_allocates_nothing_and_waits_for_nothing(size: int) -> None:
+    """Without the key, a peer that announces a huge frame gets no buffer of that size: the length is
+    refused at once, before the body is read (the old code allocated it, then waited for the bytes)."""
+    _to_task, to_driver, driver = _channels()
+    driver.sendall(struct.pack("!Q", size) + os.urandom(64))
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(wire.AuthenticationFailed, match="length did not verify; nothing was read"):
+            to_driver.recv()
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_message_that_cannot_be_loaded_is_a_connection_error_of_that_peer() -> None:
+    to_task, to_driver, _driver = _channels()
+    to_task.send_pickled(b"not a pickle")  # authenticated, but not a message
+    with pytest.raises(wire.ProtocolError, match="could not be loaded"):
+        to_driver.recv()
+    assert issubclass(wire.ProtocolError, OSError)  # callers that catch OSError lose this peer only
+
+
+def test_the_handshake_refuses_a_peer_at_its_first_wrong_byte() -> None:
+    handshake = wire.DriverHandshake(SECRET)
+    assert not handshake.feed(wire.MAGIC[:3])
+    with pytest.raises(wire.AuthenticationFailed, match="does not speak the resident protocol"):
+        handshake.feed(b"\xff")
+    handshake = wire.DriverHandshake(SECRET)  # an old-style length prefix is refused on its first byte
+    with pytest.raises(wire.AuthenticationFailed, match="does not speak the resident protocol"):
+        handshake.feed(struct.pack("!Q", 1 << 40)[:1])
+    with pytest.raises(wire.AuthenticationFailed, match="more than the handshake"):
+        wire.DriverHandshake(SECRET).feed(b"\0" * (wire.TASK_REPLY + 1))
 
 
 def test_a_task_authenticating_while_the_listener_closes_is_hung_up_on() -> None:

@@ -94,7 +94,7 @@ def resident_task(
 
         ctx = BarrierTaskContext.get()
         part = ctx.partitionId()
-        with socket.create_connection(address, timeout=wire.HANDSHAKE_TIMEOUT) as sock:
+        with socket.create_connection(address, timeout=wire.CONNECT_TIMEOUT) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             channel = wire.connect_driver(sock, secret, (part, ctx.attemptNumber(), os.getpid()))
             sock.settimeout(None)  # the driver paces the requests; it cancels the job when it is done
@@ -272,9 +272,11 @@ class ResidentSession:
         except ResidentUnavailable:
             self.stop(cancel=True)
             raise
-        except OSError as err:
+        except (OSError, TypeError, ValueError) as err:  # one task's failure, whatever it sent
             self.stop(cancel=True)
-            raise ResidentUnavailable(f"a resident task failed while starting: {err}", retry=True) from err
+            raise ResidentUnavailable(
+                f"a resident task failed while starting ({type(err).__name__}: {err})", retry=True
+            ) from err
         finally:
             listener.close()
         self.active = True
@@ -316,7 +318,7 @@ class ResidentSession:
     def _await_ready(self) -> None:
         slowest = 0.0
         for part in sorted(self._channels):
-            message = self._receive(part, None)
+            message = self._message(part, None, "ready", 5)
             if message[0] != "ready":
                 raise ResidentUnavailable(f"partition {part} could not be encoded in its task: {message[1]}")
             _tag, rows, held, rss, seconds = message
@@ -345,6 +347,18 @@ class ResidentSession:
         sock.settimeout(max(self._reply_timeout(), 60.0))  # bounds the rest of the message
         return self._channels[part].recv()
 
+    def _message(self, part: int, deadline: float | None, tag: str, size: int) -> Any:
+        """``part``'s next message: ``(tag, ...)`` of ``size`` items or ``("error", text)``. Anything else
+        loses that task (ResidentLost), as a connection error would, and never fails the fit."""
+        message = self._receive(part, deadline)
+        if isinstance(message, tuple) and len(message) == 2 and message[0] == "error":
+            return message
+        if not (isinstance(message, tuple) and len(message) == size and message[0] == tag):
+            raise ResidentLost(
+                f"partition {part}'s task sent a {type(message).__name__}, not a {tag!r} message"
+            )
+        return message
+
     def _reply_timeout(self) -> float:
         return max(REPLY_TIMEOUT_FLOOR, REPLY_TIMEOUT_FACTOR * self._slowest)
 
@@ -372,7 +386,7 @@ class ResidentSession:
                 self._channels[part].send_pickled(body)
             replies = []
             for part in sorted(self._channels):
-                message = self._receive(part, deadline)
+                message = self._message(part, deadline, "ok", 4)
                 if message[0] != "ok":
                     raise ResidentUnavailable(f"partition {part} failed in its resident task: {message[1]}")
                 replies.append(message[1])
@@ -382,7 +396,7 @@ class ResidentSession:
         except ResidentUnavailable as err:  # a task's error leaves the tasks able to stop themselves
             self.stop(cancel=isinstance(err, ResidentLost))
             raise
-        except OSError as err:  # closed, reset, timed out, or a frame that did not verify
+        except (OSError, TypeError, ValueError) as err:  # closed, reset, timed out, a frame refused
             self.stop(cancel=True)
             raise ResidentLost(
                 f"lost the resident task of partition {part} ({type(err).__name__}: {err})"
