@@ -127,9 +127,16 @@ def test_hostile_peers_during_the_start_of_a_resident_fit(
     assert attackers.outcomes["wrong secret"].startswith("refused")
     assert attackers.outcomes["garbage"] in ("closed", "reset")
     assert attackers.outcomes["pickle"] in ("closed", "reset")
-    # the silent peer was closed by the handshake timeout, and the fit did not wait for it
-    assert attackers.silent_closed_after is not None and 3.5 < attackers.silent_closed_after < 10
-    rejected = [r.getMessage() for r in caplog.records if "did not authenticate" in r.getMessage()]
-    assert len(rejected) == 4, rejected
-    assert any("TimeoutError" in m for m in rejected) and any("AuthenticationFailed" in m for m in rejected)
+    # the silent peer was closed by its handshake deadline or, sooner, once every task was in: the fit
+    # did not wait for it, and it was not left connected
+    assert attackers.silent_closed_after is not None and attackers.silent_closed_after < 6
+    refused = [r.getMessage() for r in caplog.records if "did not authenticate" in r.getMessage()]
+    assert len(refused) == 1, refused  # one summary line for the four
+    assert "refused 4 connections to the resident port" in refused[0]
+    assert "the peer does not speak the resident protocol: 2" in refused[0]  # the pickle and the garbage
+    assert "the peer did not prove it holds the fit's secret: 1" in refused[0]
+    assert (
+        "did not complete the handshake in 4 s (0 of 96 bytes): 1" in refused[0]
+        or "still in its handshake when the listener closed: 1" in refused[0]
+    )
     assert fit_seconds < 60
