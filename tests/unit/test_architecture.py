@@ -18,7 +18,14 @@ BACKENDS = "mixle_spark.parallel.backends"
 # communicator (TorchRunEncodedData subclasses MPIEncodedData), so it belongs to the mpi backend.
 BACKEND_GROUPS = {
     "local": ("local",),
-    "spark": ("spark", "_spark_common", "_spark_resident", "_resident_policy", "_resident_wire"),
+    "spark": (
+        "spark",
+        "_spark_common",
+        "_spark_resident",
+        "_resident_policy",
+        "_resident_listener",
+        "_resident_wire",
+    ),
     "mp": ("multiprocessing",),
     "mpi": ("mpi", "_mpi_io", "torchrun"),
 }

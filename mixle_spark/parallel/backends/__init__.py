@@ -7,10 +7,10 @@
   chunks into one payload, payloads are merged, the M-step runs once); ``model_parallel``: the
   threaded E-step any backend can use (``num_workers``).
 - One module per backend: ``local`` (also ``model_parallel``), ``spark`` (with ``_spark_common``,
-  ``_spark_resident``, ``_resident_policy``, ``_resident_wire``), ``multiprocessing`` (``mp``),
-  ``mpi`` (with ``_mpi_io``), ``torchrun`` (the mpi handle over ``torch.distributed``), ``dask``
-  (partitions held by the workers of a ``dask.distributed`` cluster) and ``ray`` (row ranges held by
-  actors of a Ray cluster).
+  ``_spark_resident``, ``_resident_policy``, ``_resident_listener``, ``_resident_wire``),
+  ``multiprocessing`` (``mp``), ``mpi`` (with ``_mpi_io``), ``torchrun`` (the mpi handle over
+  ``torch.distributed``), ``dask`` (partitions held by the workers of a ``dask.distributed`` cluster)
+  and ``ray`` (row ranges held by actors of a Ray cluster).
 
 Importing this package registers the built-in backends; the optional ones (spark, mpi, torchrun, dask, ray)
 import their libraries on first use. A backend never imports another backend or the EM driver.

@@ -38,6 +38,8 @@ import pyarrow as pa
 
 from mixle_spark.parallel.backends import _resident_wire as wire
 from mixle_spark.parallel.backends._handle import stat_nbytes
+from mixle_spark.parallel.backends._resident_listener import Listener as _Listener
+from mixle_spark.parallel.backends._resident_listener import listen_addresses
 
 __all__ = ["ResidentLost", "ResidentSession", "ResidentUnavailable", "resident_task"]
 
@@ -49,8 +51,6 @@ REPLY_TIMEOUT_FLOOR = 120.0
 """Least seconds a task has to answer one E-step request (more when steps or encoding are slower)."""
 REPLY_TIMEOUT_FACTOR = 20.0
 """A task may take this many times the slowest step (or the encoding) seen so far before it is lost."""
-MAX_PENDING_HANDSHAKES = 32
-"""Connections allowed to be mid-handshake at once; more are closed unanswered."""
 
 
 class ResidentUnavailable(RuntimeError):
@@ -94,7 +94,7 @@ def resident_task(
 
         ctx = BarrierTaskContext.get()
         part = ctx.partitionId()
-        with socket.create_connection(address, timeout=wire.HANDSHAKE_TIMEOUT) as sock:
+        with socket.create_connection(address, timeout=wire.CONNECT_TIMEOUT) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             channel = wire.connect_driver(sock, secret, (part, ctx.attemptNumber(), os.getpid()))
             sock.settimeout(None)  # the driver paces the requests; it cancels the job when it is done
@@ -128,73 +128,6 @@ def resident_task(
         yield pa.RecordBatch.from_pydict({"payload": pa.array([], pa.binary())})
 
     return run
-
-
-class _Listener:
-    """Accepts connections on the driver and authenticates each in its own thread, so a silent or
-    hostile peer costs one bounded thread and never delays the tasks; authenticated ones are queued."""
-
-    def __init__(self, server: socket.socket, secret: bytes) -> None:
-        self.server = server
-        self.secret = secret
-        self.accepted: queue.Queue[tuple[wire.Hello, wire.Channel]] = queue.Queue()
-        self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
-        self._closed = threading.Event()
-        self._lock = threading.Lock()  # closing and queueing exclude each other: no channel is left open
-        server.settimeout(0.2)
-        self._thread = threading.Thread(target=self._accept, name="mixle-resident-accept", daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                conn, peer = self.server.accept()
-            except TimeoutError:
-                continue
-            except OSError:  # the server socket was closed
-                return
-            if not self._pending.acquire(blocking=False):
-                conn.close()
-                logger.warning(
-                    "resident E-steps: closed a connection from %s: too many handshakes at once", peer
-                )
-                continue
-            threading.Thread(target=self._handshake, args=(conn, peer), daemon=True).start()
-
-    def _handshake(self, conn: socket.socket, peer: Any) -> None:
-        try:
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            hello, channel = wire.accept_task(conn, self.secret, wire.HANDSHAKE_TIMEOUT)
-        except OSError as err:  # wrong secret, garbage, a silent peer timing out, a vanished peer
-            logger.warning(
-                "resident E-steps: closed a connection from %s that did not authenticate (%s: %s)",
-                peer,
-                type(err).__name__,
-                err,
-            )
-            conn.close()
-        else:
-            with self._lock:
-                queued = not self._closed.is_set()
-                if queued:
-                    self.accepted.put((hello, channel))
-            if not queued:
-                channel.close()
-        finally:
-            self._pending.release()
-
-    def close(self) -> None:
-        """Stop accepting; channels authenticated but not taken, now or later, are closed."""
-        with self._lock:
-            self._closed.set()
-        self.server.close()
-        self._thread.join(timeout=5)
-        while True:
-            try:
-                _hello, channel = self.accepted.get_nowait()
-            except queue.Empty:
-                return
-            channel.close()
 
 
 class ResidentSession:
@@ -247,12 +180,12 @@ class ResidentSession:
         """Launch the barrier job; return once every partition's task has authenticated and encoded."""
         spark = self.frame.sparkSession
         sc = spark.sparkContext
-        host = spark.conf.get("spark.driver.host", None) or socket.gethostname()
-        bind = spark.conf.get("spark.driver.bindAddress", None) or host
-        server = socket.create_server(("127.0.0.1" if bind == "localhost" else bind, 0))
-        address = ("127.0.0.1" if host == "localhost" else host, server.getsockname()[1])
+        bind, host = listen_addresses(spark)
+        # a full backlog would drop a task's SYN for a second while other peers crowd the port
+        server = socket.create_server((bind, 0), backlog=socket.SOMAXCONN)
+        address = (host, server.getsockname()[1])
         secret = wire.new_secret()
-        listener = _Listener(server, secret)
+        listener = _Listener(server, secret, expected=self.num_partitions)
         self._listening(address)
         task = resident_task(address, secret, self._encode, self._compute)
         job = self.frame.mapInArrow(task, "payload binary", barrier=True)
@@ -272,9 +205,11 @@ class ResidentSession:
         except ResidentUnavailable:
             self.stop(cancel=True)
             raise
-        except OSError as err:
+        except (OSError, TypeError, ValueError) as err:  # one task's failure, whatever it sent
             self.stop(cancel=True)
-            raise ResidentUnavailable(f"a resident task failed while starting: {err}", retry=True) from err
+            raise ResidentUnavailable(
+                f"a resident task failed while starting ({type(err).__name__}: {err})", retry=True
+            ) from err
         finally:
             listener.close()
         self.active = True
@@ -316,7 +251,7 @@ class ResidentSession:
     def _await_ready(self) -> None:
         slowest = 0.0
         for part in sorted(self._channels):
-            message = self._receive(part, None)
+            message = self._message(part, None, "ready", 5)
             if message[0] != "ready":
                 raise ResidentUnavailable(f"partition {part} could not be encoded in its task: {message[1]}")
             _tag, rows, held, rss, seconds = message
@@ -345,6 +280,18 @@ class ResidentSession:
         sock.settimeout(max(self._reply_timeout(), 60.0))  # bounds the rest of the message
         return self._channels[part].recv()
 
+    def _message(self, part: int, deadline: float | None, tag: str, size: int) -> Any:
+        """``part``'s next message: ``(tag, ...)`` of ``size`` items or ``("error", text)``. Anything else
+        loses that task (ResidentLost), as a connection error would, and never fails the fit."""
+        message = self._receive(part, deadline)
+        if isinstance(message, tuple) and len(message) == 2 and message[0] == "error":
+            return message
+        if not (isinstance(message, tuple) and len(message) == size and message[0] == tag):
+            raise ResidentLost(
+                f"partition {part}'s task sent a {type(message).__name__}, not a {tag!r} message"
+            )
+        return message
+
     def _reply_timeout(self) -> float:
         return max(REPLY_TIMEOUT_FLOOR, REPLY_TIMEOUT_FACTOR * self._slowest)
 
@@ -372,7 +319,7 @@ class ResidentSession:
                 self._channels[part].send_pickled(body)
             replies = []
             for part in sorted(self._channels):
-                message = self._receive(part, deadline)
+                message = self._message(part, deadline, "ok", 4)
                 if message[0] != "ok":
                     raise ResidentUnavailable(f"partition {part} failed in its resident task: {message[1]}")
                 replies.append(message[1])
@@ -382,7 +329,7 @@ class ResidentSession:
         except ResidentUnavailable as err:  # a task's error leaves the tasks able to stop themselves
             self.stop(cancel=isinstance(err, ResidentLost))
             raise
-        except OSError as err:  # closed, reset, timed out, or a frame that did not verify
+        except (OSError, TypeError, ValueError) as err:  # closed, reset, timed out, a frame refused
             self.stop(cancel=True)
             raise ResidentLost(
                 f"lost the resident task of partition {part} ({type(err).__name__}: {err})"
