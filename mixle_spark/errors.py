@@ -37,6 +37,7 @@ __all__ = [
     "SpecError",
     "TooFewRowsError",
     "UnknownNameError",
+    "UnsafePathError",
     "UnseenLabelError",
     "describe_value",
 ]
@@ -304,6 +305,11 @@ class SilentCorruptionError(MixleError, RuntimeError):
 
 class CheckpointStoreError(MixleError, ValueError):
     """An unusable checkpoint store: a bad ``keep``, or a directory path that is not a directory."""
+
+
+class UnsafePathError(MixleError, ValueError):
+    """A path mixle_spark would write or delete through: a symbolic link, or a ``..`` after a link
+    that leads somewhere other than the path as named (``mixle_spark._files.named_path``)."""
 
 
 class CheckpointMismatchError(MixleError, ValueError):

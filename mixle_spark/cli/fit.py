@@ -19,10 +19,15 @@ log-likelihood history, free parameters, BIC / AIC, timings, a summary of the EM
 statistics merged, partition time skew, stragglers, component weights, events; read it back with
 ``mixle_spark.em.observability.EMTrace.from_jsonl``). All are written to a staging
 directory that is renamed into place, so a failed run leaves no output and an existing output is
-replaced (``--overwrite``) only by a complete one. ``--report`` adds ``report.html`` to the same
-directory: a self-contained page (``mixle_spark.report``) with the log-likelihood per iteration, the
-component weights, the parameters and a 2-D projection of the first 2,000 input rows coloured by
-component; with matplotlib (``pip install mixle-spark[plot]``) it has figures, otherwise tables.
+replaced (``--overwrite``) only by a complete one. Only an output of this job is ever replaced: a
+directory holding model.json, summary.json (with the job's ``format``) and at most trace.jsonl and
+report.html. Anything else at ``--output`` (a folder of other files, a regular file), a symbolic
+link as ``--output``, or a ``..`` that a link makes lead elsewhere is refused with one line naming
+the path and what it holds (exit code 2), and nothing is written or deleted. ``--report`` adds
+``report.html`` to the same directory: a self-contained page (``mixle_spark.report``) with the
+log-likelihood per iteration, the component weights, the parameters and a 2-D projection of the
+first 2,000 input rows coloured by component; with matplotlib (``pip install mixle-spark[plot]``)
+it has figures, otherwise tables.
 
 Per-iteration progress (iteration, log-likelihood, gain, rows, seconds, rows/s, partition time skew,
 bytes of statistics merged) goes to stderr (``--quiet`` turns it off); the fitted model's description
@@ -69,7 +74,8 @@ JSON-lines inputs only).
 
 Exit codes: 0 success; 2 bad arguments or bad input (an unknown option, a missing input or spec, a
 spec or data error such as a string in a numeric column or an empty table, an output that exists
-without ``--overwrite``); 1 any other failure. A failure prints one line on stderr
+without ``--overwrite``, an output the job did not write or that is reached through a symbolic
+link); 1 any other failure. A failure prints one line on stderr
 (``MIXLE_SPARK_TRACEBACK=1`` adds the traceback).
 """
 
@@ -97,12 +103,12 @@ from mixle_spark.cli._arguments import (
     resolve_args,
 )
 from mixle_spark.cli._common import (
+    FIT_OUTPUT,
     atomic_directory,
     check_output_free,
     job_spark_session,
     malformed_row_message,
     run_job,
-    sweep_stale,
 )
 from mixle_spark.cli._engines import ENGINE_BACKENDS, open_engine_input
 from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, run_spmd, solo
@@ -355,9 +361,8 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     output = Path(args.output)
 
-    def output_free() -> None:
-        sweep_stale(output.resolve())  # what a killed run left beside the output
-        check_output_free(output, args.overwrite)
+    def output_free() -> None:  # before any data is read: refused paths cost nothing
+        check_output_free(output, args.overwrite, FIT_OUTPUT)
 
     coord.on_root(output_free)
     spec = coord.agree(lambda: load_spec(args.model))
@@ -422,7 +427,7 @@ def write_outputs(
     """model.json, summary.json, trace.jsonl (and report.html) into a staging directory renamed
     into ``args.output``: a failed write leaves the previous output whole."""
     sample = report_sample(data) if args.report else None
-    with atomic_directory(Path(args.output), overwrite=args.overwrite) as staging:
+    with atomic_directory(Path(args.output), args.overwrite, FIT_OUTPUT) as staging:
         save_model(model, staging / "model.json")
         summary["timings"] = timings
         summary["started_at"] = started_at
