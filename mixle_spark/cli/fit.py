@@ -32,7 +32,8 @@ it has figures, otherwise tables.
 Per-iteration progress (iteration, log-likelihood, gain, rows, seconds, rows/s, partition time skew,
 bytes of statistics merged) goes to stderr (``--quiet`` turns it off); the fitted model's description
 goes to stdout. ``--trace PATH`` also writes the trace live, one line per iteration as it happens
-(``tail -f`` it), for a long fit.
+(``tail -f`` it), for a long fit; it replaces only an EM trace (a file whose first line is the
+trace's header), never another file nor through a symbolic link.
 
 How EM starts: ``--init kmeans||`` (default; k-means|| seeding, ``--init-steps`` rounds) or ``--init
 random`` (see ``mixle_spark.em.seeding``). ``--k 2:12`` (or ``--k 2,4,8``) fits every candidate number of
@@ -45,8 +46,10 @@ Long fits (see ``mixle_spark.em.resilient`` and ``sdc_audit``):
 * ``--checkpoint-dir DIR`` saves the fit state every ``--checkpoint-every`` iterations (atomic,
   checksummed JSON files; a Hadoop/cloud URI works too). Re-running the same command after a crash
   or preemption resumes from the newest valid checkpoint and gives exactly the estimates of an
-  uninterrupted run; ``--no-resume`` discards the checkpoints and starts afresh. A checkpoint from a
-  different fit (other data, spec or options) is an error, never silently used.
+  uninterrupted run; ``--no-resume`` discards the checkpoints and starts afresh. Only the store's own
+  files (``em-checkpoint-*.json`` and their temporary files) are ever replaced or deleted, and a
+  checkpoint directory that is a symbolic link (or reached through one and ``..``) is refused. A
+  checkpoint from a different fit (other data, spec or options) is an error, never silently used.
 * ``--on-degenerate {stop,floor,reseed}``: what to do when a mixture component's M-step fails (a
   variance collapsing to 0, a component losing all its weight): stop with an error naming the
   iteration and the component (default), keep its previous parameters at a floor weight, or restart
@@ -74,8 +77,8 @@ JSON-lines inputs only).
 
 Exit codes: 0 success; 2 bad arguments or bad input (an unknown option, a missing input or spec, a
 spec or data error such as a string in a numeric column or an empty table, an output that exists
-without ``--overwrite``, an output the job did not write or that is reached through a symbolic
-link); 1 any other failure. A failure prints one line on stderr
+without ``--overwrite``, an output, checkpoint directory or trace the job did not write or that is
+reached through a symbolic link); 1 any other failure. A failure prints one line on stderr
 (``MIXLE_SPARK_TRACEBACK=1`` adds the traceback).
 """
 
@@ -113,6 +116,8 @@ from mixle_spark.cli._common import (
 from mixle_spark.cli._engines import ENGINE_BACKENDS, open_engine_input
 from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, run_spmd, solo
 from mixle_spark.cli._summary import SUMMARY_FORMAT, build_summary, long_fit_summary
+from mixle_spark.em._checkpoint_store import CheckpointStore
+from mixle_spark.em.observability import check_trace_path
 from mixle_spark.em.seeding import SeedingFallbackWarning
 from mixle_spark.errors import CheckpointMismatchError, ConvergenceWarning, MalformedRowError
 from mixle_spark.estimation import FitOptions, best_of, optimize, row_count
@@ -363,6 +368,10 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
 
     def output_free() -> None:  # before any data is read: refused paths cost nothing
         check_output_free(output, args.overwrite, FIT_OUTPUT)
+        if args.checkpoint_dir is not None:
+            CheckpointStore(args.checkpoint_dir)  # a checkpoint directory through a link is refused
+        if args.trace is not None:
+            check_trace_path(args.trace, "--trace")
 
     coord.on_root(output_free)
     spec = coord.agree(lambda: load_spec(args.model))

@@ -1,4 +1,4 @@
-"""Nothing lost: ``em_fit --overwrite`` and the staging sweep
+"""Nothing lost: ``em_fit --overwrite``, the checkpoint directory, the live trace and the staging sweep
 replace or delete only what mixle_spark itself wrote, never through a symbolic link or a ``..`` that
 leads out of the named path. Every refusal is one line on stderr, exit code 2, and leaves every file
 as it was, byte for byte."""
@@ -6,6 +6,7 @@ as it was, byte for byte."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -213,6 +214,125 @@ def test_a_symlinked_parent_directory_is_where_the_output_goes(
     code, lines = _fit(capsys, "--output", str(tmp_path / "mounted" / "fit"), "--overwrite")
     assert code == 0, lines
     assert sorted(p.name for p in (disk / "fit").iterdir()) == FIT_FILES
+
+
+# -- --checkpoint-dir ----------------------------------------------------------------------------
+
+
+def test_a_symlink_as_the_checkpoint_directory_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    thesis = users_folder(tmp_path / "thesis")
+    link = tmp_path / "ckpt"
+    link.symlink_to(thesis)
+    before = snapshot(tmp_path)
+    for resume in ((), ("--no-resume",)):
+        code, lines = _fit(capsys, "--output", str(tmp_path / "fit"), "--checkpoint-dir", str(link), *resume)
+        assert code == 2
+        assert lines == [
+            f"em_fit: error: checkpoint directory {link} is a symbolic link (to {thesis}); mixle_spark "
+            "never writes or deletes through a link: name the real path"
+        ]
+        assert snapshot(tmp_path) == before
+
+
+def test_a_checkpoint_directory_reached_through_a_symlink_and_dot_dot_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    thesis = users_folder(tmp_path / "thesis")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "link").symlink_to(thesis / "sub")
+    ckpt = work / "link" / ".."
+    before = snapshot(tmp_path)
+    code, lines = _fit(capsys, "--output", str(tmp_path / "fit"), "--checkpoint-dir", str(ckpt))
+    assert code == 2
+    assert lines == [
+        f"em_fit: error: checkpoint directory {ckpt} leads to {thesis}, not to {work}: a '..' after a "
+        "symbolic link leaves the named path; name the real path"
+    ]
+    assert snapshot(tmp_path) == before
+
+
+def test_checkpoints_touch_only_their_own_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another file, and a link named like a checkpoint, survive a fit that discards old checkpoints."""
+    thesis = users_folder(tmp_path / "thesis")
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "README").write_text("checkpoints of the big fit\n")
+    (ckpt / "em-checkpoint-000000009.json").symlink_to(thesis / "notes.txt")
+    code, lines = _fit(
+        capsys, "--output", str(tmp_path / "fit"), "--checkpoint-dir", str(ckpt), "--no-resume"
+    )
+    assert code == 0, lines
+    assert (ckpt / "README").read_text() == "checkpoints of the big fit\n"
+    assert os.readlink(ckpt / "em-checkpoint-000000009.json") == str(thesis / "notes.txt")
+    assert (thesis / "notes.txt").read_text() == "my thesis, chapter 3\n"
+    written = sorted(p.name for p in ckpt.iterdir() if not p.is_symlink() and p.name != "README")
+    assert written and all(name.startswith("em-checkpoint-") for name in written)
+
+
+# -- --trace -------------------------------------------------------------------------------------
+
+
+def test_trace_refuses_to_replace_a_file_that_is_not_a_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    notes = users_folder(tmp_path / "thesis") / "notes.txt"
+    before = snapshot(tmp_path)
+    code, lines = _fit(capsys, "--output", str(tmp_path / "fit"), "--trace", str(notes))
+    assert code == 2
+    assert lines == [
+        f"em_fit: error: trace file {notes} exists and was not written by mixle_spark (its first line is "
+        "not an EM trace header); choose another --trace or remove it yourself"
+    ]
+    assert snapshot(tmp_path) == before
+
+
+def test_trace_refuses_a_symlink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    thesis = users_folder(tmp_path / "thesis")
+    link = tmp_path / "trace.jsonl"
+    link.symlink_to(thesis / "notes.txt")
+    before = snapshot(tmp_path)
+    code, lines = _fit(capsys, "--output", str(tmp_path / "fit"), "--trace", str(link))
+    assert code == 2
+    assert lines == [
+        f"em_fit: error: trace file {link} is a symbolic link (to {thesis / 'notes.txt'}); mixle_spark "
+        "never writes or deletes through a link: name the real path"
+    ]
+    assert snapshot(tmp_path) == before
+
+
+def test_trace_refuses_a_directory_reached_through_a_symlink_and_dot_dot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    thesis = users_folder(tmp_path / "thesis")
+    (thesis / "trace.jsonl").write_text('{"metadata": {"mine": true}}\n')
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "link").symlink_to(thesis / "sub")
+    trace = work / "link" / ".." / "trace.jsonl"
+    before = snapshot(tmp_path)
+    code, lines = _fit(capsys, "--output", str(tmp_path / "fit"), "--trace", str(trace))
+    assert code == 2
+    assert lines == [
+        f"em_fit: error: trace file {trace} leads to {thesis / 'trace.jsonl'}, not to "
+        f"{work / 'trace.jsonl'}: a '..' after a symbolic link leaves the named path; name the real path"
+    ]
+    assert snapshot(tmp_path) == before
+
+
+def test_a_previous_trace_is_replaced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "live.jsonl"
+    for its in ("2", "3"):
+        code, lines = _fit(
+            capsys, "--output", str(tmp_path / f"fit{its}"), "--trace", str(trace), "--max-its", its
+        )
+        assert code == 0, lines
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    history = json.loads((tmp_path / "fit3" / "summary.json").read_text())["history"]
+    assert "metadata" in records[0]
+    assert [r["iteration"] for r in records[1:]] == [h["iteration"] for h in history]  # the last fit's
 
 
 # -- the staging sweep ---------------------------------------------------------------------------
