@@ -22,16 +22,25 @@ counted in the summary line (``... 3 of them hold a label the model has not seen
 one of ``--num-workers`` processes / CPUs, or the one at ``--dask-scheduler`` / ``--ray-address``)
 and write the same columns as a Parquet directory, atomically: the files are written beside
 ``--output`` and moved into place once all are written (a failed run leaves no directory, or the
-previous one with ``--mode overwrite``). A bad value is named by its partition (Dask) or its block
-(Ray) and its row there.
+previous one with ``--mode overwrite``). The directory lists its files in
+``_mixle_spark_files.json`` (hidden from Parquet readers by its leading ``_``). A bad value is named
+by its partition (Dask) or its block (Ray) and its row there.
+
+``--mode overwrite`` replaces only a scores table: a Delta table (``--backend spark``), or a
+directory em_score wrote (the files its ``_mixle_spark_files.json`` lists, or Spark / Dask / Ray
+part files, ``_SUCCESS`` and checksums only). Anything else at ``--output`` (a folder of other files,
+a regular file), a symbolic link as ``--output``, or a ``..`` that a link makes lead elsewhere is
+refused with one line naming the path and what it holds (exit code 2); nothing is written or
+deleted.
 
     python jobs/em_score.py --backend dask --num-workers 2 --input data/customers_sample.parquet \
         --model output/sample_fit/model.json --output output/scores_dask
 
 Exit codes: 0 success; 2 bad arguments or bad input (a missing input or model, a model that does
-not match the table's columns or types, an output table that exists with ``--mode error``); 1 any
-other failure. A failure prints one line on stderr naming the row of the input table where there is
-one (``--verbose`` adds Spark's log and the traceback).
+not match the table's columns or types, an output table that exists with ``--mode error``, an
+output that is not a scores table or is reached through a symbolic link); 1 any other failure. A
+failure prints one line on stderr naming the row of the input table where there is one
+(``--verbose`` adds Spark's log and the traceback).
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mixle_spark._files import delta_layout, table_layout
 from mixle_spark.cli._arguments import positive_int
 from mixle_spark.cli._common import (
     JobArgumentParser,
@@ -60,6 +70,11 @@ from mixle_spark.cli._engines import (
 from mixle_spark.spec import load_model
 
 PROG = "em_score"
+SCORES = table_layout(PROG)
+"""``--backend dask`` / ``ray``: a Parquet directory ``--mode overwrite`` may replace (one em_score
+wrote: the files its ``_mixle_spark_files.json`` lists, or part files only)."""
+DELTA_SCORES = delta_layout()
+"""``--backend spark``: any Delta table may be overwritten (Delta keeps the previous version)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,11 +149,11 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
             "(or a mounted one), moved into place when complete"
         )
     output = Path(args.output)
-    check_output_free(output, args.mode == "overwrite", "--mode overwrite")  # before any engine starts
+    check_output_free(output, args.mode == "overwrite", SCORES)  # before any engine starts
     data, engine, _ = open_engine_input(args, {})
     try:
         scored = score(model, data, on_unseen=args.on_unseen)
-        with atomic_directory(output, overwrite=args.mode == "overwrite") as staging:
+        with atomic_directory(output, args.mode == "overwrite", SCORES) as staging:
             if args.backend == "dask":
                 scored.to_parquet(str(staging), write_index=False)
             else:
@@ -165,10 +180,8 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
     started = time.perf_counter()
     model = load_model(args.model)
     output = args.output
-    local = Path(output) if "://" not in output else None
-    if args.mode == "error" and local is not None and local.exists():  # fail before starting Spark
-        if local.is_file() or any(local.iterdir()):
-            raise FileExistsError(f"output {output} exists; pass --mode overwrite to replace it")
+    if "://" not in output:  # fail before starting Spark: a link, or what is not a Delta table
+        check_output_free(output, args.mode == "overwrite", DELTA_SCORES)
     from pyspark import SparkContext
 
     # never stop a Spark that was running (a notebook's, a caller's in another thread)

@@ -1,24 +1,54 @@
-"""Files written whole or not at all, with the permissions a plain ``open`` would give them.
+"""Files written whole or not at all, with the permissions a plain ``open`` would give them, and
+outputs replaced only when mixle_spark wrote them.
 
 Every file the package writes (models, traces, plans, the jobs' outputs) goes through
 :func:`write_atomically`: a temporary file in the target's folder, flushed and fsynced, given the mode
 the process's umask allows (``0o666 & ~umask``, as ``open`` would; a temporary file alone would stay
-0600), then renamed into place, so a reader never sees a half-written file. A table of files
-(Parquet, CSV, JSON) is written alike, as a directory (:func:`write_table_files`).
+0600), then renamed into place, so a reader never sees a half-written file.
+
+A directory output (the fit job's, a table of Parquet / CSV / JSON files) is built in a staging
+directory beside it and renamed into place (:func:`atomic_directory`). What is already at the path is
+replaced only when it is the same writer's earlier output, recognised by what that writer leaves there
+(an :class:`OutputLayout`); anything else (a folder of other files, a regular file) is refused with
+one line naming the path and what it holds, and nothing is written or deleted. No path is written or
+deleted through a symbolic link, nor through a ``..`` that a link makes lead elsewhere
+(:func:`named_path`): a wrong ``--output`` must cost an error message, never someone's files.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shutil
+import socket
 import tempfile
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["file_mode", "read_bytes_bounded", "remove_tree", "write_atomically", "write_table_files"]
+from mixle_spark.errors import UnsafePathError
+
+__all__ = [
+    "TABLE_MARKER",
+    "OutputLayout",
+    "atomic_directory",
+    "check_output_free",
+    "delta_layout",
+    "file_mode",
+    "holds",
+    "json_format",
+    "named_path",
+    "read_bytes_bounded",
+    "remove_tree",
+    "sweep_stale",
+    "table_layout",
+    "write_atomically",
+]
 
 
 def file_mode() -> int:
@@ -72,27 +102,239 @@ def remove_tree(path: Path, keep_dir: bool) -> None:
             shutil.rmtree(child) if child.is_dir() else child.unlink()
 
 
-def write_table_files(df: Any, text: str, local: Path | None, format: str, existed: bool) -> None:
-    """Spark writes ``df`` as ``format`` files; a local table is written to a staging directory
-    renamed into place (replacing ``existed`` only once the new one is whole)."""
-    writer = df.write.format(format)
-    if format == "csv":
-        writer = writer.option("header", "true")
-    if local is None:
-        writer.mode("overwrite" if existed else "error").save(text)
-        return
-    staging = local.with_name(f".{local.name}.tmp-{uuid.uuid4().hex}")
+def named_path(path: str | os.PathLike[str], what: str = "output") -> Path:
+    """The real absolute path of ``path``; UnsafePathError when writing there would land elsewhere.
+
+    Refused: a symbolic link as the last component (writing, replacing or deleting it would reach
+    whatever it points to: ``--output link-to-my-thesis``), and a ``..`` after a link that makes the
+    path lead somewhere other than it reads (``work/link/../out`` reads as ``work/out``), compared by
+    ``os.path.realpath``. Links among the parents are followed (a home on another disk, macOS's
+    ``/tmp``): that is where the user asks to write, and only the writer's own files there are ever
+    replaced. ``what`` names the path in the message ("output", "checkpoint directory", ...).
+    """
+    text = os.fspath(path)
+    lexical = os.path.abspath(text)  # ".." removes the component before it, as a reader reads it
+    if os.path.islink(lexical):
+        raise UnsafePathError(
+            f"{what} {text} is a symbolic link (to {os.readlink(lexical)}); mixle_spark never writes or "
+            "deletes through a link: name the real path"
+        )
+    real, expected = os.path.realpath(text), os.path.realpath(lexical)
+    if real != expected:
+        raise UnsafePathError(
+            f"{what} {text} leads to {real}, not to {expected}: a '..' after a symbolic link leaves the "
+            "named path; name the real path"
+        )
+    return Path(real)
+
+
+def holds(entries: Iterable[os.DirEntry[str]]) -> str:
+    """``it holds a, b/ and 3 more``: what a refusal names (``/`` marks a directory)."""
+    names = sorted(e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in entries)
+    if len(names) > 3:
+        return f"it holds {', '.join(names[:3])} and {len(names) - 3} more"
+    return "it holds " + (f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0])
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in file ``path`` (not a link, under 64 MiB); {} for anything else."""
     try:
-        writer.mode("error").save(staging.as_uri())
-        if existed:
-            retired = local.with_name(f".{local.name}.old-{uuid.uuid4().hex}")
-            os.replace(local, retired)
-            os.replace(staging, local)
-            shutil.rmtree(retired) if retired.is_dir() else retired.unlink()
+        if path.is_symlink() or path.stat().st_size > 1 << 26:
+            return {}
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def json_format(path: Path) -> Any:
+    """The ``format`` field of the JSON object in file ``path``; None for anything else."""
+    return _json_object(path).get("format")
+
+
+@dataclass(frozen=True)
+class OutputLayout:
+    """What one writer leaves at its output path, so that replacing it replaces only that.
+
+    ``foreign(directory)`` says why a non-empty directory is not this writer's output (None when it
+    is); a refusal reads ``output PATH exists and {claim} ({why}); choose another {output_flag} or
+    remove it yourself``, and an output of the writer that may not be replaced
+    ``output PATH exists; pass {overwrite_flag} to replace it``. ``marker`` (the writer's name) makes
+    :func:`atomic_directory` list the files it wrote in :data:`TABLE_MARKER`.
+    """
+
+    claim: str
+    foreign: Callable[[Path], str | None]
+    overwrite_flag: str = "--overwrite"
+    output_flag: str = "--output"
+    marker: str | None = None
+
+
+TABLE_MARKER = "_mixle_spark_files.json"
+"""The file a table directory mixle_spark writes holds: the names of the files written with it.
+Its leading ``_`` hides it from Spark, pyarrow, Dask and Ray readers."""
+_MARKER_FORMAT = "mixle_spark.written_files"
+# What table writers leave when no marker lists the files (a directory written before markers, or by
+# an engine alone), named as the engines name them, not as people do: Spark's part-NNNNN-UUID...,
+# Dask's part.N.parquet, Ray's <32 hex>_....parquet; Spark's _SUCCESS and checksums; Parquet
+# summary files.
+_TABLE_FILE = re.compile(
+    r"part-\d{5,}-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}[\w.-]*"
+    r"|part\.\d+\.parquet|[0-9a-f]{32}_[\w.-]*\.parquet"
+    r"|_SUCCESS|_metadata|_common_metadata|\.[^/]+\.crc"
+)
+
+
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
+    with os.scandir(directory) as found:
+        return list(found)
+
+
+def _marker_files(directory: Path) -> set[str] | None:
+    """The file names :data:`TABLE_MARKER` in ``directory`` lists; None without a valid marker."""
+    marker = _json_object(directory / TABLE_MARKER)
+    files = marker.get("files") if marker.get("format") == _MARKER_FORMAT else None
+    return set(files) if isinstance(files, list) and all(isinstance(f, str) for f in files) else None
+
+
+def _not_a_table(directory: Path) -> str | None:
+    """Why ``directory`` is not a table of files a writer left: something other than the files its
+    marker lists (or, without a marker, than part files, ``_SUCCESS`` and checksums)."""
+    listed = _marker_files(directory)
+
+    def written(name: str) -> bool:
+        if listed is None:
+            return _TABLE_FILE.fullmatch(name) is not None
+        return name in listed or name == TABLE_MARKER
+
+    odd = [e for e in _entries(directory) if not (e.is_file(follow_symlinks=False) and written(e.name))]
+    return holds(odd) if odd else None
+
+
+def _not_a_delta_table(directory: Path) -> str | None:
+    log = directory / "_delta_log"
+    return None if log.is_dir() and not log.is_symlink() else holds(_entries(directory))
+
+
+def table_layout(
+    writer: str, overwrite_flag: str = "--mode overwrite", output_flag: str = "--output"
+) -> OutputLayout:
+    """A directory of Parquet / CSV / JSON files ``writer`` writes (and marks with :data:`TABLE_MARKER`)."""
+    return OutputLayout(f"was not written by {writer}", _not_a_table, overwrite_flag, output_flag, writer)
+
+
+def delta_layout(overwrite_flag: str = "--mode overwrite", output_flag: str = "--output") -> OutputLayout:
+    """A Delta table: any one may be overwritten (Delta keeps the old version; other files stay)."""
+    return OutputLayout("is not a Delta table", _not_a_delta_table, overwrite_flag, output_flag)
+
+
+def _check_free(final: Path, shown: str, overwrite: bool, layout: OutputLayout) -> None:
+    """Raise FileExistsError unless ``final`` (a path :func:`named_path` accepted) is absent, an
+    empty directory, or (with ``overwrite``) the writer's own earlier output."""
+    if not os.path.lexists(final):
+        return
+    if final.is_dir() and not final.is_symlink():
+        if not any(final.iterdir()):
+            return
+        why = layout.foreign(final)
+    else:
+        why = "it is a file, not a directory" if final.is_file() else "it is not a directory"
+    if why is not None:
+        raise FileExistsError(
+            f"output {shown} exists and {layout.claim} ({why}); choose another {layout.output_flag} "
+            "or remove it yourself"
+        )
+    if not overwrite:
+        raise FileExistsError(f"output {shown} exists; pass {layout.overwrite_flag} to replace it")
+
+
+def check_output_free(target: str | os.PathLike[str], overwrite: bool, layout: OutputLayout) -> Path:
+    """The real path of output ``target``, once it is safe to write: not through a link
+    (:func:`named_path`), and absent, an empty directory, or (with ``overwrite``) ``layout``'s
+    writer's own earlier output. What a killed run left beside it is cleaned up first
+    (:func:`sweep_stale`). Raises UnsafePathError or FileExistsError naming the path."""
+    final = named_path(target)
+    sweep_stale(final)
+    _check_free(final, os.fspath(target), overwrite, layout)
+    return final
+
+
+def _host() -> str:
+    """This host's name as staging names carry it (no "-", which separates their parts)."""
+    return socket.gethostname().replace("-", "_") or "host"
+
+
+def _staging_name(final: Path, kind: str) -> Path:
+    """``.NAME.KIND-HOST-PID-UUID`` beside ``final``: whose it is, so a later run can tell a killed
+    run's leftovers from a live run's."""
+    return final.with_name(f".{final.name}.{kind}-{_host()}-{os.getpid()}-{uuid.uuid4().hex}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def sweep_stale(final: Path) -> list[Path]:
+    """Remove what a killed run left beside ``final`` (its staging directory; and if it died between
+    moving the old output aside and moving the new one in, put the old output back). Only entries
+    named as :func:`atomic_directory` names them, of processes of this host that no longer run, and
+    never a symbolic link (a link is not what a run left). Returns the paths removed or restored."""
+    done: list[Path] = []
+    host = _host()
+    pattern = re.compile(rf"^\.{re.escape(final.name)}\.(tmp|old)-([^-]+)-(\d+)-[0-9a-f]{{32}}$")
+    if not final.parent.is_dir():
+        return done
+    for path in sorted(final.parent.iterdir()):
+        found = pattern.match(path.name)
+        if found is None or path.is_symlink() or found.group(2) != host or _alive(int(found.group(3))):
+            continue
+        if found.group(1) == "old" and not os.path.lexists(final):
+            os.replace(path, final)  # the previous output, whole: nothing is lost
+        elif path.is_dir():
+            shutil.rmtree(path)
         else:
-            if local.is_dir():
-                local.rmdir()  # an empty directory
-            os.replace(staging, local)
+            path.unlink()
+        done.append(path)
+    return done
+
+
+def _write_marker(staging: Path, writer: str) -> None:
+    files = sorted(e.name for e in _entries(staging))
+    marker = {"format": _MARKER_FORMAT, "version": 1, "writer": writer, "files": files}
+    write_atomically(staging / TABLE_MARKER, json.dumps(marker, indent=1) + "\n")
+
+
+@contextmanager
+def atomic_directory(target: str | os.PathLike[str], overwrite: bool, layout: OutputLayout) -> Iterator[Path]:
+    """Yield an empty staging directory beside ``target``; on success it becomes ``target``.
+
+    ``target`` is checked first and again just before the swap (:func:`check_output_free`): only
+    ``layout``'s writer's own earlier output is ever replaced, and only with ``overwrite``. On an
+    exception the staging directory is removed and ``target`` is untouched. A replaced ``target`` is
+    moved aside first and deleted only once the new one is in place.
+    """
+    final = check_output_free(target, overwrite, layout)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = _staging_name(final, "tmp")
+    staging.mkdir()
+    try:
+        yield staging
+        if layout.marker is not None:
+            _write_marker(staging, layout.marker)
+        _check_free(named_path(target), os.fspath(target), overwrite, layout)  # what came meanwhile
+        retired = None
+        if os.path.lexists(final):
+            retired = _staging_name(final, "old")
+            os.replace(final, retired)
+        os.replace(staging, final)
+        if retired is not None:
+            shutil.rmtree(retired) if retired.is_dir() else retired.unlink()
     finally:
         if staging.exists():
             shutil.rmtree(staging)

@@ -39,6 +39,7 @@ __all__ = [
     "TooFewRowsError",
     "TooLargeError",
     "UnknownNameError",
+    "UnsafePathError",
     "UnseenLabelError",
     "describe_value",
 ]
@@ -311,6 +312,11 @@ class SilentCorruptionError(MixleError, RuntimeError):
 
 class CheckpointStoreError(MixleError, ValueError):
     """An unusable checkpoint store: a bad ``keep``, or a directory path that is not a directory."""
+
+
+class UnsafePathError(MixleError, ValueError):
+    """A path mixle_spark would write or delete through: a symbolic link, or a ``..`` after a link
+    that leads somewhere other than the path as named (``mixle_spark._files.named_path``)."""
 
 
 class CheckpointMismatchError(MixleError, ValueError):

@@ -20,7 +20,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mixle_spark._files import remove_tree, write_table_files
+from mixle_spark._files import (
+    atomic_directory,
+    check_output_free,
+    delta_layout,
+    remove_tree,
+    table_layout,
+)
 from mixle_spark.errors import UnknownNameError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -501,7 +507,10 @@ def write_table(
     format : {"delta", "parquet", "csv", "json"}
         ``delta`` (the default) commits atomically on every filesystem. The others are written to a
         temporary sibling directory that is renamed into place, which is atomic only on a local
-        filesystem; on others they rely on Spark's output committer.
+        filesystem; on others they rely on Spark's output committer and an existing path is refused.
+        The directory lists its files in ``_mixle_spark_files.json``, so that ``overwrite`` replaces
+        it and nothing else (also accepted: a directory of Spark / Dask / Ray part files, ``_SUCCESS``
+        and checksums only).
 
     Returns
     -------
@@ -512,7 +521,10 @@ def write_table(
     ------
     FileExistsError
         With ``mode="error"`` when the table exists, or when ``path`` holds something that is not a
-        Delta table (never overwritten); nothing is written.
+        Delta table (``format="delta"``) or not a table of files this package wrote (the others):
+        such a path is never overwritten, and nothing is written.
+    UnsafePathError
+        When a local ``path`` is a symbolic link, or a ``..`` after a link leads elsewhere.
     UnknownNameError
         For an unknown ``mode`` or ``format``.
     """
@@ -522,19 +534,21 @@ def write_table(
         raise UnknownNameError("table write format", format, WRITE_FORMATS)
     text = os.fspath(path)
     local = _local_path(text)
-    if local is not None:
-        local = local.resolve()
-        present = local.exists()
-        existed = present and (local.is_file() or any(local.iterdir()))
-    else:
-        present = existed = format == "delta" and _remote_format(df.sparkSession, text) == "delta"
-    if existed and mode == "error":
-        raise FileExistsError(f"{text} exists; pass mode='overwrite' to replace it")
-    if existed and format == "delta" and local is not None and not (local / "_delta_log").is_dir():
-        raise FileExistsError(f"{text} exists and is not a Delta table; refusing to overwrite it")
-    if format != "delta":
-        write_table_files(df, text, local, format, existed)
+    if local is not None and format != "delta":  # links and others' files refused, then staged
+        with atomic_directory(local, mode == "overwrite", _FILES_OUTPUT) as staging:
+            _file_writer(df, format).mode("overwrite").save(staging.as_uri())  # ours, and empty
         return text
+    if local is not None:
+        local = check_output_free(local, mode == "overwrite", _DELTA_OUTPUT)  # as for the files
+        present = local.exists()
+        existed = present and any(local.iterdir())
+    elif format != "delta":  # another filesystem: Spark refuses an existing path; nothing is replaced
+        _file_writer(df, format).mode("error").save(text)
+        return text
+    else:
+        present = existed = _remote_format(df.sparkSession, text) == "delta"
+        if existed and mode == "error":
+            raise FileExistsError(f"{text} exists; pass mode='overwrite' to replace it")
     # The mode asked for is the mode committed (a new table written with "overwrite" records Overwrite).
     writer = df.write.format("delta")
     writer = (
@@ -556,6 +570,15 @@ def write_table(
                 raise
             time.sleep(0.5 * attempt)  # another writer committed first: overwrite again, whole
     return text
+
+
+_DELTA_OUTPUT = delta_layout("mode='overwrite'", "path")
+_FILES_OUTPUT = table_layout("mixle_spark", "mode='overwrite'", "path")
+
+
+def _file_writer(df: DataFrame, format: str) -> Any:
+    writer = df.write.format(format)
+    return writer.option("header", "true") if format == "csv" else writer
 
 
 DELTA_WRITE_ATTEMPTS = 3

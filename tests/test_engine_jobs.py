@@ -22,6 +22,7 @@ import pytest
 
 from mixle_spark.spec import load_model, save_model
 from mixle_spark.stats import CategoricalDistribution, GaussianDistribution, MixtureDistribution
+from tests._paths import snapshot, users_folder
 from tests.unit._cases import assert_models_close
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,6 +140,10 @@ def test_em_score_writes_the_models_scores_as_parquet_and_keeps_an_existing_outp
     probability = np.stack(got["probability"].to_numpy(zero_copy_only=False))
     np.testing.assert_allclose(probability, MODEL.predict_proba(x[order]), rtol=1e-12, atol=1e-300)
     files = sorted(p.name for p in out.iterdir())
+    listed = json.loads((out / "_mixle_spark_files.json").read_text())[
+        "files"
+    ]  # what --mode overwrite may replace
+    assert sorted([*listed, "_mixle_spark_files.json"]) == files
     again = _score(engine, data, model, out)
     assert again.returncode == 2 and again.stderr.strip().splitlines() == [
         f"em_score: error: output {out} exists; pass --mode overwrite to replace it"
@@ -148,6 +153,44 @@ def test_em_score_writes_the_models_scores_as_parquet_and_keeps_an_existing_outp
     assert replaced.returncode == 0, replaced.stderr
     assert pads.dataset(out, format="parquet").count_rows() == 300
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".scores")] == []  # no staging left
+
+
+@pytest.mark.parametrize(("engine", "library"), ENGINES)
+def test_em_score_overwrite_replaces_nothing_em_score_did_not_write(
+    tmp_path: Path, engine: str, library: str
+) -> None:
+    """A folder of someone's files, a regular file, a link, ``dir/..``, a ``..`` after a link and
+    the input's own folder: one line each, exit code 2, every file as it was."""
+    pytest.importorskip(library)
+    data, model, _ = _scoring_input(tmp_path)
+    thesis = users_folder(tmp_path / "thesis")
+    link = tmp_path / "link-to-my-thesis"
+    link.symlink_to(thesis)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "link").symlink_to(thesis / "sub")
+    a_file = tmp_path / "scores.parquet"
+    a_file.write_bytes(b"PAR1 not mine to replace")
+    escape = tmp_path / "work" / "link" / ".." / "scores"
+    advice = "choose another --output or remove it yourself"
+    refused = {
+        thesis: f"exists and was not written by em_score (it holds notes.txt and sub/); {advice}",
+        a_file: f"exists and was not written by em_score (it is a file, not a directory); {advice}",
+        link: f"is a symbolic link (to {thesis}); mixle_spark never writes or deletes through a link: "
+        "name the real path",
+        thesis
+        / "sub"
+        / "..": f"exists and was not written by em_score (it holds notes.txt and sub/); {advice}",
+        escape: f"leads to {thesis / 'scores'}, not to {tmp_path / 'work' / 'scores'}: a '..' after a "
+        "symbolic link leaves the named path; name the real path",
+        data: "exists and was not written by em_score (it holds part-0.parquet, part-1.parquet and "
+        f"part-2.parquet); {advice}",
+    }
+    before = snapshot(tmp_path)
+    for out, why in refused.items():
+        run = _score(engine, data, model, out, "--mode", "overwrite")
+        assert run.returncode == 2, run.stderr
+        assert run.stderr.strip().splitlines() == [f"em_score: error: output {out} {why}"]
+        assert snapshot(tmp_path) == before, out
 
 
 @pytest.mark.parametrize(("engine", "library"), ENGINES)

@@ -1,8 +1,13 @@
 """What the command-line jobs (``jobs/em_fit.py``, ``jobs/em_score.py``) share.
 
 Exit codes: 0 success; 2 bad arguments or bad input (an unknown option, a missing input, an output
-that exists without ``--overwrite``, a spec or data error from :mod:`mixle_spark.errors`); 1 any
-other failure. A failure prints one line on stderr, ``PROG: error: MESSAGE``.
+that exists without ``--overwrite``, an output the job did not write or a path through a symbolic
+link, a spec or data error from :mod:`mixle_spark.errors`); 1 any other failure. A failure prints one
+line on stderr, ``PROG: error: MESSAGE``.
+
+The atomic output directory and the rule of what an overwrite may replace live in
+:mod:`mixle_spark._files` (the library's table writer uses them too); the fit job's layout is
+:data:`FIT_OUTPUT`.
 """
 
 from __future__ import annotations
@@ -10,16 +15,21 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
-import socket
 import sys
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
+from mixle_spark._files import (
+    OutputLayout,
+    atomic_directory,
+    check_output_free,
+    holds,
+    json_format,
+    sweep_stale,
+)
 from mixle_spark._frames import frame_engine
+from mixle_spark.cli._summary import SUMMARY_FORMAT
 from mixle_spark.errors import (
     DataError,
     ExecutorError,
@@ -33,6 +43,7 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_FAILURE",
     "EXIT_OK",
+    "FIT_OUTPUT",
     "JobArgumentParser",
     "atomic_directory",
     "check_output_free",
@@ -245,86 +256,28 @@ def _remove_jvm_logs(keep_last: bool) -> None:
     _jvm_logs[:] = _jvm_logs[-1:] if keep_last else []
 
 
-def check_output_free(target: Path, overwrite: bool, flag: str = "--overwrite") -> None:
-    """Raise FileExistsError when ``target`` exists (and is not an empty directory) without ``overwrite``."""
-    if overwrite or not target.exists():
-        return
-    if target.is_dir() and not any(target.iterdir()):
-        return
-    raise FileExistsError(f"output {target} exists; pass {flag} to replace it")
+FIT_FILES = frozenset({"model.json", "summary.json", "trace.jsonl", "report.html"})
+"""What the fit job writes in its output directory (report.html with ``--report``)."""
 
 
-def _host() -> str:
-    """This host's name as staging names carry it (no "-", which separates their parts)."""
-    return socket.gethostname().replace("-", "_") or "host"
+def _not_a_fit(directory: Path) -> str | None:
+    """Why ``directory`` is not an output of the fit job: a file it does not write (or a link or a
+    directory), no model.json / summary.json, or a summary.json without the job's ``format``."""
+    with os.scandir(directory) as found:
+        entries = list(found)
+    odd = [e for e in entries if e.name not in FIT_FILES or not e.is_file(follow_symlinks=False)]
+    if odd:
+        return holds(odd)
+    missing = sorted({"model.json", "summary.json"} - {e.name for e in entries})
+    if missing:
+        return f"it has no {' or '.join(missing)}"
+    if json_format(directory / "summary.json") != SUMMARY_FORMAT:
+        return "its summary.json is not an em_fit summary"
+    return None
 
 
-def _staging_name(final: Path, kind: str) -> Path:
-    """``.NAME.KIND-HOST-PID-UUID`` beside ``final``: whose it is, so a later run can tell a killed
-    run's leftovers from a live run's."""
-    return final.with_name(f".{final.name}.{kind}-{_host()}-{os.getpid()}-{uuid.uuid4().hex}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-def sweep_stale(final: Path) -> list[Path]:
-    """Remove what a killed run left beside ``final`` (its staging directory; and if it died between
-    moving the old output aside and moving the new one in, put the old output back). Only leftovers of
-    processes of this host that no longer run are touched. Returns the paths removed or restored."""
-    done: list[Path] = []
-    host = _host()
-    pattern = re.compile(rf"^\.{re.escape(final.name)}\.(tmp|old)-([^-]+)-(\d+)-[0-9a-f]{{32}}$")
-    if not final.parent.is_dir():
-        return done
-    for path in sorted(final.parent.iterdir()):
-        found = pattern.match(path.name)
-        if found is None or found.group(2) != host or _alive(int(found.group(3))):
-            continue
-        if found.group(1) == "old" and not final.exists():
-            os.replace(path, final)  # the previous output, whole: nothing is lost
-        elif path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-        done.append(path)
-    return done
-
-
-@contextmanager
-def atomic_directory(target: str | os.PathLike[str], overwrite: bool = False) -> Iterator[Path]:
-    """Yield an empty staging directory beside ``target``; on success it becomes ``target``.
-
-    On an exception the staging directory is removed and ``target`` is untouched. A replaced
-    ``target`` is moved aside first and deleted only once the new one is in place. What a killed run
-    left beside ``target`` is cleaned up first (:func:`sweep_stale`).
-    """
-    final = Path(target).resolve()
-    sweep_stale(final)
-    check_output_free(final, overwrite)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = _staging_name(final, "tmp")
-    staging.mkdir()
-    try:
-        yield staging
-        check_output_free(final, overwrite)
-        retired = None
-        if final.exists():
-            retired = _staging_name(final, "old")
-            os.replace(final, retired)
-        os.replace(staging, final)
-        if retired is not None:
-            shutil.rmtree(retired) if retired.is_dir() else retired.unlink()
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+FIT_OUTPUT = OutputLayout("was not written by em_fit", _not_a_fit)
+"""The fit job's output directory: what ``--overwrite`` may replace (:func:`atomic_directory`)."""
 
 
 _PARTITION_ROW = re.compile(r"\(row (\d+) of partition (\d+)\)")

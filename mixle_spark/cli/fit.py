@@ -19,15 +19,21 @@ log-likelihood history, free parameters, BIC / AIC, timings, a summary of the EM
 statistics merged, partition time skew, stragglers, component weights, events; read it back with
 ``mixle_spark.em.observability.EMTrace.from_jsonl``). All are written to a staging
 directory that is renamed into place, so a failed run leaves no output and an existing output is
-replaced (``--overwrite``) only by a complete one. ``--report`` adds ``report.html`` to the same
-directory: a self-contained page (``mixle_spark.report``) with the log-likelihood per iteration, the
-component weights, the parameters and a 2-D projection of the first 2,000 input rows coloured by
-component; with matplotlib (``pip install mixle-spark[plot]``) it has figures, otherwise tables.
+replaced (``--overwrite``) only by a complete one. Only an output of this job is ever replaced: a
+directory holding model.json, summary.json (with the job's ``format``) and at most trace.jsonl and
+report.html. Anything else at ``--output`` (a folder of other files, a regular file), a symbolic
+link as ``--output``, or a ``..`` that a link makes lead elsewhere is refused with one line naming
+the path and what it holds (exit code 2), and nothing is written or deleted. ``--report`` adds
+``report.html`` to the same directory: a self-contained page (``mixle_spark.report``) with the
+log-likelihood per iteration, the component weights, the parameters and a 2-D projection of the
+first 2,000 input rows coloured by component; with matplotlib (``pip install mixle-spark[plot]``)
+it has figures, otherwise tables.
 
 Per-iteration progress (iteration, log-likelihood, gain, rows, seconds, rows/s, partition time skew,
 bytes of statistics merged) goes to stderr (``--quiet`` turns it off); the fitted model's description
 goes to stdout. ``--trace PATH`` also writes the trace live, one line per iteration as it happens
-(``tail -f`` it), for a long fit.
+(``tail -f`` it), for a long fit; it replaces only an EM trace (a file whose first line is the
+trace's header), never another file nor through a symbolic link.
 
 How EM starts: ``--init kmeans||`` (default; k-means|| seeding, ``--init-steps`` rounds) or ``--init
 random`` (see ``mixle_spark.em.seeding``). ``--k 2:12`` (or ``--k 2,4,8``) fits every candidate number of
@@ -40,8 +46,10 @@ Long fits (see ``mixle_spark.em.resilient`` and ``sdc_audit``):
 * ``--checkpoint-dir DIR`` saves the fit state every ``--checkpoint-every`` iterations (atomic,
   checksummed JSON files; a Hadoop/cloud URI works too). Re-running the same command after a crash
   or preemption resumes from the newest valid checkpoint and gives exactly the estimates of an
-  uninterrupted run; ``--no-resume`` discards the checkpoints and starts afresh. A checkpoint from a
-  different fit (other data, spec or options) is an error, never silently used.
+  uninterrupted run; ``--no-resume`` discards the checkpoints and starts afresh. Only the store's own
+  files (``em-checkpoint-*.json`` and their temporary files) are ever replaced or deleted, and a
+  checkpoint directory that is a symbolic link (or reached through one and ``..``) is refused. A
+  checkpoint from a different fit (other data, spec or options) is an error, never silently used.
 * ``--on-degenerate {stop,floor,reseed}``: what to do when a mixture component's M-step fails (a
   variance collapsing to 0, a component losing all its weight): stop with an error naming the
   iteration and the component (default), keep its previous parameters at a floor weight, or restart
@@ -69,7 +77,8 @@ JSON-lines inputs only).
 
 Exit codes: 0 success; 2 bad arguments or bad input (an unknown option, a missing input or spec, a
 spec or data error such as a string in a numeric column or an empty table, an output that exists
-without ``--overwrite``); 1 any other failure. A failure prints one line on stderr
+without ``--overwrite``, an output, checkpoint directory or trace the job did not write or that is
+reached through a symbolic link); 1 any other failure. A failure prints one line on stderr
 (``MIXLE_SPARK_TRACEBACK=1`` adds the traceback).
 """
 
@@ -97,16 +106,18 @@ from mixle_spark.cli._arguments import (
     resolve_args,
 )
 from mixle_spark.cli._common import (
+    FIT_OUTPUT,
     atomic_directory,
     check_output_free,
     job_spark_session,
     malformed_row_message,
     run_job,
-    sweep_stale,
 )
 from mixle_spark.cli._engines import ENGINE_BACKENDS, open_engine_input
 from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, run_spmd, solo
 from mixle_spark.cli._summary import SUMMARY_FORMAT, build_summary, long_fit_summary
+from mixle_spark.em._checkpoint_store import CheckpointStore
+from mixle_spark.em.observability import check_trace_path
 from mixle_spark.em.seeding import SeedingFallbackWarning
 from mixle_spark.errors import (
     CheckpointMismatchError,
@@ -360,9 +371,12 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     output = Path(args.output)
 
-    def output_free() -> None:
-        sweep_stale(output.resolve())  # what a killed run left beside the output
-        check_output_free(output, args.overwrite)
+    def output_free() -> None:  # before any data is read: refused paths cost nothing
+        check_output_free(output, args.overwrite, FIT_OUTPUT)
+        if args.checkpoint_dir is not None:
+            CheckpointStore(args.checkpoint_dir)  # a checkpoint directory through a link is refused
+        if args.trace is not None:
+            check_trace_path(args.trace, "--trace")
 
     coord.on_root(output_free)
     spec = coord.agree(lambda: load_spec(args.model))
@@ -427,7 +441,7 @@ def write_outputs(
     """model.json, summary.json, trace.jsonl (and report.html) into a staging directory renamed
     into ``args.output``: a failed write leaves the previous output whole."""
     sample = report_sample(data) if args.report else None
-    with atomic_directory(Path(args.output), overwrite=args.overwrite) as staging:
+    with atomic_directory(Path(args.output), args.overwrite, FIT_OUTPUT) as staging:
         save_model(model, staging / "model.json")
         summary["timings"] = timings
         summary["started_at"] = started_at

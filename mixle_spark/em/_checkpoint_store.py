@@ -15,7 +15,9 @@ whose HMAC is missing or does not verify is skipped like a damaged one, so a fit
 checkpoints written by someone holding the key.
 
 A file is written under a temporary ``.tmp-em-checkpoint-...`` name and renamed into place, so a crash
-leaves at most a temporary file, which readers ignore and the next save removes. Floats round-trip
+leaves at most a temporary file, which readers ignore and the next save removes. The store reads,
+replaces and deletes only files of these two names (never a link, never another file), in a local
+directory named without a symbolic link. Floats round-trip
 bit-exactly (``repr`` precision; +/-inf as JSON's ``Infinity``; every NaN as ``NaN``).
 
 Local paths (including Databricks ``/dbfs/...`` and ``file:`` URIs) use :mod:`os` directly with
@@ -55,6 +57,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from mixle_spark._files import named_path
 from mixle_spark.errors import CheckpointStoreError, CorruptCheckpointWarning, describe_value
 
 __all__ = [
@@ -216,7 +219,8 @@ class _LocalFiles:
     def names(self) -> list[str]:
         try:
             with os.scandir(self.directory) as entries:
-                return [entry.name for entry in entries if entry.is_file()]
+                # a link is not a file the store wrote: never read, replaced or deleted through
+                return [entry.name for entry in entries if entry.is_file(follow_symlinks=False)]
         except FileNotFoundError:
             return []
         except NotADirectoryError:
@@ -375,6 +379,7 @@ def _open_files(directory: str | os.PathLike[str], filesystem: Any) -> tuple[str
         scheme, rest = text.split("://", 1)
         normalised = f"{scheme}://{rest.rstrip('/')}"
         return normalised, _ArrowFiles(normalised)
+    named_path(text, "checkpoint directory")  # a link, or a '..' a link leads elsewhere: refused
     normalised = os.path.normpath(text)
     return normalised, _LocalFiles(normalised)
 
@@ -388,7 +393,10 @@ class CheckpointStore:
         A local path (Databricks ``/dbfs/...`` paths are local), a ``file://`` URI, or any URI that
         :meth:`pyarrow.fs.FileSystem.from_uri` understands (``s3://``, ``gs://``, ``hdfs://``, ...).
         It is created by the first :meth:`save`, not here. One writer per directory: :meth:`save`
-        removes the temporary files of interrupted saves.
+        removes the temporary files of interrupted saves. Only the store's own files (its
+        checkpoint and temporary names, not links) are ever replaced or deleted; a local directory
+        that is a symbolic link, or that a ``..`` after a link makes lead elsewhere, is refused
+        (:class:`~mixle_spark.errors.UnsafePathError`): the store never deletes through a link.
     keep : int, default 3
         How many checkpoint files to keep (>= 1); older ones are deleted after each save.
     filesystem : pyarrow.fs.FileSystem, optional

@@ -37,7 +37,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from mixle_spark._files import write_atomically
+from mixle_spark._files import named_path, write_atomically
 from mixle_spark.em._rank_records import (
     FitReport,
     RankRecord,
@@ -60,6 +60,7 @@ __all__ = [
     "MlflowSink",
     "PartitionTiming",
     "RankRecord",
+    "check_trace_path",
     "detect_stragglers",
     "fit_report",
     "imbalance_receipt",
@@ -234,6 +235,36 @@ def _json_line(obj: Any) -> str:
     return json.dumps(obj, allow_nan=True) + "\n"
 
 
+_TRACE_HEADER = b'{"metadata": '  # how every trace starts (_json_line of its header)
+
+
+def check_trace_path(path: str | os.PathLike[str], flag: str = "trace_path") -> Path:
+    """The real path of trace file ``path``, once writing it can lose nothing: not through a
+    symbolic link (:func:`mixle_spark._files.named_path`), and absent, empty, or an EM trace (its
+    first line the header :meth:`EMTrace.to_jsonl` and :class:`JsonLinesSink` write). A trace path
+    is often typed by hand (``--trace notes.txt``): replacing someone's file would lose it.
+
+    Raises UnsafePathError or FileExistsError naming the path (``flag`` is what the advice names).
+    """
+    real = named_path(path, "trace file")
+    if not os.path.lexists(real):
+        return real
+    why = None
+    if not real.is_file():
+        why = "it is not a regular file"
+    else:
+        with open(real, "rb") as fh:
+            head = fh.read(len(_TRACE_HEADER))
+        if head and head != _TRACE_HEADER:
+            why = "its first line is not an EM trace header"
+    if why is not None:
+        raise FileExistsError(
+            f"trace file {os.fspath(path)} exists and was not written by mixle_spark ({why}); "
+            f"choose another {flag} or remove it yourself"
+        )
+    return real
+
+
 class EMTrace:
     """The :class:`IterationTrace` of a fit in order, with metadata (backend, rows, seed, ...).
 
@@ -287,7 +318,9 @@ class EMTrace:
         return trace
 
     def to_jsonl(self, path: str | os.PathLike[str]) -> None:
-        """Write a header line ``{"metadata": ...}`` then one line per iteration, atomically."""
+        """Write a header line ``{"metadata": ...}`` then one line per iteration, atomically; an
+        existing ``path`` is replaced only when it is a trace (:func:`check_trace_path`)."""
+        check_trace_path(path)
         header: dict[str, Any] = {"metadata": self.metadata}
         if self.rank_records:
             header["rank_records"] = [r.to_dict() for r in self.rank_records]
@@ -362,12 +395,14 @@ class JsonLinesSink:
     The layout is :meth:`EMTrace.to_jsonl`'s, so :meth:`EMTrace.from_jsonl` reads the file at any
     time. Each line is written and flushed by its own open/append/close, so nothing is lost or left
     open if the fit dies. ``append=True`` continues an existing file (a resumed fit) without a new
-    header, first dropping a partial last line an interrupted write may have left.
+    header, first dropping a partial last line an interrupted write may have left. An existing
+    file is replaced or continued only when it is a trace (:func:`check_trace_path`).
     """
 
     def __init__(
         self, path: str | os.PathLike[str], metadata: Mapping[str, Any] | None = None, *, append: bool = False
     ) -> None:
+        check_trace_path(path)
         self.path = Path(path)
         self.metadata = dict(metadata or {})
         self.closed = False

@@ -141,6 +141,32 @@ def test_entry_point_bad_value_on_one_rank_exits_2_with_the_error(tmp_path: Path
 
 @pytest.mark.mpi
 @launcher
+def test_entry_point_overwrite_replaces_only_its_own_output(tmp_path: Path) -> None:
+    """Under MPI as on every backend: a folder of someone's files, or a link to one, is refused in
+    one line (printed once) and left as it was."""
+    from tests._paths import snapshot, users_folder
+
+    pq.write_table(_table(), tmp_path / "x.parquet")
+    (tmp_path / "spec.json").write_text(json.dumps(SPEC))
+    users_folder(tmp_path / "thesis")
+    (tmp_path / "latest").symlink_to("thesis")
+    before = snapshot(tmp_path)
+    refused = {
+        "thesis": "exists and was not written by em_fit (it holds notes.txt and sub/); choose another "
+        "--output or remove it yourself",
+        "latest": "is a symbolic link (to thesis); mixle_spark never writes or deletes through a link: "
+        "name the real path",
+    }
+    for out, why in refused.items():
+        args = ("--input", "x.parquet", "--model", "spec.json", "--output", out, "--overwrite")
+        done = _run(tmp_path, *args)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().splitlines() == [f"em_fit: error: output {out} {why}"]
+        assert snapshot(tmp_path) == before, out
+
+
+@pytest.mark.mpi
+@launcher
 def test_entry_point_missing_input_exits_2(tmp_path: Path) -> None:
     (tmp_path / "spec.json").write_text(json.dumps(SPEC))
     done = _run(tmp_path, "--input", "nowhere", "--model", "spec.json", "--output", "fit")

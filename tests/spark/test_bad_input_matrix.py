@@ -656,7 +656,7 @@ def _prepare(case: Case, spark: Any, tmp: Path) -> Context:
     elif case.existing_output:
         ctx.out.mkdir()
         (ctx.out / "model.json").write_text('{"kept": true}\n')
-        (ctx.out / "summary.json").write_text('{"rows": 6}\n')
+        (ctx.out / "summary.json").write_text('{"format": "mixle_spark.fit_summary", "rows": 6}\n')
     return ctx
 
 

@@ -85,9 +85,28 @@ def test_write_table_never_overwrites_what_is_not_a_delta_table(spark: Any, tmp_
     target = tmp_path / "plain"
     target.mkdir()
     (target / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match=r"plain exists and is not a Delta table; refusing"):
+    with pytest.raises(
+        FileExistsError,
+        match=r"^output \S+/plain exists and is not a Delta table \(it holds notes.txt\); choose another "
+        r"path or remove it yourself$",
+    ):
         write_table(_customers(spark), target, mode="overwrite")
     assert [p.name for p in target.iterdir()] == ["notes.txt"]
+
+
+def test_write_table_never_writes_through_a_link(spark: Any, tmp_path: Path) -> None:
+    """A link to a Delta table is not the table: overwriting through it would replace another table."""
+    from mixle_spark.errors import UnsafePathError
+
+    table = tmp_path / "customers"
+    write_table(_customers(spark), table)
+    link = tmp_path / "latest"
+    link.symlink_to(table)
+    for format in ("delta", "parquet"):
+        with pytest.raises(UnsafePathError, match=rf"^output {link} is a symbolic link \(to {table}\)"):
+            write_table(_customers(spark).limit(1), link, mode="overwrite", format=format)
+    assert _commits(table) == ["00000000000000000000.json"]
+    assert read_table(spark, str(table)).count() == 3
 
 
 def test_parquet_write_is_staged_and_renamed(spark: Any, tmp_path: Path) -> None:
@@ -96,6 +115,36 @@ def test_parquet_write_is_staged_and_renamed(spark: Any, tmp_path: Path) -> None
     write_table(_customers(spark).limit(1), target, mode="overwrite", format="parquet")
     assert read_table(spark, str(target)).count() == 1
     assert [p.name for p in tmp_path.iterdir()] == ["out.parquet"]  # no staging left behind
+    listed = json.loads((target / "_mixle_spark_files.json").read_text())["files"]
+    assert sorted([*listed, "_mixle_spark_files.json"]) == sorted(p.name for p in target.iterdir())
+
+
+@pytest.mark.parametrize("format", ["parquet", "csv", "json"])
+def test_a_files_overwrite_replaces_only_a_table(spark: Any, tmp_path: Path, format: str) -> None:
+    """Someone's folder, or a regular file, stays byte for byte; a directory Spark alone wrote (part
+    files, _SUCCESS, checksums) is a table and is replaced."""
+    folder = tmp_path / "thesis"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    a_file = tmp_path / "scores.parquet"
+    a_file.write_bytes(b"PAR1 mine")
+    for target, why in ((folder, "it holds notes.txt"), (a_file, "it is a file, not a directory")):
+        with pytest.raises(
+            FileExistsError,
+            match=rf"^output {target} exists and was not written by mixle_spark \({why}\); choose another "
+            "path or remove it yourself$",
+        ):
+            write_table(_customers(spark), target, mode="overwrite", format=format)
+    assert (folder / "notes.txt").read_text() == "mine" and [p.name for p in folder.iterdir()] == [
+        "notes.txt"
+    ]
+    assert a_file.read_bytes() == b"PAR1 mine"
+
+    by_spark = tmp_path / "by_spark"
+    writer = _customers(spark).drop("tags").coalesce(1).write.format(format)
+    writer.option("header", "true").save(str(by_spark))
+    write_table(_customers(spark).drop("tags").limit(1), by_spark, mode="overwrite", format=format)
+    assert read_table(spark, str(by_spark), format=format).count() == 1
 
 
 def test_read_csv_infers_types_from_a_header(spark: Any, tmp_path: Path) -> None:

@@ -279,12 +279,65 @@ def test_em_fit_keeps_an_existing_output(
     out = tmp_path / "o"
     out.mkdir()
     (out / "model.json").write_text("keep me")
-    code, err = _fit_in_process(capsys, "--input", str(SAMPLE), "--model", str(SPEC), "--output", str(out))
-    assert code == 2
-    assert _error_lines(err, "em_fit") == [
-        f"em_fit: error: output {out} exists; pass --overwrite to replace it"
-    ]
-    assert [p.name for p in out.iterdir()] == ["model.json"] and (out / "model.json").read_text() == "keep me"
+    for overwrite in ((), ("--overwrite",)):
+        code, err = _fit_in_process(
+            capsys, "--input", str(SAMPLE), "--model", str(SPEC), "--output", str(out), *overwrite
+        )
+        assert code == 2
+        assert _error_lines(err, "em_fit") == [
+            f"em_fit: error: output {out} exists and was not written by em_fit (it has no summary.json); "
+            "choose another --output or remove it yourself"
+        ]
+        assert [p.name for p in out.iterdir()] == ["model.json"]
+        assert (out / "model.json").read_text() == "keep me"
+
+
+def _score_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
+    capsys.readouterr()
+    code = _job("em_score").main(list(args))
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_em_score_overwrite_replaces_a_delta_table_and_nothing_else(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--mode overwrite on Spark: a Delta table is replaced; a folder of someone's files, ``dir/..``
+    reaching it, a link to a Delta table (another table) and a ``..`` after a link are refused in one
+    line each, and every file stays as it was."""
+    from mixle_spark.spec import save_model
+    from mixle_spark.stats import GaussianDistribution, RecordDistribution
+    from tests._paths import snapshot, users_folder
+
+    model = save_model(RecordDistribution({"amount": GaussianDistribution(50.0, 400.0)}), tmp_path / "m.json")
+    score = ("--input", str(SAMPLE), "--model", str(model), "--mode", "overwrite", "--output")
+    scores = tmp_path / "scores"
+    write_table(read_table(spark, str(SAMPLE)).limit(3), scores)
+    code, lines = _score_in_process(capsys, *score, str(scores))
+    assert code == 0, lines
+    assert read_table(spark, str(scores)).count() == 5000
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".scores")] == []
+
+    thesis = users_folder(tmp_path / "thesis")
+    link = tmp_path / "latest"
+    link.symlink_to(scores)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "link").symlink_to(thesis / "sub")
+    escape = tmp_path / "work" / "link" / ".." / "scores"
+    advice = "choose another --output or remove it yourself"
+    refused = {
+        thesis: f"exists and is not a Delta table (it holds notes.txt and sub/); {advice}",
+        thesis / "sub" / "..": f"exists and is not a Delta table (it holds notes.txt and sub/); {advice}",
+        link: f"is a symbolic link (to {scores}); mixle_spark never writes or deletes through a link: "
+        "name the real path",
+        escape: f"leads to {thesis / 'scores'}, not to {tmp_path / 'work' / 'scores'}: a '..' after a "
+        "symbolic link leaves the named path; name the real path",
+    }
+    before = snapshot(tmp_path)
+    for out, why in refused.items():
+        code, lines = _score_in_process(capsys, *score, str(out))
+        assert code == 2
+        assert lines == [f"em_score: error: output {out} {why}"]
+        assert snapshot(tmp_path) == before, out
 
 
 def test_em_score_model_mismatch_exits_2(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mixle_spark.cli import _common as _cli
+from mixle_spark.cli._common import FIT_OUTPUT as FIT
 from mixle_spark.errors import (
     DataTypeError,
     EmptyDataError,
@@ -16,6 +17,7 @@ from mixle_spark.errors import (
     SchemaError,
     SpecError,
 )
+from tests._paths import dead_pid
 
 
 @pytest.mark.parametrize(
@@ -80,31 +82,54 @@ def test_the_jvm_log_is_kept_only_when_a_failure_names_it(
     assert not log.exists()
 
 
+def _fit_output(directory: Path, model: str) -> None:
+    """What the fit job writes: model.json and a summary.json of its format."""
+    (directory / "model.json").write_text(model)
+    (directory / "summary.json").write_text('{"format": "mixle_spark.fit_summary"}')
+
+
 def test_atomic_directory_commits_only_on_success(tmp_path: Path) -> None:
     target = tmp_path / "out"
-    with pytest.raises(RuntimeError, match="half-way"), _cli.atomic_directory(target) as staging:
+    with pytest.raises(RuntimeError, match="half-way"), _cli.atomic_directory(target, False, FIT) as staging:
         (staging / "model.json").write_text("{}")
         raise RuntimeError("half-way")
     assert list(tmp_path.iterdir()) == []  # no target, no staging directory
 
-    with _cli.atomic_directory(target) as staging:
-        (staging / "model.json").write_text("new")
+    with _cli.atomic_directory(target, False, FIT) as staging:
+        _fit_output(staging, "new")
     assert (target / "model.json").read_text() == "new"
 
     with pytest.raises(FileExistsError, match=r"output .*out exists; pass --overwrite to replace it"):
-        with _cli.atomic_directory(target):
+        with _cli.atomic_directory(target, False, FIT):
             pass
-    with _cli.atomic_directory(target, overwrite=True) as staging:
-        (staging / "summary.json").write_text("newer")
-    assert sorted(p.name for p in target.iterdir()) == ["summary.json"]
+    with _cli.atomic_directory(target, True, FIT) as staging:
+        _fit_output(staging, "newer")
+        (staging / "trace.jsonl").write_text("")
+    assert sorted(p.name for p in target.iterdir()) == ["model.json", "summary.json", "trace.jsonl"]
+    assert (target / "model.json").read_text() == "newer"
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
+def test_an_output_that_appears_during_the_run_is_not_replaced(tmp_path: Path) -> None:
+    """Checked again just before the swap: a folder someone made meanwhile stays, whole."""
+    target = tmp_path / "out"
+    with pytest.raises(FileExistsError, match=r"out exists and was not written by em_fit \(it holds mine\)"):
+        with _cli.atomic_directory(target, True, FIT) as staging:
+            _fit_output(staging, "new")
+            target.mkdir()
+            (target / "mine").write_text("mine")
+    assert [p.name for p in target.iterdir()] == ["mine"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging directory left
+
+
 def test_an_empty_output_directory_is_free(tmp_path: Path) -> None:
-    _cli.check_output_free(tmp_path, overwrite=False)
-    (tmp_path / "f").write_text("x")
+    _cli.check_output_free(tmp_path, False, FIT)
+    _fit_output(tmp_path, "{}")
     with pytest.raises(FileExistsError, match="pass --overwrite"):
-        _cli.check_output_free(tmp_path, overwrite=False)
+        _cli.check_output_free(tmp_path, False, FIT)
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(FileExistsError, match=r"was not written by em_fit \(it holds f\); choose another"):
+        _cli.check_output_free(tmp_path, True, FIT)
 
 
 def test_argument_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -114,15 +139,6 @@ def test_argument_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> Non
         parser.parse_args(["--n", "x"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == "prog: error: argument --n: invalid int value: 'x' (see --help)\n"
-
-
-def _dead_pid() -> int:
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
 
 
 def _leftover(target: Path, kind: str, pid: int) -> Path:
@@ -138,11 +154,11 @@ def _leftover(target: Path, kind: str, pid: int) -> Path:
 
 def test_a_killed_runs_staging_directory_is_removed_by_the_next_run(tmp_path: Path) -> None:
     target = tmp_path / "out"
-    dead = _leftover(target, "tmp", _dead_pid())
+    dead = _leftover(target, "tmp", dead_pid())
     live = _leftover(target, "tmp", os.getpid())  # a run still going (this process): left alone
     other = tmp_path / ".other.tmp-host-1-0123456789abcdef0123456789abcdef"  # another output's
     other.mkdir()
-    with _cli.atomic_directory(target) as staging:
+    with _cli.atomic_directory(target, False, FIT) as staging:
         (staging / "model.json").write_text("new")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out", live.name, other.name])
     assert not dead.exists()
@@ -151,8 +167,8 @@ def test_a_killed_runs_staging_directory_is_removed_by_the_next_run(tmp_path: Pa
 def test_an_old_output_a_killed_run_moved_aside_is_put_back(tmp_path: Path) -> None:
     """Killed between moving the old output aside and moving the new one in: nothing is lost."""
     target = tmp_path / "out"
-    _leftover(target, "old", _dead_pid())
-    _leftover(target, "tmp", _dead_pid())
+    _leftover(target, "old", dead_pid())
+    _leftover(target, "tmp", dead_pid())
     assert len(_cli.sweep_stale(target)) == 2
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
     assert (target / "model.json").read_text() == "old"
@@ -167,7 +183,7 @@ def test_every_output_file_gets_the_mode_umask_allows(tmp_path: Path) -> None:
     previous = os.umask(0o022)
     try:
         assert file_mode() == 0o644
-        with _cli.atomic_directory(tmp_path / "out") as staging:
+        with _cli.atomic_directory(tmp_path / "out", False, FIT) as staging:
             save_model(GaussianDistribution(0.0, 1.0), staging / "model.json")
             EMTrace().to_jsonl(staging / "trace.jsonl")
             (staging / "summary.json").write_text("{}")

@@ -96,16 +96,18 @@ def test_em_fit_local_recovers_the_sample_and_writes_a_summary(tmp_path: Path) -
 
 
 def test_em_fit_refuses_an_existing_output_and_overwrites_on_request(tmp_path: Path) -> None:
+    """Its own earlier output: kept without --overwrite, replaced with it. (Someone else's folder is
+    never replaced: tests/unit/test_output_ownership.py.)"""
     out = tmp_path / "fit"
-    out.mkdir()
-    (out / "keep.txt").write_text("keep me")
     args = ("--input", str(SAMPLE), "--model", str(SPEC), "--output", str(out), *FAST, "--quiet")
+    assert _run(*args, "--max-its", "2").returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
     proc = _run(*args)
     assert proc.returncode == 2
     assert _error_lines(proc.stderr) == [
         f"em_fit: error: output {out} exists; pass --overwrite to replace it"
     ]
-    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
     proc = _run(*args, "--overwrite", "--max-its", "3", "--delta", "0")
     assert proc.returncode == 0, proc.stderr
