@@ -30,6 +30,16 @@ def _fit(capsys: pytest.CaptureFixture[str], *args: str, backend: str = "local")
     return code, capsys.readouterr().err.strip().splitlines()
 
 
+def _refused(capsys: pytest.CaptureFixture[str], root: Path, *args: str, backend: str = "local") -> str:
+    """Run the fit job expecting a refusal: exit code 2, one line on stderr (returned), and every file
+    under ``root`` as it was."""
+    before = snapshot(root)
+    code, lines = _fit(capsys, *args, backend=backend)
+    assert code == 2 and len(lines) == 1, lines
+    assert snapshot(root) == before
+    return lines[0]
+
+
 def previous_fit(path: Path) -> Path:
     """An output directory as em_fit writes it (the layout and summary.json's format)."""
     path.mkdir(parents=True)
@@ -46,14 +56,11 @@ def test_overwrite_refuses_a_folder_of_other_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = users_folder(tmp_path / "thesis")
-    before = snapshot(tmp_path)
-    code, lines = _fit(capsys, "--output", str(out), "--overwrite")
-    assert code == 2
-    assert lines == [
+    line = _refused(capsys, tmp_path, "--output", str(out), "--overwrite")
+    assert line == (
         f"em_fit: error: output {out} exists and was not written by em_fit (it holds notes.txt and sub/); "
         f"{ADVICE}"
-    ]
-    assert snapshot(tmp_path) == before
+    )
 
 
 def test_overwrite_refuses_a_fit_output_someone_added_a_file_to(
@@ -61,13 +68,10 @@ def test_overwrite_refuses_a_fit_output_someone_added_a_file_to(
 ) -> None:
     out = previous_fit(tmp_path / "fit")
     (out / "notes.txt").write_text("what I learnt from this fit\n")
-    before = snapshot(tmp_path)
-    code, lines = _fit(capsys, "--output", str(out), "--overwrite")
-    assert code == 2
-    assert lines == [
+    line = _refused(capsys, tmp_path, "--output", str(out), "--overwrite")
+    assert line == (
         f"em_fit: error: output {out} exists and was not written by em_fit (it holds notes.txt); {ADVICE}"
-    ]
-    assert snapshot(tmp_path) == before
+    )
 
 
 def test_overwrite_refuses_a_model_and_summary_of_another_program(
@@ -77,27 +81,21 @@ def test_overwrite_refuses_a_model_and_summary_of_another_program(
     out.mkdir()
     (out / "model.json").write_text("{}\n")
     (out / "summary.json").write_text('{"accuracy": 0.93}\n')
-    before = snapshot(tmp_path)
-    code, lines = _fit(capsys, "--output", str(out), "--overwrite")
-    assert code == 2
-    assert lines == [
+    line = _refused(capsys, tmp_path, "--output", str(out), "--overwrite")
+    assert line == (
         f"em_fit: error: output {out} exists and was not written by em_fit (its summary.json is not an "
         f"em_fit summary); {ADVICE}"
-    ]
-    assert snapshot(tmp_path) == before
+    )
 
 
 def test_overwrite_refuses_a_regular_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "thesis.tex"
     out.write_text("\\documentclass{book}\n")
-    before = snapshot(tmp_path)
-    code, lines = _fit(capsys, "--output", str(out), "--overwrite")
-    assert code == 2
-    assert lines == [
+    line = _refused(capsys, tmp_path, "--output", str(out), "--overwrite")
+    assert line == (
         f"em_fit: error: output {out} exists and was not written by em_fit (it is a file, not a "
         f"directory); {ADVICE}"
-    ]
-    assert snapshot(tmp_path) == before
+    )
 
 
 def test_a_symlink_as_the_output_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -131,14 +129,11 @@ def test_dot_dot_reaching_the_parent_is_refused(tmp_path: Path, capsys: pytest.C
     home = users_folder(tmp_path / "home")
     previous_fit(home / "fit")
     out = home / "fit" / ".."
-    before = snapshot(tmp_path)
-    code, lines = _fit(capsys, "--output", str(out), "--overwrite")
-    assert code == 2
-    assert lines == [
+    line = _refused(capsys, tmp_path, "--output", str(out), "--overwrite")
+    assert line == (
         f"em_fit: error: output {out} exists and was not written by em_fit (it holds fit/, notes.txt "
         f"and sub/); {ADVICE}"
-    ]
-    assert snapshot(tmp_path) == before
+    )
 
 
 def test_dot_dot_after_a_symlink_leading_elsewhere_is_refused(
@@ -149,14 +144,11 @@ def test_dot_dot_after_a_symlink_leading_elsewhere_is_refused(
     work.mkdir()
     (work / "link").symlink_to(thesis / "sub")
     out = work / "link" / ".." / "fit"  # reads as work/fit; the system goes to thesis/fit
-    before = snapshot(tmp_path)
-    code, lines = _fit(capsys, "--output", str(out), "--overwrite")
-    assert code == 2
-    assert lines == [
+    line = _refused(capsys, tmp_path, "--output", str(out), "--overwrite")
+    assert line == (
         f"em_fit: error: output {out} leads to {thesis / 'fit'}, not to {work / 'fit'}: a '..' after a "
         "symbolic link leaves the named path; name the real path"
-    ]
-    assert snapshot(tmp_path) == before
+    )
 
 
 def test_without_overwrite_a_folder_of_other_files_is_named_as_such(
@@ -164,14 +156,11 @@ def test_without_overwrite_a_folder_of_other_files_is_named_as_such(
 ) -> None:
     """Not "pass --overwrite": passing it would not replace someone's folder either."""
     out = users_folder(tmp_path / "thesis")
-    before = snapshot(tmp_path)
-    code, lines = _fit(capsys, "--output", str(out))
-    assert code == 2
-    assert lines == [
+    line = _refused(capsys, tmp_path, "--output", str(out))
+    assert line == (
         f"em_fit: error: output {out} exists and was not written by em_fit (it holds notes.txt and sub/); "
         f"{ADVICE}"
-    ]
-    assert snapshot(tmp_path) == before
+    )
 
 
 @pytest.mark.parametrize("backend", ["local", "spark", "dask", "ray"])  # mpi: tests/mpi
@@ -179,14 +168,11 @@ def test_every_backend_refuses_before_it_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], backend: str
 ) -> None:
     out = users_folder(tmp_path / "thesis")
-    before = snapshot(tmp_path)
-    code, lines = _fit(capsys, "--output", str(out), "--overwrite", backend=backend)
-    assert code == 2
-    assert lines == [
+    line = _refused(capsys, tmp_path, "--output", str(out), "--overwrite", backend=backend)
+    assert line == (
         f"em_fit: error: output {out} exists and was not written by em_fit (it holds notes.txt and sub/); "
         f"{ADVICE}"
-    ]
-    assert snapshot(tmp_path) == before
+    )
 
 
 def test_a_previous_fit_is_replaced_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -244,14 +230,11 @@ def test_a_checkpoint_directory_reached_through_a_symlink_and_dot_dot_is_refused
     work.mkdir()
     (work / "link").symlink_to(thesis / "sub")
     ckpt = work / "link" / ".."
-    before = snapshot(tmp_path)
-    code, lines = _fit(capsys, "--output", str(tmp_path / "fit"), "--checkpoint-dir", str(ckpt))
-    assert code == 2
-    assert lines == [
+    line = _refused(capsys, tmp_path, "--output", str(tmp_path / "fit"), "--checkpoint-dir", str(ckpt))
+    assert line == (
         f"em_fit: error: checkpoint directory {ckpt} leads to {thesis}, not to {work}: a '..' after a "
         "symbolic link leaves the named path; name the real path"
-    ]
-    assert snapshot(tmp_path) == before
+    )
 
 
 def test_checkpoints_touch_only_their_own_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -279,28 +262,22 @@ def test_trace_refuses_to_replace_a_file_that_is_not_a_trace(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     notes = users_folder(tmp_path / "thesis") / "notes.txt"
-    before = snapshot(tmp_path)
-    code, lines = _fit(capsys, "--output", str(tmp_path / "fit"), "--trace", str(notes))
-    assert code == 2
-    assert lines == [
+    line = _refused(capsys, tmp_path, "--output", str(tmp_path / "fit"), "--trace", str(notes))
+    assert line == (
         f"em_fit: error: trace file {notes} exists and was not written by mixle_spark (its first line is "
         "not an EM trace header); choose another --trace or remove it yourself"
-    ]
-    assert snapshot(tmp_path) == before
+    )
 
 
 def test_trace_refuses_a_symlink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     thesis = users_folder(tmp_path / "thesis")
     link = tmp_path / "trace.jsonl"
     link.symlink_to(thesis / "notes.txt")
-    before = snapshot(tmp_path)
-    code, lines = _fit(capsys, "--output", str(tmp_path / "fit"), "--trace", str(link))
-    assert code == 2
-    assert lines == [
+    line = _refused(capsys, tmp_path, "--output", str(tmp_path / "fit"), "--trace", str(link))
+    assert line == (
         f"em_fit: error: trace file {link} is a symbolic link (to {thesis / 'notes.txt'}); mixle_spark "
         "never writes or deletes through a link: name the real path"
-    ]
-    assert snapshot(tmp_path) == before
+    )
 
 
 def test_trace_refuses_a_directory_reached_through_a_symlink_and_dot_dot(
@@ -312,14 +289,11 @@ def test_trace_refuses_a_directory_reached_through_a_symlink_and_dot_dot(
     work.mkdir()
     (work / "link").symlink_to(thesis / "sub")
     trace = work / "link" / ".." / "trace.jsonl"
-    before = snapshot(tmp_path)
-    code, lines = _fit(capsys, "--output", str(tmp_path / "fit"), "--trace", str(trace))
-    assert code == 2
-    assert lines == [
+    line = _refused(capsys, tmp_path, "--output", str(tmp_path / "fit"), "--trace", str(trace))
+    assert line == (
         f"em_fit: error: trace file {trace} leads to {thesis / 'trace.jsonl'}, not to "
         f"{work / 'trace.jsonl'}: a '..' after a symbolic link leaves the named path; name the real path"
-    ]
-    assert snapshot(tmp_path) == before
+    )
 
 
 def test_a_previous_trace_is_replaced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
