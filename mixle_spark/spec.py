@@ -43,6 +43,7 @@ __all__ = [
     "MAX_MODEL_BYTES",
     "MAX_NESTING",
     "MAX_SPEC_BYTES",
+    "MAX_SPEC_NODES",
     "MODEL_FORMAT",
     "MODEL_FORMAT_VERSION",
     "ModelSpec",
@@ -63,6 +64,9 @@ FIT_OPTIONS = ("max_its", "delta", "init", "init_steps", "init_p", "seed", "tria
 MAX_COMPONENTS = 100_000
 """Most components (or hidden states) a spec's ``k`` may ask for; more is refused before anything is
 built (the memory a fit needs for its components is checked against the data when it starts)."""
+MAX_SPEC_NODES = 1_000_000
+"""Most components a spec may expand to, nested ones counted in every copy (k=1000 of k=1000 is
+10^6); more is refused before any is built."""
 MAX_NESTING = 100
 """Deepest nesting of JSON objects and arrays in a spec or a saved model (real ones are rarely 20
 deep); deeper is refused before it is built, rather than running out of Python's recursion limit."""
@@ -140,7 +144,31 @@ def _expand_shorthand(spec: Any) -> Any:
 def estimator_from_spec(spec: Mapping[str, Any] | str) -> Estimator:
     """Build an estimator from a spec dict or family name (see module docstring)."""
     _check_nesting(spec, "the spec", TooLargeError)
-    return estimator_from_dict(_expand_shorthand(spec))
+    expanded = _expand_shorthand(spec)
+    nodes = _spec_nodes(expanded, {})
+    if nodes > MAX_SPEC_NODES:  # shorthands inside shorthands multiply: k=1000 of k=1000 is 10^6
+        raise TooLargeError(
+            f"the spec expands to {nodes:,} components (its k shorthands multiply); the limit is "
+            f"{MAX_SPEC_NODES:,}"
+        )
+    return estimator_from_dict(expanded)
+
+
+def _spec_nodes(spec: Any, seen: dict[int, int]) -> int:
+    """Entries of lists (components, states: what a shorthand copies) in an expanded spec, every copy
+    counted with what it holds; the copies share one object, measured once (``seen``), so this is
+    fast whatever k is."""
+    known = seen.get(id(spec))
+    if known is not None:
+        return known
+    if isinstance(spec, Mapping):
+        count = sum(_spec_nodes(v, seen) for v in spec.values())
+    elif isinstance(spec, list | tuple):
+        count = sum(1 + _spec_nodes(v, seen) for v in spec)
+    else:
+        count = 0
+    seen[id(spec)] = count
+    return count
 
 
 @dataclass

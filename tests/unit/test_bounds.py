@@ -72,6 +72,14 @@ def test_a_huge_k_is_refused_before_anything_is_built() -> None:
         estimator_from_spec({"type": "mixture", "k": 10**9, "component": "gaussian"})
     with pytest.raises(TooLargeError, match=r"^hidden_markov spec: k = 100,001 is more than the 100,000"):
         estimator_from_spec({"type": "hidden_markov", "k": MAX_COMPONENTS + 1, "emission": "categorical"})
+    # shorthands inside shorthands multiply: each k is allowed, their product is not
+    nested = {
+        "type": "mixture",
+        "k": 2000,
+        "component": {"type": "mixture", "k": 2000, "component": "gaussian"},
+    }
+    with pytest.raises(TooLargeError, match=r"^the spec expands to 4,002,000 components \(its k shorthands "):
+        estimator_from_spec(nested)
     assert time.perf_counter() - started < 1.0
 
 
