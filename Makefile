@@ -26,7 +26,7 @@ demo: $(STAMP) ## Fit conf/models/sample.json to the bundled sample with Spark; 
 	$(PY) jobs/em_fit.py
 
 test: $(STAMP) ## Run the whole test suite (unit, spark, slow, then the MPI tests under mpiexec)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 	$(MAKE) --no-print-directory test-mpi
 
 test-mpi: $(STAMP) ## Run the MPI backend's SPMD tests under mpiexec with 2 and 3 ranks

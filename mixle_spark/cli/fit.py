@@ -267,6 +267,7 @@ def fit_model(
     if ks is None and trials == 1 and extra_options.get("checkpoint_dir") and not coord.handle_options():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConvergenceWarning)
+            warnings.simplefilter("always", ModelSizeWarning)
             with _command_line_advice():
                 done = _finished_fit(data, spec, options, extra_options, out)
         if done is not None:  # the checkpoint holds this fit's result: no pass over the data
@@ -285,6 +286,7 @@ def fit_model(
         out = _FirstLine(out, first) if out is not None else None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConvergenceWarning)
+            warnings.simplefilter("always", ModelSizeWarning)
             warnings.simplefilter("always", SeedingFallbackWarning)
             if ks is not None:
                 found = select_k(
