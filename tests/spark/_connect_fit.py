@@ -1,6 +1,6 @@
-"""Fit and score through a real Spark Connect session (a local Connect server), print the results
-as JSON. Run by tests/spark/test_spark_connect.py in a subprocess: a process holds either a classic
-session (the shared test fixture) or a Connect one."""
+"""Fit (optimize, best_of, select_k) and score through a real Spark Connect session (a local Connect
+server), print the results as JSON. Run by tests/spark/test_spark_connect.py in a subprocess: a process
+holds either a classic session (the shared test fixture) or a Connect one."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import sys
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-from mixle_spark.estimation import optimize
+from mixle_spark.estimation import best_of, optimize
+from mixle_spark.model_selection import select_k
 from mixle_spark.parallel import encoded_data
 from mixle_spark.scoring import score
 from mixle_spark.spec import model_to_dict
@@ -37,7 +39,29 @@ def main() -> None:
     facts["columns"] = scored.columns
     facts["rows"] = scored.count()
     facts["ll_sum"] = scored.agg({"log_likelihood": "sum"}).collect()[0][0]
-    print("RESULT " + json.dumps({"facts": facts, "model": model_to_dict(model)}))
+    # As a Databricks user meets it: default options (the job path lays the data out for the session),
+    # several fits advancing in shared passes over one handle. Five partitions holding the rows in their
+    # original order (repartition(5) would deal them out in an order the local fit cannot reproduce, and
+    # the starting models are keyed by row position).
+    ordered = (
+        df.withColumn("i", F.monotonically_increasing_id())
+        .repartitionByRange(5, "i")
+        .sortWithinPartitions("i")
+        .select("x")
+    )
+    with encoded_data(ordered, est) as handle:
+        facts["default_partitions"] = handle.num_partitions
+        ll, best = best_of(handle, est, trials=3, max_its=4, delta=None, seed=7)
+        chosen = select_k(handle, est, ks=[1, 2, 3], max_its=4, delta=None, seed=11)
+    facts["best_of_ll"] = ll
+    result = {
+        "facts": facts,
+        "model": model_to_dict(model),
+        "best_of": model_to_dict(best),
+        "select_k": {str(k): model_to_dict(m) for k, m in chosen.models.items()},
+        "best_k": chosen.best_k,
+    }
+    print("RESULT " + json.dumps(result))
     spark.stop()
 
 

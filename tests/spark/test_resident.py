@@ -122,8 +122,8 @@ def test_default_layout_is_one_partition_per_task_slot(spark: Any, frame: Any) -
         assert handle.auto_layout and handle.num_partitions == 2  # local[2]: two slots, not 7 partitions
         fit = optimize(handle, EST, max_its=4, delta=None, seed=3, init="random")
         assert handle.resident_steps == 6 and handle.resident_starts == 1
-    with SparkEncodedData(many, estimator=EST, resident=False) as handle:  # kept as it came
-        assert not handle.auto_layout and handle.num_partitions == 7
+    with SparkEncodedData(many, estimator=EST, resident=False) as handle:  # the job path: coalesced
+        assert not handle.auto_layout and handle.num_partitions == 2  # to the slots, never shuffled
     local = optimize(x, EST, max_its=4, delta=None, seed=3, init="random")
     np.testing.assert_allclose(_params(fit), _params(local), rtol=1e-10)
     first = fit.fit_result.trace[0].events

@@ -4,6 +4,7 @@ merge paths; initialization, bad input, weights, scoring."""
 from __future__ import annotations
 
 import math
+import pickletools
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from mixle_spark.parallel import (
     encoded_data,
     plan,
 )
+from mixle_spark.parallel.backends._spark_chunks import CHUNK_ROWS, chunk_reader
 from mixle_spark.stats import (
     CategoricalEstimator,
     GaussianDistribution,
@@ -176,6 +178,25 @@ def test_categorical_labels_learned_in_one_pass(spark: Any) -> None:
     assert model.fields["c"].pmap == pytest.approx({"a": 0.5, "b": 1 / 3, "c": 1 / 6})
 
 
+def _arrays(value: Any) -> list[np.ndarray]:
+    """Every numpy array an encoded chunk holds (containers opened, objects' attributes read)."""
+    out, pending = [], [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending += list(item.values())
+        elif isinstance(item, list | tuple):
+            pending += list(item)
+        elif isinstance(item, np.ndarray):
+            out.append(item)
+        elif hasattr(item, "__dict__") or hasattr(item, "__slots__"):
+            slots = getattr(type(item), "__slots__", ())
+            pending += [getattr(item, n) for n in slots if hasattr(item, n)] + list(
+                getattr(item, "__dict__", {}).values()
+            )
+    return out
+
+
 def test_the_cache_holds_label_codes_not_strings(spark: Any) -> None:
     rows = [
         {"c": c, "tags": tags, "x": float(i)}
@@ -197,10 +218,19 @@ def test_the_cache_holds_label_codes_not_strings(spark: Any) -> None:
         * 2
     )
     with encoded_data(spark.createDataFrame(table), est, num_chunks=3) as handle:
+        # the cache holds the encoder's output, one binary cell per chunk: codes and numbers, no labels
         types = {f.name: f.dataType.simpleString() for f in handle.frame.schema.fields}
-        assert types["c"] == "struct<__mixle_codes:int>"
-        assert types["tags"] == "array<struct<__mixle_codes:int>>"
-        assert types["x"] == "double"
+        assert types == {"first": "bigint", "rows": "int", "chunk": "binary"}
+        blobs = [row["chunk"] for row in handle.frame.collect()]
+        stored = {
+            arg for blob in blobs for _op, arg, _pos in pickletools.genops(blob) if isinstance(arg, str)
+        }
+        assert not stored & {"a", "b", "c", "u", "v", "w"}  # the vocabularies are referenced, not stored
+        read = chunk_reader(handle.encoder)
+        cells = list(read(handle.frame.toArrow().to_batches()))
+        assert sum(len(ids) for _enc, _w, ids in cells) == 120
+        arrays = [a for enc, _w, _ids in cells for a in _arrays(enc)]
+        assert arrays and all(a.dtype.kind in "iufb" for a in arrays)  # codes and numbers, no objects
         start = initialize(handle, est, seed=3)
         local = LocalEncodedData(table, estimator=est)
         assert local.pysp_em_step(est, start)[1] == pytest.approx(
@@ -318,8 +348,8 @@ def test_weighted_initialization_and_step_equal_local(spark: Any, init: str) -> 
 def test_a_mixture_too_big_for_a_workers_memory_is_refused_before_its_first_pass(
     spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A fold is one Arrow batch (the session's maxRecordsPerBatch rows, at most a partition); under a
-    local master a worker has this machine's memory."""
+    """A fold is one chunk of the encoded data (at most CHUNK_ROWS rows of a partition); under a local
+    master a worker has this machine's memory."""
     from mixle_spark.errors import TooLargeError
     from mixle_spark.parallel.backends import spark as spark_backend
     from mixle_spark.parallel.backends._handle import machine_memory
@@ -327,10 +357,9 @@ def test_a_mixture_too_big_for_a_workers_memory_is_refused_before_its_first_pass
     rows = np.random.default_rng(3).normal(size=(5000, 1))
     df = spark.createDataFrame(rows.tolist(), "x double").repartition(2)
     estimator = MixtureEstimator([RecordEstimator({"x": GaussianEstimator()})] * 300)
-    batch = int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"))
     with encoded_data(df, estimator, resident=False) as handle:
         largest = int(max(np.diff(np.append(handle.offsets, handle.n))))  # rows of the largest partition
-        assert handle.fold_rows() == min(batch, largest) <= 5000
+        assert handle.fold_rows() == min(CHUNK_ROWS, largest) <= 5000  # a chunk: a partition at most
         assert handle.worker_memory() == machine_memory() > 2**30
         need = 64 * 300 * handle.fold_rows()
         monkeypatch.setattr(spark_backend, "machine_memory", lambda: need - 1)  # a worker 1 byte short

@@ -1,4 +1,5 @@
-"""The spark backend under a real Spark Connect session: no RDDs or broadcasts, DataFrame merges."""
+"""The spark backend under a real Spark Connect session (no RDDs or broadcasts, DataFrame merges):
+optimize, best_of, select_k and score, each equal to the local backend's result."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from mixle_spark.estimation import optimize
+from mixle_spark.estimation import best_of, optimize
+from mixle_spark.model_selection import select_k
 from mixle_spark.spec import model_from_dict
 from mixle_spark.stats import GaussianDistribution, GaussianEstimator, MixtureDistribution, MixtureEstimator
 
@@ -47,3 +50,21 @@ def test_fit_and_score_under_spark_connect() -> None:
         assert a.mu == pytest.approx(b.mu, rel=1e-10)
         assert a.sigma2 == pytest.approx(b.sigma2, rel=1e-10)
     assert facts["ll_sum"] == pytest.approx(float(got.seq_log_density(x).sum()), rel=1e-10)
+    # default options: the job path coalesces 5 input partitions to the session's 2 task slots
+    assert facts["default_partitions"] == 2
+    est = MixtureEstimator([GaussianEstimator()] * 2)
+    ll, want_best = best_of(list(x), est, trials=3, max_its=4, delta=None, seed=7)
+    assert facts["best_of_ll"] == pytest.approx(ll, rel=1e-10)
+    _same_mixture(model_from_dict(result["best_of"]), want_best)
+    chosen = select_k(list(x), est, ks=[1, 2, 3], max_its=4, delta=None, seed=11)
+    assert result["best_k"] == chosen.best_k == 2
+    assert sorted(result["select_k"]) == ["1", "2", "3"]
+    for k, dumped in result["select_k"].items():
+        _same_mixture(model_from_dict(dumped), chosen.models[int(k)])
+
+
+def _same_mixture(got: Any, want: Any) -> None:
+    np.testing.assert_allclose(got.w, want.w, rtol=1e-10)
+    for a, b in zip(got.components, want.components, strict=True):
+        assert a.mu == pytest.approx(b.mu, rel=1e-10)
+        assert a.sigma2 == pytest.approx(b.sigma2, rel=1e-10)

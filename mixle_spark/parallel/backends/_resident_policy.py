@@ -32,7 +32,7 @@ logger = logging.getLogger("mixle_spark.parallel.backends.spark")
 
 class ResidentPolicy:
     """Resident E-steps for a handle that provides ``frame`` (the persisted encoded DataFrame),
-    ``num_partitions``, ``auto_layout``, ``_storage_level`` and ``_resident_encoder()``."""
+    ``num_partitions``, ``auto_layout``, ``_storage_level`` and ``_resident_decoder()``."""
 
     frame: Any
     num_partitions: int
@@ -53,8 +53,8 @@ class ResidentPolicy:
         self._events: list[str] = []
         self._fitting = 0
 
-    def _resident_encoder(self) -> Callable[[Any], Any]:
-        """``encode(batch) -> (encoded, weights, row ids)``, run once per batch in a resident task."""
+    def _resident_decoder(self) -> Callable[[Any], Any]:
+        """``decode(batches) -> chunks (encoded, weights, row ids)``, run once in a resident task."""
         raise NotImplementedError
 
     def begin_fit(self) -> None:
@@ -168,8 +168,9 @@ class ResidentPolicy:
             raise ResidentUnavailable(
                 f"{self.num_partitions} partitions but {slots} task slots{hint}", retry=self.auto_layout
             )
-        encode = self._resident_encoder()
-        session = ResidentSession(self.frame, self.num_partitions, encode, accumulate_chunks)
+        session = ResidentSession(
+            self.frame, self.num_partitions, self._resident_decoder(), accumulate_chunks
+        )
         session.start()
         self._resident = session
         _RESIDENT_HANDLES.add(self)
@@ -181,7 +182,7 @@ class ResidentPolicy:
     def _relayout(self, parts: int) -> None:
         """Repartition the cached encoded data into ``parts`` partitions (row ids travel with the rows)."""
         before = self.num_partitions
-        new = self.frame.repartition(parts).persist(self._storage_level)
+        new = self.frame.repartition(parts).sortWithinPartitions("first").persist(self._storage_level)
         try:
             new.count()
         except Exception as err:  # a lost executor while copying: the old layout stays

@@ -3,10 +3,10 @@
 A per-iteration Spark job re-reads every partition through Arrow and pays Spark's task start-up
 each time. For the many iterations of one fit this module runs ONE barrier job instead: each task
 connects back to a small TCP server on the driver, authenticates (:mod:`._resident_wire`: nothing is
-deserialized before the peer proves it holds the fit's secret), reads and encodes its partition once,
-keeps the encoded batches (and any cached features) in its Python worker, and then answers E-step
-requests (the model in, one payload out) until the driver says stop. The driver merges the payloads in
-partition order, so the result is the same as the per-iteration path up to rounding.
+deserialized before the peer proves it holds the fit's secret), reads and decodes its partition of the
+persisted encoded data once, keeps the chunks (and any cached features) in its Python worker, and then
+answers E-step requests (the model in, one payload out) until the driver says stop. The driver merges
+the payloads in partition order, so the result is the same as the per-iteration path up to rounding.
 
 What it holds while a fit runs: one task slot per partition (the barrier stage needs all of them at
 once) and, in every such Python worker, the decoded partition (and the features the E-step caches)
@@ -84,10 +84,10 @@ def _rss_bytes() -> int:
 def resident_task(
     address: tuple[str, int],
     secret: bytes,
-    encode: Callable[[pa.RecordBatch], Any],
+    decode: Callable[[Iterable[pa.RecordBatch]], Iterable[Any]],
     compute: Callable[..., Any],
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The barrier task: authenticate to the driver, encode the partition once, serve E-step requests."""
+    """The barrier task: authenticate to the driver, decode the partition once, serve E-step requests."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import BarrierTaskContext
@@ -100,7 +100,7 @@ def resident_task(
             sock.settimeout(None)  # the driver paces the requests; it cancels the job when it is done
             started = time.perf_counter()
             try:
-                chunks = [encode(b) for b in batches if b.num_rows]
+                chunks = list(decode(batches))
             except Exception as err:  # reported to the driver, which runs ordinary jobs instead
                 channel.send(("error", f"{type(err).__name__}: {err}"))
                 chunks = None
@@ -139,8 +139,8 @@ class ResidentSession:
         The persisted encoded DataFrame; one barrier task per partition.
     num_partitions : int
         Partitions of ``frame`` (each must get a task slot at once).
-    encode, compute : callables
-        ``encode(batch) -> chunk`` runs once per batch in the task; ``compute(chunks, request,
+    decode, compute : callables
+        ``decode(batches) -> chunks`` runs once in the task (over its partition); ``compute(chunks, request,
         partition id) -> payload`` runs per E-step request.
     launch_timeout : float, optional
         Seconds for every task to start and authenticate (default :data:`LAUNCH_TIMEOUT`); then the
@@ -151,14 +151,14 @@ class ResidentSession:
         self,
         frame: Any,
         num_partitions: int,
-        encode: Callable[..., Any],
+        decode: Callable[..., Any],
         compute: Callable[..., Any],
         launch_timeout: float | None = None,
     ) -> None:
         self.frame = frame
         self.num_partitions = num_partitions
         self.launch_timeout = LAUNCH_TIMEOUT if launch_timeout is None else launch_timeout
-        self._encode = encode
+        self._decode = decode
         self._compute = compute
         self._channels: dict[int, wire.Channel] = {}
         self._thread: threading.Thread | None = None
@@ -177,7 +177,7 @@ class ResidentSession:
         logger.debug("resident E-steps: listening on %s:%d", *address)
 
     def start(self) -> None:
-        """Launch the barrier job; return once every partition's task has authenticated and encoded."""
+        """Launch the barrier job; return once every partition's task has authenticated and decoded."""
         spark = self.frame.sparkSession
         sc = spark.sparkContext
         bind, host = listen_addresses(spark)
@@ -187,7 +187,7 @@ class ResidentSession:
         secret = wire.new_secret()
         listener = _Listener(server, secret, expected=self.num_partitions)
         self._listening(address)
-        task = resident_task(address, secret, self._encode, self._compute)
+        task = resident_task(address, secret, self._decode, self._compute)
         job = self.frame.mapInArrow(task, "payload binary", barrier=True)
 
         def run_job() -> None:
@@ -253,7 +253,7 @@ class ResidentSession:
         for part in sorted(self._channels):
             message = self._message(part, None, "ready", 5)
             if message[0] != "ready":
-                raise ResidentUnavailable(f"partition {part} could not be encoded in its task: {message[1]}")
+                raise ResidentUnavailable(f"partition {part} could not be decoded in its task: {message[1]}")
             _tag, rows, held, rss, seconds = message
             self.rows += int(rows)
             self._held[part], self._rss[part] = int(held), int(rss)

@@ -1,19 +1,25 @@
-"""The ``spark`` backend: encoded data as a persisted, Arrow-read Spark DataFrame.
+"""The ``spark`` backend: encoded data as a persisted Spark DataFrame of encoded chunks.
 
 Building a handle (:class:`SparkEncodedData`) runs **one** distributed pass over the selected columns
 that learns vocabularies / ranges (the encoders' scans), validates every value with a batch-local
 encoder (so a string in a numeric column, a null without Optional, NaN, a negative count... are
 reported before any EM iteration, with the column, the value, the global row and the count of bad
-rows) and counts rows per input partition. The same pass fills the persisted cache
-(``MEMORY_AND_DISK``), so the data is read from its source once.
+rows) and counts rows per input partition, caching the input columns; a second pass over that cache
+writes what every later pass consumes (:mod:`._spark_chunks`): the encoder's output for chunks of
+rows, with their weights and global row ids, one binary cell per chunk, persisted
+(``MEMORY_AND_DISK``); the input cache is then released. So the data is read from its source once,
+and validated, looked up and converted once.
 
-Each EM iteration is one Spark job: the model travels as a broadcast (or, under Spark Connect,
-inside the function's closure); ``mapInArrow`` runs the E-step over every Arrow batch of a
-partition and yields one small payload (total weight, log-likelihood of the current model,
-statistics); payloads merge with ``treeAggregate`` (``depth``, default 2) or, without RDDs
+Each EM iteration is one pass: resident tasks that hold their decoded partition (when the session can
+run them, :mod:`._resident_policy`), else one Spark job that unpickles each chunk and folds it. In the
+job, the model travels as a broadcast (or, under Spark Connect, inside the function's closure);
+``mapInArrow`` yields one small payload per partition (total weight, log-likelihood of the current
+model, statistics); payloads merge with ``treeAggregate`` (``depth``, default 2) or, without RDDs
 (Spark Connect, or ``merge="dataframe"``), with rounds of ``repartition`` + ``mapInArrow`` merges
-whose last few rows are collected. Only statistics reach the driver. The E-step has no side
-effects, so task retries and speculative execution do not change the result.
+whose last few rows are collected. On the job path the encoded data is laid out with at most one
+partition per task the session runs at once (one wave of tasks a pass). Only statistics reach the
+driver. The E-step has no side effects, so task retries and speculative execution do not change the
+result.
 
 Rows keep a stable global id (their index in the input DataFrame's order, from
 ``monotonically_increasing_id`` and per-partition counts), so initialization selects the same rows
@@ -49,6 +55,7 @@ from mixle_spark.parallel.backends._handle import (
 )
 from mixle_spark.parallel.backends._resident_policy import ResidentPolicy, resident_blocker, slots_for_layout
 from mixle_spark.parallel.backends._scoring import BatchScorer, data_columns, reader
+from mixle_spark.parallel.backends._spark_chunks import CHUNK_SCHEMA, chunk_reader, chunk_writer
 from mixle_spark.parallel.backends._spark_common import (
     _LOW_BITS,
     _PAYLOAD_SCHEMA,
@@ -59,14 +66,13 @@ from mixle_spark.parallel.backends._spark_common import (
     _global_row,
     _merge_with_dataframes,
     _payload_batch,
-    _row_ids,
     _vector_columns_to_arrays,
-    _weights,
     is_spark_connect,
     unreadable_cell,
 )
 from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
-from mixle_spark.stats._validate import as_arrow_array, check_weights, unreadable_cells
+from mixle_spark.parallel.planning._devices import task_slots
+from mixle_spark.stats._validate import check_weights, unreadable_cells
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
 __all__ = [
@@ -105,8 +111,10 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         default (unless ``resident=False`` or the session cannot run resident tasks) the backend lays
         the data out itself, one partition per task slot the session really has (executors' cores /
         ``spark.task.cpus``), whatever the input's partitioning, and lays it out again when a resident
-        session starts with another number of slots (after a lost executor). With ``resident=False``
-        the input's partitioning is kept.
+        session starts with another number of slots (after a lost executor). With ``resident=False``,
+        under Spark Connect or with dynamic allocation (the job path) the input's partitions are
+        coalesced (no shuffle) to at most one per task the session runs at once, or the encoded chunks
+        spread over that many when the input has fewer partitions.
     weights : str, optional
         Name of a non-negative weight column.
     depth : int
@@ -195,9 +203,14 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         self.auto_layout = num_chunks is None and resident is not False and resident_blocker(data) is None
         """The backend lays the encoded data out for the task slots (one partition each), again
         whenever a resident session starts with another number of slots."""
+        tasks = 0
         if self.auto_layout:
             slots = slots_for_layout(data.sparkSession.sparkContext)
             num_chunks = slots or None  # no executors yet: the first resident start lays it out
+        elif num_chunks is None:  # the job path: at most one partition per task the session runs at once
+            tasks = session_parallelism(data)
+            if tasks > 0:  # no shuffle, rows stay in order (and their ids with them)
+                frame = frame.coalesce(tasks)
         if num_chunks is not None:
             # rows stay in global order within a partition, so the first bad row a partition reports
             # is its lowest, as without repartitioning
@@ -221,8 +234,9 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         self.encoder = (
             estimator.with_scan(self._scan).encoder() if estimator is not None and base.needs_scan else base
         )
-        if self.encoder.compacts:
-            self.frame = self._compacted(self.frame, self._storage_level)
+        self.frame, self._fold_rows = self._encoded(self.frame, self._storage_level)
+        if self.num_partitions < tasks:
+            self._spread(tasks)
 
     # -- the encoding pass --------------------------------------------------------------------
     def _scan_pass(
@@ -296,36 +310,34 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
                 state = s if state is None else encoder.merge_scans(state, s)
         return state, offsets, n, len(payloads)
 
-    def _compacted(self, frame: DataFrame, level: StorageLevel) -> DataFrame:
-        """The cache in the encoder's compact form (labels -> int32 codes), built from the first
-        cache in one more pass (no second read of the source), which is then released."""
-        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-
-        encoder, read, columns = self.encoder, reader(self.columns, self.reads_table), self.columns
-        reads_table = self.reads_table
-
-        def compact(batch: pa.RecordBatch) -> pa.RecordBatch:
-            data = encoder.compact_arrow(read(batch))
-            new = {c: data.column(c) for c in columns} if reads_table else {columns[0]: data}
-            arrays = [as_arrow_array(new.get(name, batch.column(name))) for name in batch.schema.names]
-            return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
-
-        schema = compact(pa.RecordBatch.from_pylist([], schema=to_arrow_schema(frame.schema))).schema
-
-        def compact_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for batch in batches:
-                if batch.num_rows:
-                    yield compact(batch)
-
-        out = frame.mapInArrow(compact_partition, from_arrow_schema(schema)).persist(level)
+    def _encoded(self, frame: DataFrame, level: StorageLevel) -> tuple[DataFrame, int]:
+        """The persisted encoded data (:mod:`._spark_chunks`), built from the validated input cache in
+        one more pass (no second read of the source), which is then released; and the most rows a
+        chunk holds."""
+        write = chunk_writer(
+            self.encoder, reader(self.columns, self.reads_table), self.has_weights, self.offsets
+        )
+        out = frame.mapInArrow(write, CHUNK_SCHEMA).persist(level)
         try:
-            out.count()
+            largest = out.agg(F.max("rows")).collect()[0][0]
         except BaseException:
             out.unpersist()
             frame.unpersist()
             raise
         frame.unpersist()
-        return out
+        return out, int(largest or 0)
+
+    def _spread(self, tasks: int) -> None:
+        """Fewer input partitions than tasks the session runs at once (on the job path): the encoded
+        chunks spread over ``tasks`` partitions by a shuffle of the chunks, so every task slot works."""
+        laid = self.frame.repartition(tasks).sortWithinPartitions("first").persist(self._storage_level)
+        try:
+            laid.count()
+        except BaseException:
+            laid.unpersist()
+            raise
+        self.frame.unpersist()
+        self.frame, self.num_partitions = laid, tasks
 
     # -- the handle contract ------------------------------------------------------------------
     def close(self) -> None:
@@ -351,11 +363,8 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         return range(self.num_partitions)
 
     def fold_rows(self) -> int:
-        """The most rows one Arrow batch of a partition holds (each batch is folded at once)."""
-        sizes = np.diff(np.append(self.offsets, self.n))
-        largest = int(sizes.max()) if len(sizes) else 0
-        batch = int(self.frame.sparkSession.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000"))
-        return min(largest, batch) if batch > 0 else largest
+        """The most rows one chunk of the encoded data holds (each chunk is folded at once)."""
+        return self._fold_rows
 
     def worker_memory(self) -> int | None:
         """This machine's memory under a local master (the tasks run here); unknown on a cluster."""
@@ -408,8 +417,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             if merged is not None:
                 return merged
         ref = self._ship(model)
-        encoder, read = self.encoder, reader(self.columns, self.reads_table)
-        has_weights, offsets = self.has_weights, self.offsets
+        read_chunks = chunk_reader(self.encoder)
 
         def estep_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             from pyspark import TaskContext
@@ -420,17 +428,10 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
                 yield _payload_batch((0.0, 0.0, None, ()))  # not asked for: its batches stay unread
                 return
             current = ref.value if isinstance(ref, Broadcast) else ref
-            chunks = (
-                (
-                    encoder.from_arrow(read(b)),
-                    _weights(b, has_weights),
-                    _row_ids(b, offsets) if initialize is not None else None,
-                )
-                for b in batches
-                if b.num_rows
-            )
             try:
-                payload = accumulate_chunks(chunks, (factory, current, initialize, options), part)
+                payload = accumulate_chunks(
+                    read_chunks(batches), (factory, current, initialize, options), part
+                )
             except Exception as err:
                 note = getattr(err, "add_note", None)  # Python >= 3.11; the driver names the partition
                 if note is not None:
@@ -440,29 +441,20 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
 
         return self._run(estep_partition, factory)
 
-    def _resident_encoder(self) -> Callable[[pa.RecordBatch], Any]:
-        encoder, read = self.encoder, reader(self.columns, self.reads_table)
-        has_weights, offsets = self.has_weights, self.offsets
-
-        def encode(batch: pa.RecordBatch) -> Any:
-            return (encoder.from_arrow(read(batch)), _weights(batch, has_weights), _row_ids(batch, offsets))
-
-        return encode
+    def _resident_decoder(self) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Any]]:
+        return chunk_reader(self.encoder)
 
     def first_nonfinite_row(self, estimate: Distribution) -> tuple[int, float] | None:
         """(global row index, value) of the first row whose log-density is NaN or infinite, if any."""
-        encoder, read, offsets = self.encoder, reader(self.columns, self.reads_table), self.offsets
-        has_weights = self.has_weights
+        read_chunks = chunk_reader(self.encoder)
 
         def find(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             best: tuple[int, float] | None = None
-            for batch in batches:
-                if batch.num_rows == 0:
-                    continue
-                ll = estimate.seq_log_density(encoder.from_arrow(read(batch)))
-                bad = ~np.isfinite(ll) & (_weights(batch, has_weights) > 0)
+            for enc, weights, row_ids in read_chunks(batches):
+                ll = estimate.seq_log_density(enc)
+                bad = ~np.isfinite(ll) & (weights > 0)
                 if bad.any():
-                    ids = _row_ids(batch, offsets)[bad]
+                    ids = row_ids[bad]
                     i = int(np.argmin(ids))
                     if best is None or int(ids[i]) < best[0]:
                         best = (int(ids[i]), float(ll[bad][i]))
@@ -476,6 +468,16 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
 
 _EXECUTOR_NOTE = "mixle_spark: E-step failed in partition"
 _REMOTE_ERROR = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Interrupt|Exit)): (.*)$", re.MULTILINE)
+
+
+def session_parallelism(data: DataFrame) -> int:
+    """Tasks the session of ``data`` runs at once: its task slots on a classic session (0 before any
+    executor registered), Spark's default parallelism over Spark Connect (the partitions of a range
+    without a partition count, counted by one small job: Connect has no SparkContext to ask)."""
+    if not is_spark_connect(data):
+        return task_slots(data.sparkSession.sparkContext)
+    probe = data.sparkSession.range(0, 1 << 16).select(F.spark_partition_id().alias("p"))
+    return int(probe.agg(F.countDistinct("p")).collect()[0][0])
 
 
 def executor_error(err: BaseException) -> ExecutorError | None:
