@@ -322,26 +322,6 @@ def test_plan_measures_a_spark_dataframe(spark: Any) -> None:
     assert placement.fits
 
 
-def test_job_path_passes_fold_what_a_worker_kept_and_stay_exact(spark: Any) -> None:
-    """Spark reuses its Python workers: a later pass folds the partitions a worker decoded before
-    (not read again); two handles in turn never serve each other's rows; every pass equals local."""
-    est = MixtureEstimator([GaussianEstimator()] * 2)
-    datasets = [np.asarray(MIX.sampler(seed).sample(rows)) for seed, rows in ((5, 3000), (6, 2000))]
-    wants = [LocalEncodedData(pa.table({"x": x}), estimator=est).pysp_em_step(est, MIX) for x in datasets]
-    frames = [spark.createDataFrame(pa.table({"x": x})).repartition(2) for x in datasets]
-    with (
-        encoded_data(frames[0], est, resident=False) as first,
-        encoded_data(frames[1], est, resident=False) as second,
-    ):
-        for _ in range(4):
-            for handle, (want_n, want_ll, want) in zip((first, second), wants, strict=True):
-                n, ll, got = handle.pysp_em_step(est, MIX)
-                assert n == want_n and ll == pytest.approx(want_ll, rel=1e-10)
-                _assert_models_close(got, want, rtol=1e-10)
-        assert first.cached_parts > 0 and second.cached_parts > 0
-        assert first.cached_parts <= 2 * 3 and second.cached_parts <= 2 * 3  # never the first pass
-
-
 @pytest.mark.parametrize("init", ["random", "kmeans||"])
 def test_weighted_initialization_and_step_equal_local(spark: Any, init: str) -> None:
     import warnings

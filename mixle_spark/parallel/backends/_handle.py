@@ -48,8 +48,7 @@ class PartReport(NamedTuple):
     """What one partition (chunk, worker, rank) reports about its share of a pass.
 
     ``kept`` is its own ``(total weight, log-likelihood, statistics value)`` when the pass was asked
-    to keep it (:class:`PassOptions`), for the silent-corruption audit; else None. ``cached``: its rows
-    came from a worker's memory, not read again (the spark backend's job path).
+    to keep it (:class:`PassOptions`), for the silent-corruption audit; else None.
     """
 
     part: int
@@ -57,7 +56,6 @@ class PartReport(NamedTuple):
     rows: int
     stat_bytes: int
     kept: tuple[float, float, Any] | None = None
-    cached: bool = False
 
 
 Payload = tuple[float, float, Any, tuple[PartReport, ...]]

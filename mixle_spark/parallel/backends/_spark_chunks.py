@@ -17,10 +17,7 @@ had in the partition, so a pass folds the same rows in the same order on every r
 from __future__ import annotations
 
 import io
-import os
 import pickle
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -29,18 +26,7 @@ import pyarrow as pa
 
 from mixle_spark.parallel.backends._spark_common import WEIGHT_COLUMN, _row_ids
 
-__all__ = [
-    "CHUNK_BYTES",
-    "CHUNK_ROWS",
-    "CHUNK_SCHEMA",
-    "WORKER_CACHE_ENV",
-    "Chunk",
-    "cached_chunks",
-    "chunk_reader",
-    "chunk_writer",
-    "clear_worker_cache",
-    "worker_cache_budget",
-]
+__all__ = ["CHUNK_BYTES", "CHUNK_ROWS", "CHUNK_SCHEMA", "Chunk", "chunk_reader", "chunk_writer"]
 
 CHUNK_SCHEMA = "first long, rows int, chunk binary"
 """One row per chunk: its first global row id (chunks sort by it), its row count, the pickled chunk."""
@@ -160,125 +146,18 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return table.to_batches()[0]
 
 
-def _decode(encoder: Any, batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[Chunk, int]]:
-    """The chunks of a partition of the persisted encoded frame with their stored sizes in bytes."""
-    shared = None
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        shared = _shared(encoder) if shared is None else shared
-        for blob in batch.column("chunk").to_pylist():
-            enc, weights, ids = _ChunkUnpickler(io.BytesIO(blob), shared).load()
-            yield (enc, (np.ones(len(ids)) if weights is None else weights), ids), len(blob)
-
-
 def chunk_reader(encoder: Any) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Chunk]]:
     """``read(batches)``: the chunks of a partition of the persisted encoded frame, in order (weights
     1 when the data has none); ``encoder`` is the one that wrote them."""
 
     def read(batches: Iterable[pa.RecordBatch]) -> Iterator[Chunk]:
-        for chunk, _size in _decode(encoder, batches):
-            yield chunk
+        shared = None
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            shared = _shared(encoder) if shared is None else shared
+            for blob in batch.column("chunk").to_pylist():
+                enc, weights, ids = _ChunkUnpickler(io.BytesIO(blob), shared).load()
+                yield enc, (np.ones(len(ids)) if weights is None else weights), ids
 
     return read
-
-
-# -- decoded partitions kept in reused Python workers ---------------------------------------------
-#
-# A job-path pass reads every partition from Spark's cache into a Python worker and decodes it.
-# Spark reuses its Python workers between tasks (spark.python.worker.reuse, on by default), so a
-# worker keeps the partitions it decoded, keyed by the encoded frame's token (new for every frame a
-# handle persists: a new layout, a new handle) and the partition id, and a later pass over the same
-# partition in the same worker folds those instead of decoding its input again (the input is still
-# drained: a Python worker that leaves its input unread ends with its task, so nothing it kept would
-# last). A task that lands on another worker, a worker that is new, or a frame the
-# worker has not seen reads and decodes as before: the result is the same either way, only the
-# transfer is saved. A worker holds at most WORKER_CACHE_BYTES (other frames' partitions are dropped
-# first, then the least recently used).
-
-WORKER_CACHE_ENV = "MIXLE_SPARK_WORKER_CACHE_BYTES"
-"""Environment variable (set on executors, e.g. ``spark.executorEnv.MIXLE_SPARK_WORKER_CACHE_BYTES``)
-bounding the bytes of decoded chunks one Python worker keeps; ``0`` turns the cache off."""
-
-_cache: OrderedDict[tuple[str, int], tuple[list[Chunk], int]] = OrderedDict()
-_cache_bytes = 0
-_cache_lock = threading.Lock()
-
-
-def worker_cache_budget() -> int:
-    """Bytes of decoded chunks this Python worker may keep: :data:`WORKER_CACHE_ENV` if set; else a
-    quarter of ``spark.executor.pyspark.memory`` when that bounds the worker; else an eighth of the
-    machine's memory per core (all of a machine's workers together: at most about an eighth of it,
-    beside Spark's own copy of the encoded data)."""
-    configured = os.environ.get(WORKER_CACHE_ENV)
-    if configured:
-        try:
-            return max(int(configured), 0)
-        except ValueError:
-            return 0  # an unreadable setting: no cache rather than a guess
-    pyspark_mb = os.environ.get("PYSPARK_EXECUTOR_MEMORY_MB")
-    if pyspark_mb and pyspark_mb.isdigit():
-        return int(pyspark_mb) * 2**20 // 4
-    from mixle_spark.parallel.backends._handle import machine_memory
-
-    memory = machine_memory()
-    return 0 if memory is None else memory // (8 * max(os.cpu_count() or 1, 1))
-
-
-def cached_chunks(
-    encoder: Any, token: str, part: int, batches: Iterable[pa.RecordBatch], budget: int | None = None
-) -> tuple[Iterator[Chunk], bool]:
-    """``(chunks, hit)``: partition ``part`` of the encoded frame ``token`` from this worker's cache
-    (``hit``: ``batches`` are drained, not decoded), or read from ``batches`` and kept when the whole
-    partition was read and fits the budget."""
-    key = (token, int(part))
-    with _cache_lock:
-        entry = _cache.get(key)
-        if entry is not None:
-            _cache.move_to_end(key)
-    if entry is not None:
-        # a worker whose task leaves input unread is not reused by Spark (nor would its cache be)
-        for _batch in batches:
-            pass
-        return iter(entry[0]), True
-    limit = worker_cache_budget() if budget is None else budget
-    return _read_and_keep(encoder, key, batches, limit), False
-
-
-def _read_and_keep(
-    encoder: Any, key: tuple[str, int], batches: Iterable[pa.RecordBatch], limit: int
-) -> Iterator[Chunk]:
-    kept: list[Chunk] | None = [] if limit > 0 else None
-    size = 0
-    for chunk, nbytes in _decode(encoder, batches):
-        if kept is not None:
-            size += nbytes
-            if size > limit:
-                kept = None  # larger than the worker may keep: read every pass
-            else:
-                kept.append(chunk)
-        yield chunk
-    if kept is not None:
-        _keep(key, kept, size, limit)
-
-
-def _keep(key: tuple[str, int], chunks: list[Chunk], size: int, limit: int) -> None:
-    global _cache_bytes
-    with _cache_lock:
-        if key in _cache:
-            return
-        for old in [k for k in _cache if k[0] != key[0]] + [k for k in _cache if k[0] == key[0]]:
-            if _cache_bytes + size <= limit:
-                break
-            _cache_bytes -= _cache.pop(old)[1]
-        if _cache_bytes + size <= limit:
-            _cache[key] = (chunks, size)
-            _cache_bytes += size
-
-
-def clear_worker_cache() -> None:
-    """Drop every decoded partition this process keeps (tests; a worker drops them as it ends)."""
-    global _cache_bytes
-    with _cache_lock:
-        _cache.clear()
-        _cache_bytes = 0

@@ -11,16 +11,15 @@ rows, with their weights and global row ids, one binary cell per chunk, persiste
 and validated, looked up and converted once.
 
 Each EM iteration is one pass: resident tasks that hold their decoded partition (when the session can
-run them, :mod:`._resident_policy`), else one Spark job that unpickles each chunk and folds it (a
-reused Python worker keeps the partitions it decoded and folds them again on later passes without
-reading them, see :func:`._spark_chunks.cached_chunks`). In the job, the model travels as a broadcast
-(or, under Spark Connect, inside the function's closure); ``mapInArrow`` yields one small payload per
-partition (total weight, log-likelihood of the current model, statistics); payloads merge with
-``treeAggregate`` (``depth``, default 2) or, without RDDs (Spark Connect, or ``merge="dataframe"``),
-with rounds of ``repartition`` + ``mapInArrow`` merges whose last few rows are collected. On the job
-path the encoded data is laid out with at most one partition per task the session runs at once (one
-wave of tasks a pass). Only statistics reach the driver. The E-step has no side effects, so task
-retries and speculative execution do not change the result.
+run them, :mod:`._resident_policy`), else one Spark job that unpickles each chunk and folds it. In the
+job, the model travels as a broadcast (or, under Spark Connect, inside the function's closure);
+``mapInArrow`` yields one small payload per partition (total weight, log-likelihood of the current
+model, statistics); payloads merge with ``treeAggregate`` (``depth``, default 2) or, without RDDs
+(Spark Connect, or ``merge="dataframe"``), with rounds of ``repartition`` + ``mapInArrow`` merges
+whose last few rows are collected. On the job path the encoded data is laid out with at most one
+partition per task the session runs at once (one wave of tasks a pass). Only statistics reach the
+driver. The E-step has no side effects, so task retries and speculative execution do not change the
+result.
 
 Rows keep a stable global id (their index in the input DataFrame's order, from
 ``monotonically_increasing_id`` and per-partition counts), so initialization selects the same rows
@@ -33,7 +32,6 @@ from __future__ import annotations
 import logging
 import pickle
 import re
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -57,12 +55,7 @@ from mixle_spark.parallel.backends._handle import (
 )
 from mixle_spark.parallel.backends._resident_policy import ResidentPolicy, resident_blocker, slots_for_layout
 from mixle_spark.parallel.backends._scoring import BatchScorer, data_columns, reader
-from mixle_spark.parallel.backends._spark_chunks import (
-    CHUNK_SCHEMA,
-    cached_chunks,
-    chunk_reader,
-    chunk_writer,
-)
+from mixle_spark.parallel.backends._spark_chunks import CHUNK_SCHEMA, chunk_reader, chunk_writer
 from mixle_spark.parallel.backends._spark_common import (
     _LOW_BITS,
     _PAYLOAD_SCHEMA,
@@ -187,9 +180,6 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         self._init_resident(resident)
         self._broadcasts: list[Any] = []
         self._closed = False
-        self.cached_parts = 0
-        """How many partitions job-path E-steps folded from a Python worker's memory (not read again
-        from Spark's cache; see :mod:`._spark_chunks`)."""
         base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
         if weights is not None and weights not in data.columns:
             raise SchemaError(
@@ -358,17 +348,6 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             self._release_broadcasts()
             self.frame.unpersist()
 
-    @property
-    def frame(self) -> DataFrame:
-        """The persisted encoded DataFrame (:mod:`._spark_chunks`)."""
-        return self._frame
-
-    @frame.setter
-    def frame(self, value: DataFrame) -> None:
-        # every frame gets its own token: workers' decoded partitions of another frame never serve it
-        self._frame = value
-        self._data_token = uuid.uuid4().hex
-
     def _release_broadcasts(self) -> None:
         for bc in self._broadcasts:
             bc.unpersist()
@@ -391,8 +370,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         """This machine's memory under a local master (the tasks run here); unknown on a cluster."""
         if self.connect:
             return None
-        master = self.frame.sparkSession.sparkContext.master or ""
-        return machine_memory() if master.startswith("local") else None
+        return machine_memory() if self.frame.sparkSession.sparkContext.master.startswith("local") else None
 
     def _ship(self, model: Any) -> Any:
         """A reference to ``model`` for executors: a broadcast, or the model itself under Connect."""
@@ -439,7 +417,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             if merged is not None:
                 return merged
         ref = self._ship(model)
-        encoder, token = self.encoder, self._data_token
+        read_chunks = chunk_reader(self.encoder)
 
         def estep_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             from pyspark import TaskContext
@@ -451,10 +429,9 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
                 return
             current = ref.value if isinstance(ref, Broadcast) else ref
             try:
-                chunks, hit = cached_chunks(encoder, token, part, batches)
-                payload = accumulate_chunks(chunks, (factory, current, initialize, options), part)
-                if hit:
-                    payload = (*payload[:3], tuple(r._replace(cached=True) for r in payload[3]))
+                payload = accumulate_chunks(
+                    read_chunks(batches), (factory, current, initialize, options), part
+                )
             except Exception as err:
                 note = getattr(err, "add_note", None)  # Python >= 3.11; the driver names the partition
                 if note is not None:
@@ -462,9 +439,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
                 raise
             yield _payload_batch(payload)
 
-        merged = self._run(estep_partition, factory)
-        self.cached_parts += sum(1 for r in merged[3] if r.cached)
-        return merged
+        return self._run(estep_partition, factory)
 
     def _resident_decoder(self) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Any]]:
         return chunk_reader(self.encoder)
