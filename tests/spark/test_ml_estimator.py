@@ -457,7 +457,8 @@ def _connect_child(data: str) -> None:
         .getOrCreate()
     )
     df = spark.createDataFrame(pd.DataFrame({"x": x[:, 0], "y": x[:, 1]}))
-    estimator = MixleEstimator(k=3, seed=3, maxIter=3, numPartitions=3)
+    # default layout, as a Databricks user fits: the job path coalesces the input to the session's tasks
+    estimator = MixleEstimator(k=3, seed=3, maxIter=3)
     pipeline = Pipeline(stages=[VectorAssembler(inputCols=["x", "y"], outputCol="features"), estimator])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 3 iterations do not converge
