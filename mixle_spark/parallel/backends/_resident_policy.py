@@ -21,6 +21,7 @@ from typing import Any
 
 from mixle_spark.errors import EmptyDataError
 from mixle_spark.parallel.backends._handle import Payload, accumulate_chunks, merge_payloads
+from mixle_spark.parallel.backends._spark_chunks import spread_chunks
 from mixle_spark.parallel.backends._spark_common import is_spark_connect
 from mixle_spark.parallel.backends._spark_resident import ResidentSession, ResidentUnavailable
 from mixle_spark.parallel.planning._devices import task_slots
@@ -182,11 +183,9 @@ class ResidentPolicy:
     def _relayout(self, parts: int) -> None:
         """Repartition the cached encoded data into ``parts`` partitions (row ids travel with the rows)."""
         before = self.num_partitions
-        new = self.frame.repartition(parts).sortWithinPartitions("first").persist(self._storage_level)
         try:
-            new.count()
+            new = spread_chunks(self.frame, parts, self._storage_level)
         except Exception as err:  # a lost executor while copying: the old layout stays
-            new.unpersist()
             raise ResidentUnavailable(
                 f"could not lay the data out for {parts} slots: {err}", retry=True
             ) from err

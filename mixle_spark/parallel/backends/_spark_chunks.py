@@ -12,21 +12,50 @@ encoding pass, for every family alike (composites and sequences included).
 The cells are written by this package's own tasks into Spark's cache and read back by its own tasks:
 the same trust as the pickled closures Spark ships to run them. A chunk's rows keep the order they
 had in the partition, so a pass folds the same rows in the same order on every run.
+
+**Executor-local copies** (the job path): a Spark job that reads the chunk cells pays for Spark handing
+every byte of them to the Python worker on every pass, which costs about as much as the fold itself.
+So when the handle asks for them, the writing task also keeps each chunk as a file in its executor's
+Spark local directory (``SPARK_LOCAL_DIRS``, where Spark keeps its own shuffle and cache blocks, and
+which it deletes when the executor stops), under ``mixle-chunks-<token>/<first row id>.chunk``, written
+to a temporary name and renamed, so a file is whole or absent. An E-step then runs over the chunk
+frame's two small columns only (``first``, ``rows``: Spark schedules the task where the cached
+partition is) and the task folds the files; a task that misses any of its partition's files reports
+the partition missing, and the handle folds those partitions from the cached cells in a second job
+(:meth:`~.spark.SparkEncodedData._estep`). The files are this package's own output in Spark's own
+directory, read only by its tasks: the trust of Spark's block files beside them. Turn them off with
+``MIXLE_SPARK_CHUNK_COPIES=0`` in the driver's environment.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import pickle
+import shutil
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.parallel.backends._spark_common import WEIGHT_COLUMN, _row_ids
+from mixle_spark.parallel.backends._spark_common import _row_ids, _weights
 
-__all__ = ["CHUNK_BYTES", "CHUNK_ROWS", "CHUNK_SCHEMA", "Chunk", "chunk_reader", "chunk_writer"]
+__all__ = [
+    "CHUNK_BYTES",
+    "CHUNK_ROWS",
+    "CHUNK_SCHEMA",
+    "COPIES_ENV",
+    "Chunk",
+    "MissingCopy",
+    "chunk_reader",
+    "chunk_writer",
+    "copies_wanted",
+    "copy_place",
+    "copy_reader",
+    "remove_copies",
+    "spread_chunks",
+]
 
 CHUNK_SCHEMA = "first long, rows int, chunk binary"
 """One row per chunk: its first global row id (chunks sort by it), its row count, the pickled chunk."""
@@ -37,6 +66,66 @@ CHUNK_BYTES = 32 * 2**20
 
 Chunk = tuple[Any, np.ndarray, np.ndarray]
 """``(encoded rows, weights, global row ids)``: what :func:`~._handle.accumulate_chunks` folds."""
+COPIES_ENV = "MIXLE_SPARK_CHUNK_COPIES"
+"""Driver environment variable: ``0`` keeps no executor-local copies of the chunks."""
+_COPY_DIR = "mixle-chunks-"
+_HEADER = 8  # a copy starts with the length of the chunk's bytes that follow
+
+
+def copies_wanted() -> bool:
+    """Whether executor-local copies are on (``MIXLE_SPARK_CHUNK_COPIES`` is not ``0``)."""
+    return os.environ.get(COPIES_ENV, "1").strip() != "0"
+
+
+def copy_place() -> str | None:
+    """This executor's first Spark local directory, from a Python worker's environment (None when
+    Spark gave it none)."""
+    first = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0].strip()
+    return first or None
+
+
+def _copy_folder(root: str, token: str) -> str:
+    if not token.isalnum():  # a uuid hex: never a path of its own
+        raise ValueError(f"bad chunk-copy token {token!r}")
+    return os.path.join(root, _COPY_DIR + token)
+
+
+def _keep_copy(token: str, first: int, blob: bytes) -> None:
+    """Keep ``blob`` (chunk ``first``) as this executor's local copy; any file-system failure leaves
+    no copy (the E-step then reads the cached cell) and is not an error."""
+    root = copy_place()
+    if root is None:
+        return
+    folder = _copy_folder(root, token)
+    path = os.path.join(folder, f"{int(first)}.chunk")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        if os.path.islink(folder) or not os.path.isdir(folder):
+            return
+        with open(tmp, "wb") as f:
+            f.write(len(blob).to_bytes(_HEADER, "little"))
+            f.write(blob)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def remove_copies(root: str, token: str) -> bool:
+    """Delete the copies of handle ``token`` under ``root`` (its own folder only, never through a
+    symlink); True when there was one."""
+    folder = _copy_folder(root, token)
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return True
+
+
+class MissingCopy(Exception):
+    """A partition's local copy is absent or not whole (the task reports the partition missing)."""
 
 
 def _chunk_rows(batch: pa.RecordBatch) -> int:
@@ -83,7 +172,7 @@ class _ChunkPickler(pickle.Pickler):
 
 
 class _ChunkUnpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, shared: list[Any]) -> None:
+    def __init__(self, file: BinaryIO, shared: list[Any]) -> None:
         super().__init__(file)
         self._shared = shared
 
@@ -96,25 +185,26 @@ def chunk_writer(
     read: Callable[[pa.RecordBatch], Any],
     has_weights: bool,
     offsets: np.ndarray,
+    copies: str | None = None,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function that turns a partition of the validated input frame (its columns,
-    the row-id column, the weight column if any) into chunk rows of :data:`CHUNK_SCHEMA`."""
+    the row-id column, the weight column if any) into chunk rows of :data:`CHUNK_SCHEMA`; with
+    ``copies`` (the handle's token) each chunk is also kept as an executor-local copy."""
 
     def encode(batches: list[pa.RecordBatch], shared: list[Any]) -> pa.RecordBatch:
         batch = batches[0] if len(batches) == 1 else _concat(batches)
         ids = _row_ids(batch, offsets)
-        weights = (
-            np.asarray(batch.column(WEIGHT_COLUMN).to_numpy(zero_copy_only=False), dtype=np.float64)
-            if has_weights
-            else None
-        )
+        weights = _weights(batch, True) if has_weights else None
         out = io.BytesIO()
         _ChunkPickler(out, shared).dump((encoder.from_arrow(read(batch)), weights, ids))
+        blob = out.getvalue()
+        if copies is not None:
+            _keep_copy(copies, int(ids[0]), blob)
         return pa.RecordBatch.from_pydict(
             {
                 "first": pa.array([int(ids[0])], pa.int64()),
                 "rows": pa.array([len(ids)], pa.int32()),
-                "chunk": pa.array([out.getvalue()], pa.binary()),
+                "chunk": pa.array([blob], pa.binary()),
             }
         )
 
@@ -161,3 +251,59 @@ def chunk_reader(encoder: Any) -> Callable[[Iterable[pa.RecordBatch]], Iterator[
                 yield enc, (np.ones(len(ids)) if weights is None else weights), ids
 
     return read
+
+
+def copy_reader(
+    encoder: Any, token: str, layout: dict[int, list[tuple[int, int]]] | None = None
+) -> Callable[[Iterable[pa.RecordBatch], int], Iterator[Chunk]]:
+    """``read(batches, part)``: the chunks of partition ``part`` from this executor's local copies.
+    Which chunks: ``layout[part]`` (``(first row id, rows)`` per chunk, in order; ``batches`` are
+    then a placeholder frame's and only drained), or without ``layout`` the partition's rows of the
+    chunk frame's ``first`` and ``rows`` columns in ``batches``. Raises :class:`MissingCopy` before
+    yielding anything when a copy is absent, and while reading when one is not whole or not the
+    chunk it names (the caller then discards its partial fold)."""
+
+    def read(batches: Iterable[pa.RecordBatch], part: int) -> Iterator[Chunk]:
+        wanted: list[tuple[int, int]] = []
+        for batch in batches:  # the whole (small) input is read: Spark reuses the worker only then
+            if layout is None:
+                firsts, rows = batch.column("first").to_pylist(), batch.column("rows").to_pylist()
+                wanted.extend(zip(firsts, rows, strict=True))
+        if layout is not None:
+            wanted = layout.get(part, [])
+        if not wanted:
+            return
+        root = copy_place()
+        if root is None:
+            raise MissingCopy("no Spark local directory on this executor")
+        folder = _copy_folder(root, token)
+        paths = [os.path.join(folder, f"{first}.chunk") for first, _rows in wanted]
+        if os.path.islink(folder) or not all(os.path.isfile(p) for p in paths):
+            raise MissingCopy(folder)
+        shared = _shared(encoder)
+        for path, (first, rows) in zip(paths, wanted, strict=True):
+            try:
+                with open(path, "rb") as f:
+                    size = int.from_bytes(f.read(_HEADER), "little")
+                    if os.fstat(f.fileno()).st_size != _HEADER + size:
+                        raise MissingCopy(path)
+                    enc, weights, ids = _ChunkUnpickler(f, shared).load()
+            except OSError as err:
+                raise MissingCopy(path) from err
+            if len(ids) != rows or (rows and int(ids[0]) != first):
+                raise MissingCopy(path)
+            yield enc, (np.ones(len(ids)) if weights is None else weights), ids
+
+    return read
+
+
+def spread_chunks(frame: Any, parts: int, level: Any) -> Any:
+    """``frame``'s chunks shuffled into ``parts`` partitions, each in row order, persisted at
+    ``level`` and computed (the caller releases ``frame``); nothing is left persisted on failure."""
+    laid = frame.repartition(parts).sortWithinPartitions("first").persist(level)
+    try:
+        laid.count()
+    except BaseException:
+        laid.unpersist()
+        raise
+    return laid

@@ -30,8 +30,11 @@ and draws the same random responsibilities as the local backend for one seed, wh
 from __future__ import annotations
 
 import logging
+import math
 import pickle
 import re
+import socket
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -55,7 +58,17 @@ from mixle_spark.parallel.backends._handle import (
 )
 from mixle_spark.parallel.backends._resident_policy import ResidentPolicy, resident_blocker, slots_for_layout
 from mixle_spark.parallel.backends._scoring import BatchScorer, data_columns, reader
-from mixle_spark.parallel.backends._spark_chunks import CHUNK_SCHEMA, chunk_reader, chunk_writer
+from mixle_spark.parallel.backends._spark_chunks import (
+    CHUNK_SCHEMA,
+    MissingCopy,
+    chunk_reader,
+    chunk_writer,
+    copies_wanted,
+    copy_place,
+    copy_reader,
+    remove_copies,
+    spread_chunks,
+)
 from mixle_spark.parallel.backends._spark_common import (
     _LOW_BITS,
     _PAYLOAD_SCHEMA,
@@ -180,6 +193,17 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         self._init_resident(resident)
         self._broadcasts: list[Any] = []
         self._closed = False
+        self._token = uuid.uuid4().hex
+        self.copies = copies_wanted() and (
+            resident is False or self.connect or resident_blocker(data) is not None
+        )
+        """Whether E-step jobs fold executor-local copies of the chunks (:mod:`._spark_chunks`): on the
+        job path (``resident=False``, Spark Connect, dynamic allocation); off again for this handle when
+        a pass finds none of them."""
+        self.copy_parts = 0
+        self._copies_placed = False  # the copies E-step runs over the chunk frame's small columns
+        """Partitions E-step jobs folded from executor-local copies (the rest read the cached cells)."""
+        self._copy_places: set[tuple[str, str]] = set()
         base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
         if weights is not None and weights not in data.columns:
             raise SchemaError(
@@ -234,9 +258,10 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         self.encoder = (
             estimator.with_scan(self._scan).encoder() if estimator is not None and base.needs_scan else base
         )
-        self.frame, self._fold_rows = self._encoded(self.frame, self._storage_level)
+        self.frame, self._layout = self._encoded(self.frame, self._storage_level)
         if self.num_partitions < tasks:
             self._spread(tasks)
+        self._fold_rows = max((r for chunks in self._layout.values() for _f, r in chunks), default=0)
 
     # -- the encoding pass --------------------------------------------------------------------
     def _scan_pass(
@@ -275,14 +300,16 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
                         error, error_cells = (int(mid[min(row, len(mid) - 1)]), err), cells
                     continue
                 state = local if state is None else encoder.merge_scans(state, local)
-            yield _payload_batch((state, seen, error, bad, error_cells))
+            yield _payload_batch((state, seen, error, bad, error_cells, (socket.gethostname(), copy_place())))
 
         rows = self.frame.mapInArrow(scan_partition, _SCAN_SCHEMA).collect()
         payloads = [pickle.loads(r[0]) for r in rows]
         counts: dict[int, int] = {}
-        for _state, seen, *_rest in payloads:
+        for _state, seen, *_rest, place in payloads:
             for p, c in seen.items():
                 counts[p] = max(counts.get(p, 0), c)
+            if place[1] is not None:
+                self._copy_places.add(place)
         top = max(counts) + 1 if counts else 0
         sizes = np.zeros(top, dtype=np.int64)
         for p, c in counts.items():
@@ -293,7 +320,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         n = int(sizes.sum())
         if n == 0:
             raise EmptyDataError("no rows to encode: the DataFrame is empty")
-        errors = [(e, b, c) for _s, _seen, e, b, c in payloads if e is not None]
+        errors = [(e, b, c) for _s, _seen, e, b, c, _place in payloads if e is not None]
         if errors:
             total_bad = sum(b for _e, b, _c in errors)
             # the first cell that does not read at all, else the first bad row
@@ -310,34 +337,40 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
                 state = s if state is None else encoder.merge_scans(state, s)
         return state, offsets, n, len(payloads)
 
-    def _encoded(self, frame: DataFrame, level: StorageLevel) -> tuple[DataFrame, int]:
+    def _encoded(
+        self, frame: DataFrame, level: StorageLevel
+    ) -> tuple[DataFrame, dict[int, list[tuple[int, int]]]]:
         """The persisted encoded data (:mod:`._spark_chunks`), built from the validated input cache in
-        one more pass (no second read of the source), which is then released; and the most rows a
-        chunk holds."""
+        one more pass (no second read of the source), which is then released; and its layout."""
         write = chunk_writer(
-            self.encoder, reader(self.columns, self.reads_table), self.has_weights, self.offsets
+            self.encoder,
+            reader(self.columns, self.reads_table),
+            self.has_weights,
+            self.offsets,
+            self._token if self.copies else None,
         )
         out = frame.mapInArrow(write, CHUNK_SCHEMA).persist(level)
         try:
-            largest = out.agg(F.max("rows")).collect()[0][0]
+            layout = _chunk_layout(out)
         except BaseException:
             out.unpersist()
             frame.unpersist()
             raise
         frame.unpersist()
-        return out, int(largest or 0)
+        return out, layout
 
     def _spread(self, tasks: int) -> None:
         """Fewer input partitions than tasks the session runs at once (on the job path): the encoded
         chunks spread over ``tasks`` partitions by a shuffle of the chunks, so every task slot works."""
-        laid = self.frame.repartition(tasks).sortWithinPartitions("first").persist(self._storage_level)
-        try:
-            laid.count()
-        except BaseException:
-            laid.unpersist()
-            raise
+        laid = spread_chunks(self.frame, tasks, self._storage_level)
         self.frame.unpersist()
-        self.frame, self.num_partitions = laid, tasks
+        self.frame, self.num_partitions, self._layout = laid, tasks, _chunk_layout(laid)
+
+    @property
+    def _index(self) -> DataFrame:
+        """The chunk frame without its cells: what an E-step over the local copies reads (Spark
+        runs its tasks where the cached partitions are, and hands them two small columns)."""
+        return self.frame.select("first", "rows")
 
     # -- the handle contract ------------------------------------------------------------------
     def close(self) -> None:
@@ -346,7 +379,37 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             self._closed = True
             self.release_workers()
             self._release_broadcasts()
+            self._drop_copies()
             self.frame.unpersist()
+
+    def _drop_copies(self) -> None:
+        """Delete this handle's executor-local copies: directly where the executor's directory is on
+        this machine (a local master, a local Connect server), else by a small job over the chunk
+        frame (its tasks run where the cached partitions are; Spark deletes the directories of
+        executors it stops in any case). Best effort: a session already stopped leaves them to Spark."""
+        if not self.copies and not self._copy_places:
+            return
+        here = socket.gethostname()
+        elsewhere = False
+        for host, root in self._copy_places:
+            if host == here:
+                remove_copies(root, self._token)
+            else:
+                elsewhere = True
+        if not elsewhere:
+            return
+        token = self._token
+
+        def remove(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for _batch in batches:
+                pass
+            root = copy_place()
+            yield _payload_batch(root is not None and remove_copies(root, token))
+
+        try:
+            self._index.mapInArrow(remove, _PAYLOAD_SCHEMA).collect()
+        except Exception as err:  # the session may be gone: Spark removes its local directories
+            logger.info("executor-local chunk copies left to Spark's clean-up: %s", err)
 
     def _release_broadcasts(self) -> None:
         for bc in self._broadcasts:
@@ -381,15 +444,23 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         return bc
 
     def _run(
-        self, partition_fn: Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]], factory: Any
-    ) -> Payload:
-        """One Spark job: ``partition_fn`` over every partition, payloads merged to the driver."""
+        self,
+        partition_fn: Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]],
+        factory: Any,
+        frame: DataFrame,
+    ) -> Payload | None:
+        """One Spark job: ``partition_fn`` over every partition of ``frame``, payloads merged to the
+        driver (None when every partition yielded None)."""
         if self._closed:
             raise ValueError("this encoded-data handle is closed")
         self._claim_slots()  # a job needs task slots that resident tasks would hold
-        payloads = self.frame.mapInArrow(partition_fn, _PAYLOAD_SCHEMA)
+        payloads = frame.mapInArrow(partition_fn, _PAYLOAD_SCHEMA)
         try:
-            if self.merge == "tree":
+            if self.merge == "tree" and _one_level(self.num_partitions, self.depth):
+                merged = None  # as treeAggregate would, without a second Python worker per task
+                for row in payloads.collect():
+                    merged = merge_payloads(factory, merged, pickle.loads(row[0]))
+            elif self.merge == "tree":
                 merged = payloads.rdd.map(lambda row: row[0]).treeAggregate(
                     None,
                     lambda acc, blob: merge_payloads(factory, acc, pickle.loads(blob)),
@@ -405,33 +476,91 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             raise failed from err
         finally:
             self._release_broadcasts()
-        if merged is None:
-            raise EmptyDataError("no rows: every partition of the encoded data is empty")
         return merged  # type: ignore[no-any-return]
 
     def _estep(self, request: Request) -> Payload:
-        factory, model, initialize, options = request
+        factory, options = request[0], request[3]
         use_resident = self._resident_mode is True or (self._resident_mode is None and self._fitting > 0)
         if use_resident and not self.connect:
             merged = self._resident_estep(request)
             if merged is not None:
                 return merged
+        wanted = range(self.num_partitions) if options is None or options.only is None else options.only
+        if self.copies:
+            merged, missing = self._estep_from_copies(request, wanted)
+            if missing:
+                rest = self._estep_job(request, self.frame, _cells(chunk_reader(self.encoder)), missing)
+                merged = merge_payloads(factory, merged, rest)
+        else:
+            merged = self._estep_job(request, self.frame, _cells(chunk_reader(self.encoder)), wanted)
+        if merged is None:
+            raise EmptyDataError("no rows: every partition of the encoded data is empty")
+        return merged
+
+    def _estep_from_copies(self, request: Request, wanted: Iterable[int]) -> tuple[Payload | None, list[int]]:
+        """The E-step job over the executor-local copies of partitions ``wanted``: the merged payload
+        of those found, and the partitions missing. The job runs over a placeholder frame of one row
+        per partition (the tasks learn their chunks from the layout) while the copies have been found
+        where such tasks run; after a miss, over the chunk frame's small columns (Spark runs those
+        tasks where the cached partitions are, beside the copies written there); when that finds
+        none, the copies are off for this handle."""
+        wanted = list(wanted)
+        if self._copies_placed:
+            frame = self._index
+            read = copy_reader(self.encoder, self._token)
+        else:
+            frame = self.frame.sparkSession.range(0, self.num_partitions, 1, self.num_partitions)
+            read = copy_reader(self.encoder, self._token, self._layout)
+        merged = self._estep_job(request, frame, read, wanted)
+        done = {r.part for r in merged[3]} if merged is not None else set()
+        missing = [p for p in wanted if p not in done]
+        self.copy_parts += len(wanted) - len(missing)
+        if missing and not self._copies_placed:
+            self._copies_placed = True
+        elif missing and len(missing) == len(wanted):
+            self.copies = False
+            self._event(
+                "E-step jobs read the cached chunks: no executor-local copies found "
+                f"({len(missing)} partitions)"
+            )
+        return merged, missing
+
+    def _estep_job(
+        self,
+        request: Request,
+        frame: DataFrame,
+        read_chunks: Callable[[Iterable[pa.RecordBatch], int], Iterator[Any]],
+        parts: Iterable[int],
+    ) -> Payload | None:
+        """One E-step job over ``frame`` (the chunk frame, or a frame standing for it when the tasks
+        fold the local copies), only partitions ``parts`` folding (the others' rows are filtered out
+        before they reach Python, and every task reads all its input, so Spark reuses its worker). A
+        partition whose copies are missing yields nothing; the merged payload's reports say which
+        partitions folded."""
+        factory, model, initialize, options = request
         ref = self._ship(model)
-        read_chunks = chunk_reader(self.encoder)
+        asked = sorted(set(parts))
+        if len(asked) < self.num_partitions:
+            frame = frame.where(F.spark_partition_id().isin(asked))
+        wanted = frozenset(asked)
 
         def estep_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             from pyspark import TaskContext
 
             context = TaskContext.get()
             part = context.partitionId() if context is not None else 0
-            if options is not None and options.only is not None and part not in options.only:
-                yield _payload_batch((0.0, 0.0, None, ()))  # not asked for: its batches stay unread
+            if part not in wanted:
+                for _batch in batches:  # filtered out: nothing to read, but read to the end
+                    pass
+                yield _payload_batch(None)
                 return
             current = ref.value if isinstance(ref, Broadcast) else ref
             try:
                 payload = accumulate_chunks(
-                    read_chunks(batches), (factory, current, initialize, options), part
+                    read_chunks(batches, part), (factory, current, initialize, options), part
                 )
+            except MissingCopy:
+                payload = None  # the driver folds this partition from the cached chunks
             except Exception as err:
                 note = getattr(err, "add_note", None)  # Python >= 3.11; the driver names the partition
                 if note is not None:
@@ -439,7 +568,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
                 raise
             yield _payload_batch(payload)
 
-        return self._run(estep_partition, factory)
+        return self._run(estep_partition, factory, frame)
 
     def _resident_decoder(self) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Any]]:
         return chunk_reader(self.encoder)
@@ -464,6 +593,30 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         found = [pickle.loads(r[0]) for r in self.frame.mapInArrow(find, _PAYLOAD_SCHEMA).collect()]
         found = [f for f in found if f is not None]
         return min(found) if found else None
+
+
+def _chunk_layout(frame: DataFrame) -> dict[int, list[tuple[int, int]]]:
+    """``{partition: [(first row id, rows) of each chunk, in order]}`` of a chunk frame (one small
+    row per chunk reaches the driver)."""
+    layout: dict[int, list[tuple[int, int]]] = {}
+    rows = frame.select(F.spark_partition_id().alias("p"), "first", "rows").collect()
+    for part, first, count in sorted(rows):
+        layout.setdefault(int(part), []).append((int(first), int(count)))
+    return layout
+
+
+def _one_level(parts: int, depth: int) -> bool:
+    """Whether ``treeAggregate(depth=depth)`` over ``parts`` partitions merges on the driver at once
+    (its own test): then the payloads are collected instead, which merges them in the same order
+    without handing them to a second Python worker through ``DataFrame.rdd``."""
+    scale = max(math.ceil(parts ** (1.0 / depth)), 2)
+    return parts <= scale + parts / scale
+
+
+def _cells(
+    read: Callable[[Iterable[pa.RecordBatch]], Iterator[Any]],
+) -> Callable[[Iterable[pa.RecordBatch], int], Iterator[Any]]:
+    return lambda batches, _part: read(batches)
 
 
 _EXECUTOR_NOTE = "mixle_spark: E-step failed in partition"

@@ -1,0 +1,142 @@
+"""The job path's executor-local copies of the encoded chunks: E-steps fold them and equal the local
+backend; a missing or damaged copy falls back to the cached cells with the same result; the copies
+go when the handle closes, and nothing else does."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from mixle_spark.parallel import LocalEncodedData, encoded_data
+from mixle_spark.parallel.backends._spark_chunks import COPIES_ENV, remove_copies
+from mixle_spark.stats import (
+    CategoricalEstimator,
+    GaussianEstimator,
+    MixtureEstimator,
+    RecordEstimator,
+)
+from tests.unit._cases import assert_models_close
+
+pytestmark = pytest.mark.spark
+
+EST = MixtureEstimator([RecordEstimator({"x": GaussianEstimator(), "c": CategoricalEstimator()})] * 2)
+
+
+def _table(n: int = 900) -> pa.Table:
+    rng = np.random.default_rng(5)
+    z = rng.random(n) < 0.4
+    return pa.table(
+        {
+            "x": np.where(z, rng.normal(-2.0, 1.0, n), rng.normal(3.0, 0.7, n)),
+            "c": np.where(z, rng.choice(["a", "b"], n), rng.choice(["b", "c", "d"], n)),
+            "w": rng.uniform(0.5, 2.0, n),
+        }
+    )
+
+
+def _folder(handle: Any) -> Path:
+    (place,) = handle._copy_places  # one local executor
+    return Path(place[1]) / f"mixle-chunks-{handle._token}"
+
+
+@pytest.fixture(scope="module")
+def frame(spark: Any) -> Any:
+    return spark.createDataFrame(_table()).repartition(3)
+
+
+@pytest.fixture(scope="module")
+def want() -> Any:
+    table = _table()
+    local = LocalEncodedData(table.select(["x", "c"]), estimator=EST, weights=table.column("w").to_numpy())
+    start = local.pysp_seq_initialize(EST, np.random.default_rng(2), 0.5)
+    return start, local.pysp_em_step(EST, start)
+
+
+def _step_equals(handle: Any, want: Any) -> None:
+    start, (want_n, want_ll, want_model) = want
+    n, ll, model = handle.pysp_em_step(EST, start)
+    assert n == pytest.approx(want_n, rel=1e-12)
+    assert ll == pytest.approx(want_ll, rel=1e-10)
+    assert_models_close(model, want_model)
+
+
+def test_job_path_folds_the_copies_and_equals_local(frame: Any, want: Any) -> None:
+    with encoded_data(frame, EST, weights="w", resident=False, num_chunks=3) as handle:
+        assert handle.copies
+        files = sorted(_folder(handle).glob("*.chunk"))
+        assert len(files) == sum(len(c) for c in handle._layout.values()) == 3
+        assert oct(_folder(handle).stat().st_mode & 0o777) == "0o700"
+        _step_equals(handle, want)
+        _step_equals(handle, want)
+        assert handle.copy_parts == 6  # every partition of both passes came from its copy
+        assert [r.part for r in handle.last_parts] == [0, 1, 2]
+
+
+def test_a_missing_or_damaged_copy_falls_back_to_the_cached_chunks(frame: Any, want: Any) -> None:
+    with encoded_data(frame, EST, weights="w", resident=False, num_chunks=3) as handle:
+        files = sorted(_folder(handle).glob("*.chunk"))
+        files[0].unlink()  # absent
+        with open(files[1], "r+b") as f:  # not whole: shorter than its header says
+            f.truncate(f.seek(0, os.SEEK_END) - 10)
+        _step_equals(handle, want)
+        assert handle.copy_parts == 1
+        assert [r.part for r in handle.last_parts] == [0, 1, 2]
+        # the next passes run where the cached partitions are, and still fall back for those two
+        _step_equals(handle, want)
+        assert handle.copies and handle.copy_parts == 2
+        # a partial pass (the audit's) folds only what it asks for, from copies or cells alike
+        start = want[0]
+        kept = handle.pysp_partition_payloads(EST, start, [1, 2])
+        assert sorted(kept) == [1, 2]
+        for f in files:
+            f.unlink(missing_ok=True)
+        _step_equals(handle, want)  # none found: copies off for this handle, said in the trace
+        assert not handle.copies
+        assert any("no executor-local copies" in e for e in handle.take_events())
+        _step_equals(handle, want)
+
+
+def test_close_removes_the_copies_and_nothing_else(frame: Any) -> None:
+    handle = encoded_data(frame, EST, weights="w", resident=False)
+    folder = _folder(handle)
+    neighbour = folder.parent / "not-ours.txt"
+    neighbour.write_text("keep me")
+    try:
+        assert folder.is_dir()
+        handle.close()
+        assert not folder.exists()
+        assert neighbour.read_text() == "keep me"
+        assert folder.parent.is_dir()  # Spark's own directory stays
+    finally:
+        neighbour.unlink()
+
+
+def test_remove_copies_never_follows_a_symlink_or_a_bad_token(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "precious").write_text("x")
+    (tmp_path / "mixle-chunks-abc123").symlink_to(target)
+    assert remove_copies(str(tmp_path), "abc123") is False
+    assert (target / "precious").read_text() == "x"
+    with pytest.raises(ValueError, match="token"):
+        remove_copies(str(tmp_path), "../elsewhere")
+
+
+def test_copies_can_be_turned_off(frame: Any, want: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(COPIES_ENV, "0")
+    with encoded_data(frame, EST, weights="w", resident=False, num_chunks=3) as handle:
+        assert not handle.copies
+        assert handle._copy_places  # the places are known, and none holds a copy
+        assert not any(
+            (Path(root) / f"mixle-chunks-{handle._token}").exists() for _h, root in handle._copy_places
+        )
+        _step_equals(handle, want)
+        assert handle.copy_parts == 0
+    monkeypatch.setenv(COPIES_ENV, "1")
+    with encoded_data(frame, EST, weights="w", num_chunks=3) as handle:  # resident path: none written
+        assert not handle.copies
