@@ -140,3 +140,35 @@ def test_copies_can_be_turned_off(frame: Any, want: Any, monkeypatch: pytest.Mon
     monkeypatch.setenv(COPIES_ENV, "1")
     with encoded_data(frame, EST, weights="w", num_chunks=3) as handle:  # resident path: none written
         assert not handle.copies
+
+
+def test_unbalanced_layouts_are_spread() -> None:
+    from mixle_spark.parallel.backends.spark import _unbalanced
+
+    assert _unbalanced({0: [(0, 65536), (65536, 65536)], 1: []}, 2)  # one slot would idle
+    assert _unbalanced({0: [(0, 65536)] * 4, 1: [(9, 100)]}, 2)  # 2x its share
+    assert not _unbalanced({0: [(0, 65536)] * 2, 1: [(9, 65536)]}, 2)  # within 1.5x
+    assert not _unbalanced({0: [(0, 100)]}, 2)  # one chunk: nothing to move
+    assert not _unbalanced({0: [(0, 65536)] * 3}, 0)  # the user's num_chunks: kept
+
+
+def test_rows_in_one_of_two_partitions_are_spread_over_the_slots(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    rng = np.random.default_rng(3)
+    n = 70_000  # two chunks
+    x = np.where(rng.random(n) < 0.5, rng.normal(-2.0, 1.0, n), rng.normal(2.0, 1.0, n))
+    est = MixtureEstimator([GaussianEstimator()] * 2)
+    df = spark.createDataFrame(pa.table({"x": x})).repartition(2, F.lit(0))  # every row in one partition
+    assert sorted(len(p) for p in df.rdd.glom().collect()) == [0, n]
+    local = LocalEncodedData(pa.table({"x": x}), estimator=est)
+    start = local.pysp_seq_initialize(est, np.random.default_rng(1), 0.2)
+    want = local.pysp_em_step(est, start)
+    with encoded_data(df, est, resident=False) as handle:
+        rows = sorted(sum(r for _f, r in chunks) for chunks in handle._layout.values())
+        assert len(rows) == 2 and rows[0] > 0 and sum(rows) == n
+        n_got, ll, model = handle.pysp_em_step(est, start)
+        assert sorted(r.rows for r in handle.last_parts) == rows
+    assert n_got == want[0]
+    assert ll == pytest.approx(want[1], rel=1e-10)
+    assert_models_close(model, want[2])

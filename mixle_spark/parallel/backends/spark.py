@@ -259,7 +259,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             estimator.with_scan(self._scan).encoder() if estimator is not None and base.needs_scan else base
         )
         self.frame, self._layout = self._encoded(self.frame, self._storage_level)
-        if self.num_partitions < tasks:
+        if _unbalanced(self._layout, tasks):
             self._spread(tasks)
         self._fold_rows = max((r for chunks in self._layout.values() for _f, r in chunks), default=0)
 
@@ -360,8 +360,10 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         return out, layout
 
     def _spread(self, tasks: int) -> None:
-        """Fewer input partitions than tasks the session runs at once (on the job path): the encoded
-        chunks spread over ``tasks`` partitions by a shuffle of the chunks, so every task slot works."""
+        """Rows in fewer partitions than tasks the session runs at once, or some partitions holding
+        far more rows than others (one Parquet row group read as one partition, skewed input
+        partitions): the encoded chunks spread over ``tasks`` partitions by a shuffle of the chunks
+        (not of rows), so every task slot works on the job path."""
         laid = spread_chunks(self.frame, tasks, self._storage_level)
         self.frame.unpersist()
         self.frame, self.num_partitions, self._layout = laid, tasks, _chunk_layout(laid)
@@ -603,6 +605,19 @@ def _chunk_layout(frame: DataFrame) -> dict[int, list[tuple[int, int]]]:
     for part, first, count in sorted(rows):
         layout.setdefault(int(part), []).append((int(first), int(count)))
     return layout
+
+
+def _unbalanced(layout: dict[int, list[tuple[int, int]]], tasks: int) -> bool:
+    """Whether spreading the chunks over ``tasks`` partitions would let more task slots work: some
+    slots would get no rows, or one partition holds more than 1.5x its share of the rows (when
+    there are at least two chunks to move)."""
+    chunks = sum(len(c) for c in layout.values())
+    slots = min(tasks, chunks)
+    if slots < 2:
+        return False
+    rows = [sum(r for _f, r in c) for c in layout.values()]
+    busy = sum(1 for r in rows if r > 0)
+    return busy < slots or max(rows) > 1.5 * sum(rows) / slots
 
 
 def _one_level(parts: int, depth: int) -> bool:
