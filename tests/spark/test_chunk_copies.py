@@ -101,6 +101,28 @@ def test_a_missing_or_damaged_copy_falls_back_to_the_cached_chunks(frame: Any, w
         _step_equals(handle, want)
 
 
+class _Planted:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> Any:
+        return (Path(self.marker).write_text, ("unpickled",))  # what an attacker's pickle would run
+
+
+def test_a_planted_copy_is_never_unpickled(frame: Any, want: Any, tmp_path: Path) -> None:
+    import pickle
+
+    marker = tmp_path / "marker"
+    with encoded_data(frame, EST, weights="w", resident=False, num_chunks=3) as handle:
+        target = sorted(_folder(handle).glob("*.chunk"))[0]
+        blob = pickle.dumps(_Planted(str(marker)))
+        # the right length and layout, a MAC made without the handle's key
+        target.write_bytes(len(blob).to_bytes(8, "little") + bytes(32) + blob)
+        _step_equals(handle, want)  # that partition read from the cached cells instead
+        assert handle.copy_parts == 2
+    assert not marker.exists()
+
+
 def test_close_removes_the_copies_and_nothing_else(frame: Any) -> None:
     handle = encoded_data(frame, EST, weights="w", resident=False)
     folder = _folder(handle)

@@ -18,17 +18,21 @@ every byte of them to the Python worker on every pass, which costs about as much
 So when the handle asks for them, the writing task also keeps each chunk as a file in its executor's
 Spark local directory (``SPARK_LOCAL_DIRS``, where Spark keeps its own shuffle and cache blocks, and
 which it deletes when the executor stops), under ``mixle-chunks-<token>/<first row id>.chunk``, written
-to a temporary name and renamed, so a file is whole or absent. An E-step then runs over the chunk
-frame's two small columns only (``first``, ``rows``: Spark schedules the task where the cached
-partition is) and the task folds the files; a task that misses any of its partition's files reports
-the partition missing, and the handle folds those partitions from the cached cells in a second job
-(:meth:`~.spark.SparkEncodedData._estep`). The files are this package's own output in Spark's own
-directory, read only by its tasks: the trust of Spark's block files beside them. Turn them off with
-``MIXLE_SPARK_CHUNK_COPIES=0`` in the driver's environment.
+to a temporary name and renamed, so a file is whole or absent. A copy carries an HMAC-SHA256 of the
+chunk under a key the handle draws and ships in the tasks' closures (as Spark ships everything a task
+runs): a task unpickles a copy only after checking its MAC, so a file planted or changed in that
+directory is never unpickled, only counted missing. An E-step job then runs over a placeholder frame
+(or, after a miss, over the chunk frame's two small columns, whose tasks Spark places where the cached
+partitions are) and each task folds its partition's files; a task that misses one reports the
+partition missing, and the handle folds those partitions from the cached cells in a second job
+(:meth:`~.spark.SparkEncodedData._estep`). Turn them off with ``MIXLE_SPARK_CHUNK_COPIES=0`` in the
+driver's environment.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 import os
 import pickle
@@ -47,6 +51,7 @@ __all__ = [
     "CHUNK_SCHEMA",
     "COPIES_ENV",
     "Chunk",
+    "CopyKey",
     "MissingCopy",
     "chunk_reader",
     "chunk_writer",
@@ -69,7 +74,14 @@ Chunk = tuple[Any, np.ndarray, np.ndarray]
 COPIES_ENV = "MIXLE_SPARK_CHUNK_COPIES"
 """Driver environment variable: ``0`` keeps no executor-local copies of the chunks."""
 _COPY_DIR = "mixle-chunks-"
-_HEADER = 8  # a copy starts with the length of the chunk's bytes that follow
+_LENGTH = 8  # a copy starts with the length of the chunk's bytes that follow
+_MAC = 32  # then their HMAC-SHA256 under the handle's key
+CopyKey = tuple[str, bytes]
+"""``(token, key)``: the handle's folder name (a uuid hex) and its 32-byte MAC key."""
+
+
+def _mac(key: bytes, blob: bytes) -> bytes:
+    return hmac.new(key, blob, hashlib.sha256).digest()
 
 
 def copies_wanted() -> bool:
@@ -90,12 +102,13 @@ def _copy_folder(root: str, token: str) -> str:
     return os.path.join(root, _COPY_DIR + token)
 
 
-def _keep_copy(token: str, first: int, blob: bytes) -> None:
+def _keep_copy(copies: CopyKey, first: int, blob: bytes) -> None:
     """Keep ``blob`` (chunk ``first``) as this executor's local copy; any file-system failure leaves
     no copy (the E-step then reads the cached cell) and is not an error."""
     root = copy_place()
     if root is None:
         return
+    token, key = copies
     folder = _copy_folder(root, token)
     path = os.path.join(folder, f"{int(first)}.chunk")
     tmp = f"{path}.{os.getpid()}.tmp"
@@ -104,7 +117,8 @@ def _keep_copy(token: str, first: int, blob: bytes) -> None:
         if os.path.islink(folder) or not os.path.isdir(folder):
             return
         with open(tmp, "wb") as f:
-            f.write(len(blob).to_bytes(_HEADER, "little"))
+            f.write(len(blob).to_bytes(_LENGTH, "little"))
+            f.write(_mac(key, blob))
             f.write(blob)
         os.replace(tmp, path)
     except OSError:
@@ -185,11 +199,11 @@ def chunk_writer(
     read: Callable[[pa.RecordBatch], Any],
     has_weights: bool,
     offsets: np.ndarray,
-    copies: str | None = None,
+    copies: CopyKey | None = None,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function that turns a partition of the validated input frame (its columns,
     the row-id column, the weight column if any) into chunk rows of :data:`CHUNK_SCHEMA`; with
-    ``copies`` (the handle's token) each chunk is also kept as an executor-local copy."""
+    ``copies`` (the handle's token and MAC key) each chunk is also kept as an executor-local copy."""
 
     def encode(batches: list[pa.RecordBatch], shared: list[Any]) -> pa.RecordBatch:
         batch = batches[0] if len(batches) == 1 else _concat(batches)
@@ -254,14 +268,15 @@ def chunk_reader(encoder: Any) -> Callable[[Iterable[pa.RecordBatch]], Iterator[
 
 
 def copy_reader(
-    encoder: Any, token: str, layout: dict[int, list[tuple[int, int]]] | None = None
+    encoder: Any, copies: CopyKey, layout: dict[int, list[tuple[int, int]]] | None = None
 ) -> Callable[[Iterable[pa.RecordBatch], int], Iterator[Chunk]]:
     """``read(batches, part)``: the chunks of partition ``part`` from this executor's local copies.
     Which chunks: ``layout[part]`` (``(first row id, rows)`` per chunk, in order; ``batches`` are
     then a placeholder frame's and only drained), or without ``layout`` the partition's rows of the
     chunk frame's ``first`` and ``rows`` columns in ``batches``. Raises :class:`MissingCopy` before
     yielding anything when a copy is absent, and while reading when one is not whole or not the
-    chunk it names (the caller then discards its partial fold)."""
+    chunk it names, or its MAC does not check (the caller then discards its partial fold)."""
+    token, key = copies
 
     def read(batches: Iterable[pa.RecordBatch], part: int) -> Iterator[Chunk]:
         wanted: list[tuple[int, int]] = []
@@ -284,12 +299,16 @@ def copy_reader(
         for path, (first, rows) in zip(paths, wanted, strict=True):
             try:
                 with open(path, "rb") as f:
-                    size = int.from_bytes(f.read(_HEADER), "little")
-                    if os.fstat(f.fileno()).st_size != _HEADER + size:
+                    size = int.from_bytes(f.read(_LENGTH), "little")
+                    if os.fstat(f.fileno()).st_size != _LENGTH + _MAC + size:
                         raise MissingCopy(path)
-                    enc, weights, ids = _ChunkUnpickler(f, shared).load()
+                    mac = f.read(_MAC)
+                    blob = f.read(size)
             except OSError as err:
                 raise MissingCopy(path) from err
+            if len(blob) != size or not hmac.compare_digest(mac, _mac(key, blob)):
+                raise MissingCopy(path)  # not written by this handle's tasks: never unpickled
+            enc, weights, ids = _ChunkUnpickler(io.BytesIO(blob), shared).load()
             if len(ids) != rows or (rows and int(ids[0]) != first):
                 raise MissingCopy(path)
             yield enc, (np.ones(len(ids)) if weights is None else weights), ids

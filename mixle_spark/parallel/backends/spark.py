@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import pickle
 import re
 import socket
@@ -194,6 +195,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         self._broadcasts: list[Any] = []
         self._closed = False
         self._token = uuid.uuid4().hex
+        self._copy_key = os.urandom(32)  # authenticates the copies' contents (see ._spark_chunks)
         self.copies = copies_wanted() and (
             resident is False or self.connect or resident_blocker(data) is not None
         )
@@ -347,7 +349,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             reader(self.columns, self.reads_table),
             self.has_weights,
             self.offsets,
-            self._token if self.copies else None,
+            (self._token, self._copy_key) if self.copies else None,
         )
         out = frame.mapInArrow(write, CHUNK_SCHEMA).persist(level)
         try:
@@ -509,10 +511,10 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         wanted = list(wanted)
         if self._copies_placed:
             frame = self._index
-            read = copy_reader(self.encoder, self._token)
+            read = copy_reader(self.encoder, (self._token, self._copy_key))
         else:
             frame = self.frame.sparkSession.range(0, self.num_partitions, 1, self.num_partitions)
-            read = copy_reader(self.encoder, self._token, self._layout)
+            read = copy_reader(self.encoder, (self._token, self._copy_key), self._layout)
         merged = self._estep_job(request, frame, read, wanted)
         done = {r.part for r in merged[3]} if merged is not None else set()
         missing = [p for p in wanted if p not in done]
