@@ -194,3 +194,24 @@ def test_rows_in_one_of_two_partitions_are_spread_over_the_slots(spark: Any) -> 
     assert n_got == want[0]
     assert ll == pytest.approx(want[1], rel=1e-10)
     assert_models_close(model, want[2])
+
+
+def test_copies_kept_on_another_host_are_removed_by_a_job(frame: Any) -> None:
+    handle = encoded_data(frame, EST, weights="w", resident=False)
+    folder = _folder(handle)
+    (place,) = handle._copy_places
+    handle._copy_places = {("another-host", place[1])}  # as if the executor ran elsewhere
+    assert folder.is_dir()
+    handle.close()  # the driver cannot reach it: a small job over the chunk frame removes it
+    assert not folder.exists()
+
+
+def test_closing_a_handle_without_copies_runs_no_job(frame: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mixle_spark.parallel.backends.spark import SparkEncodedData
+
+    handle = encoded_data(frame, EST, weights="w", num_chunks=3)  # the resident path keeps no copies
+    handle._copy_places = {("another-host", "/nonexistent")}
+    monkeypatch.setattr(
+        SparkEncodedData, "_index", property(lambda self: pytest.fail("close ran a clean-up job"))
+    )
+    handle.close()

@@ -204,6 +204,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         a pass finds none of them."""
         self.copy_parts = 0
         self._copies_placed = False  # the copies E-step runs over the chunk frame's small columns
+        self._wrote_copies = self.copies  # the encoding pass keeps them (close deletes them)
         """Partitions E-step jobs folded from executor-local copies (the rest read the cached cells)."""
         self._copy_places: set[tuple[str, str]] = set()
         base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
@@ -391,7 +392,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         this machine (a local master, a local Connect server), else by a small job over the chunk
         frame (its tasks run where the cached partitions are; Spark deletes the directories of
         executors it stops in any case). Best effort: a session already stopped leaves them to Spark."""
-        if not self.copies and not self._copy_places:
+        if not self._wrote_copies:
             return
         here = socket.gethostname()
         elsewhere = False
