@@ -110,17 +110,69 @@ class _Planted:
 
 
 def test_a_planted_copy_is_never_unpickled(frame: Any, want: Any, tmp_path: Path) -> None:
-    import pickle
+    from mixle_spark.parallel.backends._spark_chunks import _copy_parts
 
     marker = tmp_path / "marker"
     with encoded_data(frame, EST, weights="w", resident=False, num_chunks=3) as handle:
         target = sorted(_folder(handle).glob("*.chunk"))[0]
-        blob = pickle.dumps(_Planted(str(marker)))
-        # the right length and layout, a MAC made without the handle's key
-        target.write_bytes(len(blob).to_bytes(8, "little") + bytes(32) + blob)
+        # the right format and layout, MACs made without the handle's key
+        target.write_bytes(b"".join(bytes(p) for p in _copy_parts(bytes(32), _Planted(str(marker)), [])))
         _step_equals(handle, want)  # that partition read from the cached cells instead
         assert handle.copy_parts == 2
     assert not marker.exists()
+
+
+def _copy_file(tmp_path: Path, key: bytes) -> tuple[Path, Any]:
+    from mixle_spark.parallel.backends._spark_chunks import _copy_parts
+
+    chunk = ({"x": np.arange(5.0), "c": np.arange(3, dtype=np.int32)}, None, np.arange(10, 15))
+    path = tmp_path / "10.chunk"
+    path.write_bytes(b"".join(bytes(p) for p in _copy_parts(key, chunk, [])))
+    return path, chunk
+
+
+def test_a_copy_maps_its_arrays_and_checks_both_macs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from mixle_spark.parallel.backends import _spark_chunks as C
+
+    key = bytes(range(32))
+    path, chunk = _copy_file(tmp_path, key)
+    got = C._load_copy(str(path), key, [])
+    np.testing.assert_array_equal(got[0]["x"], chunk[0]["x"])
+    np.testing.assert_array_equal(got[0]["c"], chunk[0]["c"])
+    assert got[1] is None and got[0]["c"].dtype == np.int32
+    assert not got[0]["x"].flags.writeable  # mapped from the file, not copied
+    assert got[0]["x"].ctypes.data % 64 == 0
+    with pytest.raises(C.MissingCopy):
+        C._load_copy(str(path), bytes(32), [])  # another handle's key
+    # a changed number (the pickle stream intact) is caught by the arrays' MAC
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 1
+    path.write_bytes(bytes(raw))
+    with pytest.raises(C.MissingCopy):
+        C._load_copy(str(path), key, [])
+    # once checked (and older than a second), a later read skips hashing the arrays...
+    path, chunk = _copy_file(tmp_path, key)
+    later = time.time_ns() + 2_000_000_000
+    monkeypatch.setattr(C.time, "time_ns", lambda: later)
+    C._load_copy(str(path), key, [])
+    assert str(path) in C._VERIFIED
+    # ...until the file changes: a write changes its ctime, and the arrays are hashed again
+    time.sleep(0.05)  # past the file system's timestamp tick
+    with open(path, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 1]))
+    with pytest.raises(C.MissingCopy):
+        C._load_copy(str(path), key, [])
+    # a truncated file is missing, never read past its end
+    path, _chunk = _copy_file(tmp_path, key)
+    with open(path, "r+b") as f:
+        f.truncate(f.seek(0, os.SEEK_END) - 10)
+    with pytest.raises(C.MissingCopy):
+        C._load_copy(str(path), key, [])
 
 
 def test_close_removes_the_copies_and_nothing_else(frame: Any) -> None:

@@ -18,10 +18,13 @@ every byte of them to the Python worker on every pass, which costs about as much
 So when the handle asks for them, the writing task also keeps each chunk as a file in its executor's
 Spark local directory (``SPARK_LOCAL_DIRS``, where Spark keeps its own shuffle and cache blocks, and
 which it deletes when the executor stops), under ``mixle-chunks-<token>/<first row id>.chunk``, written
-to a temporary name and renamed, so a file is whole or absent. A copy carries an HMAC-SHA256 of the
-chunk under a key the handle draws and ships in the tasks' closures (as Spark ships everything a task
-runs): a task unpickles a copy only after checking its MAC, so a file planted or changed in that
-directory is never unpickled, only counted missing. An E-step job then runs over a placeholder frame
+to a temporary name and renamed, so a file is whole or absent. A copy keeps the chunk's arrays out of
+the pickle stream, aligned, so a reading task maps them from the file without copying them; it
+carries two HMAC-SHA256s under a key the handle draws and ships in the tasks' closures (as Spark
+ships everything a task runs): one of the header and pickle stream, checked on every read before
+anything is unpickled, so a file planted or changed in that directory is never unpickled, only counted
+missing; one of the arrays' bytes, checked when a Python worker first reads the file and again only
+if the file has changed since (:data:`_VERIFIED`). An E-step job then runs over a placeholder frame
 (or, after a miss, over the chunk frame's two small columns, whose tasks Spark places where the cached
 partitions are) and each task folds its partition's files; a task that misses one reports the
 partition missing, and the handle folds those partitions from the cached cells in a second job
@@ -34,11 +37,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import io
+import mmap
 import os
 import pickle
 import shutil
+import struct
+import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -74,8 +80,13 @@ Chunk = tuple[Any, np.ndarray, np.ndarray]
 COPIES_ENV = "MIXLE_SPARK_CHUNK_COPIES"
 """Driver environment variable: ``0`` keeps no executor-local copies of the chunks."""
 _COPY_DIR = "mixle-chunks-"
-_LENGTH = 8  # a copy starts with the length of the chunk's bytes that follow
-_MAC = 32  # then their HMAC-SHA256 under the handle's key
+_MAGIC = b"MXCHUNK2"
+"""A copy file: this magic, the pickle stream's length, the number of out-of-band buffers and each
+one's length (little-endian 8-byte integers); an HMAC-SHA256 of that header and the stream, one of
+the buffers; the stream; the buffers, each starting at a multiple of :data:`_ALIGN`."""
+_MAC = 32
+_DATA = b"mixle-chunk-buffers"  # the buffers' MAC is keyed alike but over a distinct prefix
+_ALIGN = 64
 CopyKey = tuple[str, bytes]
 """``(token, key)``: the handle's folder name (a uuid hex) and its 32-byte MAC key."""
 
@@ -102,8 +113,37 @@ def _copy_folder(root: str, token: str) -> str:
     return os.path.join(root, _COPY_DIR + token)
 
 
-def _keep_copy(copies: CopyKey, first: int, blob: bytes) -> None:
-    """Keep ``blob`` (chunk ``first``) as this executor's local copy; any file-system failure leaves
+def _pad(size: int) -> int:
+    return -size % _ALIGN
+
+
+def _copy_parts(key: bytes, obj: Any, shared: list[Any]) -> list[Any]:
+    """The pieces of a copy file holding ``obj`` (see :data:`_MAGIC`): header, MACs, the pickle
+    stream, then every contiguous array's bytes out of band, each aligned to :data:`_ALIGN` bytes so
+    a reader maps them without a copy."""
+    out = io.BytesIO()
+    buffers: list[pickle.PickleBuffer] = []
+    _ChunkPickler(out, shared, buffers.append).dump(obj)
+    stream = out.getvalue()
+    views = [b.raw() for b in buffers]
+    head = _MAGIC + struct.pack(f"<QQ{len(views)}Q", len(stream), len(views), *(v.nbytes for v in views))
+    stream_mac = hmac.new(key, head, hashlib.sha256)
+    stream_mac.update(stream)
+    data_mac = hmac.new(key, _DATA, hashlib.sha256)
+    for v in views:
+        data_mac.update(v)
+    parts: list[Any] = [head, stream_mac.digest(), data_mac.digest(), stream]
+    at = len(head) + 2 * _MAC + len(stream)
+    for v in views:
+        parts.append(bytes(_pad(at)))
+        at += _pad(at)
+        parts.append(v)
+        at += v.nbytes
+    return parts
+
+
+def _keep_copy(copies: CopyKey, first: int, obj: Any, shared: list[Any]) -> None:
+    """Keep ``obj`` (chunk ``first``) as this executor's local copy; any file-system failure leaves
     no copy (the E-step then reads the cached cell) and is not an error."""
     root = copy_place()
     if root is None:
@@ -117,15 +157,76 @@ def _keep_copy(copies: CopyKey, first: int, blob: bytes) -> None:
         if os.path.islink(folder) or not os.path.isdir(folder):
             return
         with open(tmp, "wb") as f:
-            f.write(len(blob).to_bytes(_LENGTH, "little"))
-            f.write(_mac(key, blob))
-            f.write(blob)
+            for part in _copy_parts(key, obj, shared):
+                f.write(part)
         os.replace(tmp, path)
     except OSError:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+
+
+_VERIFIED: dict[str, tuple[int, ...]] = {}
+"""This Python worker's copies whose array bytes matched their MAC: path -> the file's identity and
+times (``st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns``) then. Spark reuses its Python workers
+between tasks, so a later pass skips hashing the arrays of a copy that has not changed since; a
+write to the file changes its ctime (which no user can set back), and an entry is kept only for a
+file last changed over a second before it was checked. The pickle stream's MAC is checked on every
+read whatever this says, so what is unpickled is always the handle's own."""
+_VERIFIED_MAX = 1 << 16
+
+
+def _load_copy(path: str, key: bytes, shared: list[Any]) -> Any:
+    """The chunk kept in the copy file ``path``, its arrays mapped from the file read-only (no
+    copy); raises :class:`MissingCopy` when the file is absent, not whole, or either MAC fails."""
+    try:
+        with open(path, "rb") as f:
+            stat = os.fstat(f.fileno())
+            size = stat.st_size
+            fixed = len(_MAGIC) + 16
+            if size < fixed + 2 * _MAC:
+                raise MissingCopy(path)
+            view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as err:
+        raise MissingCopy(path) from err
+    data = memoryview(view)
+    if bytes(data[: len(_MAGIC)]) != _MAGIC:
+        raise MissingCopy(path)
+    stream_len, count = struct.unpack_from("<QQ", data, len(_MAGIC))
+    head_len = fixed + 8 * count
+    if count > size // 8 or head_len + 2 * _MAC + stream_len > size:
+        raise MissingCopy(path)
+    lengths = struct.unpack_from(f"<{count}Q", data, fixed)
+    # private copies of what decides what runs: the header and the pickle stream
+    head = bytes(data[:head_len])
+    macs = bytes(data[head_len : head_len + 2 * _MAC])
+    at = head_len + 2 * _MAC
+    stream = bytes(data[at : at + stream_len])
+    at += stream_len
+    stream_mac = hmac.new(key, head, hashlib.sha256)
+    stream_mac.update(stream)
+    if not hmac.compare_digest(macs[:_MAC], stream_mac.digest()):
+        raise MissingCopy(path)  # not written by this handle's tasks: never unpickled
+    views = []
+    for length in lengths:
+        at += _pad(at)
+        views.append(data[at : at + length])
+        at += length
+    if at != size:
+        raise MissingCopy(path)
+    identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if _VERIFIED.get(path) != identity:
+        data_mac = hmac.new(key, _DATA, hashlib.sha256)
+        for v in views:
+            data_mac.update(v)
+        if not hmac.compare_digest(macs[_MAC:], data_mac.digest()):
+            raise MissingCopy(path)
+        if time.time_ns() - stat.st_ctime_ns > 1_000_000_000:
+            if len(_VERIFIED) >= _VERIFIED_MAX:
+                _VERIFIED.clear()
+            _VERIFIED[path] = identity
+    return _ChunkUnpickler(io.BytesIO(stream), shared, views).load()
 
 
 def remove_copies(root: str, token: str) -> bool:
@@ -177,8 +278,10 @@ def _shared(encoder: Any) -> list[Any]:
 
 
 class _ChunkPickler(pickle.Pickler):
-    def __init__(self, file: io.BytesIO, shared: list[Any]) -> None:
-        super().__init__(file, protocol=5)
+    def __init__(
+        self, file: io.BytesIO, shared: list[Any], buffers: Callable[[Any], Any] | None = None
+    ) -> None:
+        super().__init__(file, protocol=5, buffer_callback=buffers)
         self._ids = {id(obj): i for i, obj in enumerate(shared)}
 
     def persistent_id(self, obj: Any) -> int | None:
@@ -186,8 +289,8 @@ class _ChunkPickler(pickle.Pickler):
 
 
 class _ChunkUnpickler(pickle.Unpickler):
-    def __init__(self, file: BinaryIO, shared: list[Any]) -> None:
-        super().__init__(file)
+    def __init__(self, file: io.BytesIO, shared: list[Any], buffers: Iterable[Any] | None = None) -> None:
+        super().__init__(file, buffers=buffers)
         self._shared = shared
 
     def persistent_load(self, pid: Any) -> Any:
@@ -209,11 +312,12 @@ def chunk_writer(
         batch = batches[0] if len(batches) == 1 else _concat(batches)
         ids = _row_ids(batch, offsets)
         weights = _weights(batch, True) if has_weights else None
+        chunk = (encoder.from_arrow(read(batch)), weights, ids)
         out = io.BytesIO()
-        _ChunkPickler(out, shared).dump((encoder.from_arrow(read(batch)), weights, ids))
+        _ChunkPickler(out, shared).dump(chunk)
         blob = out.getvalue()
         if copies is not None:
-            _keep_copy(copies, int(ids[0]), blob)
+            _keep_copy(copies, int(ids[0]), chunk, shared)
         return pa.RecordBatch.from_pydict(
             {
                 "first": pa.array([int(ids[0])], pa.int64()),
@@ -297,18 +401,7 @@ def copy_reader(
             raise MissingCopy(folder)
         shared = _shared(encoder)
         for path, (first, rows) in zip(paths, wanted, strict=True):
-            try:
-                with open(path, "rb") as f:
-                    size = int.from_bytes(f.read(_LENGTH), "little")
-                    if os.fstat(f.fileno()).st_size != _LENGTH + _MAC + size:
-                        raise MissingCopy(path)
-                    mac = f.read(_MAC)
-                    blob = f.read(size)
-            except OSError as err:
-                raise MissingCopy(path) from err
-            if len(blob) != size or not hmac.compare_digest(mac, _mac(key, blob)):
-                raise MissingCopy(path)  # not written by this handle's tasks: never unpickled
-            enc, weights, ids = _ChunkUnpickler(io.BytesIO(blob), shared).load()
+            enc, weights, ids = _load_copy(path, key, shared)
             if len(ids) != rows or (rows and int(ids[0]) != first):
                 raise MissingCopy(path)
             yield enc, (np.ones(len(ids)) if weights is None else weights), ids
