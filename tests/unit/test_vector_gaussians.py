@@ -312,3 +312,32 @@ def test_sampler_shapes():
     rows = s.sample(4)
     assert len(rows) == 4 and rows[0].shape == (3,)
     assert pa.array(rows).type == pa.list_(pa.float64())
+
+
+def test_features_of_a_dropped_batch_are_reused_and_kept_ones_never_are() -> None:
+    import weakref
+
+    from mixle_spark.stats._vector import VectorBatch
+
+    rng = np.random.default_rng(4)
+    x1, x2, x3 = (rng.normal(size=(500, 3)) for _ in range(3))
+    c = np.zeros(3)
+
+    def expected(x: np.ndarray) -> np.ndarray:
+        iu, ju = np.triu_indices(3)
+        return np.column_stack([np.ones(len(x)), x, x[:, iu] * x[:, ju]])
+
+    kept = VectorBatch(x1, c)
+    first = kept.full_features()
+    other = VectorBatch(x2, c)
+    second = other.full_features()
+    assert not np.shares_memory(first, second)  # `kept` still holds its features
+    np.testing.assert_allclose(first, expected(x1))
+    np.testing.assert_allclose(second, expected(x2))
+    memory = weakref.ref(second.base)
+    del other, second  # dropped: its array is handed to the next batch of that shape
+    third = VectorBatch(x3, c).full_features()
+    assert memory() is not None and third.base is memory()
+    np.testing.assert_allclose(third, expected(x3))
+    np.testing.assert_allclose(first, expected(x1))
+    np.testing.assert_allclose(VectorBatch(x3, c).diagonal_features()[:, 4:], x3 * x3)
