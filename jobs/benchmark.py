@@ -54,15 +54,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from mixle_spark.estimation import iterate
 from mixle_spark.parallel import LocalEncodedData
@@ -199,6 +202,15 @@ def _benchmark_session(connect: bool) -> Any:
     )
 
 
+_CONNECT_LOCAL_BYTES = 256 * 2**20
+"""Inputs larger than this reach a Connect benchmark through Parquet files, not a local relation."""
+
+
+def _pieces(table: pa.Table, parts: int) -> list[pa.Table]:
+    step = -(-table.num_rows // parts)
+    return [table.slice(i, step) for i in range(0, table.num_rows, step)]
+
+
 def run_spark(
     rows: int,
     dim: int,
@@ -222,7 +234,18 @@ def run_spark(
     x, _ = make_data(rows, dim, k, seed)
     est = MixtureEstimator([MultivariateGaussianEstimator()] * k)
     flat = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), dim)
-    df = spark.createDataFrame(pa.table({"features": flat.cast(pa.list_(pa.float64()))}))
+    table = pa.table({"features": flat.cast(pa.list_(pa.float64()))})
+    scratch = None
+    if connect and table.nbytes > _CONNECT_LOCAL_BYTES:
+        # A local relation this big stalls the Connect client (it sends the Arrow bytes in one plan);
+        # a Databricks user's data is a table anyway: Parquet files, read by the server.
+        scratch = tempfile.mkdtemp(prefix="mixle-benchmark-")
+        for i, piece in enumerate(_pieces(table, partitions or 16)):
+            pq.write_table(piece, os.path.join(scratch, f"part-{i:05d}.parquet"))
+        df = spark.read.parquet(scratch)
+        print(f"(the input reaches the server as {partitions or 16} Parquet files, {table.nbytes >> 20} MiB)")
+    else:
+        df = spark.createDataFrame(table)
     if partitions is not None:
         df = df.repartition(partitions)
     df = df.select(array_to_vector("features").alias("features")).cache()
@@ -284,6 +307,8 @@ def run_spark(
         f"{local_hist[its - 1].log_likelihood / rows:.8f} (same seed); MLlib {ll_mllib:.6f} (its own start)"
     )
     df.unpersist()
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
     if connect:
         spark.stop()
         return
