@@ -354,6 +354,12 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return table.to_batches()[0]
 
 
+def _weighted(stored: tuple[Any, np.ndarray | None, np.ndarray]) -> Chunk:
+    """A stored chunk as folded: weights 1 when the data has none (none are stored then)."""
+    enc, weights, ids = stored
+    return enc, (np.ones(len(ids)) if weights is None else weights), ids
+
+
 def chunk_reader(encoder: Any) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Chunk]]:
     """``read(batches)``: the chunks of a partition of the persisted encoded frame, in order (weights
     1 when the data has none); ``encoder`` is the one that wrote them."""
@@ -365,8 +371,7 @@ def chunk_reader(encoder: Any) -> Callable[[Iterable[pa.RecordBatch]], Iterator[
                 continue
             shared = _shared(encoder) if shared is None else shared
             for blob in batch.column("chunk").to_pylist():
-                enc, weights, ids = _ChunkUnpickler(io.BytesIO(blob), shared).load()
-                yield enc, (np.ones(len(ids)) if weights is None else weights), ids
+                yield _weighted(_ChunkUnpickler(io.BytesIO(blob), shared).load())
 
     return read
 
@@ -401,10 +406,11 @@ def copy_reader(
             raise MissingCopy(folder)
         shared = _shared(encoder)
         for path, (first, rows) in zip(paths, wanted, strict=True):
-            enc, weights, ids = _load_copy(path, key, shared)
+            chunk = _weighted(_load_copy(path, key, shared))
+            ids = chunk[2]
             if len(ids) != rows or (rows and int(ids[0]) != first):
                 raise MissingCopy(path)
-            yield enc, (np.ones(len(ids)) if weights is None else weights), ids
+            yield chunk
 
     return read
 

@@ -264,7 +264,6 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         self.frame, self._layout = self._encoded(self.frame, self._storage_level)
         if _unbalanced(self._layout, tasks):
             self._spread(tasks)
-        self._fold_rows = max((r for chunks in self._layout.values() for _f, r in chunks), default=0)
 
     # -- the encoding pass --------------------------------------------------------------------
     def _scan_pass(
@@ -432,7 +431,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
 
     def fold_rows(self) -> int:
         """The most rows one chunk of the encoded data holds (each chunk is folded at once)."""
-        return self._fold_rows
+        return max((rows for chunks in self._layout.values() for _first, rows in chunks), default=0)
 
     def worker_memory(self) -> int | None:
         """This machine's memory under a local master (the tasks run here); unknown on a cluster."""
