@@ -68,7 +68,15 @@ def triangle_indices(dim: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 _SCRATCH = threading.local()
-_SCRATCH_HELD = 3  # references to an array nothing else holds: the pool, `buf`, getrefcount's argument
+
+
+def _references(pool: dict[str, np.ndarray], name: str) -> int:
+    return sys.getrefcount(pool[name])
+
+
+_UNHELD = _references({"probe": np.empty(0)}, "probe")
+"""What :func:`_references` counts for an array only its pool holds, measured through the same code
+(how many references the call itself adds differs between Python versions)."""
 
 
 def _feature_array(name: str, shape: tuple[int, int]) -> np.ndarray:
@@ -83,9 +91,8 @@ def _feature_array(name: str, shape: tuple[int, int]) -> np.ndarray:
     pool = getattr(_SCRATCH, "arrays", None)
     if pool is None:
         pool = _SCRATCH.arrays = {}
-    buf = pool.get(name)
-    if buf is not None and buf.shape == shape and sys.getrefcount(buf) == _SCRATCH_HELD:
-        return buf  # type: ignore[no-any-return]
+    if name in pool and pool[name].shape == shape and _references(pool, name) == _UNHELD:
+        return pool[name]
     buf = pool[name] = np.empty(shape)
     return buf
 
