@@ -91,10 +91,6 @@ CopyKey = tuple[str, bytes]
 """``(token, key)``: the handle's folder name (a uuid hex) and its 32-byte MAC key."""
 
 
-def _mac(key: bytes, blob: bytes) -> bytes:
-    return hmac.new(key, blob, hashlib.sha256).digest()
-
-
 def copies_wanted() -> bool:
     """Whether executor-local copies are on (``MIXLE_SPARK_CHUNK_COPIES`` is not ``0``)."""
     return os.environ.get(COPIES_ENV, "1").strip() != "0"

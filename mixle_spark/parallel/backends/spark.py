@@ -203,9 +203,9 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         job path (``resident=False``, Spark Connect, dynamic allocation); off again for this handle when
         a pass finds none of them."""
         self.copy_parts = 0
+        """Partitions E-step jobs folded from executor-local copies (the rest read the cached cells)."""
         self._copies_placed = False  # the copies E-step runs over the chunk frame's small columns
         self._wrote_copies = self.copies  # the encoding pass keeps them (close deletes them)
-        """Partitions E-step jobs folded from executor-local copies (the rest read the cached cells)."""
         self._copy_places: set[tuple[str, str]] = set()
         base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
         if weights is not None and weights not in data.columns:
