@@ -69,6 +69,13 @@ class MixtureEncoder(Encoder):
     def merge_scans(self, a: Any, b: Any) -> Any:
         return self.inner.merge_scans(a, b)
 
+    @property
+    def rebases(self) -> bool:
+        return self.inner.rebases
+
+    def rebase(self, enc: Any) -> Any:
+        return self.inner.rebase(enc)
+
     def union(self, other: Encoder) -> MixtureEncoder:
         return MixtureEncoder(self.inner.union(unwrap(other)))
 

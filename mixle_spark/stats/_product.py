@@ -171,6 +171,13 @@ class ProductEncoder(Encoder):
                 raise reraise_at(err, label) from err
         return self._pack_scan(merged)
 
+    @property
+    def rebases(self) -> bool:
+        return all(child.rebases for child in self.children)
+
+    def rebase(self, enc: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(child.rebase(e) for child, e in zip(self.children, enc, strict=True))
+
     def union(self, other: Encoder) -> Encoder:
         if type(other) is not type(self) or other.labels != self.labels:  # type: ignore[attr-defined]
             raise TypeError(f"cannot combine encoders {self!r} and {other!r}")

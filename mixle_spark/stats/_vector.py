@@ -361,6 +361,17 @@ class VectorEncoder(Encoder):
             )
         return (a[0] + b[0], np.asarray(a[1]) + np.asarray(b[1]))
 
+    @property
+    def rebases(self) -> bool:
+        return True
+
+    def rebase(self, enc: VectorBatch) -> VectorBatch:
+        """The batch's vectors with this encoder's centre."""
+        x = enc.x
+        if self.dim is not None and x.shape[1] != self.dim and not len(x):  # no rows, no length seen
+            x = x.reshape(0, self.dim)
+        return self._batch(x)
+
     def union(self, other: Encoder) -> Encoder:
         if self == other:
             return self

@@ -163,6 +163,24 @@ class Encoder(ABC):
         """Merge two scan results (associative and commutative)."""
         return None
 
+    # -- rebasing: a batch encoded under the scan of part of the data, as the whole data's encoder
+    #    encodes it (a Spark partition encodes its rows in the pass that scans them) -------------
+    @property
+    def rebases(self) -> bool:
+        """True when :meth:`rebase` can take any batch this family's encoder made under the scan of
+        part of the data (for example one partition's vocabulary) to what the encoder made from the
+        scan of all of it makes of the same rows. A property of the family, whatever this encoder's
+        scan: true for families without a scan; families with one that implement :meth:`rebase`
+        (and composites of such) say so."""
+        return type(self).scan_arrow is Encoder.scan_arrow
+
+    def rebase(self, enc: Encoded) -> Encoded:
+        """``enc`` (a batch of this family, encoded under another scan of the same column) as this
+        encoder encodes the same rows: equal, array for array, to ``self.from_arrow`` of them. The
+        batch says which vocabulary or range it was made with; only called when :attr:`rebases`. The
+        default, for families without a scan, returns it unchanged."""
+        return enc
+
     # -- compact Arrow form: data encoded once and read every iteration (e.g. a Spark cache) ------
     @property
     def compacts(self) -> bool:

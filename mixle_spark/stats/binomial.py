@@ -192,6 +192,14 @@ class BinomialEncoder(ScalarEncoder):
             return b if a is None else a
         return max(a, b)
 
+    @property
+    def rebases(self) -> bool:
+        return True
+
+    def rebase(self, enc: BinomialEncoded) -> BinomialEncoded:
+        """The batch's counts with this encoder's ``n`` (and its ``log C(n, x)``)."""
+        return enc if enc.n == self.n else self.pack(enc.x)
+
     def union(self, other: Encoder) -> Encoder:
         if not isinstance(other, BinomialEncoder):
             return super().union(other)

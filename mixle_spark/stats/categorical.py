@@ -313,6 +313,19 @@ class CategoricalEncoder(LabelEncoder):
             return b if a is None else a
         return frozenset(a) | frozenset(b)
 
+    @property
+    def rebases(self) -> bool:
+        return True
+
+    def rebase(self, enc: CategoricalBatch) -> CategoricalBatch:
+        """The batch's codes moved from its own vocabulary into this encoder's (a superset)."""
+        if self.labels is None or enc.labels == self.labels:
+            return enc if self.labels is None else CategoricalBatch(enc.codes, self.labels)
+        index = {(type(v).__name__, v): i for i, v in enumerate(self.labels)}
+        # one more slot maps code -1 (an unseen label, with unseen="zero") to -1
+        moved = np.array([index[(type(v).__name__, v)] for v in enc.labels] + [-1], dtype=np.int64)
+        return CategoricalBatch(moved[enc.codes], self.labels)
+
     def embedding_scales(self) -> np.ndarray:
         return scales(False, label_width(self.labels))
 

@@ -232,6 +232,14 @@ class IntegerCategoricalEncoder(Encoder):
             return b if a is None else a
         return (min(a[0], b[0]), max(a[1], b[1]))
 
+    @property
+    def rebases(self) -> bool:
+        return True
+
+    def rebase(self, enc: IntegerCategoricalBatch) -> IntegerCategoricalBatch:
+        """The batch's codes moved from its own offset to this encoder's."""
+        return self._finish(enc.codes + enc.min_val if enc.min_val else enc.codes)
+
     def union(self, other: Encoder) -> Encoder:
         if self == other:
             return self

@@ -256,6 +256,13 @@ class OptionalEncoder(Encoder):
             return a
         return self.child.merge_scans(a, b)
 
+    @property
+    def rebases(self) -> bool:
+        return self.child.rebases
+
+    def rebase(self, enc: OptionalEncoded) -> OptionalEncoded:
+        return OptionalEncoded(enc.n, enc.present_index, self.child.rebase(enc.child))
+
     def union(self, other: Encoder) -> Encoder:
         if not isinstance(other, OptionalEncoder):
             raise TypeError(f"cannot combine encoders {self!r} and {other!r}")

@@ -299,6 +299,14 @@ class SequenceEncoder(LengthEncoding, Encoder):
         child = b[0] if a[0] is None else a[0] if b[0] is None else self.child.merge_scans(a[0], b[0])
         return (child, self.merge_length_scans(a[1], b[1]))
 
+    @property
+    def rebases(self) -> bool:
+        return self.child.rebases and (self.len_encoder is None or self.len_encoder.rebases)
+
+    def rebase(self, enc: SequenceEncoded) -> SequenceEncoded:
+        len_enc = enc.len_enc if self.len_encoder is None else self.len_encoder.rebase(enc.len_enc)
+        return SequenceEncoded(enc.n, enc.lengths, enc.owner, self.child.rebase(enc.values), len_enc)
+
     def union(self, other: Encoder) -> Encoder:
         if not isinstance(other, SequenceEncoder):
             raise TypeError(f"cannot combine encoders {self!r} and {other!r}")

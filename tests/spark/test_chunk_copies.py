@@ -267,3 +267,24 @@ def test_closing_a_handle_without_copies_runs_no_job(frame: Any, monkeypatch: py
         SparkEncodedData, "_index", property(lambda self: pytest.fail("close ran a clean-up job"))
     )
     handle.close()
+
+
+def test_one_pass_encoding_rebases_chunks_of_partial_vocabularies(spark: Any, want: Any) -> None:
+    # each input partition holds a range of labels: no partition sees the whole vocabulary, so the
+    # chunks written in the encoding pass are re-expressed under the merged one (copies rewritten
+    # under a new key), and E-steps from the copies and from the cells equal local
+    ranged = spark.createDataFrame(_table()).repartitionByRange(3, "c")
+    with encoded_data(ranged, EST, weights="w", resident=False) as handle:
+        assert handle.one_pass and handle.rebased_chunks >= 2
+        assert (
+            handle.encoder == EST.with_scan(EST.encoder().scan_arrow(_table().select(["x", "c"]))).encoder()
+        )
+        assert handle.frame.where("rows < 0").count() == 0  # the partitions' reports are not chunks
+        _step_equals(handle, want)
+        assert handle.copy_parts == handle.num_partitions  # every copy checks under the new key
+        handle.copies = False
+        _step_equals(handle, want)
+        ids = np.sort(
+            np.concatenate([c[2] for c in handle._resident_decoder()(handle.frame.toArrow().to_batches())])
+        )
+        assert ids.tolist() == list(range(900))  # global row ids, each once

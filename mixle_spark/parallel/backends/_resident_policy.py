@@ -33,7 +33,8 @@ logger = logging.getLogger("mixle_spark.parallel.backends.spark")
 
 class ResidentPolicy:
     """Resident E-steps for a handle that provides ``frame`` (the persisted encoded DataFrame),
-    ``num_partitions``, ``auto_layout``, ``_storage_level`` and ``_resident_decoder()``."""
+    ``num_partitions``, ``auto_layout``, ``_storage_level``, ``_resident_decoder()`` and
+    ``_release_frame()``."""
 
     frame: Any
     num_partitions: int
@@ -56,6 +57,10 @@ class ResidentPolicy:
 
     def _resident_decoder(self) -> Callable[[Any], Any]:
         """``decode(batches) -> chunks (encoded, weights, row ids)``, run once in a resident task."""
+        raise NotImplementedError
+
+    def _release_frame(self) -> None:
+        """Unpersist ``frame`` (and whatever cache it is a view of)."""
         raise NotImplementedError
 
     def begin_fit(self) -> None:
@@ -189,7 +194,7 @@ class ResidentPolicy:
             raise ResidentUnavailable(
                 f"could not lay the data out for {parts} slots: {err}", retry=True
             ) from err
-        self.frame.unpersist()
+        self._release_frame()
         self.frame, self.num_partitions = new, parts
         self._event(f"encoded data laid out again for {parts} task slot(s) (was {before} partitions)")
 

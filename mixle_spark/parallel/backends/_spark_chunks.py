@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.parallel.backends._spark_common import _row_ids, _weights
+from mixle_spark.parallel.backends._spark_common import ROW_ID_COLUMN, _global_ids, _weights
 
 __all__ = [
     "CHUNK_BYTES",
@@ -59,6 +59,8 @@ __all__ = [
     "Chunk",
     "CopyKey",
     "MissingCopy",
+    "chunk_batches",
+    "chunk_cell",
     "chunk_reader",
     "chunk_writer",
     "copies_wanted",
@@ -69,7 +71,11 @@ __all__ = [
 ]
 
 CHUNK_SCHEMA = "first long, rows int, chunk binary"
-"""One row per chunk: its first global row id (chunks sort by it), its row count, the pickled chunk."""
+"""One row per chunk: its first row's input id (chunks sort by it, as by the global row ids), its
+row count, the pickled chunk. A chunk stores its rows' input ids (``monotonically_increasing_id``):
+the encoding pass writes chunks before it knows how many rows earlier partitions hold, and readers
+map them to global row ids with the handle's per-partition offsets (:func:`~._spark_common._global_ids`).
+The one-pass encoding also leaves one report row per partition (``rows`` -1) that readers skip."""
 CHUNK_ROWS = 65_536
 """Most rows in a chunk: a fold scores one chunk at once (see the memory bound, ``fold_rows``)."""
 CHUNK_BYTES = 32 * 2**20
@@ -77,6 +83,8 @@ CHUNK_BYTES = 32 * 2**20
 
 Chunk = tuple[Any, np.ndarray, np.ndarray]
 """``(encoded rows, weights, global row ids)``: what :func:`~._handle.accumulate_chunks` folds."""
+Offsets = np.ndarray | None
+"""A handle's first global row of each input partition; None keeps the stored input ids."""
 COPIES_ENV = "MIXLE_SPARK_CHUNK_COPIES"
 """Driver environment variable: ``0`` keeps no executor-local copies of the chunks."""
 _COPY_DIR = "mixle-chunks-"
@@ -293,72 +301,102 @@ class _ChunkUnpickler(pickle.Unpickler):
         return self._shared[pid]
 
 
+def chunk_cell(
+    chunk: tuple[Any, Any, np.ndarray], shared: list[Any], copies: CopyKey | None
+) -> pa.RecordBatch:
+    """The row of :data:`CHUNK_SCHEMA` for ``chunk`` (encoded rows, weights or None, input row ids),
+    pickled against ``shared`` (see :func:`_shared`: the writing encoder's); with ``copies`` (the
+    handle's token and MAC key) also kept as an executor-local copy."""
+    ids = chunk[2]
+    out = io.BytesIO()
+    _ChunkPickler(out, shared).dump(chunk)
+    if copies is not None:
+        _keep_copy(copies, int(ids[0]), chunk, shared)
+    return pa.RecordBatch.from_pydict(
+        {
+            "first": pa.array([int(ids[0])], pa.int64()),
+            "rows": pa.array([len(ids)], pa.int32()),
+            "chunk": pa.array([out.getvalue()], pa.binary()),
+        }
+    )
+
+
+def chunk_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[list[pa.RecordBatch]]:
+    """A partition's input batches regrouped as chunks: lists of consecutive slices holding up to
+    the chunk size in rows (fixed by the first batch's bytes per row, see :func:`_chunk_rows`)."""
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    limit = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        limit = limit or _chunk_rows(batch)
+        while batch.num_rows:
+            take = min(batch.num_rows, limit - rows)
+            pending.append(batch.slice(0, take))
+            rows += take
+            batch = batch.slice(take)
+            if rows == limit:
+                yield pending
+                pending, rows = [], 0
+    if pending:
+        yield pending
+
+
+def input_ids(batch: pa.RecordBatch) -> np.ndarray:
+    """The input row ids of ``batch`` (its ``monotonically_increasing_id`` column), int64."""
+    return np.asarray(batch.column(ROW_ID_COLUMN).to_numpy(), dtype=np.int64)
+
+
 def chunk_writer(
     encoder: Any,
     read: Callable[[pa.RecordBatch], Any],
     has_weights: bool,
-    offsets: np.ndarray,
     copies: CopyKey | None = None,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function that turns a partition of the validated input frame (its columns,
     the row-id column, the weight column if any) into chunk rows of :data:`CHUNK_SCHEMA`; with
     ``copies`` (the handle's token and MAC key) each chunk is also kept as an executor-local copy."""
 
-    def encode(batches: list[pa.RecordBatch], shared: list[Any]) -> pa.RecordBatch:
-        batch = batches[0] if len(batches) == 1 else _concat(batches)
-        ids = _row_ids(batch, offsets)
-        weights = _weights(batch, True) if has_weights else None
-        chunk = (encoder.from_arrow(read(batch)), weights, ids)
-        out = io.BytesIO()
-        _ChunkPickler(out, shared).dump(chunk)
-        blob = out.getvalue()
-        if copies is not None:
-            _keep_copy(copies, int(ids[0]), chunk, shared)
-        return pa.RecordBatch.from_pydict(
-            {
-                "first": pa.array([int(ids[0])], pa.int64()),
-                "rows": pa.array([len(ids)], pa.int32()),
-                "chunk": pa.array([blob], pa.binary()),
-            }
-        )
-
     def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         shared = _shared(encoder)
-        pending: list[pa.RecordBatch] = []
-        rows = 0
-        limit = 0
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            limit = limit or _chunk_rows(batch)
-            while batch.num_rows:
-                take = min(batch.num_rows, limit - rows)
-                pending.append(batch.slice(0, take))
-                rows += take
-                batch = batch.slice(take)
-                if rows == limit:
-                    yield encode(pending, shared)
-                    pending, rows = [], 0
-        if pending:
-            yield encode(pending, shared)
+        for pieces in chunk_batches(batches):
+            batch = concat_batches(pieces)
+            weights = _weights(batch, True) if has_weights else None
+            yield chunk_cell((encoder.from_arrow(read(batch)), weights, input_ids(batch)), shared, copies)
 
     return write
 
 
-def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+def concat_batches(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """One batch of ``batches``' rows (the batch itself when there is one)."""
+    if len(batches) == 1:
+        return batches[0]
     table = pa.Table.from_batches(batches).combine_chunks()
     return table.to_batches()[0]
 
 
-def _weighted(stored: tuple[Any, np.ndarray | None, np.ndarray]) -> Chunk:
-    """A stored chunk as folded: weights 1 when the data has none (none are stored then)."""
+def _weighted(stored: tuple[Any, np.ndarray | None, np.ndarray], offsets: Offsets) -> Chunk:
+    """A stored chunk as folded: weights 1 when the data has none (none are stored then), global
+    row ids by ``offsets``."""
     enc, weights, ids = stored
+    ids = ids if offsets is None else _global_ids(ids, offsets)
     return enc, (np.ones(len(ids)) if weights is None else weights), ids
 
 
-def chunk_reader(encoder: Any) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Chunk]]:
+def chunk_blobs(batch: pa.RecordBatch) -> list[bytes]:
+    """The pickled chunks in a batch of the chunk frame (report rows skipped)."""
+    blobs = batch.column("chunk").to_pylist()
+    rows = batch.column("rows").to_numpy()
+    return blobs if (rows >= 0).all() else [b for b, r in zip(blobs, rows, strict=True) if r >= 0]
+
+
+def chunk_reader(
+    encoder: Any, offsets: Offsets = None
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Chunk]]:
     """``read(batches)``: the chunks of a partition of the persisted encoded frame, in order (weights
-    1 when the data has none); ``encoder`` is the one that wrote them."""
+    1 when the data has none); ``encoder`` is the one that wrote them, ``offsets`` the handle's
+    (without them the chunks keep their input row ids)."""
 
     def read(batches: Iterable[pa.RecordBatch]) -> Iterator[Chunk]:
         shared = None
@@ -366,14 +404,22 @@ def chunk_reader(encoder: Any) -> Callable[[Iterable[pa.RecordBatch]], Iterator[
             if batch.num_rows == 0:
                 continue
             shared = _shared(encoder) if shared is None else shared
-            for blob in batch.column("chunk").to_pylist():
-                yield _weighted(_ChunkUnpickler(io.BytesIO(blob), shared).load())
+            for blob in chunk_blobs(batch):
+                yield _weighted(_ChunkUnpickler(io.BytesIO(blob), shared).load(), offsets)
 
     return read
 
 
+def load_chunk(blob: bytes, shared: list[Any]) -> Any:
+    """One pickled chunk as stored (input row ids), against its writer's ``shared``."""
+    return _ChunkUnpickler(io.BytesIO(blob), shared).load()
+
+
 def copy_reader(
-    encoder: Any, copies: CopyKey, layout: dict[int, list[tuple[int, int]]] | None = None
+    encoder: Any,
+    copies: CopyKey,
+    offsets: Offsets,
+    layout: dict[int, list[tuple[int, int]]] | None = None,
 ) -> Callable[[Iterable[pa.RecordBatch], int], Iterator[Chunk]]:
     """``read(batches, part)``: the chunks of partition ``part`` from this executor's local copies.
     Which chunks: ``layout[part]`` (``(first row id, rows)`` per chunk, in order; ``batches`` are
@@ -388,7 +434,7 @@ def copy_reader(
         for batch in batches:  # the whole (small) input is read: Spark reuses the worker only then
             if layout is None:
                 firsts, rows = batch.column("first").to_pylist(), batch.column("rows").to_pylist()
-                wanted.extend(zip(firsts, rows, strict=True))
+                wanted.extend((f, r) for f, r in zip(firsts, rows, strict=True) if r >= 0)
         if layout is not None:
             wanted = layout.get(part, [])
         if not wanted:
@@ -402,11 +448,11 @@ def copy_reader(
             raise MissingCopy(folder)
         shared = _shared(encoder)
         for path, (first, rows) in zip(paths, wanted, strict=True):
-            chunk = _weighted(_load_copy(path, key, shared))
-            ids = chunk[2]
+            stored = _load_copy(path, key, shared)
+            ids = stored[2]
             if len(ids) != rows or (rows and int(ids[0]) != first):
                 raise MissingCopy(path)
-            yield chunk
+            yield _weighted(stored, offsets)
 
     return read
 

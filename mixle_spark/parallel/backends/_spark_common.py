@@ -113,8 +113,9 @@ def unreadable_cell(df: DataFrame, encoder: Encoder, columns: list[str]) -> Fiel
     return None
 
 
-def _row_ids(batch: pa.RecordBatch, offsets: np.ndarray) -> np.ndarray:
-    mid = batch.column(ROW_ID_COLUMN).to_numpy().astype(np.int64)
+def _global_ids(mid: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Global row ids (uint64) of input row ids ``mid``: the row's partition's offset plus its
+    position there."""
     return (offsets[mid >> 33] + (mid & _LOW_BITS)).astype(np.uint64)
 
 

@@ -1,14 +1,15 @@
 """The ``spark`` backend: encoded data as a persisted Spark DataFrame of encoded chunks.
 
-Building a handle (:class:`SparkEncodedData`) runs **one** distributed pass over the selected columns
-that learns vocabularies / ranges (the encoders' scans), validates every value with a batch-local
-encoder (so a string in a numeric column, a null without Optional, NaN, a negative count... are
-reported before any EM iteration, with the column, the value, the global row and the count of bad
-rows) and counts rows per input partition, caching the input columns; a second pass over that cache
-writes what every later pass consumes (:mod:`._spark_chunks`): the encoder's output for chunks of
-rows, with their weights and global row ids, one binary cell per chunk, persisted
-(``MEMORY_AND_DISK``); the input cache is then released. So the data is read from its source once,
-and validated, looked up and converted once.
+Building a handle (:class:`SparkEncodedData`) reads the selected columns once (:mod:`._spark_encoding`):
+each task learns its partition's vocabularies / ranges (the encoders' scans), validates every value
+with a batch-local encoder (so a string in a numeric column, a null without Optional, NaN, a negative
+count... are reported before any EM iteration, with the column, the value, the global row and the
+count of bad rows), counts its rows and writes what every later pass consumes (:mod:`._spark_chunks`):
+the encoder's output for chunks of rows, with their weights and row ids, one binary cell per chunk,
+persisted (``MEMORY_AND_DISK``). Chunks whose own scan differs from the merged one are then rebased
+in a pass over the cached chunks, which reads no input. (A family that cannot rebase its batches
+caches the input columns, scans them, then encodes from the cache.) So the data is read from its
+source once, and validated, looked up and converted once.
 
 Each EM iteration is one pass: resident tasks that hold their decoded partition (when the session can
 run them, :mod:`._resident_policy`), else one Spark job that unpickles each chunk and folds it. In the
@@ -71,22 +72,27 @@ from mixle_spark.parallel.backends._spark_chunks import (
     spread_chunks,
 )
 from mixle_spark.parallel.backends._spark_common import (
-    _LOW_BITS,
     _PAYLOAD_SCHEMA,
     _SCAN_SCHEMA,
     ROW_ID_COLUMN,
     WEIGHT_COLUMN,
     _check_schema,
-    _global_row,
     _merge_with_dataframes,
     _payload_batch,
     _vector_columns_to_arrays,
     is_spark_connect,
     unreadable_cell,
 )
+from mixle_spark.parallel.backends._spark_encoding import (
+    Settled,
+    one_pass_writer,
+    rebase_writer,
+    same_scan,
+    scan_writer,
+    settle,
+)
 from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
 from mixle_spark.parallel.planning._devices import task_slots
-from mixle_spark.stats._validate import check_weights, unreadable_cells
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
 __all__ = [
@@ -99,13 +105,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("mixle_spark.parallel.backends.spark")
-
-
-def _check_weights(column: pa.Array, name: str) -> None:
-    """Raise a DataValueError naming the first null, NaN, infinite or negative weight and its row."""
-    w = column.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls become NaN
-    nulls = np.asarray(column.is_null().to_numpy(zero_copy_only=False)) if column.null_count else None
-    check_weights(w, name=name, nulls=nulls)
 
 
 class SparkEncodedData(ResidentPolicy, PayloadHandle):
@@ -207,6 +206,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         self._copies_placed = False  # the copies E-step runs over the chunk frame's small columns
         self._wrote_copies = self.copies  # the encoding pass keeps them (close deletes them)
         self._copy_places: set[tuple[str, str]] = set()
+        self._copies_moved = False  # copies rewritten by a pass whose tasks' places are unknown
         base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
         if weights is not None and weights not in data.columns:
             raise SchemaError(
@@ -230,10 +230,15 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         self.auto_layout = num_chunks is None and resident is not False and resident_blocker(data) is None
         """The backend lays the encoded data out for the task slots (one partition each), again
         whenever a resident session starts with another number of slots."""
+        self.one_pass = estimator is None or not base.needs_scan or base.rebases
+        """Whether the encoding pass also wrote the chunks (:mod:`._spark_encoding`); else the
+        input columns were cached, validated, then encoded from the cache."""
         tasks = 0
         if self.auto_layout:
             slots = slots_for_layout(data.sparkSession.sparkContext)
-            num_chunks = slots or None  # no executors yet: the first resident start lays it out
+            if slots and (not self.one_pass or frame.rdd.getNumPartitions() < slots):
+                num_chunks = slots  # rows spread over the slots before they are encoded
+            tasks = slots or 0  # else the chunks are spread after (no executors yet: at the first start)
         elif num_chunks is None:  # the job path: at most one partition per task the session runs at once
             tasks = session_parallelism(data)
             if tasks > 0:  # no shuffle, rows stay in order (and their ids with them)
@@ -242,132 +247,152 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             # rows stay in global order within a partition, so the first bad row a partition reports
             # is its lowest, as without repartitioning
             frame = frame.repartition(num_chunks).sortWithinPartitions(ROW_ID_COLUMN)
-        self.frame = frame.persist(self._storage_level)
+        self._held: DataFrame | None = None  # the persisted frame behind self.frame, when they differ
+        self.rebased_chunks = 0
+        """Chunks the one-pass encoding wrote under a scan of their own rows that differs from the
+        whole data's (a vocabulary the chunk did not see whole, a vector centre), re-expressed
+        under the merged scan in a pass over the cached chunks."""
+        column = None if self.reads_table else self.columns[0]
+        if self.one_pass:
+            settled = self._encode_once(frame, base, estimator, schema_error, column)
+        else:
+            settled = self._encode_twice(frame, base, estimator, schema_error, column)
+        self._scan, self.offsets, self.n = settled.scan, settled.offsets, settled.n
+        self.num_partitions = settled.partitions
+        self._copy_places |= settled.places
+        if self.one_pass:
+            self._rebase(settled, estimator)
+        chunks = sum(len(c) for c in self._layout.values())
+        if _unbalanced(self._layout, tasks) or (
+            self.auto_layout and tasks and self.num_partitions != tasks and chunks > 1
+        ):
+            self._spread(tasks)
+
+    # -- the encoding pass (see ._spark_encoding) ----------------------------------------------
+    def _encode_once(
+        self,
+        frame: DataFrame,
+        base: Encoder,
+        estimator: Estimator | None,
+        schema_error: SchemaError | None,
+        column: str | None,
+    ) -> Settled:
+        """One pass over the input: every chunk encoded and written as it is validated; the
+        partitions' reports come back with the chunk layout from the job that fills the cache."""
+        needs_scan = estimator is not None and base.needs_scan
+        write = one_pass_writer(
+            base,
+            estimator,
+            needs_scan,
+            reader(self.columns, self.reads_table),
+            self.weight_name if self.has_weights else None,
+            (self._token, self._copy_key) if self.copies else None,
+        )
+        out = frame.mapInArrow(write, CHUNK_SCHEMA).persist(self._storage_level)
         try:
-            self._scan, self.offsets, self.n, self.num_partitions = self._scan_pass(
-                base, estimator, schema_error
-            )
+            report = F.when(F.col("rows") < 0, F.col("chunk"))
+            rows = out.select(F.spark_partition_id().alias("p"), "first", "rows", report.alias("r")).collect()
+            reports = [pickle.loads(r[3]) for r in sorted(rows, key=lambda r: r[0]) if r[2] < 0]
+            self._layout = _layout_of((r[0], r[1], r[2]) for r in rows if r[2] >= 0)
+            settled = self._settled(reports, base, schema_error, column)
+        except BaseException:
+            out.unpersist()
+            raise
+        self.encoder = estimator.with_scan(settled.scan).encoder() if needs_scan else base  # type: ignore[union-attr]
+        self.frame, self._held = out.where(F.col("rows") >= 0), out
+        return settled
+
+    def _settled(
+        self, reports: list[Any], base: Encoder, schema_error: SchemaError | None, column: str | None
+    ) -> Settled:
+        try:
+            settled = settle(reports, base, schema_error, column)
         except FieldError:
-            self.frame.unpersist()
             raise
         except BaseException:
-            self.frame.unpersist()
             if schema_error is not None:
                 raise schema_error from None
             raise
         if schema_error is not None:  # every value read after all: the column's type is still wrong
-            self.frame.unpersist()
             raise schema_error
-        self.encoder = (
-            estimator.with_scan(self._scan).encoder() if estimator is not None and base.needs_scan else base
-        )
-        self.frame, self._layout = self._encoded(self.frame, self._storage_level)
-        if _unbalanced(self._layout, tasks):
-            self._spread(tasks)
+        return settled
 
-    # -- the encoding pass --------------------------------------------------------------------
-    def _scan_pass(
-        self, encoder: Encoder, estimator: Estimator | None, schema_error: SchemaError | None = None
-    ) -> tuple[Any, np.ndarray, int, int]:
-        read = reader(self.columns, self.reads_table)
-        needs_scan = estimator is not None and encoder.needs_scan
-        has_weights, weight_name = self.has_weights, self.weight_name
-
-        def scan_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            state: Any = None
-            seen: dict[int, int] = {}
-            error: tuple[int, FieldError] | None = None
-            error_cells = -1  # cells of error's batch that do not read (see unreadable_cells); -1: n/a
-            bad = 0
-            for batch in batches:
-                if batch.num_rows == 0:
-                    continue
-                mid = batch.column(ROW_ID_COLUMN).to_numpy().astype(np.int64)
-                parts = mid >> 33
-                for p in np.unique(parts):
-                    seen[int(p)] = max(seen.get(int(p), 0), int((mid[parts == p] & _LOW_BITS).max()) + 1)
-                data = read(batch)
-                try:
-                    if has_weights:
-                        _check_weights(batch.column(WEIGHT_COLUMN), weight_name)
-                    local = encoder.scan_arrow(data) if needs_scan else None
-                    checker = estimator.with_scan(local).encoder() if needs_scan else encoder  # type: ignore[union-attr]
-                    checker.from_arrow(data)
-                except FieldError as err:
-                    cells = unreadable_cells(err)  # None: not a text-for-numbers error
-                    bad += (err.count or 1) if cells is None else cells
-                    cells = -1 if cells is None else cells
-                    if error is None or (cells > 0 and error_cells <= 0):  # a cell that does not read wins
-                        row = err.row if err.row is not None else 0
-                        error, error_cells = (int(mid[min(row, len(mid) - 1)]), err), cells
-                    continue
-                state = local if state is None else encoder.merge_scans(state, local)
-            yield _payload_batch((state, seen, error, bad, error_cells, (socket.gethostname(), copy_place())))
-
-        rows = self.frame.mapInArrow(scan_partition, _SCAN_SCHEMA).collect()
-        payloads = [pickle.loads(r[0]) for r in rows]
-        counts: dict[int, int] = {}
-        for _state, seen, *_rest, place in payloads:
-            for p, c in seen.items():
-                counts[p] = max(counts.get(p, 0), c)
-            if place[1] is not None:
-                self._copy_places.add(place)
-        top = max(counts) + 1 if counts else 0
-        sizes = np.zeros(top, dtype=np.int64)
-        for p, c in counts.items():
-            sizes[p] = c
-        offsets = (
-            np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if top else np.zeros(1, np.int64)
-        )
-        n = int(sizes.sum())
-        if n == 0:
-            raise EmptyDataError("no rows to encode: the DataFrame is empty")
-        errors = [(e, b, c) for _s, _seen, e, b, c, _place in payloads if e is not None]
-        if errors:
-            total_bad = sum(b for _e, b, _c in errors)
-            # the first cell that does not read at all, else the first bad row
-            (mid, err), _b, cells = min(errors, key=lambda e: (e[2] <= 0, _global_row(e[0][0], offsets)))
-            if schema_error is not None and cells <= 0:  # no cell that does not read: the type it is
-                raise schema_error
-            located = err.located(_global_row(mid, offsets), n, total_bad)
-            if not self.reads_table and not located.path:
-                located = located.at(self.columns[0])
-            raise located from None
-        state: Any = None
-        for s, *_rest in payloads:
-            if s is not None:
-                state = s if state is None else encoder.merge_scans(state, s)
-        return state, offsets, n, len(payloads)
-
-    def _encoded(
-        self, frame: DataFrame, level: StorageLevel
-    ) -> tuple[DataFrame, dict[int, list[tuple[int, int]]]]:
-        """The persisted encoded data (:mod:`._spark_chunks`), built from the validated input cache in
-        one more pass (no second read of the source), which is then released; and its layout."""
-        write = chunk_writer(
-            self.encoder,
-            reader(self.columns, self.reads_table),
-            self.has_weights,
-            self.offsets,
-            (self._token, self._copy_key) if self.copies else None,
-        )
-        out = frame.mapInArrow(write, CHUNK_SCHEMA).persist(level)
+    def _rebase(self, settled: Settled, estimator: Estimator | None) -> bool:
+        """Chunks encoded under a scan other than the merged one re-expressed by the merged encoder
+        in one pass over the cached chunks (none: nothing runs); True when that pass ran."""
+        todo = {first: scan for first, scan in settled.chunk_scans if not same_scan(scan, settled.scan)}
+        self.rebased_chunks = len(todo)
+        if not todo:
+            return False
+        copies = None
+        if self.copies:  # a new key: a first-pass copy of a rebased chunk is never read again
+            self._copy_key = os.urandom(32)
+            copies = (self._token, self._copy_key)
+            self._copies_moved = True
+        write = rebase_writer(self.encoder, estimator, todo, copies)
+        laid = self.frame.mapInArrow(write, CHUNK_SCHEMA).persist(self._storage_level)
         try:
-            layout = _chunk_layout(out)
+            self._layout = _chunk_layout(laid)
         except BaseException:
-            out.unpersist()
-            frame.unpersist()
+            laid.unpersist()
             raise
-        frame.unpersist()
-        return out, layout
+        self._release_frame()
+        self.frame = laid
+        return True
+
+    def _encode_twice(
+        self,
+        frame: DataFrame,
+        base: Encoder,
+        estimator: Estimator | None,
+        schema_error: SchemaError | None,
+        column: str | None,
+    ) -> Settled:
+        """The input columns cached and validated (a scan for vocabularies / ranges), then the chunks
+        written from that cache (no second read of the source), which is then released."""
+        cached = frame.persist(self._storage_level)
+        try:
+            needs_scan = estimator is not None and base.needs_scan
+            scan = scan_writer(
+                base,
+                estimator,
+                needs_scan,
+                reader(self.columns, self.reads_table),
+                self.weight_name if self.has_weights else None,
+            )
+            reports = [pickle.loads(r[0]) for r in cached.mapInArrow(scan, _SCAN_SCHEMA).collect()]
+            settled = self._settled(reports, base, schema_error, column)
+            self.encoder = estimator.with_scan(settled.scan).encoder() if needs_scan else base  # type: ignore[union-attr]
+            write = chunk_writer(
+                self.encoder,
+                reader(self.columns, self.reads_table),
+                self.has_weights,
+                (self._token, self._copy_key) if self.copies else None,
+            )
+            out = cached.mapInArrow(write, CHUNK_SCHEMA).persist(self._storage_level)
+            try:
+                self._layout = _chunk_layout(out)
+            except BaseException:
+                out.unpersist()
+                raise
+        finally:
+            cached.unpersist()
+        self.frame = out
+        return settled
+
+    def _release_frame(self) -> None:
+        """Unpersist the encoded frame (and the cache it filters, when it is a view of one)."""
+        (self._held if self._held is not None else self.frame).unpersist()
+        self._held = None
 
     def _spread(self, tasks: int) -> None:
         """Rows in fewer partitions than tasks the session runs at once, or some partitions holding
         far more rows than others (one Parquet row group read as one partition, skewed input
-        partitions): the encoded chunks spread over ``tasks`` partitions by a shuffle of the chunks
-        (not of rows), so every task slot works on the job path."""
+        partitions), or (resident layout) another number of partitions than task slots: the encoded
+        chunks spread over ``tasks`` partitions by a shuffle of the chunks (not of rows), so every
+        task slot works."""
         laid = spread_chunks(self.frame, tasks, self._storage_level)
-        self.frame.unpersist()
+        self._release_frame()
         self.frame, self.num_partitions, self._layout = laid, tasks, _chunk_layout(laid)
 
     @property
@@ -384,7 +409,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             self.release_workers()
             self._release_broadcasts()
             self._drop_copies()
-            self.frame.unpersist()
+            self._release_frame()
 
     def _drop_copies(self) -> None:
         """Delete this handle's executor-local copies: directly where the executor's directory is on
@@ -400,7 +425,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
                 remove_copies(root, self._token)
             else:
                 elsewhere = True
-        if not elsewhere:
+        if not elsewhere and not self._copies_moved:
             return
         token = self._token
 
@@ -493,10 +518,13 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         if self.copies:
             merged, missing = self._estep_from_copies(request, wanted)
             if missing:
-                rest = self._estep_job(request, self.frame, _cells(chunk_reader(self.encoder)), missing)
+                read = _cells(chunk_reader(self.encoder, self.offsets))
+                rest = self._estep_job(request, self.frame, read, missing)
                 merged = merge_payloads(factory, merged, rest)
         else:
-            merged = self._estep_job(request, self.frame, _cells(chunk_reader(self.encoder)), wanted)
+            merged = self._estep_job(
+                request, self.frame, _cells(chunk_reader(self.encoder, self.offsets)), wanted
+            )
         if merged is None:
             raise EmptyDataError("no rows: every partition of the encoded data is empty")
         return merged
@@ -511,10 +539,10 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         wanted = list(wanted)
         if self._copies_placed:
             frame = self._index
-            read = copy_reader(self.encoder, (self._token, self._copy_key))
+            read = copy_reader(self.encoder, (self._token, self._copy_key), self.offsets)
         else:
             frame = self.frame.sparkSession.range(0, self.num_partitions, 1, self.num_partitions)
-            read = copy_reader(self.encoder, (self._token, self._copy_key), self._layout)
+            read = copy_reader(self.encoder, (self._token, self._copy_key), self.offsets, self._layout)
         merged = self._estep_job(request, frame, read, wanted)
         done = {r.part for r in merged[3]} if merged is not None else set()
         missing = [p for p in wanted if p not in done]
@@ -575,11 +603,11 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         return self._run(estep_partition, factory, frame)
 
     def _resident_decoder(self) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Any]]:
-        return chunk_reader(self.encoder)
+        return chunk_reader(self.encoder, self.offsets)
 
     def first_nonfinite_row(self, estimate: Distribution) -> tuple[int, float] | None:
         """(global row index, value) of the first row whose log-density is NaN or infinite, if any."""
-        read_chunks = chunk_reader(self.encoder)
+        read_chunks = chunk_reader(self.encoder, self.offsets)
 
         def find(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             best: tuple[int, float] | None = None
@@ -600,10 +628,13 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
 
 
 def _chunk_layout(frame: DataFrame) -> dict[int, list[tuple[int, int]]]:
-    """``{partition: [(first row id, rows) of each chunk, in order]}`` of a chunk frame (one small
-    row per chunk reaches the driver)."""
+    """``{partition: [(first input row id, rows) of each chunk, in order]}`` of a chunk frame (one
+    small row per chunk reaches the driver)."""
+    return _layout_of(frame.select(F.spark_partition_id().alias("p"), "first", "rows").collect())
+
+
+def _layout_of(rows: Iterable[tuple[int, int, int]]) -> dict[int, list[tuple[int, int]]]:
     layout: dict[int, list[tuple[int, int]]] = {}
-    rows = frame.select(F.spark_partition_id().alias("p"), "first", "rows").collect()
     for part, first, count in sorted(rows):
         layout.setdefault(int(part), []).append((int(first), int(count)))
     return layout

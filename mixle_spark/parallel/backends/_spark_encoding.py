@@ -1,0 +1,332 @@
+"""The spark backend's encoding pass: every value validated, the scans learnt, rows counted per input
+partition and, for the families whose batches can be rebased, the chunks written in the same pass.
+
+**One pass** (every family whose encoder :attr:`~mixle_spark.stats.base.Encoder.rebases`): each task
+reads its input partition once. Per chunk of rows (:func:`~._spark_chunks.chunk_batches`) it scans
+the chunk, encodes it with the encoder of that scan and writes it (:func:`one_pass_writer`); it ends
+with one report row (``rows`` -1): what it scanned, chunk by chunk, the rows it counted and the
+first bad value it found. The driver merges the scans; a chunk whose own scan already equals the
+merged one (a vocabulary it saw whole, a family without a scan) was encoded as the merged encoder
+would, and stays; the others are rebased in one more pass over the cached chunks
+(:func:`rebase_writer`), which reads no input. So the input is read once and never cached.
+
+**Two passes** (a family that cannot rebase: a multinomial's or a Markov chain's vocabulary): the
+input columns are cached, scanned and validated (:func:`scan_writer`), then encoded from the cache.
+
+Errors are found and reported alike on both ways: the first bad value in the table's order, by a
+batch-local encoder, with the count of bad values.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
+from mixle_spark.parallel.backends._spark_chunks import (
+    CopyKey,
+    _shared,
+    chunk_batches,
+    chunk_blobs,
+    chunk_cell,
+    concat_batches,
+    copy_place,
+    input_ids,
+    load_chunk,
+)
+from mixle_spark.parallel.backends._spark_common import (
+    _LOW_BITS,
+    WEIGHT_COLUMN,
+    _global_row,
+    _payload_batch,
+    _weights,
+)
+from mixle_spark.stats._validate import check_weights, unreadable_cells
+
+__all__ = [
+    "Settled",
+    "one_pass_writer",
+    "rebase_writer",
+    "report_row",
+    "same_scan",
+    "scan_writer",
+    "settle",
+]
+
+
+def check_weight_column(column: pa.Array, name: str) -> None:
+    """Raise a DataValueError naming the first null, NaN, infinite or negative weight and its row."""
+    w = column.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls become NaN
+    nulls = np.asarray(column.is_null().to_numpy(zero_copy_only=False)) if column.null_count else None
+    check_weights(w, name=name, nulls=nulls)
+
+
+class _PartitionCheck:
+    """What one task learns of its input partition: rows per input partition (``seen``), the merged
+    scan of its good rows, the first bad value (by input row id) and how many bad values."""
+
+    def __init__(self, encoder: Any, estimator: Any, needs_scan: bool, weight_name: str | None) -> None:
+        self.encoder, self.estimator, self.needs_scan = encoder, estimator, needs_scan
+        self.weight_name = weight_name
+        self.scan: Any = None
+        self.seen: dict[int, int] = {}
+        self.error: tuple[int, FieldError] | None = None
+        self.error_cells = -1  # cells of the error's batch that do not read (unreadable_cells); -1: n/a
+        self.bad = 0
+
+    def count(self, mid: np.ndarray) -> None:
+        parts = mid >> 33
+        for p in np.unique(parts):
+            last = int((mid[parts == p] & _LOW_BITS).max()) + 1
+            self.seen[int(p)] = max(self.seen.get(int(p), 0), last)
+
+    def encoder_for(self, batch: pa.RecordBatch, data: Any) -> tuple[Any, Any]:
+        """(scan of ``data``, the encoder of that scan), after checking the batch's weights; raises
+        the FieldError of a bad value."""
+        if self.weight_name is not None:
+            check_weight_column(batch.column(WEIGHT_COLUMN), self.weight_name)
+        if not self.needs_scan:
+            return None, self.encoder
+        local = self.encoder.scan_arrow(data)
+        return local, self.estimator.with_scan(local).encoder()
+
+    def failed(self, err: FieldError, mid: np.ndarray) -> None:
+        cells = unreadable_cells(err)  # None: not a text-for-numbers error
+        self.bad += (err.count or 1) if cells is None else cells
+        cells = -1 if cells is None else cells
+        if self.error is None or (cells > 0 and self.error_cells <= 0):  # a cell that does not read wins
+            row = err.row if err.row is not None else 0
+            self.error, self.error_cells = (int(mid[min(row, len(mid) - 1)]), err), cells
+
+    def check(self, batch: pa.RecordBatch, data: Any, mid: np.ndarray) -> bool:
+        """Validate one batch (its scan merged when good); False when it holds a bad value."""
+        try:
+            local, checker = self.encoder_for(batch, data)
+            checker.from_arrow(data)
+        except FieldError as err:
+            self.failed(err, mid)
+            return False
+        self.merge(local)
+        return True
+
+    def merge(self, local: Any) -> None:
+        if local is not None:
+            self.scan = local if self.scan is None else self.encoder.merge_scans(self.scan, local)
+
+    def report(self, chunk_scans: list[tuple[int, Any]] | None = None) -> tuple[Any, ...]:
+        place = (socket.gethostname(), copy_place())
+        return (self.scan, self.seen, self.error, self.bad, self.error_cells, place, chunk_scans or [])
+
+
+def scan_writer(
+    encoder: Any,
+    estimator: Any,
+    needs_scan: bool,
+    read: Callable[[pa.RecordBatch], Any],
+    weight_name: str | None,
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The two-pass way's first pass: a partition of the input cache validated batch by batch, its
+    report as one payload row."""
+
+    def scan_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        check = _PartitionCheck(encoder, estimator, needs_scan, weight_name)
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            mid = input_ids(batch)
+            check.count(mid)
+            check.check(batch, read(batch), mid)
+        yield _payload_batch(check.report())
+
+    return scan_partition
+
+
+def report_row(report: tuple[Any, ...]) -> pa.RecordBatch:
+    """A partition's report as a row of the chunk frame (``first`` and ``rows`` -1)."""
+    return pa.RecordBatch.from_pydict(
+        {
+            "first": pa.array([-1], pa.int64()),
+            "rows": pa.array([-1], pa.int32()),
+            "chunk": pa.array([pickle.dumps(report, protocol=5)], pa.binary()),
+        }
+    )
+
+
+def one_pass_writer(
+    encoder: Any,
+    estimator: Any,
+    needs_scan: bool,
+    read: Callable[[pa.RecordBatch], Any],
+    weight_name: str | None,
+    copies: CopyKey | None,
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The one-pass way: a partition of the input into chunk rows, each chunk encoded with the
+    encoder of its own scan (pickled against that encoder's containers), then the report row. After
+    a bad value the partition writes no more chunks but still validates every batch, to count them.
+    A chunk with a bad value is validated again piece by piece (slices of the input batches), so
+    the error and the count are those the two-pass way finds."""
+
+    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        check = _PartitionCheck(encoder, estimator, needs_scan, weight_name)
+        scans: list[tuple[int, Any]] = []
+        for pieces in chunk_batches(batches):
+            mids = [input_ids(p) for p in pieces]
+            for mid in mids:
+                check.count(mid)
+            if check.error is None:
+                batch = concat_batches(pieces)
+                mid = mids[0] if len(mids) == 1 else np.concatenate(mids)
+                data = read(batch)
+                try:
+                    local, chunk_encoder = check.encoder_for(batch, data)
+                    encoded = chunk_encoder.from_arrow(data)
+                except FieldError as err:
+                    first_error = (err, mid)
+                else:
+                    check.merge(local)
+                    scans.append((int(mid[0]), local))
+                    weights = _weights(batch, True) if weight_name is not None else None
+                    yield chunk_cell((encoded, weights, mid), _shared(chunk_encoder), copies)
+                    continue
+                for piece, piece_mid in zip(pieces, mids, strict=True):
+                    check.check(piece, read(piece), piece_mid)
+                if check.error is None:  # bad only as a whole (pieces that disagree): that error
+                    check.failed(*first_error)
+                continue
+            for piece, piece_mid in zip(pieces, mids, strict=True):
+                check.check(piece, read(piece), piece_mid)
+        yield report_row(check.report(scans))
+
+    return write
+
+
+def rebase_writer(
+    encoder: Any, estimator: Any, todo: dict[int, Any], copies: CopyKey | None
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The one-pass way's second pass, over the cached chunks: each chunk of ``todo`` (first input
+    row id -> the scan it was encoded under) re-expressed by ``encoder`` (the merged scan's), the
+    others kept; report rows dropped. With ``copies`` (a new MAC key: the first pass's copies of
+    rebased chunks must never be read) every chunk is kept as a local copy again."""
+
+    def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        shared = _shared(encoder)
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            firsts = batch.column("first").to_pylist()
+            rows = batch.column("rows").to_pylist()
+            blobs = iter(chunk_blobs(batch))
+            for first, count in zip(firsts, rows, strict=True):
+                if count < 0:
+                    continue
+                blob = next(blobs)
+                scan = todo.get(first, _KEEP)
+                if scan is _KEEP and copies is None:
+                    yield pa.RecordBatch.from_pydict(
+                        {
+                            "first": pa.array([first], pa.int64()),
+                            "rows": pa.array([count], pa.int32()),
+                            "chunk": pa.array([blob], pa.binary()),
+                        }
+                    )
+                    continue
+                if scan is _KEEP:
+                    chunk = load_chunk(blob, shared)
+                else:
+                    enc, weights, ids = load_chunk(blob, _shared(estimator.with_scan(scan).encoder()))
+                    chunk = (encoder.rebase(enc), weights, ids)
+                yield chunk_cell(chunk, shared, copies)
+
+    return write
+
+
+_KEEP = object()
+
+
+def same_scan(a: Any, b: Any) -> bool:
+    """Whether two scans are the same (so are the encoders made from them): arrays compared by
+    value, sets as sets, containers item by item."""
+    if a is b:
+        return True
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.shape == b.shape
+            and bool(np.array_equal(a, b))
+        )
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same_scan, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_scan(a[k], b[k]) for k in a)
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
+class Settled:
+    """The driver's view of the encoding pass: the merged scan, each input partition's first global
+    row (``offsets``), rows ``n``, partitions, where copies were written, and every chunk's scan."""
+
+    def __init__(
+        self,
+        scan: Any,
+        offsets: np.ndarray,
+        n: int,
+        partitions: int,
+        places: set[tuple[str, str]],
+        chunk_scans: list[tuple[int, Any]],
+    ) -> None:
+        self.scan, self.offsets, self.n, self.partitions = scan, offsets, n, partitions
+        self.places, self.chunk_scans = places, chunk_scans
+
+
+def settle(
+    reports: list[tuple[Any, ...]],
+    encoder: Any,
+    schema_error: SchemaError | None,
+    column: str | None,
+) -> Settled:
+    """Merge the partitions' reports (in partition order). Raises the first bad value in the table's
+    order (a cell that does not read at all first) located at its global row with the count of bad
+    values, or ``schema_error`` when no cell is unreadable, or EmptyDataError; ``column`` names a
+    one-column model's column in an error without a path."""
+    counts: dict[int, int] = {}
+    places: set[tuple[str, str]] = set()
+    for _scan, seen, *_rest, place, _chunks in reports:
+        for p, c in seen.items():
+            counts[p] = max(counts.get(p, 0), c)
+        if place[1] is not None:
+            places.add(place)
+    top = max(counts) + 1 if counts else 0
+    sizes = np.zeros(top, dtype=np.int64)
+    for p, c in counts.items():
+        sizes[p] = c
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if top else np.zeros(1, np.int64)
+    n = int(sizes.sum())
+    if n == 0:
+        raise EmptyDataError("no rows to encode: the DataFrame is empty")
+    errors = [(e, b, c) for _s, _seen, e, b, c, _place, _chunks in reports if e is not None]
+    if errors:
+        total_bad = sum(b for _e, b, _c in errors)
+        # the first cell that does not read at all, else the first bad row
+        (mid, err), _b, cells = min(errors, key=lambda e: (e[2] <= 0, _global_row(e[0][0], offsets)))
+        if schema_error is not None and cells <= 0:  # no cell that does not read: the type it is
+            raise schema_error
+        located = err.located(_global_row(mid, offsets), n, total_bad)
+        if column is not None and not located.path:
+            located = located.at(column)
+        raise located from None
+    state: Any = None
+    chunk_scans: list[tuple[int, Any]] = []
+    for s, *_rest, chunks in reports:
+        if s is not None:
+            state = s if state is None else encoder.merge_scans(state, s)
+        chunk_scans.extend(chunks)
+    return Settled(state, offsets, n, len(reports), places, chunk_scans)
