@@ -269,22 +269,31 @@ def test_closing_a_handle_without_copies_runs_no_job(frame: Any, monkeypatch: py
     handle.close()
 
 
-def test_one_pass_encoding_rebases_chunks_of_partial_vocabularies(spark: Any, want: Any) -> None:
+@pytest.mark.parametrize("on_read", [True, False], ids=["rebased-on-read", "rebased-by-a-pass"])
+def test_one_pass_encoding_rebases_chunks_of_partial_vocabularies(
+    spark: Any, want: Any, on_read: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # each input partition holds a range of labels: no partition sees the whole vocabulary, so the
-    # chunks written in the encoding pass are re-expressed under the merged one (copies rewritten
-    # under a new key), and E-steps from the copies and from the cells equal local
+    # chunks written in the encoding pass are re-expressed under the merged one, as they are read
+    # (small scans) or by a pass that rewrites them and their copies under a new key; E-steps from
+    # the copies and from the cells equal local either way
+    from mixle_spark.parallel.backends import spark as backend
+
+    if not on_read:
+        monkeypatch.setattr(backend, "REBASE_ON_READ_BYTES", 0)
     ranged = spark.createDataFrame(_table()).repartitionByRange(3, "c")
     with encoded_data(ranged, EST, weights="w", resident=False) as handle:
         assert handle.one_pass and handle.rebased_chunks >= 2
+        assert (handle._rebase_on_read is not None) == on_read
         assert (
             handle.encoder == EST.with_scan(EST.encoder().scan_arrow(_table().select(["x", "c"]))).encoder()
         )
         assert handle.frame.where("rows < 0").count() == 0  # the partitions' reports are not chunks
         _step_equals(handle, want)
-        assert handle.copy_parts == handle.num_partitions  # every copy checks under the new key
+        assert handle.copy_parts == handle.num_partitions  # every copy is read (and checks)
         handle.copies = False
         _step_equals(handle, want)
-        ids = np.sort(
-            np.concatenate([c[2] for c in handle._resident_decoder()(handle.frame.toArrow().to_batches())])
-        )
-        assert ids.tolist() == list(range(900))  # global row ids, each once
+        chunks = list(handle._resident_decoder()(handle.frame.toArrow().to_batches()))
+        assert np.sort(np.concatenate([c[2] for c in chunks])).tolist() == list(range(900))  # global ids
+        codes = [field for c in chunks for field in c[0] if hasattr(field, "labels")]
+        assert len(codes) == len(chunks) and {f.labels for f in codes} == {("a", "b", "c", "d")}

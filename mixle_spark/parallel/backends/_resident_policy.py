@@ -40,6 +40,7 @@ class ResidentPolicy:
     num_partitions: int
     auto_layout: bool
     _storage_level: Any
+    _layout: dict[int, list[tuple[int, int]]]  # the chunks of each partition (see ._spark_chunks)
 
     def _init_resident(self, resident: bool | None) -> None:
         self._resident_mode = resident
@@ -163,7 +164,7 @@ class ResidentPolicy:
         if self._claim_slots():
             raise ResidentUnavailable(_SHARED_SLOTS)
         slots = task_slots(self.frame.sparkSession.sparkContext)
-        if self.auto_layout and slots > 0 and self.num_partitions != slots:
+        if self.auto_layout and self._relayout_wanted(slots):
             self._relayout(slots)
         if self.num_partitions > slots:
             hint = (
@@ -185,17 +186,26 @@ class ResidentPolicy:
             self._announce = "resident E-steps started"
         return session
 
+    def _relayout_wanted(self, slots: int) -> bool:
+        """Whether laying the chunks out again would fit ``slots`` task slots better: more partitions
+        than slots (a resident task each), or fewer with chunks to spare (a single chunk, or one
+        per partition, stays where it is: moving it would keep the same slots busy)."""
+        if slots <= 0 or self.num_partitions == slots:
+            return False
+        chunks = sum(len(c) for c in self._layout.values())
+        return self.num_partitions > slots or chunks > self.num_partitions
+
     def _relayout(self, parts: int) -> None:
         """Repartition the cached encoded data into ``parts`` partitions (row ids travel with the rows)."""
         before = self.num_partitions
         try:
-            new = spread_chunks(self.frame, parts, self._storage_level)
+            new, layout = spread_chunks(self.frame, parts, self._storage_level)
         except Exception as err:  # a lost executor while copying: the old layout stays
             raise ResidentUnavailable(
                 f"could not lay the data out for {parts} slots: {err}", retry=True
             ) from err
         self._release_frame()
-        self.frame, self.num_partitions = new, parts
+        self.frame, self.num_partitions, self._layout = new, parts, layout
         self._event(f"encoded data laid out again for {parts} task slot(s) (was {before} partitions)")
 
 

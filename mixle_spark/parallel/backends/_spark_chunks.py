@@ -58,14 +58,18 @@ __all__ = [
     "COPIES_ENV",
     "Chunk",
     "CopyKey",
+    "Layout",
     "MissingCopy",
+    "Rebase",
     "chunk_batches",
     "chunk_cell",
+    "chunk_layout",
     "chunk_reader",
     "chunk_writer",
     "copies_wanted",
     "copy_place",
     "copy_reader",
+    "layout_of",
     "remove_copies",
     "spread_chunks",
 ]
@@ -391,12 +395,35 @@ def chunk_blobs(batch: pa.RecordBatch) -> list[bytes]:
     return blobs if (rows >= 0).all() else [b for b, r in zip(blobs, rows, strict=True) if r >= 0]
 
 
+class Rebase:
+    """Chunks the one-pass encoding wrote under a scan of their own rows, re-expressed by the merged
+    ``encoder`` each time they are read (:mod:`._spark_encoding` decides when that is cheaper than
+    rewriting them): ``todo`` maps such a chunk's first input row id to its scan, from which
+    ``estimator`` builds the encoder that wrote it (whose containers the chunk's pickle refers to)."""
+
+    def __init__(self, encoder: Any, estimator: Any, todo: dict[int, Any]) -> None:
+        self.encoder, self.estimator, self.todo = encoder, estimator, todo
+
+    def shared(self, first: int, default: list[Any]) -> list[Any]:
+        """The containers chunk ``first`` was pickled against (``default``: the merged encoder's)."""
+        if first not in self.todo:
+            return default
+        return _shared(self.estimator.with_scan(self.todo[first]).encoder())
+
+    def apply(self, first: int, stored: tuple[Any, Any, np.ndarray]) -> tuple[Any, Any, np.ndarray]:
+        if first not in self.todo:
+            return stored
+        enc, weights, ids = stored
+        return self.encoder.rebase(enc), weights, ids
+
+
 def chunk_reader(
-    encoder: Any, offsets: Offsets = None
+    encoder: Any, offsets: Offsets = None, rebase: Rebase | None = None
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Chunk]]:
     """``read(batches)``: the chunks of a partition of the persisted encoded frame, in order (weights
-    1 when the data has none); ``encoder`` is the one that wrote them, ``offsets`` the handle's
-    (without them the chunks keep their input row ids)."""
+    1 when the data has none); ``encoder`` is the one that wrote them (or, for the chunks of
+    ``rebase``, the one they are rebased to), ``offsets`` the handle's (without them the chunks keep
+    their input row ids)."""
 
     def read(batches: Iterable[pa.RecordBatch]) -> Iterator[Chunk]:
         shared = None
@@ -404,8 +431,16 @@ def chunk_reader(
             if batch.num_rows == 0:
                 continue
             shared = _shared(encoder) if shared is None else shared
-            for blob in chunk_blobs(batch):
-                yield _weighted(_ChunkUnpickler(io.BytesIO(blob), shared).load(), offsets)
+            if rebase is None:
+                for blob in chunk_blobs(batch):
+                    yield _weighted(_ChunkUnpickler(io.BytesIO(blob), shared).load(), offsets)
+                continue
+            firsts = batch.column("first").to_pylist()
+            rows = batch.column("rows").to_pylist()
+            for first, count, blob in zip(firsts, rows, batch.column("chunk").to_pylist(), strict=True):
+                if count >= 0:
+                    stored = _ChunkUnpickler(io.BytesIO(blob), rebase.shared(first, shared)).load()
+                    yield _weighted(rebase.apply(first, stored), offsets)
 
     return read
 
@@ -420,6 +455,7 @@ def copy_reader(
     copies: CopyKey,
     offsets: Offsets,
     layout: dict[int, list[tuple[int, int]]] | None = None,
+    rebase: Rebase | None = None,
 ) -> Callable[[Iterable[pa.RecordBatch], int], Iterator[Chunk]]:
     """``read(batches, part)``: the chunks of partition ``part`` from this executor's local copies.
     Which chunks: ``layout[part]`` (``(first row id, rows)`` per chunk, in order; ``batches`` are
@@ -448,22 +484,44 @@ def copy_reader(
             raise MissingCopy(folder)
         shared = _shared(encoder)
         for path, (first, rows) in zip(paths, wanted, strict=True):
-            stored = _load_copy(path, key, shared)
+            stored = _load_copy(path, key, shared if rebase is None else rebase.shared(first, shared))
             ids = stored[2]
             if len(ids) != rows or (rows and int(ids[0]) != first):
                 raise MissingCopy(path)
-            yield _weighted(stored, offsets)
+            yield _weighted(stored if rebase is None else rebase.apply(first, stored), offsets)
 
     return read
 
 
-def spread_chunks(frame: Any, parts: int, level: Any) -> Any:
+Layout = dict[int, list[tuple[int, int]]]
+"""``{partition: [(first input row id, rows) of each chunk, in order]}`` of a chunk frame."""
+
+
+def layout_of(rows: Iterable[tuple[int, int, int]]) -> Layout:
+    """The layout of ``(partition, first, rows)`` triples (report rows, ``rows`` < 0, left out)."""
+    layout: Layout = {}
+    for part, first, count in sorted(rows):
+        if count >= 0:
+            layout.setdefault(int(part), []).append((int(first), int(count)))
+    return layout
+
+
+def chunk_layout(frame: Any) -> Layout:
+    """The layout of a chunk frame: one small row per chunk reaches the driver (computing the
+    frame's cache when it is not yet)."""
+    from pyspark.sql import functions as F
+
+    return layout_of(frame.select(F.spark_partition_id().alias("p"), "first", "rows").collect())
+
+
+def spread_chunks(frame: Any, parts: int, level: Any) -> tuple[Any, Layout]:
     """``frame``'s chunks shuffled into ``parts`` partitions, each in row order, persisted at
-    ``level`` and computed (the caller releases ``frame``); nothing is left persisted on failure."""
+    ``level`` and computed by the one job that collects its layout (the caller releases ``frame``);
+    nothing is left persisted on failure."""
     laid = frame.repartition(parts).sortWithinPartitions("first").persist(level)
     try:
-        laid.count()
+        layout = chunk_layout(laid)
     except BaseException:
         laid.unpersist()
         raise
-    return laid
+    return laid, layout

@@ -63,11 +63,14 @@ from mixle_spark.parallel.backends._scoring import BatchScorer, data_columns, re
 from mixle_spark.parallel.backends._spark_chunks import (
     CHUNK_SCHEMA,
     MissingCopy,
+    Rebase,
+    chunk_layout,
     chunk_reader,
     chunk_writer,
     copies_wanted,
     copy_place,
     copy_reader,
+    layout_of,
     remove_copies,
     spread_chunks,
 )
@@ -105,6 +108,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger("mixle_spark.parallel.backends.spark")
+
+REBASE_ON_READ_BYTES = 256 * 1024
+"""Chunks encoded under their own scan are rebased as they are read while the scans of all of them
+pickle to at most this many bytes (they travel in every pass's closure); above it, once, by a pass
+that rewrites them."""
 
 
 class SparkEncodedData(ResidentPolicy, PayloadHandle):
@@ -249,6 +257,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             frame = frame.repartition(num_chunks).sortWithinPartitions(ROW_ID_COLUMN)
         self._held: DataFrame | None = None  # the persisted frame behind self.frame, when they differ
         self.rebased_chunks = 0
+        self._rebase_on_read: Rebase | None = None
         """Chunks the one-pass encoding wrote under a scan of their own rows that differs from the
         whole data's (a vocabulary the chunk did not see whole, a vector centre), re-expressed
         under the merged scan in a pass over the cached chunks."""
@@ -262,10 +271,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         self._copy_places |= settled.places
         if self.one_pass:
             self._rebase(settled, estimator)
-        chunks = sum(len(c) for c in self._layout.values())
-        if _unbalanced(self._layout, tasks) or (
-            self.auto_layout and tasks and self.num_partitions != tasks and chunks > 1
-        ):
+        if _unbalanced(self._layout, tasks) or (self.auto_layout and self._relayout_wanted(tasks)):
             self._spread(tasks)
 
     # -- the encoding pass (see ._spark_encoding) ----------------------------------------------
@@ -293,7 +299,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             report = F.when(F.col("rows") < 0, F.col("chunk"))
             rows = out.select(F.spark_partition_id().alias("p"), "first", "rows", report.alias("r")).collect()
             reports = [pickle.loads(r[3]) for r in sorted(rows, key=lambda r: r[0]) if r[2] < 0]
-            self._layout = _layout_of((r[0], r[1], r[2]) for r in rows if r[2] >= 0)
+            self._layout = layout_of((r[0], r[1], r[2]) for r in rows)
             settled = self._settled(reports, base, schema_error, column)
         except BaseException:
             out.unpersist()
@@ -318,11 +324,17 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         return settled
 
     def _rebase(self, settled: Settled, estimator: Estimator | None) -> bool:
-        """Chunks encoded under a scan other than the merged one re-expressed by the merged encoder
-        in one pass over the cached chunks (none: nothing runs); True when that pass ran."""
+        """Chunks encoded under a scan other than the merged one re-expressed by the merged encoder:
+        as they are read, when their scans are small enough to ship in every pass's closure (a
+        vector column's centre, a few labels), else in one pass over the cached chunks (a
+        vocabulary of many labels: that pass builds each chunk's encoder once). True when that
+        pass ran."""
         todo = {first: scan for first, scan in settled.chunk_scans if not same_scan(scan, settled.scan)}
         self.rebased_chunks = len(todo)
         if not todo:
+            return False
+        if len(pickle.dumps(todo, protocol=5)) <= REBASE_ON_READ_BYTES:
+            self._rebase_on_read = Rebase(self.encoder, estimator, todo)
             return False
         copies = None
         if self.copies:  # a new key: a first-pass copy of a rebased chunk is never read again
@@ -332,7 +344,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         write = rebase_writer(self.encoder, estimator, todo, copies)
         laid = self.frame.mapInArrow(write, CHUNK_SCHEMA).persist(self._storage_level)
         try:
-            self._layout = _chunk_layout(laid)
+            self._layout = chunk_layout(laid)
         except BaseException:
             laid.unpersist()
             raise
@@ -371,7 +383,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             )
             out = cached.mapInArrow(write, CHUNK_SCHEMA).persist(self._storage_level)
             try:
-                self._layout = _chunk_layout(out)
+                self._layout = chunk_layout(out)
             except BaseException:
                 out.unpersist()
                 raise
@@ -391,9 +403,9 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         partitions), or (resident layout) another number of partitions than task slots: the encoded
         chunks spread over ``tasks`` partitions by a shuffle of the chunks (not of rows), so every
         task slot works."""
-        laid = spread_chunks(self.frame, tasks, self._storage_level)
+        laid, layout = spread_chunks(self.frame, tasks, self._storage_level)
         self._release_frame()
-        self.frame, self.num_partitions, self._layout = laid, tasks, _chunk_layout(laid)
+        self.frame, self.num_partitions, self._layout = laid, tasks, layout
 
     @property
     def _index(self) -> DataFrame:
@@ -518,13 +530,11 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         if self.copies:
             merged, missing = self._estep_from_copies(request, wanted)
             if missing:
-                read = _cells(chunk_reader(self.encoder, self.offsets))
+                read = _cells(self._chunk_reader())
                 rest = self._estep_job(request, self.frame, read, missing)
                 merged = merge_payloads(factory, merged, rest)
         else:
-            merged = self._estep_job(
-                request, self.frame, _cells(chunk_reader(self.encoder, self.offsets)), wanted
-            )
+            merged = self._estep_job(request, self.frame, _cells(self._chunk_reader()), wanted)
         if merged is None:
             raise EmptyDataError("no rows: every partition of the encoded data is empty")
         return merged
@@ -539,10 +549,12 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         wanted = list(wanted)
         if self._copies_placed:
             frame = self._index
-            read = copy_reader(self.encoder, (self._token, self._copy_key), self.offsets)
+            read = copy_reader(self.encoder, self._copy_pair, self.offsets, rebase=self._rebase_on_read)
         else:
             frame = self.frame.sparkSession.range(0, self.num_partitions, 1, self.num_partitions)
-            read = copy_reader(self.encoder, (self._token, self._copy_key), self.offsets, self._layout)
+            read = copy_reader(
+                self.encoder, self._copy_pair, self.offsets, self._layout, self._rebase_on_read
+            )
         merged = self._estep_job(request, frame, read, wanted)
         done = {r.part for r in merged[3]} if merged is not None else set()
         missing = [p for p in wanted if p not in done]
@@ -603,11 +615,18 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         return self._run(estep_partition, factory, frame)
 
     def _resident_decoder(self) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Any]]:
-        return chunk_reader(self.encoder, self.offsets)
+        return self._chunk_reader()
+
+    def _chunk_reader(self) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Any]]:
+        return chunk_reader(self.encoder, self.offsets, self._rebase_on_read)
+
+    @property
+    def _copy_pair(self) -> tuple[str, bytes]:
+        return self._token, self._copy_key
 
     def first_nonfinite_row(self, estimate: Distribution) -> tuple[int, float] | None:
         """(global row index, value) of the first row whose log-density is NaN or infinite, if any."""
-        read_chunks = chunk_reader(self.encoder, self.offsets)
+        read_chunks = self._chunk_reader()
 
         def find(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             best: tuple[int, float] | None = None
@@ -625,19 +644,6 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         found = [pickle.loads(r[0]) for r in self.frame.mapInArrow(find, _PAYLOAD_SCHEMA).collect()]
         found = [f for f in found if f is not None]
         return min(found) if found else None
-
-
-def _chunk_layout(frame: DataFrame) -> dict[int, list[tuple[int, int]]]:
-    """``{partition: [(first input row id, rows) of each chunk, in order]}`` of a chunk frame (one
-    small row per chunk reaches the driver)."""
-    return _layout_of(frame.select(F.spark_partition_id().alias("p"), "first", "rows").collect())
-
-
-def _layout_of(rows: Iterable[tuple[int, int, int]]) -> dict[int, list[tuple[int, int]]]:
-    layout: dict[int, list[tuple[int, int]]] = {}
-    for part, first, count in sorted(rows):
-        layout.setdefault(int(part), []).append((int(first), int(count)))
-    return layout
 
 
 def _unbalanced(layout: dict[int, list[tuple[int, int]]], tasks: int) -> bool:
