@@ -297,3 +297,17 @@ def test_one_pass_encoding_rebases_chunks_of_partial_vocabularies(
         assert np.sort(np.concatenate([c[2] for c in chunks])).tolist() == list(range(900))  # global ids
         codes = [field for c in chunks for field in c[0] if hasattr(field, "labels")]
         assert len(codes) == len(chunks) and {f.labels for f in codes} == {("a", "b", "c", "d")}
+
+
+def test_two_handles_over_one_dataframe_keep_their_own_caches(frame: Any, want: Any) -> None:
+    # equal plans share one Spark cache entry: without a plan of its own, closing one handle would
+    # drop the other's cached chunks, and every later pass of the other would encode again
+    from pyspark import StorageLevel
+
+    for resident in (False, None):
+        with encoded_data(frame, EST, weights="w", resident=resident) as kept:
+            with encoded_data(frame, EST, weights="w", resident=resident) as other:
+                assert other.n == kept.n == 900
+            cached = kept._held if kept._held is not None else kept.frame
+            assert cached.storageLevel != StorageLevel(False, False, False, False)
+            _step_equals(kept, want)

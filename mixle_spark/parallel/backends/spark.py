@@ -234,6 +234,10 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         self.has_weights = weights is not None
         self.weight_name = weights or ""
         frame = selected.select(*cols, F.monotonically_increasing_id().alias(ROW_ID_COLUMN))
+        # Spark shares one cache entry between plans that compare equal, so two handles over one
+        # DataFrame would share their caches, and closing one would drop the other's: a filter that
+        # names this handle (always true; the optimizer removes it) keeps every plan its own
+        frame = frame.where(F.lit(self._token).isNotNull())
         self._storage_level = storage_level or StorageLevel.MEMORY_AND_DISK
         self.auto_layout = num_chunks is None and resident is not False and resident_blocker(data) is None
         """The backend lays the encoded data out for the task slots (one partition each), again
@@ -244,7 +248,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         tasks = 0
         if self.auto_layout:
             slots = slots_for_layout(data.sparkSession.sparkContext)
-            if slots and (not self.one_pass or frame.rdd.getNumPartitions() < slots):
+            if slots and not self.one_pass:
                 num_chunks = slots  # rows spread over the slots before they are encoded
             tasks = slots or 0  # else the chunks are spread after (no executors yet: at the first start)
         elif num_chunks is None:  # the job path: at most one partition per task the session runs at once
