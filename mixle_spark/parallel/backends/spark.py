@@ -299,32 +299,17 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             (self._token, self._copy_key) if self.copies else None,
         )
         out = frame.mapInArrow(write, CHUNK_SCHEMA).persist(self._storage_level)
-        try:
+
+        def run() -> Settled:
             report = F.when(F.col("rows") < 0, F.col("chunk"))
             rows = out.select(F.spark_partition_id().alias("p"), "first", "rows", report.alias("r")).collect()
             reports = [pickle.loads(r[3]) for r in sorted(rows, key=lambda r: r[0]) if r[2] < 0]
             self._layout = layout_of((r[0], r[1], r[2]) for r in rows)
-            settled = self._settled(reports, base, schema_error, column)
-        except BaseException:
-            out.unpersist()
-            raise
+            return settle(reports, base, schema_error, column)
+
+        settled = _settled(run, out.unpersist, schema_error)
         self.encoder = estimator.with_scan(settled.scan).encoder() if needs_scan else base  # type: ignore[union-attr]
         self.frame, self._held = out.where(F.col("rows") >= 0), out
-        return settled
-
-    def _settled(
-        self, reports: list[Any], base: Encoder, schema_error: SchemaError | None, column: str | None
-    ) -> Settled:
-        try:
-            settled = settle(reports, base, schema_error, column)
-        except FieldError:
-            raise
-        except BaseException:
-            if schema_error is not None:
-                raise schema_error from None
-            raise
-        if schema_error is not None:  # every value read after all: the column's type is still wrong
-            raise schema_error
         return settled
 
     def _rebase(self, settled: Settled, estimator: Estimator | None) -> bool:
@@ -367,17 +352,21 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         """The input columns cached and validated (a scan for vocabularies / ranges), then the chunks
         written from that cache (no second read of the source), which is then released."""
         cached = frame.persist(self._storage_level)
-        try:
-            needs_scan = estimator is not None and base.needs_scan
-            scan = scan_writer(
-                base,
-                estimator,
-                needs_scan,
-                reader(self.columns, self.reads_table),
-                self.weight_name if self.has_weights else None,
-            )
+        needs_scan = estimator is not None and base.needs_scan
+        scan = scan_writer(
+            base,
+            estimator,
+            needs_scan,
+            reader(self.columns, self.reads_table),
+            self.weight_name if self.has_weights else None,
+        )
+
+        def run() -> Settled:
             reports = [pickle.loads(r[0]) for r in cached.mapInArrow(scan, _SCAN_SCHEMA).collect()]
-            settled = self._settled(reports, base, schema_error, column)
+            return settle(reports, base, schema_error, column)
+
+        settled = _settled(run, cached.unpersist, schema_error)
+        try:
             self.encoder = estimator.with_scan(settled.scan).encoder() if needs_scan else base  # type: ignore[union-attr]
             write = chunk_writer(
                 self.encoder,
@@ -648,6 +637,29 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         found = [pickle.loads(r[0]) for r in self.frame.mapInArrow(find, _PAYLOAD_SCHEMA).collect()]
         found = [f for f in found if f is not None]
         return min(found) if found else None
+
+
+def _settled(
+    run: Callable[[], Settled], release: Callable[[], Any], schema_error: SchemaError | None
+) -> Settled:
+    """``run()`` (the encoding pass and :func:`._spark_encoding.settle`), ``release()`` called when
+    it fails. A bad value raises its located error; any other failure (Spark refusing the column's
+    type before a value reached Python), or none, raises ``schema_error`` when the schema check
+    found one: every value then read, the column's type is still wrong."""
+    try:
+        settled = run()
+    except FieldError:
+        release()
+        raise
+    except BaseException:
+        release()
+        if schema_error is not None:
+            raise schema_error from None
+        raise
+    if schema_error is not None:
+        release()
+        raise schema_error
+    return settled
 
 
 def _unbalanced(layout: dict[int, list[tuple[int, int]]], tasks: int) -> bool:
