@@ -509,9 +509,7 @@ def layout_of(rows: Iterable[tuple[int, int, int]]) -> Layout:
 def chunk_layout(frame: Any) -> Layout:
     """The layout of a chunk frame: one small row per chunk reaches the driver (computing the
     frame's cache when it is not yet)."""
-    from pyspark.sql import functions as F
-
-    return layout_of(frame.select(F.spark_partition_id().alias("p"), "first", "rows").collect())
+    return layout_of(frame.selectExpr("spark_partition_id() AS p", "first", "rows").collect())
 
 
 def spread_chunks(frame: Any, parts: int, level: Any) -> tuple[Any, Layout]:
