@@ -232,7 +232,9 @@ def test_a_flood_of_idle_and_garbage_peers_neither_slows_nor_changes_a_resident_
     for model in models["calm"][1:] + models["flooded"]:
         np.testing.assert_array_equal(_params(model), _params(calm))
         assert model.fit_result.log_likelihood == calm.fit_result.log_likelihood
-    assert min(seconds["flooded"]) < 1.2 * min(seconds["calm"]), seconds
+    # medians of the interleaved runs: one unusually quiet calm run (0.31 s against 0.40-0.49 for the
+    # others, a CI run on a busy 2-core machine) made the fastest-of-each comparison fail once
+    assert np.median(seconds["flooded"]) < 1.2 * np.median(seconds["calm"]), seconds
     assert hung_up == [400] * 4  # no peer is left connected once the tasks are in
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 4, warnings  # one summary a flooded start, not a line per peer
