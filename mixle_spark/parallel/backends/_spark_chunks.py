@@ -65,13 +65,16 @@ __all__ = [
     "chunk_cell",
     "chunk_layout",
     "chunk_reader",
+    "chunk_row",
     "chunk_writer",
     "copies_wanted",
     "copy_place",
     "copy_reader",
     "layout_of",
+    "load_chunk",
     "remove_copies",
     "spread_chunks",
+    "stored_chunks",
 ]
 
 CHUNK_SCHEMA = "first long, rows int, chunk binary"
@@ -316,11 +319,16 @@ def chunk_cell(
     _ChunkPickler(out, shared).dump(chunk)
     if copies is not None:
         _keep_copy(copies, int(ids[0]), chunk, shared)
+    return chunk_row(int(ids[0]), len(ids), out.getvalue())
+
+
+def chunk_row(first: int, rows: int, blob: bytes) -> pa.RecordBatch:
+    """One row of :data:`CHUNK_SCHEMA`."""
     return pa.RecordBatch.from_pydict(
         {
-            "first": pa.array([int(ids[0])], pa.int64()),
-            "rows": pa.array([len(ids)], pa.int32()),
-            "chunk": pa.array([out.getvalue()], pa.binary()),
+            "first": pa.array([first], pa.int64()),
+            "rows": pa.array([rows], pa.int32()),
+            "chunk": pa.array([blob], pa.binary()),
         }
     )
 
@@ -388,11 +396,13 @@ def _weighted(stored: tuple[Any, np.ndarray | None, np.ndarray], offsets: Offset
     return enc, (np.ones(len(ids)) if weights is None else weights), ids
 
 
-def chunk_blobs(batch: pa.RecordBatch) -> list[bytes]:
-    """The pickled chunks in a batch of the chunk frame (report rows skipped)."""
-    blobs = batch.column("chunk").to_pylist()
-    rows = batch.column("rows").to_numpy()
-    return blobs if (rows >= 0).all() else [b for b, r in zip(blobs, rows, strict=True) if r >= 0]
+def stored_chunks(batch: pa.RecordBatch) -> Iterator[tuple[int, int, bytes]]:
+    """``(first, rows, pickled chunk)`` of each chunk in a batch of the chunk frame (report rows,
+    ``rows`` -1, skipped)."""
+    columns = (batch.column(name).to_pylist() for name in ("first", "rows", "chunk"))
+    for first, rows, blob in zip(*columns, strict=True):
+        if rows >= 0:
+            yield first, rows, blob
 
 
 class Rebase:
@@ -431,15 +441,11 @@ def chunk_reader(
             if batch.num_rows == 0:
                 continue
             shared = _shared(encoder) if shared is None else shared
-            if rebase is None:
-                for blob in chunk_blobs(batch):
-                    yield _weighted(_ChunkUnpickler(io.BytesIO(blob), shared).load(), offsets)
-                continue
-            firsts = batch.column("first").to_pylist()
-            rows = batch.column("rows").to_pylist()
-            for first, count, blob in zip(firsts, rows, batch.column("chunk").to_pylist(), strict=True):
-                if count >= 0:
-                    stored = _ChunkUnpickler(io.BytesIO(blob), rebase.shared(first, shared)).load()
+            for first, _rows, blob in stored_chunks(batch):
+                if rebase is None:
+                    yield _weighted(load_chunk(blob, shared), offsets)
+                else:
+                    stored = load_chunk(blob, rebase.shared(first, shared))
                     yield _weighted(rebase.apply(first, stored), offsets)
 
     return read

@@ -32,12 +32,13 @@ from mixle_spark.parallel.backends._spark_chunks import (
     CopyKey,
     _shared,
     chunk_batches,
-    chunk_blobs,
     chunk_cell,
+    chunk_row,
     concat_batches,
     copy_place,
     input_ids,
     load_chunk,
+    stored_chunks,
 )
 from mixle_spark.parallel.backends._spark_common import (
     _LOW_BITS,
@@ -50,6 +51,7 @@ from mixle_spark.stats._validate import check_weights, unreadable_cells
 
 __all__ = [
     "Settled",
+    "Validation",
     "one_pass_writer",
     "rebase_writer",
     "report_row",
@@ -66,13 +68,28 @@ def check_weight_column(column: pa.Array, name: str) -> None:
     check_weights(w, name=name, nulls=nulls)
 
 
+class Validation:
+    """What both ways of the encoding pass check values with: the ``encoder`` before its scan, the
+    ``estimator`` that fixes a scan (None: a model's encoder, nothing to learn), how a batch's columns
+    are ``read``, and the weight column's name (None: no weights)."""
+
+    def __init__(
+        self, encoder: Any, estimator: Any, read: Callable[[pa.RecordBatch], Any], weight_name: str | None
+    ) -> None:
+        self.encoder, self.estimator, self.read, self.weight_name = encoder, estimator, read, weight_name
+        self.needs_scan = estimator is not None and encoder.needs_scan
+
+    def encoder_of(self, scan: Any) -> Any:
+        """The encoder of ``scan`` (the encoder itself when there is nothing to learn)."""
+        return self.estimator.with_scan(scan).encoder() if self.needs_scan else self.encoder
+
+
 class _PartitionCheck:
     """What one task learns of its input partition: rows per input partition (``seen``), the merged
     scan of its good rows, the first bad value (by input row id) and how many bad values."""
 
-    def __init__(self, encoder: Any, estimator: Any, needs_scan: bool, weight_name: str | None) -> None:
-        self.encoder, self.estimator, self.needs_scan = encoder, estimator, needs_scan
-        self.weight_name = weight_name
+    def __init__(self, validation: Validation) -> None:
+        self.validation = validation
         self.scan: Any = None
         self.seen: dict[int, int] = {}
         self.error: tuple[int, FieldError] | None = None
@@ -88,12 +105,11 @@ class _PartitionCheck:
     def encoder_for(self, batch: pa.RecordBatch, data: Any) -> tuple[Any, Any]:
         """(scan of ``data``, the encoder of that scan), after checking the batch's weights; raises
         the FieldError of a bad value."""
-        if self.weight_name is not None:
-            check_weight_column(batch.column(WEIGHT_COLUMN), self.weight_name)
-        if not self.needs_scan:
-            return None, self.encoder
-        local = self.encoder.scan_arrow(data)
-        return local, self.estimator.with_scan(local).encoder()
+        v = self.validation
+        if v.weight_name is not None:
+            check_weight_column(batch.column(WEIGHT_COLUMN), v.weight_name)
+        local = v.encoder.scan_arrow(data) if v.needs_scan else None
+        return local, v.encoder_of(local)
 
     def failed(self, err: FieldError, mid: np.ndarray) -> None:
         cells = unreadable_cells(err)  # None: not a text-for-numbers error
@@ -103,44 +119,38 @@ class _PartitionCheck:
             row = err.row if err.row is not None else 0
             self.error, self.error_cells = (int(mid[min(row, len(mid) - 1)]), err), cells
 
-    def check(self, batch: pa.RecordBatch, data: Any, mid: np.ndarray) -> bool:
-        """Validate one batch (its scan merged when good); False when it holds a bad value."""
+    def check(self, batch: pa.RecordBatch, mid: np.ndarray) -> None:
+        """Validate one batch (its scan merged when good)."""
+        data = self.validation.read(batch)
         try:
             local, checker = self.encoder_for(batch, data)
             checker.from_arrow(data)
         except FieldError as err:
             self.failed(err, mid)
-            return False
+            return
         self.merge(local)
-        return True
 
     def merge(self, local: Any) -> None:
         if local is not None:
-            self.scan = local if self.scan is None else self.encoder.merge_scans(self.scan, local)
+            self.scan = local if self.scan is None else self.validation.encoder.merge_scans(self.scan, local)
 
     def report(self, chunk_scans: list[tuple[int, Any]] | None = None) -> tuple[Any, ...]:
         place = (socket.gethostname(), copy_place())
         return (self.scan, self.seen, self.error, self.bad, self.error_cells, place, chunk_scans or [])
 
 
-def scan_writer(
-    encoder: Any,
-    estimator: Any,
-    needs_scan: bool,
-    read: Callable[[pa.RecordBatch], Any],
-    weight_name: str | None,
-) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def scan_writer(validation: Validation) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The two-pass way's first pass: a partition of the input cache validated batch by batch, its
     report as one payload row."""
 
     def scan_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        check = _PartitionCheck(encoder, estimator, needs_scan, weight_name)
+        check = _PartitionCheck(validation)
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             mid = input_ids(batch)
             check.count(mid)
-            check.check(batch, read(batch), mid)
+            check.check(batch, mid)
         yield _payload_batch(check.report())
 
     return scan_partition
@@ -148,22 +158,11 @@ def scan_writer(
 
 def report_row(report: tuple[Any, ...]) -> pa.RecordBatch:
     """A partition's report as a row of the chunk frame (``first`` and ``rows`` -1)."""
-    return pa.RecordBatch.from_pydict(
-        {
-            "first": pa.array([-1], pa.int64()),
-            "rows": pa.array([-1], pa.int32()),
-            "chunk": pa.array([pickle.dumps(report, protocol=5)], pa.binary()),
-        }
-    )
+    return chunk_row(-1, -1, pickle.dumps(report, protocol=5))
 
 
 def one_pass_writer(
-    encoder: Any,
-    estimator: Any,
-    needs_scan: bool,
-    read: Callable[[pa.RecordBatch], Any],
-    weight_name: str | None,
-    copies: CopyKey | None,
+    validation: Validation, copies: CopyKey | None
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The one-pass way: a partition of the input into chunk rows, each chunk encoded with the
     encoder of its own scan (pickled against that encoder's containers), then the report row. After
@@ -172,34 +171,32 @@ def one_pass_writer(
     the error and the count are those the two-pass way finds."""
 
     def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        check = _PartitionCheck(encoder, estimator, needs_scan, weight_name)
+        check = _PartitionCheck(validation)
         scans: list[tuple[int, Any]] = []
         for pieces in chunk_batches(batches):
             mids = [input_ids(p) for p in pieces]
             for mid in mids:
                 check.count(mid)
+            whole_error: tuple[FieldError, np.ndarray] | None = None
             if check.error is None:
                 batch = concat_batches(pieces)
                 mid = mids[0] if len(mids) == 1 else np.concatenate(mids)
-                data = read(batch)
+                data = validation.read(batch)
                 try:
                     local, chunk_encoder = check.encoder_for(batch, data)
                     encoded = chunk_encoder.from_arrow(data)
                 except FieldError as err:
-                    first_error = (err, mid)
+                    whole_error = (err, mid)
                 else:
                     check.merge(local)
                     scans.append((int(mid[0]), local))
-                    weights = _weights(batch, True) if weight_name is not None else None
+                    weights = _weights(batch, True) if validation.weight_name is not None else None
                     yield chunk_cell((encoded, weights, mid), _shared(chunk_encoder), copies)
                     continue
-                for piece, piece_mid in zip(pieces, mids, strict=True):
-                    check.check(piece, read(piece), piece_mid)
-                if check.error is None:  # bad only as a whole (pieces that disagree): that error
-                    check.failed(*first_error)
-                continue
             for piece, piece_mid in zip(pieces, mids, strict=True):
-                check.check(piece, read(piece), piece_mid)
+                check.check(piece, piece_mid)
+            if whole_error is not None and check.error is None:  # bad only as a whole: that error
+                check.failed(*whole_error)
         yield report_row(check.report(scans))
 
     return write
@@ -216,36 +213,16 @@ def rebase_writer(
     def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         shared = _shared(encoder)
         for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            firsts = batch.column("first").to_pylist()
-            rows = batch.column("rows").to_pylist()
-            blobs = iter(chunk_blobs(batch))
-            for first, count in zip(firsts, rows, strict=True):
-                if count < 0:
-                    continue
-                blob = next(blobs)
-                scan = todo.get(first, _KEEP)
-                if scan is _KEEP and copies is None:
-                    yield pa.RecordBatch.from_pydict(
-                        {
-                            "first": pa.array([first], pa.int64()),
-                            "rows": pa.array([count], pa.int32()),
-                            "chunk": pa.array([blob], pa.binary()),
-                        }
-                    )
-                    continue
-                if scan is _KEEP:
-                    chunk = load_chunk(blob, shared)
+            for first, rows, blob in stored_chunks(batch):
+                if first not in todo and copies is None:
+                    yield chunk_row(first, rows, blob)
+                elif first not in todo:
+                    yield chunk_cell(load_chunk(blob, shared), shared, copies)
                 else:
-                    enc, weights, ids = load_chunk(blob, _shared(estimator.with_scan(scan).encoder()))
-                    chunk = (encoder.rebase(enc), weights, ids)
-                yield chunk_cell(chunk, shared, copies)
+                    enc, weights, ids = load_chunk(blob, _shared(estimator.with_scan(todo[first]).encoder()))
+                    yield chunk_cell((encoder.rebase(enc), weights, ids), shared, copies)
 
     return write
-
-
-_KEEP = object()
 
 
 def same_scan(a: Any, b: Any) -> bool:

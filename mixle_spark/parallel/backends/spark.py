@@ -88,6 +88,7 @@ from mixle_spark.parallel.backends._spark_common import (
 )
 from mixle_spark.parallel.backends._spark_encoding import (
     Settled,
+    Validation,
     one_pass_writer,
     rebase_writer,
     same_scan,
@@ -261,15 +262,16 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             frame = frame.repartition(num_chunks).sortWithinPartitions(ROW_ID_COLUMN)
         self._held: DataFrame | None = None  # the persisted frame behind self.frame, when they differ
         self.rebased_chunks = 0
-        self._rebase_on_read: Rebase | None = None
         """Chunks the one-pass encoding wrote under a scan of their own rows that differs from the
         whole data's (a vocabulary the chunk did not see whole, a vector centre), re-expressed
-        under the merged scan in a pass over the cached chunks."""
+        under the merged scan as they are read or by a pass over the cached chunks."""
+        self._rebase_on_read: Rebase | None = None
+        validation = Validation(base, estimator, reader(self.columns, self.reads_table), weights)
         column = None if self.reads_table else self.columns[0]
         if self.one_pass:
-            settled = self._encode_once(frame, base, estimator, schema_error, column)
+            settled = self._encode_once(frame, validation, schema_error, column)
         else:
-            settled = self._encode_twice(frame, base, estimator, schema_error, column)
+            settled = self._encode_twice(frame, validation, schema_error, column)
         self._scan, self.offsets, self.n = settled.scan, settled.offsets, settled.n
         self.num_partitions = settled.partitions
         self._copy_places |= settled.places
@@ -280,24 +282,11 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
 
     # -- the encoding pass (see ._spark_encoding) ----------------------------------------------
     def _encode_once(
-        self,
-        frame: DataFrame,
-        base: Encoder,
-        estimator: Estimator | None,
-        schema_error: SchemaError | None,
-        column: str | None,
+        self, frame: DataFrame, validation: Validation, schema_error: SchemaError | None, column: str | None
     ) -> Settled:
         """One pass over the input: every chunk encoded and written as it is validated; the
         partitions' reports come back with the chunk layout from the job that fills the cache."""
-        needs_scan = estimator is not None and base.needs_scan
-        write = one_pass_writer(
-            base,
-            estimator,
-            needs_scan,
-            reader(self.columns, self.reads_table),
-            self.weight_name if self.has_weights else None,
-            (self._token, self._copy_key) if self.copies else None,
-        )
+        write = one_pass_writer(validation, self._copy_pair if self.copies else None)
         out = frame.mapInArrow(write, CHUNK_SCHEMA).persist(self._storage_level)
 
         def run() -> Settled:
@@ -305,26 +294,25 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             rows = out.select(F.spark_partition_id().alias("p"), "first", "rows", report.alias("r")).collect()
             reports = [pickle.loads(r[3]) for r in sorted(rows, key=lambda r: r[0]) if r[2] < 0]
             self._layout = layout_of((r[0], r[1], r[2]) for r in rows)
-            return settle(reports, base, schema_error, column)
+            return settle(reports, validation.encoder, schema_error, column)
 
         settled = _settled(run, out.unpersist, schema_error)
-        self.encoder = estimator.with_scan(settled.scan).encoder() if needs_scan else base  # type: ignore[union-attr]
+        self.encoder = validation.encoder_of(settled.scan)
         self.frame, self._held = out.where(F.col("rows") >= 0), out
         return settled
 
-    def _rebase(self, settled: Settled, estimator: Estimator | None) -> bool:
+    def _rebase(self, settled: Settled, estimator: Estimator | None) -> None:
         """Chunks encoded under a scan other than the merged one re-expressed by the merged encoder:
         as they are read, when their scans are small enough to ship in every pass's closure (a
         vector column's centre, a few labels), else in one pass over the cached chunks (a
-        vocabulary of many labels: that pass builds each chunk's encoder once). True when that
-        pass ran."""
+        vocabulary of many labels: that pass builds each chunk's encoder once)."""
         todo = {first: scan for first, scan in settled.chunk_scans if not same_scan(scan, settled.scan)}
         self.rebased_chunks = len(todo)
         if not todo:
-            return False
+            return
         if len(pickle.dumps(todo, protocol=5)) <= REBASE_ON_READ_BYTES:
             self._rebase_on_read = Rebase(self.encoder, estimator, todo)
-            return False
+            return
         copies = None
         if self.copies:  # a new key: a first-pass copy of a rebased chunk is never read again
             self._copy_key = os.urandom(32)
@@ -339,40 +327,24 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             raise
         self._release_frame()
         self.frame = laid
-        return True
 
     def _encode_twice(
-        self,
-        frame: DataFrame,
-        base: Encoder,
-        estimator: Estimator | None,
-        schema_error: SchemaError | None,
-        column: str | None,
+        self, frame: DataFrame, validation: Validation, schema_error: SchemaError | None, column: str | None
     ) -> Settled:
         """The input columns cached and validated (a scan for vocabularies / ranges), then the chunks
         written from that cache (no second read of the source), which is then released."""
         cached = frame.persist(self._storage_level)
-        needs_scan = estimator is not None and base.needs_scan
-        scan = scan_writer(
-            base,
-            estimator,
-            needs_scan,
-            reader(self.columns, self.reads_table),
-            self.weight_name if self.has_weights else None,
-        )
+        scan = scan_writer(validation)
 
         def run() -> Settled:
             reports = [pickle.loads(r[0]) for r in cached.mapInArrow(scan, _SCAN_SCHEMA).collect()]
-            return settle(reports, base, schema_error, column)
+            return settle(reports, validation.encoder, schema_error, column)
 
         settled = _settled(run, cached.unpersist, schema_error)
         try:
-            self.encoder = estimator.with_scan(settled.scan).encoder() if needs_scan else base  # type: ignore[union-attr]
+            self.encoder = validation.encoder_of(settled.scan)
             write = chunk_writer(
-                self.encoder,
-                reader(self.columns, self.reads_table),
-                self.has_weights,
-                (self._token, self._copy_key) if self.copies else None,
+                self.encoder, validation.read, self.has_weights, self._copy_pair if self.copies else None
             )
             out = cached.mapInArrow(write, CHUNK_SCHEMA).persist(self._storage_level)
             try:
