@@ -175,10 +175,11 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
     """Read, score, write; returns a small report."""
-    from mixle_spark.io import read_table, write_table
+    from mixle_spark.io import check_input_exists, read_table, write_table
 
     started = time.perf_counter()
     model = load_model(args.model)
+    check_input_exists(args.input)  # a mistyped local path fails before Spark starts
     output = args.output
     if "://" not in output:  # fail before starting Spark: a link, or what is not a Delta table
         check_output_free(output, args.mode == "overwrite", DELTA_SCORES)

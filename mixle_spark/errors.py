@@ -12,6 +12,9 @@ the message names the column as the user knows it:
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+from difflib import SequenceMatcher
 from typing import Any
 
 import numpy as np
@@ -41,7 +44,9 @@ __all__ = [
     "UnknownNameError",
     "UnsafePathError",
     "UnseenLabelError",
+    "closest_name",
     "describe_value",
+    "did_you_mean",
 ]
 
 
@@ -66,6 +71,76 @@ def describe_value(value: Any) -> str:
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{type(value).__name__} {text}"
+
+
+SUGGESTION_CUTOFF = 0.6
+"""How alike (:class:`difflib.SequenceMatcher` ratio) a valid name must be to a misspelt one to be
+suggested."""
+
+_SYNONYM = re.compile(r"norm(al)?")  # lognormal is log_gaussian, multivariate_normal the Gaussian
+
+
+def _name_key(name: str) -> str:
+    """``name`` as compared: lower case, without the separators people vary (``_``, ``-``, spaces)."""
+    return re.sub(r"[\s_-]+", "", name.lower())
+
+
+def closest_name(name: Any, valid: Iterable[Any]) -> str | None:
+    """The valid name closest to a misspelt ``name``, or None when none is alike enough.
+
+    Names are compared as written (in lower case), without ``_``, ``-`` and spaces, and with
+    "normal" read as "gaussian" (the statisticians' synonym); the best of these
+    :class:`difflib.SequenceMatcher` ratios must reach :data:`SUGGESTION_CUTOFF`. Ties go to the
+    name closer as written, then to the first in sorted order.
+
+    >>> closest_name("gausian", ["gaussian", "log_gaussian", "poisson"])
+    'gaussian'
+    >>> closest_name("lognormal", ["gaussian", "log_gaussian", "multinomial"])
+    'log_gaussian'
+    >>> closest_name("banana", ["gaussian", "poisson"]) is None
+    True
+    """
+    text = str(name)
+    key = _name_key(text)
+    read = _SYNONYM.sub("gaussian", key)
+    best: tuple[float, float, str] | None = None
+    for candidate in sorted({str(v) for v in valid}):
+        if candidate == text:
+            continue
+        other = _name_key(candidate)
+        written = SequenceMatcher(None, text.lower(), candidate.lower()).ratio()
+        score = max(
+            written,
+            SequenceMatcher(None, key, other).ratio(),
+            SequenceMatcher(None, read, _SYNONYM.sub("gaussian", other)).ratio(),
+        )
+        if score >= SUGGESTION_CUTOFF and (best is None or (score, written) > best[:2]):
+            best = (score, written, candidate)
+    return None if best is None else best[2]
+
+
+def did_you_mean(name: Any, valid: Iterable[Any]) -> str:
+    """``" (did you mean 'x'?)"`` naming the valid name closest to ``name`` (:func:`closest_name`),
+    or ``""``; for a list of unknown names, each one that has a close match:
+    ``" (did you mean 'max_its' for 'max_iter', 'seed' for 'sed'?)"``.
+
+    >>> did_you_mean("chanel", ["amount", "channel"])
+    " (did you mean 'channel'?)"
+    >>> did_you_mean(["max_iter", "sed"], ["max_its", "seed", "delta"])
+    " (did you mean 'max_its' for 'max_iter', 'seed' for 'sed'?)"
+    >>> did_you_mean("zzz", ["amount", "channel"])
+    ''
+    """
+    valid = [str(v) for v in valid]
+    if isinstance(name, (list, tuple, set, frozenset)):
+        names = sorted(str(n) for n in name)
+        if len(names) != 1:
+            found = [(closest_name(n, valid), n) for n in names]
+            hints = [f"{match!r} for {n!r}" for match, n in found if match is not None]
+            return f" (did you mean {', '.join(hints)}?)" if hints else ""
+        name = names[0]
+    match = closest_name(name, valid)
+    return "" if match is None else f" (did you mean {match!r}?)"
 
 
 class _NoValue:
@@ -243,13 +318,15 @@ class SpecError(MixleError, ValueError):
 
 
 class UnknownNameError(SpecError):
-    """An unknown family / backend name; the message lists the valid names."""
+    """An unknown family / backend name; the message suggests the closest valid name
+    (:func:`did_you_mean`) and lists them all."""
 
     def __init__(self, kind: str, name: Any, valid: Any) -> None:
         self.kind = kind
         self.name = name
         self.valid = sorted(str(v) for v in valid)
-        super().__init__(f"unknown {kind} {name!r}; expected one of: {', '.join(self.valid)}")
+        hint = did_you_mean(name, self.valid)
+        super().__init__(f"unknown {kind} {name!r}{hint}; expected one of: {', '.join(self.valid)}")
 
 
 class ModelFormatError(MixleError, ValueError):

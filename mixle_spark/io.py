@@ -39,6 +39,7 @@ __all__ = [
     "READ_FORMATS",
     "WRITE_FORMATS",
     "WRITE_MODES",
+    "check_input_exists",
     "delta_package",
     "parse_conf",
     "read_spark_defaults",
@@ -405,6 +406,34 @@ def _looks_like_path(text: str) -> bool:
     )
 
 
+def check_input_exists(source: str | os.PathLike[str], format: str = "auto") -> None:
+    """Refuse a local input path that does not exist, as :func:`read_table` would, without Spark.
+
+    The jobs call this before starting Spark, so that a mistyped ``--input`` fails at once. Paths on
+    other filesystems (``s3://``, ``abfss://``, ``dbfs:/``...) and metastore table names (``name``,
+    ``db.name``) are not checked: only Spark can tell whether they exist.
+
+    >>> check_input_exists("s3://bucket/missing.parquet"), check_input_exists("sales.customers")
+    (None, None)
+    >>> check_input_exists("/nope/x.parquet")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: no such file or directory: '/nope/x.parquet'
+
+    Raises
+    ------
+    FileNotFoundError
+        For a local path (by :func:`read_table`'s rule) that does not exist, naming it.
+    """
+    text = os.fspath(source)
+    local = _local_path(text)
+    if local is None or format == "table" or local.exists():
+        return
+    if format == "auto" and not _looks_like_path(text):  # a metastore table name
+        return
+    raise FileNotFoundError(f"no such file or directory: {text!r}")
+
+
 def _condition(err: BaseException) -> str:
     getter = getattr(err, "getCondition", None)
     return str(getter() or "") if getter is not None else ""
@@ -437,6 +466,7 @@ def read_table(spark: SparkSession, source: str | os.PathLike[str], format: str 
     if format not in READ_FORMATS:
         raise UnknownNameError("table format", format, READ_FORMATS)
     text = os.fspath(source)
+    check_input_exists(text, format)
     local = _local_path(text)
     if format == "table" or (
         format == "auto" and not (local is not None and local.exists()) and not _looks_like_path(text)
@@ -445,8 +475,6 @@ def read_table(spark: SparkSession, source: str | os.PathLike[str], format: str 
             raise FileNotFoundError(f"no such path or table: {text!r}")
         return spark.table(text)
     if local is not None:
-        if not local.exists():
-            raise FileNotFoundError(f"no such file or directory: {text!r}")
         fmt = _local_format(local) if format == "auto" else format
         location = local.resolve().as_uri()
     else:

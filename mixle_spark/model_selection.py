@@ -1,18 +1,25 @@
 """Choosing the number of components: ``select_k`` fits a mixture (or hidden Markov model) for every
 candidate ``k`` on data encoded once and keeps the best by BIC, AIC or validation log-likelihood.
 
+    >>> import warnings
     >>> import numpy as np
     >>> from mixle_spark.stats import GaussianEstimator, MixtureEstimator
     >>> rng = np.random.default_rng(0)
     >>> x = list(np.concatenate([rng.normal(-4, 1, 400), rng.normal(0, 1, 400), rng.normal(5, 1, 400)]))
-    >>> found = select_k(x, MixtureEstimator([GaussianEstimator()]), ks=range(1, 6), max_its=200)
-    >>> found.best_k
-    3
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     found = select_k(x, MixtureEstimator([GaussianEstimator()]), ks=range(1, 6), max_its=200)
+    >>> found.best_k, [row.k for row in found.table if not row.converged]
+    (3, [4, 5])
+    >>> print(str(caught[0].message)[:46])
+    k=4: EM did not converge in 200 iterations (de
 
 As mclust does on one machine, on any backend. Every candidate is a full fit from the same seed and
 initialization (``init="kmeans||"`` by default); the table records each one's log-likelihood, free
 parameters (:func:`mixle_spark.summary.count_free_parameters`), BIC and AIC (lower is better), the
-validation log-likelihood when ``vdata`` is given, iterations and convergence.
+validation log-likelihood when ``vdata`` is given, iterations and convergence. A candidate that
+stops at ``max_its`` emits a :class:`~mixle_spark.errors.ConvergenceWarning` naming its ``k``, as
+``optimize`` does for a single fit (more components than the data holds often converge slowly).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from mixle_spark.em._records import not_converged_message
 from mixle_spark.em.options import FitOptions
 from mixle_spark.errors import ConvergenceWarning, SpecError, TooFewRowsError
 from mixle_spark.stats.base import Distribution, Estimator
@@ -150,6 +158,17 @@ def with_components(estimator: Estimator | Mapping[str, Any] | str, k: int) -> E
     return type(estimator).from_dict({**spec, key: [parts[0]] * k})
 
 
+def _warn_not_converged(models: Mapping[int, Distribution]) -> None:
+    """A ConvergenceWarning for every candidate that stopped at ``max_its``, naming its ``k`` (the
+    fits' own warnings, raised while they advance together, cannot say which candidate they are)."""
+    for k, model in sorted(models.items()):
+        result = model.fit_result
+        if result.delta is not None and not result.converged and result.stopped_because == "max_its":
+            gain = result.history[-1].gain if result.history else None
+            message = not_converged_message(result.max_its, result.delta, gain)
+            warnings.warn(f"k={k}: {message}", ConvergenceWarning, stacklevel=3)
+
+
 def select_k(
     data: Any,
     estimator: Estimator | Mapping[str, Any] | str,
@@ -192,6 +211,12 @@ def select_k(
     KSelection
         ``best_k``, ``model`` (the best fit, with its ``fit_result``), ``table`` (a
         :class:`CandidateFit` per k) and ``models`` (every candidate's fit).
+
+    Warns
+    -----
+    ConvergenceWarning
+        One per candidate that stopped at ``max_its`` before its gain fell below ``delta``, naming
+        its ``k``, the iterations and the last gain (its table row says ``converged=False``).
     """
     from mixle_spark.estimation import _handle, _release, fit_together, trial_seeds, warn_model_size
     from mixle_spark.stats._random import seed_to_int
@@ -274,5 +299,6 @@ def select_k(
             range(len(table)), key=lambda i: (scores[i] if math.isfinite(scores[i]) else math.inf, table[i].k)
         )
     best_k = table[best].k
+    _warn_not_converged(models)
     warn_model_size(models[best_k], n)
     return KSelection(criterion, best_k, models[best_k], table, models)

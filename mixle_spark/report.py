@@ -1,11 +1,13 @@
 """Fit reports: one self-contained HTML page describing a fitted model.
 
-The page has five sections: an overview (rows, iterations, convergence, log-likelihood, BIC / AIC,
-timings), the log-likelihood per EM iteration, the component weights, every field's parameters per
-component (read from ``model.to_dict()``, so any family works) and a 2-D projection of a sample
-coloured by the most probable component. With matplotlib (the ``plot`` extra) the figures are PNGs
-inlined as base64; without it the page has tables, a small inline SVG chart of the log-likelihood
-and a note on how to get the figures. The page loads nothing from elsewhere and needs no script.
+The page has an overview (rows, iterations, convergence, log-likelihood, BIC / AIC, timings), the
+segment profiles (:mod:`mixle_spark.profile`: each component's fields in the data's units side by side,
+its size by hard assignment and how sure the assignments are), the log-likelihood per EM iteration, the
+component weights, every field's parameters per component (read from ``model.to_dict()``, so any family
+works) and a 2-D projection of a sample coloured by the most probable component. With matplotlib (the
+``plot`` extra) the figures are PNGs inlined as base64; without it the page has tables, a small inline
+SVG chart of the log-likelihood and a note on how to get the figures (the segment profiles are HTML
+either way). The page loads nothing from elsewhere and needs no script.
 
 >>> from mixle_spark.stats import GaussianDistribution
 >>> page = report_html(GaussianDistribution(0.0, 1.0), title="<one Gaussian>")
@@ -28,12 +30,13 @@ import numpy as np
 
 from mixle_spark import _report_figures as figures
 from mixle_spark._version import __version__
+from mixle_spark.profile import CERTAINTY_BINS, assignment_summary, segment_profile
 from mixle_spark.stats.base import Distribution
-from mixle_spark.summary import count_free_parameters, information_criteria
+from mixle_spark.summary import TIMINGS, count_free_parameters, information_criteria
 
-__all__ = ["PLOT_HINT", "SECTIONS", "report_html", "write_report"]
+__all__ = ["PLOT_HINT", "SECTIONS", "describe_parameters", "report_html", "write_report"]
 
-SECTIONS = ("overview", "log-likelihood", "weights", "parameters", "projection")
+SECTIONS = ("overview", "segments", "log-likelihood", "weights", "parameters", "projection")
 """The ``id`` of every ``<section>`` of a report, in page order; a fit that chose its number of
 components (``em_fit --k``: the summary's ``model_selection``) has ``model-selection`` after ``overview``."""
 
@@ -48,6 +51,16 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .bar { background: #1f77b4; height: 0.8em; }
 .note { color: #555; font-style: italic; }
 .scroll { max-height: 24em; overflow-y: auto; display: inline-block; }
+.labels { border-collapse: collapse; margin: 0; font-size: 1em; }
+.labels td { border: none; padding: 0 0.4em 0 0; white-space: nowrap; }
+.track { position: relative; width: 9em; height: 0.9em; background: #eee; margin-top: 0.2em; }
+.box { position: absolute; top: 0; height: 0.9em; background: #9ecae1; }
+.tick { position: absolute; top: -0.1em; width: 2px; height: 1.1em; background: #08306b; }
+.hist { display: flex; align-items: flex-end; gap: 1px; height: 6em; width: 30em; }
+.hist { border-bottom: 1px solid #333; }
+.hist div { flex: 1; background: #1f77b4; min-height: 1px; }
+.axis { display: flex; justify-content: space-between; width: 30em; color: #555; }
+.axis span { font-size: 0.8em; }
 img.figure, svg.figure { display: block; margin: 0.5em 0; max-width: 100%; height: auto; }
 """
 
@@ -139,7 +152,10 @@ def report_html(
         The page title (default: names the model's family).
     summary : mapping, optional
         A run summary such as em_fit's ``summary.json``: ``rows``, ``input``, ``backend``,
-        ``timings``, ``warnings``, and the ``history`` when the model has no ``fit_result``.
+        ``timings`` (:data:`mixle_spark.summary.TIMINGS`), ``warnings``, ``segments`` (a
+        :func:`mixle_spark.profile.segment_profile` with its assignments over the whole table; without
+        it the profile's sizes come from ``sample``), and the ``history`` when the model has no
+        ``fit_result``.
 
     Returns
     -------
@@ -156,6 +172,7 @@ def report_html(
         [
             _overview(model, spec, history, info),
             _model_selection(info, figure_class),
+            _segments(model, sample, info),
             _log_likelihood(history, figure_class),
             _weights(spec, figure_class),
             _parameters(spec),
@@ -237,10 +254,11 @@ def _overview(
     else:
         facts += [("free parameters", n_params), ("BIC / AIC", "n/a (no row count)")]
     facts.append(("seed", _num(_first(result and result.seed, info.get("seed")))))
-    if result is not None:
-        facts.append(("EM time", f"{result.seconds:.3f} s"))
-    for name, seconds in dict(info.get("timings") or {}).items():
-        facts.append((f"time: {name}", f"{_num(seconds, 4)} s"))
+    timings = dict(info.get("timings") or {})
+    if not timings and result is not None:
+        timings = {"em": result.seconds}
+    ordered = [key for key in TIMINGS if key in timings] + [key for key in timings if key not in TIMINGS]
+    facts += [(f"time: {TIMINGS.get(key, key)}", f"{_num(timings[key], 4)} s") for key in ordered]
     facts += [("warning", w) for w in info.get("warnings") or []]
     return _section("overview", "Overview", _table(["", "value"], facts))
 
@@ -323,6 +341,153 @@ def _weights(spec: Mapping[str, Any], figure_class: Any) -> str:
     ]
     chart = figures.weights_png(figure_class, w) if figure_class is not None else ""
     return _section("weights", "Component weights", chart + _table(["component", "weight", ""], rows, [1]))
+
+
+# -- segments --------------------------------------------------------------------------------------
+
+_LABELS_SHOWN = 12
+"""Labels a categorical cell lists before the rest fold under "show all"."""
+
+
+def _segments(model: Distribution, sample: Any, info: Mapping[str, Any]) -> str:
+    """Each component's fields in the data's units, side by side, with sizes and certainty."""
+    heading = "Segment profiles"
+    profile = info.get("segments")
+    if profile is None or profile.get("assignments") is None:  # sizes from the sample, said so
+        assignments = None
+        if sample is not None and hasattr(model, "predict_proba") and _length(sample) > 0:
+            n = _length(sample)
+            assignments = assignment_summary(model.predict_proba(sample), f"a sample of {n:,} rows")
+        profile = segment_profile(model, assignments)
+    comps, rows = profile["components"], profile["fields"]
+    parts = [_sizes(comps, profile.get("assignments"))]
+    header = ["field", *(f"component {c['component']}" for c in comps)]
+    table_rows = []
+    for row in rows:
+        cells = [_cell(row, cell, _span(row)) for cell in row["cells"]]
+        table_rows.append([_Html(f"{_esc(row['field'])}<br><small>{_esc(row['family'])}</small>"), *cells])
+    if table_rows:
+        parts.append(_table(header, table_rows))
+        parts.append(
+            _note(
+                "Numbers: the median and quartiles where the family has them (log-normal, Gaussian, "
+                "exponential), else the mean and standard deviation; the bar spans the quartiles (or one "
+                "standard deviation each side) on a scale shared across the row, the tick marks the "
+                "median (or mean). Labels: every label's probability within the component."
+            )
+        )
+    parts.append(_certainty(profile.get("assignments")))
+    return _section("segments", heading, "\n".join(p for p in parts if p))
+
+
+def _sizes(comps: Sequence[Mapping[str, Any]], assignments: Mapping[str, Any] | None) -> str:
+    has_rows = assignments is not None and all("rows" in c for c in comps)
+    header = ["component", "weight", ""]
+    if has_rows:
+        header += ["rows (hard assignment)", "share", "mean certainty"]
+    top = max((float(c["weight"]) for c in comps), default=1.0) or 1.0
+    rows = []
+    for c in comps:
+        w = float(c["weight"])
+        row: list[Any] = [c["component"], f"{w:.4f}", _Html(_bar(100 * w / top))]
+        if has_rows:
+            sure = c.get("mean_certainty")
+            row += [f"{c['rows']:,}", f"{100 * c['share']:.1f}%", "n/a" if sure is None else f"{sure:.3f}"]
+        rows.append(row)
+    caption = ""
+    if has_rows:
+        assert assignments is not None
+        caption = _note(
+            f"Rows over {assignments.get('basis') or 'the data'}, each to its most probable component; "
+            "certainty is a row's largest posterior probability."
+        )
+    return caption + _table(header, rows, numeric=(1, 3, 4, 5))
+
+
+def _bar(percent: float) -> str:
+    return f'<div class="bar" style="width:{max(0.0, min(percent, 100.0)):.1f}px"></div>'
+
+
+def _span(row: Mapping[str, Any]) -> tuple[float, float]:
+    """The shared scale of a number row: the lowest low and the highest high of its cells."""
+    if row["kind"] != "number":
+        return 0.0, 1.0
+    lows, highs, _ = zip(*(_range(c) for c in row["cells"]), strict=True)
+    finite = [v for v in (*lows, *highs) if math.isfinite(v)]
+    return (min(finite), max(finite)) if finite else (0.0, 1.0)
+
+
+def _range(cell: Mapping[str, Any]) -> tuple[float, float, float]:
+    if "median" in cell:
+        return cell["q1"], cell["q3"], cell["median"]
+    mean, sd = cell["mean"], cell.get("sd", 0.0)
+    return mean - sd, mean + sd, mean
+
+
+def _cell(row: Mapping[str, Any], cell: Mapping[str, Any], span: tuple[float, float]) -> Any:
+    kind = row["kind"]
+    if kind == "labels":
+        labels = list(cell["labels"])
+
+        def lines(items: Sequence[Any]) -> str:
+            return "".join(
+                f"<tr><td>{_esc(label)}</td><td>{_bar(100 * float(p))}</td>"
+                f'<td class="num">{100 * float(p):.1f}%</td></tr>'
+                for label, p in items
+            )
+
+        html_text = f'<table class="labels">{lines(labels[:_LABELS_SHOWN])}</table>'
+        if len(labels) > _LABELS_SHOWN:
+            rest = labels[_LABELS_SHOWN:]
+            html_text += (
+                f"<details><summary>show all {len(labels)} labels</summary>"
+                f'<table class="labels">{lines(rest)}</table></details>'
+            )
+        return _Html(html_text)
+    if kind == "share":
+        return _Html(f"{_esc(cell['text'])}{_bar(100 * float(cell['share']))}")
+    if kind == "number" and "mean" in cell and math.isfinite(cell.get("sd", 0.0)):
+        lo, hi, mid = _range(cell)
+        low, high = span
+        width = (high - low) or 1.0
+
+        def at(v: float) -> float:
+            return 100 * (v - low) / width
+
+        box = f'<div class="box" style="left:{at(lo):.1f}%;width:{at(hi) - at(lo):.1f}%"></div>'
+        track = f'<div class="track">{box}<div class="tick" style="left:{at(mid):.1f}%"></div></div>'
+        return _Html(f"{_esc(cell['text'])}{track}")
+    return cell["text"]
+
+
+def _certainty(assignments: Mapping[str, Any] | None) -> str:
+    """The distribution of the rows' largest posterior probability, as bars."""
+    if not assignments:
+        return ""
+    hist = [int(v) for v in assignments["certainty_histogram"]]
+    total = sum(hist)
+    if total == 0:
+        return ""
+    top = max(hist)
+    bars = "".join(
+        f'<div title="{j / CERTAINTY_BINS:.2f}-{(j + 1) / CERTAINTY_BINS:.2f}: {v:,} rows" '
+        f'style="height:{100 * v / top:.1f}%"></div>'
+        for j, v in enumerate(hist)
+    )
+    sure = sum(hist[int(0.9 * CERTAINTY_BINS) :]) / total
+    unsure = sum(hist[: CERTAINTY_BINS // 2 + CERTAINTY_BINS // 10]) / total
+    text = (
+        f"How sure the assignments are: rows by their largest posterior probability (0 to 1, in "
+        f"{CERTAINTY_BINS} bins). {100 * sure:.1f}% of rows are assigned with probability 0.9 or more; "
+        f"{100 * unsure:.1f}% with less than 0.6."
+    )
+    axis = '<div class="axis"><span>0</span><span>0.5</span><span>1</span></div>'
+    return f'<h3>Assignment certainty</h3>{_note(text)}<div class="hist">{bars}</div>{axis}'
+
+
+def describe_parameters(spec: Mapping[str, Any]) -> str:
+    """A model's (or field's) parameters as one short text: ``"mu 0.5; sigma2 2"``."""
+    return "; ".join(f"{path + ' ' if path else ''}{key} {text}" for path, _, key, text in _flatten(spec, ""))
 
 
 # -- parameters ----------------------------------------------------------------------------------
@@ -414,11 +579,25 @@ def _projection(model: Distribution, sample: Any, figure_class: Any) -> str:
     heading = "2-D projection of the sample"
     if sample is None:
         return _section("projection", heading, _note("Skipped: no sample was given."))
+    fields = _modelled_numeric(model)
     matrix, names = _numeric_columns(sample)
-    if not names:
+    labels, n_labels, proba = _assignments(model, sample)
+    filled = 0
+    if fields is not None:  # a record: the model's numeric fields, in the model's own scale
+        if not fields:
+            return _section("projection", heading, _note("Skipped: the model has no numeric fields."))
+        matrix, names, means = _modelled_columns(matrix, names, fields)
+        missing = ~np.isfinite(matrix)
+        if missing.any() and proba is not None:  # each gap at its expected value given the row
+            filled = int(missing.any(axis=1).sum())
+            matrix = np.where(missing, proba @ means, matrix)
+        source = "the model's numeric fields"
+    elif not names:
         return _section("projection", heading, _note("Skipped: the sample has no numeric fields."))
-    labels, n_labels = _assignments(model, sample)
+    else:
+        source = "the numeric columns"
     keep = np.isfinite(matrix).all(axis=1)
+    dropped = int((~keep).sum())
     matrix, labels = matrix[keep], labels[keep]
     if len(matrix) < 2:
         return _section(
@@ -432,10 +611,19 @@ def _projection(model: Distribution, sample: Any, figure_class: Any) -> str:
         axes = [f"{names[0]} (standardised)", "component (jittered)"]
     shown = ", ".join(names[:8]) + (f", … ({len(names)} columns)" if len(names) > 8 else "")
     colour = "the most probable component (predict_proba)" if n_labels > 1 else "one colour (not a mixture)"
-    caption = _note(
-        f"{len(matrix)} rows with finite values in the numeric columns {shown}, standardised and projected "
+    text = (
+        f"{len(matrix)} rows with finite values in {source} {shown}, standardised and projected "
         f"on their principal components; colour: {colour}."
     )
+    if filled:
+        text += (
+            f" {filled} rows with a missing value are shown at its expected value given the row (the "
+            "components' means weighted by the row's posterior probabilities)."
+        )
+    if dropped:
+        share = 100 * dropped / (dropped + len(matrix))
+        text += f" {dropped} rows ({share:.1f}%) had no finite value to show and are left out."
+    caption = _note(text)
     counts = [int((labels == k).sum()) for k in range(n_labels)]
     if figure_class is not None:
         chart = figures.projection_png(figure_class, coords, labels, n_labels, axes)
@@ -443,24 +631,104 @@ def _projection(model: Distribution, sample: Any, figure_class: Any) -> str:
         chart = _note(f"{PLOT_HINT} Rows per component and their mean position:")
     n_axes = len(explained)  # the jittered component axis of a single column has no mean worth showing
     mean_rows = [
-        [k, counts[k], *(_num(coords[labels == k, j].mean(), 4) if counts[k] else "" for j in range(n_axes))]
+        [
+            k,
+            counts[k],
+            f"{100 * counts[k] / len(labels):.1f}%",
+            *(_num(coords[labels == k, j].mean(), 4) if counts[k] else "" for j in range(n_axes)),
+        ]
         for k in range(n_labels)
     ]
-    header = ["component", "rows", *(f"mean {a}" for a in axes[:n_axes])]
-    body = caption + chart + _table(header, mean_rows, numeric=(1, 2, 3))
+    header = ["component", "rows", "share", *(f"mean {a}" for a in axes[:n_axes])]
+    body = caption + chart + _table(header, mean_rows, numeric=(1, 2, 3, 4))
     if loadings.shape[1] == 2:
         load_rows = [[name, _num(a, 3), _num(b, 3)] for name, (a, b) in zip(names, loadings, strict=True)]
         body += _table(["column", "PC1 loading", "PC2 loading"], load_rows, numeric=(1, 2))
     return _section("projection", heading, body)
 
 
-def _assignments(model: Distribution, sample: Any) -> tuple[np.ndarray, int]:
-    """The most probable component of every sample row (zeros for a model that is not a mixture)."""
+_NUMERIC_FIELDS = (
+    "gaussian",
+    "log_gaussian",
+    "exponential",
+    "gamma",
+    "beta",
+    "student_t",
+    "poisson",
+    "geometric",
+    "binomial",
+    "negative_binomial",
+)
+
+
+def _modelled_numeric(model: Distribution) -> list[tuple[str, str, np.ndarray]] | None:
+    """For a record model (or a mixture of records): ``(column, family, per-component means in the
+    projection's scale, shape (k, width))`` for every numeric field (optional ones too: their present
+    values); a log-normal field is projected as its logarithm. None when the model is not a record."""
+    spec = model.to_dict()
+    parts = list(spec["components"]) if spec.get("type") == "mixture" else [spec]
+    if any(p.get("type") != "record" for p in parts):
+        return None
+    found: list[tuple[str, str, np.ndarray]] = []
+    for name in parts[0]["fields"]:
+        inner = [p["fields"][name] for p in parts]
+        inner = [f["dist"] if f.get("type") == "optional" else f for f in inner]
+        family = str(inner[0].get("type"))
+        if any(f.get("type") != family for f in inner):
+            continue
+        if family in _NUMERIC_FIELDS:
+            means = np.array([[_field_mean(f)] for f in inner], dtype=np.float64)
+            found.append((str(name), family, means))
+        elif family in ("diagonal_gaussian", "multivariate_gaussian"):
+            found.append((str(name), family, np.array([f["mu"] for f in inner], dtype=np.float64)))
+    return found
+
+
+def _field_mean(spec: Mapping[str, Any]) -> float:
+    """A numeric field's mean in the projection's scale (a log-normal's: of the logarithm)."""
+    if spec["type"] in ("gaussian", "log_gaussian", "student_t"):
+        return float(spec["mu"])
+    from mixle_spark.profile import field_cell
+
+    return float(field_cell(spec)["mean"])
+
+
+def _modelled_columns(
+    matrix: np.ndarray, names: list[str], fields: list[tuple[str, str, np.ndarray]]
+) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """``(matrix, names, means)`` of the modelled fields: the sample's columns for them (missing as
+    NaN, log-normal ones as logarithms) and each component's means there, shape (k, columns)."""
+    index = {n: j for j, n in enumerate(names)}
+    blocks, shown, means = [], [], []
+    for name, family, centre in fields:
+        if family in ("diagonal_gaussian", "multivariate_gaussian"):
+            labels = [f"{name}[{j}]" for j in range(centre.shape[1])]
+        else:
+            labels = [f"log({name})" if family == "log_gaussian" else name]
+        where = [index.get(label if family != "log_gaussian" else name) for label in labels]
+        cols = [c for c in where if c is not None]
+        if len(cols) != len(where):
+            continue  # not in the sample (or not numeric there)
+        block = matrix[:, cols].astype(np.float64)
+        if family == "log_gaussian":
+            with np.errstate(divide="ignore", invalid="ignore"):
+                block = np.where(block > 0, np.log(np.where(block > 0, block, 1.0)), np.nan)
+        blocks.append(block)
+        shown += labels
+        means.append(centre)
+    if not blocks:
+        return np.zeros((len(matrix), 0)), [], np.zeros((1, 0))
+    return np.hstack(blocks), shown, np.hstack(means)
+
+
+def _assignments(model: Distribution, sample: Any) -> tuple[np.ndarray, int, np.ndarray | None]:
+    """The most probable component of every sample row (zeros for a model that is not a mixture),
+    the number of components and the posterior probabilities (None for a model that is not a mixture)."""
     predict_proba = getattr(model, "predict_proba", None)
     if predict_proba is None:
-        return np.zeros(_length(sample), dtype=np.int64), 1
+        return np.zeros(_length(sample), dtype=np.int64), 1, None
     proba = np.asarray(predict_proba(sample))
-    return np.argmax(proba, axis=1).astype(np.int64), int(proba.shape[1])
+    return np.argmax(proba, axis=1).astype(np.int64), int(proba.shape[1]), proba
 
 
 def _length(sample: Any) -> int:

@@ -14,7 +14,9 @@ from mixle_spark._frames import frame_engine
 from mixle_spark.parallel.backends._scoring import BatchScorer
 from mixle_spark.stats.base import Distribution
 
-__all__ = ["score"]
+__all__ = ["assignment_counts", "score"]
+
+_ARROW_BATCH_ROWS = 65_536
 
 
 def score(
@@ -66,3 +68,64 @@ def score(
         )
     backend = import_module(f"mixle_spark.parallel.backends.{engine}")  # the optional library's own
     return backend.add_scores(frame, scorer, column)
+
+
+def assignment_counts(model: Distribution, data: Any, *, column: str | None = None) -> dict[str, Any] | None:
+    """Rows per mixture component by hard assignment over all of ``data``, and how sure the
+    assignments are (:func:`mixle_spark.profile.assignment_summary`'s layout, ``basis`` "the whole
+    table"); None when ``model`` is not a mixture or ``data``'s engine has no such pass here (Dask,
+    Ray: profile a sample instead).
+
+    ``data``: a Spark DataFrame (one job: the posteriors are computed by :func:`score` in the tasks
+    and only a component x certainty-bin count table reaches the driver), a pyarrow Table or pandas
+    DataFrame (in batches of 65,536 rows), or a ``pyarrow.dataset.Dataset`` (read batch by batch,
+    never whole).
+    """
+    from mixle_spark.profile import CERTAINTY_BINS, assignment_summary, merge_assignments
+
+    if not hasattr(model, "predict_proba"):
+        return None
+    k = len(model.to_dict()["w"])
+    engine = frame_engine(data)
+    basis = "the whole table"
+    if engine == "spark":
+        names = {"ll": "__mixle_ll", "k": "__mixle_k", "p": "__mixle_p"}
+        scored = score(
+            model,
+            data,
+            column=column,
+            log_likelihood_col=names["ll"],
+            prediction_col=names["k"],
+            probability_col=names["p"],
+        )
+        b = CERTAINTY_BINS
+        top = f"array_max(`{names['p']}`)"
+        rows = (
+            scored.selectExpr(
+                f"`{names['k']}` AS k", f"LEAST(CAST(FLOOR({top} * {b}) AS INT), {b - 1}) AS b", f"{top} AS p"
+            )
+            .groupBy("k", "b")
+            .agg({"p": "sum", "*": "count"})
+            .collect()
+        )
+        counts, sure, hist = [0] * k, [0.0] * k, [0] * b
+        for row in rows:
+            n, total = int(row["count(1)"]), float(row["sum(p)"])
+            counts[int(row["k"])] += n
+            sure[int(row["k"])] += total
+            hist[int(row["b"])] += n
+        return {"rows": counts, "certainty_sum": sure, "certainty_histogram": hist, "basis": basis}
+    if engine is not None:
+        return None
+    import pyarrow.dataset as pads
+
+    if isinstance(data, pads.Dataset):
+        batches: Any = data.to_batches(batch_size=_ARROW_BATCH_ROWS)
+    elif hasattr(data, "to_batches"):  # a pyarrow Table
+        batches = data.to_batches(max_chunksize=_ARROW_BATCH_ROWS)
+    elif hasattr(data, "iloc"):  # pandas
+        batches = (data.iloc[i : i + _ARROW_BATCH_ROWS] for i in range(0, len(data), _ARROW_BATCH_ROWS))
+    else:
+        return None
+    parts = [assignment_summary(model.predict_proba(b), basis) for b in batches if len(b)]  # type: ignore[attr-defined]
+    return merge_assignments(parts, basis) if parts else None

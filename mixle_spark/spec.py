@@ -34,7 +34,7 @@ import numpy as np
 import mixle_spark.stats  # noqa: F401  (registers every family)
 from mixle_spark._files import read_bytes_bounded, write_atomically
 from mixle_spark._version import __version__
-from mixle_spark.errors import ModelFormatError, SpecError, TooLargeError
+from mixle_spark.errors import ModelFormatError, SpecError, TooLargeError, did_you_mean
 from mixle_spark.stats.base import Distribution, Estimator, distribution_from_dict, estimator_from_dict
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "MODEL_FORMAT_VERSION",
     "ModelSpec",
     "estimator_from_spec",
+    "is_job_spec",
     "load_model",
     "load_spec",
     "model_from_dict",
@@ -171,6 +172,19 @@ def _spec_nodes(spec: Any, seen: dict[int, int]) -> int:
     return count
 
 
+def is_job_spec(spec: Any) -> bool:
+    """Whether ``spec`` is a spec file's whole content (``{"estimator": ..., "fit": ...}``) rather
+    than an estimator spec: an estimator spec has a ``"type"`` (a sequence's also has an
+    ``"estimator"``).
+
+    >>> is_job_spec({"estimator": "gaussian", "fit": {"max_its": 5}})
+    True
+    >>> is_job_spec({"type": "sequence", "estimator": "categorical"})
+    False
+    """
+    return isinstance(spec, Mapping) and "estimator" in spec and "type" not in spec
+
+
 @dataclass
 class ModelSpec:
     """A spec file: the estimator plus fit options (``max_its``, ``delta``, ``init_p``, ``seed``, ...)."""
@@ -195,16 +209,19 @@ def load_spec(source: str | os.PathLike[str] | Mapping[str, Any]) -> ModelSpec:
         where = str(path)
     if not isinstance(raw, Mapping):
         raise SpecError(f"{where}: expected a JSON object, got {type(raw).__name__}")
-    if "estimator" not in raw:
+    if not is_job_spec(raw):
         return ModelSpec(estimator_from_spec(raw))
-    unknown = set(raw) - {"estimator", "fit", "description"}
+    keys = ("estimator", "fit", "description")
+    unknown = set(raw) - set(keys)
     if unknown:
-        raise SpecError(f"{where}: unknown key(s) {sorted(unknown)}; expected estimator, fit, description")
+        hint = did_you_mean(unknown, keys)
+        raise SpecError(f"{where}: unknown key(s) {sorted(unknown)}{hint}; expected {', '.join(keys)}")
     fit = dict(raw.get("fit") or {})
     bad = set(fit) - set(FIT_OPTIONS)
     if bad:
         raise SpecError(
-            f"{where}: unknown fit option(s) {sorted(bad)}; expected one of {', '.join(FIT_OPTIONS)}"
+            f"{where}: unknown fit option(s) {sorted(bad)}{did_you_mean(bad, FIT_OPTIONS)}; "
+            f"expected one of {', '.join(FIT_OPTIONS)}"
         )
     if "init" in fit or "init_steps" in fit:
         from mixle_spark.em.seeding import Seeding

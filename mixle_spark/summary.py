@@ -9,7 +9,43 @@ from typing import Any
 
 from mixle_spark.stats.base import Distribution, Estimator
 
-__all__ = ["count_free_parameters", "describe_model", "information_criteria", "parameters_warning"]
+__all__ = [
+    "TIMINGS",
+    "count_free_parameters",
+    "describe_model",
+    "information_criteria",
+    "parameters_warning",
+    "timings_line",
+]
+
+TIMINGS = {
+    "startup": "start-up",
+    "read": "read",
+    "encode": "encode",
+    "seeding": "seeding",
+    "em": "EM iterations",
+    "scoring": "scoring",
+    "report": "report",
+    "total": "total",
+}
+"""The one timing vocabulary of a fit (em_fit's ``summary.json`` ``timings`` and its stderr line, the
+report's overview, ``MixleModel.summary.timings``): key -> label, in the order a fit spends them. Each
+is measured once: ``startup`` starting Spark, ``read`` opening the input (a Delta table's snapshot and
+the file listing), ``encode`` the validating / encoding pass, ``seeding`` building the starting model
+(k-means|| or random rows; several trials or candidates seed together), ``em`` the EM iterations and
+the final scoring pass, ``scoring`` the hard assignment of every row for the segment profile,
+``report`` writing the report, ``total`` all of it. A fit that has no such step leaves its key out."""
+
+
+def timings_line(timings: Mapping[str, float]) -> str:
+    """``timings`` in the vocabulary's order and labels, one line: ``"read 0.4s, encode 1.2s, ..."``.
+
+    >>> timings_line({"total": 3.0, "encode": 1.25, "em": 1.5})
+    'encode 1.2s, EM iterations 1.5s, total 3.0s'
+    """
+    known = [f"{label} {timings[key]:.1f}s" for key, label in TIMINGS.items() if key in timings]
+    other = [f"{key} {value:.1f}s" for key, value in timings.items() if key not in TIMINGS]
+    return ", ".join(known + other)
 
 
 def _number(v: Any) -> str:

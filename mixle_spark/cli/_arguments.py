@@ -9,13 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mixle_spark.cli._common import JobArgumentParser
+from mixle_spark.cli._common import EXIT_BAD_INPUT, JobArgumentParser, error_line
 from mixle_spark.cli._engines import ENGINE_BACKENDS, add_engine_addresses, check_engine_addresses
 from mixle_spark.cli._spmd import SPMD_BACKENDS
 from mixle_spark.em.sdc_audit import SDCAudit
 from mixle_spark.em.seeding import INIT_MODES
 from mixle_spark.errors import CheckpointStoreError, SpecError
 from mixle_spark.estimation import ON_DEGENERATE
+from mixle_spark.io import check_input_exists, parse_conf
 from mixle_spark.model_selection import parse_ks
 from mixle_spark.spec import ModelSpec
 
@@ -177,7 +178,8 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
 def resolve_args(
     parser: argparse.ArgumentParser, argv: list[str] | None, sample: Sample | None = None
 ) -> argparse.Namespace:
-    """Parse ``argv`` and fill in the sample defaults; argument conflicts exit with code 2."""
+    """Parse ``argv`` and fill in the sample defaults; argument conflicts, and a local ``--input``
+    that does not exist (but under mpi / torchrun), exit with code 2 (one line on stderr)."""
     args = parser.parse_args(argv)
     if sample is None and (args.input is None or args.model is None):
         parser.error("--input and --model are required")
@@ -222,11 +224,16 @@ def resolve_args(
         if clash:
             parser.error(f"--k fits several models; {', '.join(clash)} apply to a single fit")
     try:
-        from mixle_spark.io import parse_conf
-
         args.spark_conf = parse_conf(args.conf)
     except ValueError as err:
         parser.error(str(err))
+    # A mistyped local path fails now, not once Spark (or Dask, Ray) has started. Under mpi /
+    # torchrun every process would print this line: there the processes' read reports it, once.
+    if not args.sample and args.backend not in SPMD_BACKENDS:
+        try:
+            check_input_exists(args.input)
+        except FileNotFoundError as err:
+            parser.exit(EXIT_BAD_INPUT, f"{parser.prog}: error: {error_line(err)}\n")
     return args
 
 

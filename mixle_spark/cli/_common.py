@@ -36,6 +36,7 @@ from mixle_spark.errors import (
     MixleError,
     NonFiniteLikelihoodError,
     SilentCorruptionError,
+    did_you_mean,
 )
 from mixle_spark.io import DELTA_CONFLICT
 
@@ -69,10 +70,20 @@ _REMOTE_INPUT_ERROR = re.compile(
 
 
 class JobArgumentParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr (and exit code 2)."""
+    """An ArgumentParser whose errors are one line on stderr (and exit code 2); an unknown option
+    names the closest one (``unrecognized arguments: --max-iter 5 (did you mean '--max-its'?)``)."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            options = [o for action in self._actions for o in action.option_strings]
+            unknown = [a.split("=", 1)[0] for a in extras if a.startswith("--")]
+            hint = next((h for h in (did_you_mean(a, options) for a in unknown) if h), "")
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed
 
 
 def _first_line(text: str) -> str:

@@ -128,8 +128,10 @@ from mixle_spark.errors import (
 from mixle_spark.estimation import FitOptions, best_of, optimize, row_count
 from mixle_spark.model_selection import select_k, with_components
 from mixle_spark.parallel import encoded_data
+from mixle_spark.profile import segment_profile
+from mixle_spark.scoring import assignment_counts
 from mixle_spark.spec import ModelSpec, load_spec, save_model
-from mixle_spark.summary import describe_model
+from mixle_spark.summary import describe_model, timings_line
 
 __all__ = ["PROG", "SUMMARY_FORMAT", "Sample", "build_parser", "main", "resolve_args", "run"]
 
@@ -184,22 +186,28 @@ def _report_warnings(caught: list[warnings.WarningMessage], coord: Coordination 
 
 
 def open_input(
-    args: argparse.Namespace, extra: dict[str, Any], sample: Sample | None
+    args: argparse.Namespace, extra: dict[str, Any], sample: Sample | None, timings: dict[str, float]
 ) -> tuple[Any, Any, bool]:
     """``(data, spark session or None, whether this job owns the session)`` for ``args.input``: a
-    Spark DataFrame, a pyarrow Table (``--backend local``) or the path each SPMD process reads."""
+    Spark DataFrame, a pyarrow Table (``--backend local``) or the path each SPMD process reads.
+    ``timings`` gets ``startup`` (starting Spark, a Dask or Ray cluster) and ``read``."""
+    t0 = time.perf_counter()
     if args.backend in SPMD_BACKENDS:
         return args.input, None, False
     if args.backend in ENGINE_BACKENDS:
         if args.sample:
             assert sample is not None
             args.input = str(sample.data)
-        return open_engine_input(args, extra)
+        opened = open_engine_input(args, extra)
+        timings["startup"] = time.perf_counter() - t0
+        return opened
     if args.backend != "spark":
         if args.sample:
             assert sample is not None
             args.input = str(sample.data)
-        return read_local_input(args.input), None, False
+        table = read_local_input(args.input)
+        timings["read"] = time.perf_counter() - t0
+        return table, None, False
     from pyspark import SparkContext
 
     from mixle_spark.io import read_table
@@ -207,35 +215,75 @@ def open_input(
     # never stop a Spark that was running (a notebook's, a caller's in another thread)
     owned = SparkContext._active_spark_context is None
     spark = job_spark_session(PROG, args.master, args.spark_conf, args.verbose)
+    timings["startup"] = time.perf_counter() - t0
     try:
         extra["spark"] = {"master": spark.conf.get("spark.master"), "version": spark.version}
+        t1 = time.perf_counter()
         if args.sample:
             assert sample is not None
             args.input = sample.delta_table(spark)
-        return read_table(spark, args.input), spark, owned
+        data = read_table(spark, args.input)
+        _plan_read(data)
+        timings["read"] = time.perf_counter() - t1
+        return data, spark, owned
     except BaseException:
         if owned:
             spark.stop()
         raise
 
 
-def report_sample(data: Any) -> Any:
-    """The first ``REPORT_SAMPLE_ROWS`` input rows (a pyarrow Table) for the report's projection."""
-    if isinstance(data, str):  # the path SPMD processes read: only these rows are read here
-        import pyarrow.dataset as pads
+def _plan_read(data: Any) -> None:
+    """Plan the read now (a Delta table's snapshot, a directory's listing: seconds on a first read in a
+    new JVM), so that its cost is timed as reading rather than inside the first pass that encodes."""
+    try:
+        data.inputFiles()
+    except Exception:  # a source that lists no files: the first pass plans it instead
+        pass
 
-        return pads.dataset(data).head(REPORT_SAMPLE_ROWS)
+
+def path_dataset(path: str) -> Any:
+    """The rows an SPMD fit read from ``path`` as a ``pyarrow.dataset.Dataset``: a Delta table's
+    current snapshot (never files its log has removed), a Parquet file or directory."""
+    import pyarrow.dataset as pads
+
+    from mixle_spark.parallel.backends._mpi_io import plan_path
+
+    plan = plan_path(path)
+    if plan.hive_base is not None:
+        return pads.dataset(
+            list(plan.files), format="parquet", partitioning="hive", partition_base_dir=plan.hive_base
+        )
+    return pads.dataset(list(plan.files), format="parquet")
+
+
+def report_sample(data: Any, rows: float) -> Any:
+    """About ``REPORT_SAMPLE_ROWS`` input rows drawn uniformly at random (a pyarrow Table, or pandas)
+    for the report's projection: every row equally likely, so each segment keeps its share (the first
+    rows of a table sorted by anything would not). ``rows``: the table's row count (from the fit)."""
+    fraction = min(1.0, REPORT_SAMPLE_ROWS / rows) if rows > 0 else 1.0
+    if isinstance(data, str):  # the path SPMD processes read: only the drawn rows are read here
+        import numpy as np
+
+        dataset = path_dataset(data)
+        n = dataset.count_rows()
+        take = np.sort(np.random.default_rng(0).choice(n, size=min(n, REPORT_SAMPLE_ROWS), replace=False))
+        return dataset.take(take)
     engine = frame_engine(data)
-    if engine == "dask":  # only these rows reach the client
+    if engine == "dask":  # only the drawn rows reach the client
         import pyarrow as pa
 
-        return pa.Table.from_pandas(data.head(REPORT_SAMPLE_ROWS, npartitions=-1), preserve_index=False)
-    if engine == "ray":  # only these rows reach the driver
-        return data.take_batch(REPORT_SAMPLE_ROWS, batch_format="pyarrow")
-    if hasattr(data, "limit"):  # a Spark DataFrame: only these rows reach the driver
-        head = data.limit(REPORT_SAMPLE_ROWS)
-        return head.toArrow() if hasattr(head, "toArrow") else head.toPandas()
-    return data.slice(0, REPORT_SAMPLE_ROWS)
+        drawn = data.sample(frac=fraction, random_state=0).compute()
+        return pa.Table.from_pandas(drawn, preserve_index=False)
+    if engine == "ray":  # only the drawn rows reach the driver
+        return data.random_sample(fraction, seed=0).take_batch(2 * REPORT_SAMPLE_ROWS, batch_format="pyarrow")
+    if hasattr(data, "sample"):  # a Spark DataFrame: only the drawn rows reach the driver
+        drawn = data.sample(fraction=fraction, seed=0)
+        return drawn.toArrow() if hasattr(drawn, "toArrow") else drawn.toPandas()
+    import numpy as np
+
+    n = data.num_rows
+    take = np.sort(np.random.default_rng(0).choice(n, size=min(n, REPORT_SAMPLE_ROWS), replace=False))
+    return data.take(take)
 
 
 def fit_model(
@@ -314,7 +362,8 @@ def fit_model(
     if out is None or not out.written:
         coord.say(first)  # quiet, or no progress line yet: after the fit, not before its checks
     _say_resumed(model, out, extra_options, coord)
-    timings = {"encode": t1 - t0, "em": time.perf_counter() - t1}
+    seeding = float(getattr(model.fit_result, "seeding_seconds", 0.0))
+    timings = {"encode": t1 - t0, "seeding": seeding, "em": time.perf_counter() - t1 - seeding}
     return model, ll, timings, _report_warnings(caught, coord), found
 
 
@@ -385,9 +434,9 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
     options = fit_options(args, spec)
     trials = int(options.pop("trials", 1))
     extra: dict[str, Any] = coord.summary()
-    data, spark, owned = open_input(args, extra, sample)
+    opening: dict[str, float] = {}
+    data, spark, owned = open_input(args, extra, sample, opening)
     try:
-        t_read = time.perf_counter()
         out = None if args.quiet or not coord.is_root else sys.stderr
         model, ll, timings, caught, found = fit_model(
             data,
@@ -409,10 +458,7 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
         summary = build_summary(args, model, ll, {**options, "trials": trials}, extra)
 
         def write() -> None:
-            timings["total"] = time.perf_counter() - t_start
-            write_outputs(
-                args, model, summary, data, {"start_and_read": t_read - t_start, **timings}, started_at
-            )
+            write_outputs(args, model, summary, data, {**opening, **timings}, started_at, t_start)
 
         coord.on_root(write)
     finally:
@@ -426,7 +472,8 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
             f"{summary['iterations']} iterations, converged={summary['converged']}, "
             f"{summary['timings']['total']:.1f}s"
         )
-        print(model.fit_result.trace.summary(), file=sys.stderr)
+        print(model.fit_result.trace.summary(times=False), file=sys.stderr)
+        print(f"{PROG}: timings: {timings_line(summary['timings'])}", file=sys.stderr)
         written = ["model.json", "summary.json", "trace.jsonl", *(["report.html"] if args.report else [])]
         print(f"wrote {', '.join(str(output / name) for name in written[:-1])} and {output / written[-1]}")
     return summary
@@ -439,21 +486,39 @@ def write_outputs(
     data: Any,
     timings: dict[str, float],
     started_at: str,
+    t_start: float,
 ) -> None:
     """model.json, summary.json, trace.jsonl (and report.html) into a staging directory renamed
-    into ``args.output``: a failed write leaves the previous output whole."""
-    sample = report_sample(data) if args.report else None
+    into ``args.output``: a failed write leaves the previous output whole.
+
+    ``summary`` gets the segment profile (``segments``: :func:`mixle_spark.profile.segment_profile`;
+    with ``--report`` its sizes and certainty come from one scoring pass over the whole input) and
+    ``timings`` (:data:`mixle_spark.summary.TIMINGS`); the report shows the same timings (all but its
+    own writing and the total, which come after it)."""
+    assignments, page = None, None
+    if args.report:
+        t0 = time.perf_counter()
+        assignments = assignment_counts(model, path_dataset(data) if isinstance(data, str) else data)
+        timings["scoring"] = time.perf_counter() - t0
+    summary["segments"] = segment_profile(model, assignments)
+    summary["timings"] = timings
+    if args.report:
+        from mixle_spark import report
+
+        t0 = time.perf_counter()
+        sample = report_sample(data, float(summary["rows"]))
+        page = report.report_html(model, sample=sample, summary=summary)
+        timings["report"] = time.perf_counter() - t0
     with atomic_directory(Path(args.output), args.overwrite, FIT_OUTPUT) as staging:
         save_model(model, staging / "model.json")
+        model.fit_result.trace.to_jsonl(staging / "trace.jsonl")
+        if page is not None:
+            (staging / "report.html").write_text(page, encoding="utf-8")
+        timings["total"] = time.perf_counter() - t_start
         summary["timings"] = timings
         summary["started_at"] = started_at
         summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         (staging / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
-        model.fit_result.trace.to_jsonl(staging / "trace.jsonl")
-        if args.report:
-            from mixle_spark.report import write_report
-
-            write_report(model, staging / "report.html", sample=sample, summary=summary)
 
 
 def main(argv: list[str] | None = None, sample: Sample | None = None) -> int:

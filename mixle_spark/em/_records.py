@@ -32,6 +32,7 @@ __all__ = [
     "has_decreased",
     "init_fraction",
     "nonfinite_error",
+    "not_converged_message",
 ]
 
 logger = logging.getLogger("mixle_spark.estimation")
@@ -69,9 +70,22 @@ class FitResult:
     """The per-iteration :class:`~mixle_spark.em.observability.EMTrace`."""
     resumed_from: int | None = None
     """The iteration of the checkpoint this fit resumed from, if it did."""
+    seeding_seconds: float = 0.0
+    """Seconds spent building the starting model (part of :attr:`seconds`; 0 when a starting model
+    was given or the fit resumed from a checkpoint). Runs advancing together (``best_of``,
+    ``select_k``) seed in the same passes, so each one's figure is the wall time of that shared step."""
     free_parameters: int | None = None
     """The fitted model's free parameters as its estimator fits it (fixed ones not counted, tied ones
     once): what BIC and AIC count (:meth:`~mixle_spark.stats.base.Estimator.n_free_parameters`)."""
+
+
+def not_converged_message(max_its: int, delta: float | None, gain: float | None) -> str:
+    """The text of the ConvergenceWarning of a fit that stopped at ``max_its`` with ``gain`` (the
+    last log-likelihood gain) still above ``delta``."""
+    return (
+        f"EM did not converge in {max_its} iterations (delta={delta}, last gain={gain}); "
+        "raise max_its or delta"
+    )
 
 
 def check_rows(handle: Any, estimator: Estimator) -> None:

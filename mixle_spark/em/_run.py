@@ -34,6 +34,7 @@ from mixle_spark.em._records import (
     has_decreased,
     init_fraction,
     nonfinite_error,
+    not_converged_message,
 )
 from mixle_spark.em.resilient import CheckpointedRun
 from mixle_spark.em.seeding import Seeding, kmeans_parallel
@@ -193,6 +194,7 @@ class EMRun(CheckpointedRun):
         self.reseeds: dict[int, int] = {}
         self.resumed_from: int | None = None
         self.init_events: list[str] = []
+        self.seeding_seconds = 0.0
         self.trace = EMTrace(
             metadata={
                 "backend": backend_name(handle),
@@ -229,7 +231,9 @@ class EMRun(CheckpointedRun):
             if finished is not None:
                 return finished
             if self.model is None:
+                t_seed = time.perf_counter()
                 self.model = self._initial_model()
+                self.seeding_seconds = time.perf_counter() - t_seed
             while self.iteration < self.max_its:
                 t0 = time.perf_counter()
                 nobs, ll, nxt, events = self._step(self.model)
@@ -298,6 +302,7 @@ class EMRun(CheckpointedRun):
             stopped_because=self.stopped,
             trace=self.trace,
             resumed_from=self.resumed_from,
+            seeding_seconds=self.seeding_seconds,
             free_parameters=self.estimator.n_free_parameters(final),
         )
         final.fit_result = result
@@ -310,8 +315,7 @@ class EMRun(CheckpointedRun):
         returned from its checkpoint: the warning is part of the result)."""
         if self.delta is not None and not self.converged and self.stopped == "max_its":
             warnings.warn(
-                f"EM did not converge in {max_its} iterations (delta={self.delta}, last gain="
-                f"{self.history[-1].gain}); raise max_its or delta",
+                not_converged_message(max_its, self.delta, self.history[-1].gain),
                 ConvergenceWarning,
                 stacklevel=5,
             )

@@ -369,8 +369,9 @@ class EMTrace:
             rows.append(d)
         return pd.DataFrame(rows, columns=list(_FRAME_COLUMNS))
 
-    def summary(self) -> str:
-        """A few lines: iterations, final log-likelihood, time, throughput, worst skew."""
+    def summary(self, times: bool = True) -> str:
+        """A few lines: iterations, final log-likelihood, time, throughput, worst skew. ``times=False``
+        leaves out the passes' total seconds (a job that reports its own timings, once)."""
         if not self.records:
             return "EM trace: no iterations"
         last = self.records[-1]
@@ -382,7 +383,8 @@ class EMTrace:
         lines = [
             f"EM trace: {len(self.records)} iterations ({self.records[0].iteration}-{last.iteration})",
             f"final log-likelihood {last.log_likelihood:.8f}{gain}",
-            f"total {seconds:.3f}s, mean {_si(rows / seconds if seconds > 0 else 0.0)} rows/s",
+            (f"total {seconds:.3f}s, " if times else "")
+            + f"mean {_si(rows / seconds if seconds > 0 else 0.0)} rows/s",
             f"worst skew {worst.skew:.2f} at iteration {worst.iteration}"
             + (f"; stragglers in iterations {flagged}" if flagged else ""),
         ]

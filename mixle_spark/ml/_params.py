@@ -7,8 +7,13 @@ ours (``inputCols``, ``modelSpec``, ``initFraction``, ``numPartitions``, ``logLi
 Param's type converter also validates, so a bad value is refused when it is set, with a message naming
 the Param and the value.
 
-:func:`fit_plan` turns the Params and a DataFrame schema into the estimator to fit and the columns
-it reads, checking the combinations a single Param cannot (``inputCols`` with ``featuresCol``,
+``modelSpec`` accepts a spec file path, a full spec (``{"estimator": ..., "fit": ...}``), an
+estimator spec or a mixle Estimator, and stores canonical JSON; its errors are one line, with any
+value they echo cut to :data:`ECHO_LIMIT` characters.
+
+:func:`fit_plan` turns the Params and a DataFrame schema into the estimator to fit, the columns it
+reads and the fit options (a Param set explicitly, else the spec's fit section, else the Param's
+default), checking the combinations a single Param cannot (``inputCols`` with ``featuresCol``,
 ``k`` against a mixture ``modelSpec``, missing columns).
 """
 
@@ -16,9 +21,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyspark.ml.param import Param, Params
@@ -33,11 +40,20 @@ from pyspark.ml.param.shared import (
     HasWeightCol,
 )
 
-from mixle_spark.errors import SchemaError, SpecError, describe_value
-from mixle_spark.spec import estimator_from_spec
+from mixle_spark._files import read_bytes_bounded
+from mixle_spark.errors import SchemaError, SpecError, TooLargeError, UnknownNameError, describe_value
+from mixle_spark.spec import MAX_SPEC_BYTES, estimator_from_spec, is_job_spec, load_spec
 from mixle_spark.stats.base import Estimator
 
-__all__ = ["DEFAULT_SEED", "FitPlan", "MixleParams", "fit_plan"]
+__all__ = [
+    "DEFAULT_SEED",
+    "ECHO_LIMIT",
+    "FIT_OPTION_PARAMS",
+    "FitPlan",
+    "MixleParams",
+    "fit_plan",
+    "spec_parts",
+]
 
 DEFAULT_SEED = zlib.crc32(b"mixle_spark.ml.MixleEstimator")
 """The default ``seed``: fixed, unlike pyspark's ``hash(class name)``, which changes per process."""
@@ -126,26 +142,130 @@ def _input_cols(value: Any) -> list[str]:
     return names
 
 
+ECHO_LIMIT = 80
+"""Most characters of a value (a path, a name, a dict) echoed in a ``modelSpec`` error message."""
+
+FIT_OPTION_PARAMS = {
+    "max_its": "maxIter",
+    "delta": "tol",
+    "init": "initMode",
+    "init_steps": "initSteps",
+    "init_p": "initFraction",
+    "seed": "seed",
+}
+"""A spec's fit option -> the Param that overrides it when set (``trials`` has no Param and is
+applied as is; ``print_iter`` is ignored: the estimator prints nothing)."""
+
+
+def _clip(text: str, limit: int = ECHO_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _short_reason(err: Exception) -> str:
+    """``err``'s message on one line, every dict or list it echoes cut to :data:`ECHO_LIMIT`
+    characters (a family's error repeats the whole spec it refuses)."""
+    text = " ".join(str(err).splitlines())
+    if isinstance(err, UnknownNameError):  # the name is quoted: cut it here, the brackets below
+        text = text.replace(repr(err.name), _clip(repr(err.name)), 1)
+    pieces, start, depth = [], 0, 0
+    for i, char in enumerate(text):
+        if char in "{[":
+            if depth == 0:
+                pieces.append(text[start:i])
+                start = i
+            depth += 1
+        elif char in "}]" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                pieces.append(_clip(text[start : i + 1]))
+                start = i + 1
+    pieces.append(_clip(text[start:]) if depth else text[start:])
+    return "".join(pieces)
+
+
+def _read_spec_file(path: str) -> Any:
+    """A spec file's JSON content (read once, when the Param is set: the content is stored)."""
+    shown = _clip(path)
+    if not os.path.isfile(path):
+        if os.path.exists(path):
+            raise SpecError(f"param 'modelSpec': model spec path is not a file: {shown}")
+        raise FileNotFoundError(f"param 'modelSpec': model spec file not found: {shown}")
+    try:
+        return json.loads(read_bytes_bounded(Path(path), MAX_SPEC_BYTES, "the file", TooLargeError))
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError, TooLargeError
+        reason = err if isinstance(err, TooLargeError) else f"not valid JSON ({_clip(str(err))})"
+        raise SpecError(f"param 'modelSpec': model spec file {shown}: {reason}") from None
+
+
+def _fit_value(option: str, value: Any, where: str = "param 'modelSpec'") -> Any:
+    """A fit option's value, checked and converted by the Param it stands for."""
+    name = FIT_OPTION_PARAMS.get(option)
+    convert = getattr(MixleParams, name).typeConverter if name else _int_param(option, 1)
+    try:
+        return convert(value)
+    except (SpecError, TypeError) as err:
+        which = f"fit option {option!r}" + (f" (param {name!r})" if name else "")
+        reason = str(err).removeprefix(f"param {name or option!r}: ")
+        raise SpecError(f"{where}: the spec's {which}: {reason}") from None
+
+
+def _check_job_spec(spec: Mapping[str, Any], where: str) -> None:
+    """A full spec's parts, checked one by one so that an error names the part (unknown keys and
+    fit options are left to :func:`~mixle_spark.spec.load_spec`, whose messages the fit job shows)."""
+    estimator = spec["estimator"]
+    if isinstance(estimator, Mapping) and "type" not in estimator:
+        raise SpecError(f"{where}: the spec's 'estimator' has no 'type' key")
+    if not isinstance(estimator, Mapping | str):
+        raise SpecError(
+            f"{where}: the spec's 'estimator' must be a dict with a 'type' key or a family name, "
+            f"got {describe_value(estimator)}"
+        )
+    fit = spec.get("fit") or {}
+    if not isinstance(fit, Mapping):
+        raise SpecError(f"{where}: the spec's 'fit' must be a dict of fit options, got {describe_value(fit)}")
+    for option in (*FIT_OPTION_PARAMS, "trials"):
+        if option in fit:
+            _fit_value(option, fit[option], where)
+
+
 def _model_spec(value: Any) -> str:
-    """A spec dict, JSON text, family name or mixle Estimator -> canonical JSON (validated)."""
+    """A spec file path, a full spec dict, an estimator spec (dict, JSON text or family name) or a
+    mixle Estimator -> canonical JSON, validated (see ``MixleEstimator``'s ``modelSpec``)."""
+    where = "param 'modelSpec'"
+    text = value.strip() if isinstance(value, str) else None
     if isinstance(value, Estimator):
         spec: Any = value.to_dict()
     elif isinstance(value, Mapping):
         spec = dict(value)
-    elif isinstance(value, str):
+    elif text is not None and text[:1] in ("{", "[", '"'):  # JSON text
         try:
-            spec = json.loads(value)
-        except json.JSONDecodeError:
-            spec = value.strip()  # a bare family name such as "gaussian"
+            spec = json.loads(text)
+        except (ValueError, RecursionError) as err:
+            raise SpecError(f"{where}: JSON text is not valid JSON ({_clip(str(err))})") from None
+    elif isinstance(value, os.PathLike) or (
+        text is not None
+        and (os.path.isfile(text) or "/" in text or os.sep in text or text.lower().endswith(".json"))
+    ):
+        path = text if text is not None else os.fsdecode(value)
+        spec, where = _read_spec_file(path), f"{where}: spec file {_clip(path)}"
+    elif text is not None:
+        spec = text  # a bare family name such as "gaussian"
     else:
         raise TypeError(
-            "param 'modelSpec': expected a spec dict, JSON text, a family name or a mixle_spark "
-            f"Estimator, got {describe_value(value)}"
+            "param 'modelSpec': expected a spec file path, a spec dict, JSON text, a family name or "
+            f"a mixle_spark Estimator, got {describe_value(value)}"
         )
+    job = is_job_spec(spec)
+    if job:
+        _check_job_spec(spec, where)
     try:
-        estimator_from_spec(spec)
+        if job:
+            load_spec(spec)  # what the fit job accepts in a spec file
+        else:
+            estimator_from_spec(spec)
     except (SpecError, TypeError, ValueError) as err:
-        raise SpecError(f"param 'modelSpec': invalid model spec {describe_value(value)}: {err}") from err
+        reason = _short_reason(err).removeprefix("spec: ")  # load_spec names a dict "spec"
+        raise SpecError(f"{where}: {reason}") from None
     return json.dumps(spec, sort_keys=True)
 
 
@@ -231,7 +351,9 @@ class MixleParams(
     modelSpec: Param[str] = Param(
         Params._dummy(),
         "modelSpec",
-        "mixle_spark model spec (JSON): a mixture, or the component model repeated k times.",
+        "mixle_spark model spec (stored as JSON): a spec file path, a full spec {estimator, fit} "
+        "whose fit section fills the Params left unset, or an estimator spec (dict, JSON text, "
+        "family name or Estimator): a mixture, or the component model repeated k times.",
         typeConverter=_model_spec,
     )
     initFraction: Param[float] = Param(
@@ -326,12 +448,39 @@ class MixleParams(
 
 @dataclass(frozen=True)
 class FitPlan:
-    """What a fit reads: the estimator, the single column a non-record model reads (else None),
-    and every column read."""
+    """What a fit reads and how it runs: the estimator, the single column a non-record model reads
+    (else None), every column read, ``optimize``'s options (``max_its``, ``delta``, ``init``,
+    ``init_steps``, ``init_p``, ``seed``), the restarts (``trials``), and the Params whose value
+    came from the spec's fit section (``from_spec``: Param name -> value)."""
 
     estimator: Estimator
     column: str | None
     columns: list[str]
+    options: dict[str, Any] = field(default_factory=dict)
+    trials: int = 1
+    from_spec: dict[str, Any] = field(default_factory=dict)
+
+
+def spec_parts(spec_text: str | None) -> tuple[Any, dict[str, Any]]:
+    """The estimator part (None without a spec) and the fit section of a stored ``modelSpec``."""
+    spec: Any = json.loads(spec_text) if spec_text is not None else None
+    if is_job_spec(spec):
+        return spec["estimator"], dict(spec.get("fit") or {})
+    return spec, {}
+
+
+def _fit_options(params: MixleParams, fit: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``optimize``'s options: a Param set explicitly wins, then the fit section, then the Param's
+    default; and the Params whose value came from the fit section."""
+    options, from_spec = {}, {}
+    for option, name in FIT_OPTION_PARAMS.items():
+        param = params.getParam(name)
+        if option in fit and not params.isSet(param):
+            options[option] = from_spec[name] = _fit_value(option, fit[option])
+        else:
+            options[option] = params.getOrDefault(param)
+    options["init"] = "random" if options["init"] == "random" else "kmeans||"  # optimize's spelling
+    return options, from_spec
 
 
 def _spec_dict(spec: Any) -> dict[str, Any]:
@@ -357,25 +506,36 @@ def _mixture_spec(params: MixleParams, component: dict[str, Any]) -> dict[str, A
 
 
 def fit_plan(params: MixleParams, columns: Sequence[str]) -> FitPlan:
-    """The estimator to fit and the columns it reads, from ``params`` and the DataFrame's columns.
+    """The estimator to fit, the columns it reads and how the fit runs, from ``params`` and the
+    DataFrame's columns.
 
     Without ``modelSpec`` the component is a full-covariance Gaussian over ``featuresCol`` (what
     MLlib's GaussianMixture fits), or with ``inputCols`` a record of one Gaussian per column. A
-    ``modelSpec`` that is not a mixture is the component, repeated ``k`` times; with ``inputCols``
-    a non-record component is used for every column.
+    ``modelSpec`` (its estimator part, for a full spec) that is not a mixture is the component,
+    repeated ``k`` times; with ``inputCols`` a non-record component is used for every column. The
+    spec's fit section gives a fit option whose Param is not set.
     """
     input_cols = params._optional(params.inputCols)
-    spec_text = params._optional(params.modelSpec)
+    spec, fit = spec_parts(params._optional(params.modelSpec))
     if input_cols is not None and params.isSet(params.featuresCol):
         raise SpecError(
             f"set either param 'featuresCol' ({params.getFeaturesCol()!r}) or param 'inputCols' "
             f"({input_cols!r}), not both"
         )
     default = "multivariate_gaussian" if input_cols is None else "gaussian"
-    component = _spec_dict(json.loads(spec_text) if spec_text is not None else default)
+    component = _spec_dict(spec if spec is not None else default)
     if input_cols is not None and not _is(component, "record") and not _is(component, "mixture"):
         component = {"type": "record", "fields": {name: component for name in input_cols}}
     estimator = estimator_from_spec(_mixture_spec(params, component))
+    column, reads = _reads(params, estimator, columns)
+    options, from_spec = _fit_options(params, fit)
+    return FitPlan(estimator, column, reads, options, _fit_value("trials", fit.get("trials", 1)), from_spec)
+
+
+def _reads(params: MixleParams, estimator: Estimator, columns: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The single column a non-record model reads (else None) and every column read, checked
+    against the Params and the DataFrame's columns."""
+    input_cols = params._optional(params.inputCols)
     reads = estimator.encoder().column_names()
     if input_cols is not None and (reads is None or set(reads) != set(input_cols)):
         raise SpecError(
@@ -393,11 +553,11 @@ def fit_plan(params: MixleParams, columns: Sequence[str]) -> FitPlan:
             raise SchemaError(
                 f"param 'featuresCol': column {feature!r} not found; the DataFrame has {list(columns)}"
             )
-        return FitPlan(estimator, feature, [feature])
+        return feature, [feature]
     missing = [name for name in reads if name not in columns]
     if missing:
         which = "inputCols" if input_cols is not None else "modelSpec"
         raise SchemaError(
             f"param {which!r}: column(s) {missing} not found; the DataFrame has {list(columns)}"
         )
-    return FitPlan(estimator, None, list(reads))
+    return None, list(reads)

@@ -46,8 +46,13 @@ class MixleSummary:
     trainingTime : float
         Seconds for the whole fit (encoding pass and EM).
     timings : dict of str to float
-        ``encode`` (the validating / encoding pass), ``em`` (the EM loop and final scoring pass)
-        and ``total`` seconds.
+        Seconds in the vocabulary of every fit summary (:data:`mixle_spark.summary.TIMINGS`):
+        ``encode`` (the validating / encoding pass), ``seeding`` (the starting model), ``em`` (the EM
+        iterations and final scoring pass) and ``total``.
+    segmentProfile : dict
+        Each component's fields in the data's units, its rows by hard assignment over the training
+        data and how sure those assignments are (:func:`mixle_spark.profile.segment_profile`; one
+        aggregation job, run when first read).
     iterationTimes : list of float
         Seconds of each scoring pass recorded in ``logLikelihoodHistory``.
     """
@@ -64,6 +69,7 @@ class MixleSummary:
         self._model = model
         self._dataset = dataset
         self._cluster_sizes: list[int] | None = None
+        self._profile: dict[str, Any] | None = None
         self.predictions: DataFrame = model.transform(dataset)
         self.predictionCol: str = model.getPredictionCol()
         self.probabilityCol: str = model.getProbabilityCol()
@@ -83,9 +89,11 @@ class MixleSummary:
         self.bic: float = criteria["bic"]
         self.aic: float = criteria["aic"]
         self.trainingTime: float = total_seconds
+        seeding = fit_result.seeding_seconds
         self.timings: dict[str, float] = {
             "encode": encode_seconds,
-            "em": fit_result.seconds,
+            "seeding": seeding,
+            "em": total_seconds - encode_seconds - seeding,
             "total": total_seconds,
         }
         self.iterationTimes: list[float] = [r.seconds for r in fit_result.history]
@@ -93,8 +101,9 @@ class MixleSummary:
     def report(
         self, path: str | os.PathLike[str], *, sample_rows: int = 2000, title: str | None = None
     ) -> Path:
-        """Write the fit report (:func:`mixle_spark.report.write_report`) to ``path``: history,
-        weights, parameters, and a 2-D projection of the first ``sample_rows`` training rows."""
+        """Write the fit report (:func:`mixle_spark.report.write_report`) to ``path``: the segment
+        profiles (:attr:`segmentProfile`), history, weights, parameters, and a 2-D projection of about
+        ``sample_rows`` training rows drawn at random (each segment keeps its share)."""
         from pyspark.ml.functions import vector_to_array
 
         from mixle_spark.report import write_report
@@ -103,11 +112,33 @@ class MixleSummary:
         frame = self._dataset.select(*columns)
         if not self.inputCols:
             frame = frame.select(vector_to_array(frame[self.featuresCol]).alias(self.featuresCol))
-        sample = frame.limit(sample_rows).toPandas() if sample_rows > 0 else None
+        sample = None
+        if sample_rows > 0:
+            fraction = min(1.0, sample_rows / self.numRows) if self.numRows > 0 else 1.0
+            sample = frame.sample(fraction=fraction, seed=0).toPandas()
         if sample is not None and not self.inputCols:
             sample = np.stack(sample[self.featuresCol].to_numpy()) if len(sample) else None
-        info = {"rows": self.numRows, "backend": "spark (MixleEstimator)", "timings": self.timings}
+        info = {
+            "rows": self.numRows,
+            "backend": "spark (MixleEstimator)",
+            "timings": self.timings,
+            "segments": self.segmentProfile,
+        }
         return write_report(self._model.distribution, path, sample=sample, title=title, summary=info)
+
+    @property
+    def segmentProfile(self) -> dict[str, Any]:
+        """The segment profile (:func:`mixle_spark.profile.segment_profile`) with the components'
+        rows and certainty over the training data; computed once, by one aggregation job."""
+        if self._profile is None:
+            from mixle_spark.profile import segment_profile
+            from mixle_spark.scoring import assignment_counts
+
+            model = self._model.distribution
+            column = None if self.inputCols else self.featuresCol
+            frame = self._dataset.select(*(self.inputCols or [self.featuresCol]))
+            self._profile = segment_profile(model, assignment_counts(model, frame, column=column))
+        return self._profile
 
     @property
     def cluster(self) -> DataFrame:

@@ -3,10 +3,17 @@
 A drop-in for ``pyspark.ml.clustering.GaussianMixture``: the same Param names and defaults, so
 ``MixleEstimator(k=3, featuresCol="features")`` fits the full-covariance Gaussian mixture MLlib fits,
 and the model has ``weights``, ``gaussians``, ``gaussiansDF``, ``predict``, ``predictProbability``
-and a ``summary``. Beyond MLlib: any mixle_spark model through ``modelSpec`` (a spec dict / JSON or
-an estimator object), named input columns (``inputCols``) instead of a vector, a per-row
-log-likelihood column, and Spark Connect (no RDD or SparkContext on the fit, transform or
-persistence paths).
+and a ``summary``. Beyond MLlib: any mixle_spark model through ``modelSpec``, named input columns
+(``inputCols``) instead of a vector, a per-row log-likelihood column, and Spark Connect (no RDD or
+SparkContext on the fit, transform or persistence paths).
+
+``modelSpec`` takes the path of the spec file the fit job reads (``conf/models/sample.json``), that
+file's content as a dict, the estimator part alone (a dict, JSON text or a family name) or a
+mixle_spark Estimator; it is stored as JSON (a file is read when the Param is set).
+A spec's ``fit`` section gives the fit options whose Param is not set explicitly: ``max_its`` ->
+``maxIter``, ``delta`` -> ``tol``, ``init`` -> ``initMode``, ``init_steps`` -> ``initSteps``,
+``init_p`` -> ``initFraction``, ``seed`` -> ``seed``; ``trials`` (no Param) runs that many restarts
+and keeps the best, and ``print_iter`` is ignored (the estimator prints nothing).
 
 Convergence (``tol``) is mapped to ``optimize(delta=tol)``. MLlib stops when the total (weighted)
 log-likelihood of successive models changes by at most ``tol`` (``|change| <= tol``); here EM stops
@@ -56,7 +63,7 @@ from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame, SparkSession
 
 from mixle_spark.errors import DataValueError, SchemaError
-from mixle_spark.estimation import FitResult, optimize
+from mixle_spark.estimation import FitResult, best_of, optimize
 from mixle_spark.ml._params import MixleParams, fit_plan
 from mixle_spark.ml._persistence import MixleReader, MixleWriter
 from mixle_spark.ml._summary import MixleSummary
@@ -107,10 +114,24 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
     inputCols : list of str, optional
         Read these columns as the fields of a record (one Gaussian each, or the ``modelSpec``)
         instead of ``featuresCol``.
-    modelSpec : dict, str or mixle_spark Estimator, optional
-        The model: a mixture spec (its component count must agree with ``k`` when both are set),
-        or a component spec repeated ``k`` times (see :mod:`mixle_spark.spec`). Stored as JSON.
-        Default: a full-covariance Gaussian over ``featuresCol``.
+    modelSpec : str, path, dict or mixle_spark Estimator, optional
+        The model, in any of four forms: the path (``str`` or ``os.PathLike``) of a spec file as
+        the fit job reads (``{"estimator": ..., "fit": ..., "description": ...}``, see
+        :func:`mixle_spark.spec.load_spec`); that full spec as a dict (or JSON text); the estimator
+        part alone, as a dict, JSON text or a family name; or a mixle_spark Estimator. A string is
+        a path when it is not JSON text and it names an existing file, contains a path separator
+        or ends in ``.json``. The estimator is a mixture spec (its component count must agree with
+        ``k`` when both are set), or a component spec repeated ``k`` times (see
+        :mod:`mixle_spark.spec`). Stored as canonical JSON, which :meth:`getModelSpec` returns: a
+        file is read once, when the Param is set, and its content is stored (and saved with the
+        estimator), not its path. The spec's ``fit`` section is applied unless a Param overrides
+        it: a Param set explicitly wins, otherwise the option replaces the Param's default
+        (``max_its`` -> ``maxIter``, ``delta`` -> ``tol``, ``init`` -> ``initMode``,
+        ``init_steps`` -> ``initSteps``, ``init_p`` -> ``initFraction``, ``seed`` -> ``seed``;
+        the fitted model's Params show the values used). ``trials`` > 1 (no Param) runs that many
+        EM restarts with :func:`~mixle_spark.estimation.best_of` and keeps the best (with a list
+        of ``k``: restarts per candidate); ``print_iter`` is ignored, as the estimator prints
+        nothing. Default: a full-covariance Gaussian over ``featuresCol``.
     initFraction : float
         Fraction of rows a random initial model is drawn from (``initMode="random"``; default 0.1;
         mixtures cap it at about 20 rows per component).
@@ -126,6 +147,8 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
     ------
     SpecError or TypeError
         For a bad Param value (when set), naming the Param and the value.
+    FileNotFoundError
+        For a ``modelSpec`` path that names no file.
     """
 
     _input_kwargs: dict[str, Any]
@@ -249,14 +272,6 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
                 raise
             raise SchemaError(f"param 'featuresCol' ({plan.column!r}): {err}") from err
         encoded = time.perf_counter()
-        fit_options: dict[str, Any] = {
-            "max_its": self.getMaxIter(),
-            "delta": self.getTol(),
-            "init_p": self.getInitFraction(),
-            "init": "random" if self.getInitMode() == "random" else "kmeans||",
-            "init_steps": self.getInitSteps(),
-            "seed": self.getSeed(),
-        }
         selection = None
         try:
             if isinstance(self.getK(), list):
@@ -267,16 +282,20 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
                     plan.estimator,
                     ks=self.getK(),
                     criterion=self.getSelectionCriterion(),
-                    **fit_options,
+                    trials=plan.trials,
+                    **plan.options,
                 )
                 fitted, selection = found.model, found.to_dict()
+            elif plan.trials > 1:
+                _, fitted = best_of(handle, plan.estimator, trials=plan.trials, print_iter=0, **plan.options)
             else:
-                fitted = optimize(handle, plan.estimator, print_iter=0, **fit_options)
+                fitted = optimize(handle, plan.estimator, print_iter=0, **plan.options)
             num_rows = len(handle)
         finally:
             handle.close()
         model = self._copyValues(MixleModel(fitted))
         model._resetUid(self.uid)  # as MLlib: the model carries its estimator's uid
+        model._set(**plan.from_spec)  # the model's Params say what the fit used
         if len(model.weights) != model.getK():  # a mixture modelSpec with k left unset, or chosen
             model._set(k=len(model.weights))
         model._summary = MixleSummary(

@@ -41,7 +41,13 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from mixle_spark.errors import EmbeddingUnavailableError, SpecError, UnknownNameError
+from mixle_spark.errors import (
+    EmbeddingUnavailableError,
+    SpecError,
+    UnknownNameError,
+    describe_value,
+    did_you_mean,
+)
 from mixle_spark.stats._random import RowRandom
 
 __all__ = [
@@ -783,9 +789,11 @@ def _spec_type(spec: Any, what: str) -> tuple[str, Mapping[str, Any]]:
     if isinstance(spec, str):
         return spec.lower(), {"type": spec}
     if not isinstance(spec, Mapping):
-        raise SpecError(f"{what} spec must be a dict with a 'type' key or a family name, got {spec!r}")
+        raise SpecError(
+            f"{what} spec must be a dict with a 'type' key or a family name, got {describe_value(spec)}"
+        )
     if "type" not in spec:
-        raise SpecError(f"{what} spec {dict(spec)!r} has no 'type' key")
+        raise SpecError(f"{what} spec {describe_value(dict(spec))} has no 'type' key")
     return str(spec["type"]).lower(), spec
 
 
@@ -816,7 +824,8 @@ def check_spec_keys(
     for key in spec:
         if key not in allowed:
             raise SpecError(
-                f"unknown key {key!r} in {family} spec; expected one of: {', '.join(sorted(allowed))}"
+                f"unknown key {key!r} in {family} spec{did_you_mean(key, allowed)}; "
+                f"expected one of: {', '.join(sorted(allowed))}"
             )
     for key in required:
         if key not in spec:

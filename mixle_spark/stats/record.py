@@ -10,14 +10,14 @@ a bad value deep inside reads ``column 'outer.inner': expected ..., got ... (row
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.errors import DataTypeError, DataValueError, SchemaError
+from mixle_spark.errors import DataTypeError, DataValueError, SchemaError, did_you_mean
 from mixle_spark.stats._product import (
     ProductAccumulator,
     ProductEncoder,
@@ -139,6 +139,15 @@ class RecordDistribution(Distribution):
         return self.estimator().n_free_parameters(self)
 
 
+def _not_found(name: str, available: Iterable[str], what: str) -> SchemaError:
+    """The error for a column (or struct field) the record reads but the data lacks: the closest
+    name, then every name there is."""
+    names = list(available)
+    return schema_error(
+        (name,), f"not found{did_you_mean(name, names)}; available {what}: {', '.join(names)}"
+    )
+
+
 class RecordEncoder(ProductEncoder):
     """Reads dicts (by key), or Arrow columns by name: a Table / RecordBatch, or a StructArray
     (a struct column, for a nested Record). Keys / columns the model does not name are ignored."""
@@ -184,7 +193,7 @@ class RecordEncoder(ProductEncoder):
             available = data.schema.names
             for name in self.labels:
                 if name not in available:
-                    raise schema_error((name,), f"not found; available columns: {', '.join(available)}")
+                    raise _not_found(name, available, "columns")
             return [data.column(name) for name in self.labels]
         if isinstance(data, pa.ChunkedArray):
             data = as_arrow_array(data)
@@ -205,7 +214,7 @@ class RecordEncoder(ProductEncoder):
         available = [f.name for f in data.type]
         for name in self.labels:
             if name not in available:
-                raise schema_error((name,), f"not found; available fields: {', '.join(available)}")
+                raise _not_found(name, available, "fields")
         return [data.field(name) for name in self.labels]
 
     def _arrow_names(self, data: Any) -> list[str]:
@@ -228,7 +237,7 @@ class RecordEncoder(ProductEncoder):
             )
         for name, child in self.fields.items():
             if name not in types:
-                raise schema_error((name,), f"not found; available {what}: {', '.join(types)}")
+                raise _not_found(name, types, what)
             try:
                 child.check_arrow_type(types[name])
             except SchemaError as err:

@@ -1,6 +1,6 @@
-"""Fit (optimize, best_of, select_k) and score through a real Spark Connect session (a local Connect
-server), print the results as JSON. Run by tests/spark/test_spark_connect.py in a subprocess: a process
-holds either a classic session (the shared test fixture) or a Connect one."""
+"""Fit (optimize, best_of, select_k), score and count assignments through a real Spark Connect
+session (a local Connect server), print the results as JSON. Run by tests/spark/test_spark_connect.py
+in a subprocess: a process holds either a classic session (the shared test fixture) or a Connect one."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from mixle_spark.estimation import best_of, optimize
 from mixle_spark.model_selection import select_k
 from mixle_spark.parallel import encoded_data
-from mixle_spark.scoring import score
+from mixle_spark.scoring import assignment_counts, score
 from mixle_spark.spec import model_to_dict
 from mixle_spark.stats import GaussianEstimator, MixtureEstimator
 
@@ -39,6 +39,7 @@ def main() -> None:
     facts["columns"] = scored.columns
     facts["rows"] = scored.count()
     facts["ll_sum"] = scored.agg({"log_likelihood": "sum"}).collect()[0][0]
+    facts["assignments"] = assignment_counts(model, df)  # the segment profile's sizes: one aggregation
     # As a Databricks user meets it: default options (the job path lays the data out for the session),
     # several fits advancing in shared passes over one handle. Five partitions holding the rows in their
     # original order (repartition(5) would deal them out in an order the local fit cannot reproduce, and

@@ -202,7 +202,7 @@ def test_summary(fitted: Any) -> None:
     assert s.aic == pytest.approx(2 * p - 2 * s.logLikelihood)
     assert s.probability.columns == ["probability"] and s.cluster.columns == ["prediction"]
     assert s.predictions.count() == N
-    assert set(s.timings) == {"encode", "em", "total"} and s.trainingTime >= s.timings["em"] > 0
+    assert list(s.timings) == ["encode", "seeding", "em", "total"] and s.trainingTime >= s.timings["em"] > 0
     assert len(s.iterationTimes) == len(s.logLikelihoodHistory)
     total = s.predictions.agg({"logLikelihood": "sum"}).collect()[0][0]
     assert total == pytest.approx(s.logLikelihood, rel=1e-9)
@@ -434,6 +434,65 @@ def test_model_spec_accepts_estimator_objects_and_json() -> None:
     assert from_object.getModelSpec() == from_json.getModelSpec()
     assert '"type": "mixture"' in from_json.getModelSpec()
     assert MixleEstimator().getSeed() == MixleEstimator().getSeed()  # a fixed default seed
+
+
+# -- a spec file's fit section (the forms and errors are in tests/unit/test_ml_model_spec.py) ---------
+X_SPEC = {
+    "description": "the x coordinate of the blobs",
+    "estimator": {"type": "mixture", "k": 2, "component": "gaussian"},
+    "fit": {"max_its": 3, "delta": 1e-12, "seed": 7, "print_iter": 1},
+}
+
+
+def test_a_spec_file_and_its_dict_apply_the_fit_section(points: Any, tmp_path: Path) -> None:
+    from mixle_spark.errors import ConvergenceWarning
+    from mixle_spark.ml import MixleEstimator
+
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(X_SPEC))
+    fitted = {}
+    for form, spec, params in (
+        ("path", path, {}),
+        ("dict", X_SPEC, {}),
+        ("maxIter=5", str(path), {"maxIter": 5}),
+    ):
+        its = params.get("maxIter", 3)
+        with pytest.warns(ConvergenceWarning, match=f"did not converge in {its} iterations"):
+            model = MixleEstimator(modelSpec=spec, featuresCol="x", **params).fit(points)
+        assert model.summary.numIter == its and model.fitResult.max_its == its, form
+        assert model.fitResult.seed == 7 and model.fitResult.delta == 1e-12, form
+        assert (model.getMaxIter(), model.getSeed(), model.getTol()) == (its, 7, 1e-12), form
+        fitted[form] = model
+    assert fitted["path"].weights == fitted["dict"].weights
+    assert fitted["path"].summary.logLikelihood < fitted["maxIter=5"].summary.logLikelihood
+
+
+def test_a_spec_files_trials_run_best_of(points: Any, tmp_path: Path) -> None:
+    from mixle_spark.estimation import best_of, trial_seeds
+    from mixle_spark.ml import MixleEstimator
+    from mixle_spark.spec import estimator_from_spec
+
+    spec = {**X_SPEC, "fit": {**X_SPEC["fit"], "trials": 2}}
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(spec))
+    estimator = MixleEstimator(modelSpec=path, featuresCol="x")
+    path.unlink()  # read when the Param was set: the estimator holds the content
+    estimator.write().save(str(tmp_path / "est"))
+    loaded = MixleEstimator.load(str(tmp_path / "est"))
+    assert json.loads(loaded.getModelSpec()) == spec
+    model = loaded.fit(points)
+    ll, want = best_of(
+        list(_blobs()[:, 0]),
+        estimator_from_spec(spec["estimator"]),
+        trials=2,
+        max_its=3,
+        delta=1e-12,
+        seed=7,
+        print_iter=0,
+    )
+    assert model.fitResult.seed in trial_seeds(7, 2) and model.fitResult.seed == want.fit_result.seed
+    assert model.summary.logLikelihood == pytest.approx(ll, rel=1e-9)
+    np.testing.assert_allclose(model.weights, want.w, rtol=1e-9)
 
 
 # -- Spark Connect ---------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from mixle_spark.errors import ConvergenceWarning
 from mixle_spark.estimation import initialize, optimize
 from mixle_spark.parallel.backends.spark import SparkEncodedData
 from mixle_spark.stats import (
@@ -87,9 +88,20 @@ def test_select_k_on_spark_equals_local(spark: Any) -> None:
     x = np.vstack([c + rng.normal(size=(400, 2)) for c in centres])
     df = spark.createDataFrame(pa.table({"x": pa.array(list(x), pa.list_(pa.float64()))}).to_pandas())
     est = MixtureEstimator([DiagonalGaussianEstimator()])
-    local = select_k(list(x), est, ks="1:5", seed=2)
-    remote = select_k(df, est, ks="1:5", seed=2)
+    with warnings.catch_warnings(record=True) as local_warnings:
+        warnings.simplefilter("always", ConvergenceWarning)
+        local = select_k(list(x), est, ks="1:5", seed=2)
+    with warnings.catch_warnings(record=True) as remote_warnings:
+        warnings.simplefilter("always", ConvergenceWarning)
+        remote = select_k(df, est, ks="1:5", seed=2)
     assert local.best_k == remote.best_k == 3
+
+    # k=4 and 5 converge slowly: one warning each, the same on both backends
+    def candidates(caught: list[warnings.WarningMessage]) -> list[str]:
+        return [str(w.message).split(":")[0] for w in caught if w.category is ConvergenceWarning]
+
+    assert candidates(local_warnings) == [f"k={r.k}" for r in local.table if not r.converged] != []
+    assert candidates(remote_warnings) == candidates(local_warnings)
     for a, b in zip(local.table, remote.table, strict=True):
         assert (a.k, a.free_parameters, a.iterations, a.converged) == (
             b.k,

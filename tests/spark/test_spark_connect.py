@@ -1,5 +1,6 @@
 """The spark backend under a real Spark Connect session (no RDDs or broadcasts, DataFrame merges):
-optimize, best_of, select_k and score, each equal to the local backend's result."""
+optimize, best_of, select_k, score and the segment profile's assignment counts, each equal to the local
+backend's result."""
 
 from __future__ import annotations
 
@@ -50,6 +51,9 @@ def test_fit_and_score_under_spark_connect() -> None:
         assert a.mu == pytest.approx(b.mu, rel=1e-10)
         assert a.sigma2 == pytest.approx(b.sigma2, rel=1e-10)
     assert facts["ll_sum"] == pytest.approx(float(got.seq_log_density(x).sum()), rel=1e-10)
+    proba = got.predict_proba(x)
+    assert facts["assignments"]["rows"] == np.bincount(proba.argmax(axis=1), minlength=2).tolist()
+    assert sum(facts["assignments"]["certainty_sum"]) == pytest.approx(proba.max(axis=1).sum(), rel=1e-9)
     # default options: the job path coalesces 5 input partitions to the session's 2 task slots
     assert facts["default_partitions"] == 2
     est = MixtureEstimator([GaussianEstimator()] * 2)

@@ -141,6 +141,48 @@ def test_argument_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> Non
     assert capsys.readouterr().err == "prog: error: argument --n: invalid int value: 'x' (see --help)\n"
 
 
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--max-iter", "5"], "unrecognized arguments: --max-iter 5 (did you mean '--max-its'?)"),
+        (["--max-iter=5"], "unrecognized arguments: --max-iter=5 (did you mean '--max-its'?)"),
+        (["--criteria", "aic"], "unrecognized arguments: --criteria aic (did you mean '--criterion'?)"),
+        (["--reprot", "--sed", "1"], "unrecognized arguments: --reprot --sed 1 (did you mean '--report'?)"),
+        (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (["stray"], "unrecognized arguments: stray"),
+    ],
+)
+def test_an_unknown_option_suggests_the_closest(
+    capsys: pytest.CaptureFixture[str], argv: list[str], line: str
+) -> None:
+    from mixle_spark.cli._arguments import build_parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"em_fit: error: {line} (see --help)\n"
+
+
+def test_a_missing_local_input_is_refused_while_resolving_the_arguments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mixle_spark.cli._arguments import build_parser, resolve_args
+
+    base = ["--model", "conf/models/sample.json", "--output", str(tmp_path / "o")]
+    with pytest.raises(SystemExit) as exit_info:
+        resolve_args(build_parser(), ["--input", str(tmp_path / "nope.parquet"), *base])
+    assert exit_info.value.code == 2
+    assert (
+        capsys.readouterr().err
+        == f"em_fit: error: no such file or directory: '{tmp_path / 'nope.parquet'}'\n"
+    )
+    for remote in ("s3://bucket/x.parquet", "sales.customers"):  # only Spark can tell: left to it
+        assert resolve_args(build_parser(), ["--input", remote, *base]).input == remote
+    # under mpiexec every process resolves the arguments: their read reports it once instead
+    missing = str(tmp_path / "nope.parquet")
+    assert resolve_args(build_parser(), ["--input", missing, "--backend", "mpi", *base]).input == missing
+
+
 def _leftover(target: Path, kind: str, pid: int) -> Path:
     import socket
     import uuid

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,25 @@ def test_unknown_format_and_mode_are_named() -> None:
         io.write_table(None, "x", mode="append")  # type: ignore[arg-type]
     with pytest.raises(UnknownNameError, match="unknown table write format 'orc'; expected one of: csv"):
         io.write_table(None, "x", format="orc")  # type: ignore[arg-type]
+    with pytest.raises(
+        UnknownNameError,
+        match=r"^unknown table format 'parquett' \(did you mean 'parquet'\?\); expected one of: auto, csv",
+    ):
+        io.read_table(None, "x", format="parquett")  # type: ignore[arg-type]
+
+
+def test_check_input_exists_refuses_only_a_missing_local_path(tmp_path: Path) -> None:
+    """What read_table would refuse as a missing file, refused before any Spark starts."""
+    (tmp_path / "x.parquet").write_bytes(b"")
+    for present in (tmp_path / "x.parquet", str(tmp_path), f"file://{tmp_path}/x.parquet"):
+        io.check_input_exists(present)
+    for remote in ("s3://bucket/nope.parquet", "abfss://c@a.dfs.core.windows.net/nope", "dbfs:/nope/t"):
+        io.check_input_exists(remote)  # only Spark can tell
+    for table in ("customers", "sales.customers", "main.sales.customers", "`my db`.`t`"):
+        io.check_input_exists(table)  # metastore names
+    io.check_input_exists(str(tmp_path / "nope.parquet"), format="table")
+    for missing in (str(tmp_path / "nope.parquet"), "nope.csv", "nope/", f"file:{tmp_path}/nope"):
+        with pytest.raises(FileNotFoundError, match=rf"^no such file or directory: '{re.escape(missing)}'$"):
+            io.check_input_exists(missing)
+    with pytest.raises(FileNotFoundError, match=r"^no such file or directory: 'customers'$"):
+        io.check_input_exists("customers", format="parquet")  # a path, when the format says so

@@ -7,6 +7,7 @@ import math
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -78,7 +79,7 @@ def test_em_fit_local_recovers_the_sample_and_writes_a_summary(tmp_path: Path) -
         "print_iter": 5,
         "trials": 1,
     }
-    assert set(summary["timings"]) == {"start_and_read", "encode", "em", "total"}
+    assert list(summary["timings"]) == ["read", "encode", "seeding", "em", "total"]  # no Spark: no start-up
     assert "wrote" in proc.stdout and "component 0" in proc.stdout
 
     trace = EMTrace.from_jsonl(out / "trace.jsonl")
@@ -132,6 +133,26 @@ def test_em_fit_bad_paths(tmp_path: Path, args: tuple[str, ...], message: str) -
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("job", ["em_fit", "em_score"])
+def test_a_missing_input_path_fails_before_spark_starts(tmp_path: Path, job: str) -> None:
+    """The default backend (spark): the local path is checked before a JVM is launched."""
+    model = SPEC if job == "em_fit" else SAMPLE.with_suffix(".truth.json")
+    args = ("--input", "/nope/x.parquet", "--model", str(model), "--output", str(tmp_path / "out"))
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / f"{job}.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    seconds = time.perf_counter() - started
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [f"{job}: error: no such file or directory: '/nope/x.parquet'"]
+    assert seconds < 2.0, f"{job} took {seconds:.1f}s to refuse a missing input"
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -166,6 +187,49 @@ def test_em_fit_bad_arguments_exit_2_with_one_line(args: tuple[str, ...], messag
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("em_fit: error: ") and message in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"amount": "lognormal", "channel": "categorical"},
+            "unknown estimator family 'lognormal' (did you mean 'log_gaussian'?); expected one of: ",
+        ),
+        (
+            {"amount": "log_gaussian", "chanel": "categorical"},
+            "column 'chanel': not found (did you mean 'channel'?); "
+            "available columns: amount, channel, n_items, tags",
+        ),
+    ],
+)
+def test_em_fit_suggests_the_family_or_column_meant(
+    tmp_path: Path, fields: dict[str, str], message: str
+) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps({"type": "mixture", "k": 2, "component": {"type": "record", "fields": fields}})
+    )
+    proc = _run("--input", str(SAMPLE), "--model", str(spec), "--output", str(tmp_path / "fit"))
+    assert proc.returncode == 2
+    [line] = _error_lines(proc.stderr)
+    assert line.startswith(f"em_fit: error: {message}")
+
+
+def test_em_score_suggests_the_option_meant() -> None:
+    args = ("--input", "x", "--model", "m", "--output", "o", "--on-unseeen", "null")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "em_score.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "em_score: error: unrecognized arguments: --on-unseeen null (did you mean '--on-unseen'?) "
+        "(see --help)"
+    ]
 
 
 def test_em_fit_bad_data_exits_2_naming_the_column(tmp_path: Path) -> None:
@@ -287,6 +351,23 @@ def test_em_fit_chooses_k_by_bic_and_reports_the_curve(tmp_path: Path) -> None:
     assert len(load_model(out / "model.json").components) == 3
     page = (out / "report.html").read_text()
     assert '<section id="model-selection">' in page and "k = 3 by BIC" in page
+
+
+def test_em_fit_k_records_every_unconverged_candidate_in_the_summary(tmp_path: Path) -> None:
+    out = tmp_path / "fit"
+    proc = _run(
+        "--input", str(SAMPLE), "--model", str(SPEC), "--output", str(out), *FAST,
+        "--k", "2:3", "--max-its", "2", "--quiet",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(r["k"], r["converged"]) for r in summary["model_selection"]["table"]] == [(2, False), (3, False)]
+    assert [w.split(" (delta=")[0] for w in summary["warnings"]] == [
+        "k=2: EM did not converge in 2 iterations",
+        "k=3: EM did not converge in 2 iterations",
+    ]
+    said = [line for line in proc.stderr.splitlines() if line.startswith("em_fit: warning: k=")]
+    assert said == [f"em_fit: warning: {w}" for w in summary["warnings"]]
 
 
 def test_em_fit_checkpoint_of_another_fit_names_the_no_resume_flag(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from mixle_spark.errors import DataTypeError, DataValueError, SchemaError, SpecError
 from mixle_spark.stats.base import RowRandom, distribution_from_dict, estimator_from_dict
+from mixle_spark.stats.categorical import CategoricalEstimator
 from mixle_spark.stats.gaussian import GaussianDistribution, GaussianEstimator
 from mixle_spark.stats.mixture import MixtureDistribution
 from mixle_spark.stats.record import RecordDistribution, RecordEncoder, RecordEstimator
@@ -117,13 +118,40 @@ def test_missing_key_names_the_column() -> None:
 
 def test_missing_column_lists_the_available_ones() -> None:
     table = pa.table({"amt": [1.0], "outer": pa.array([{"inner": 1.0}])})
-    with pytest.raises(SchemaError, match=r"column 'amount': not found; available columns: amt, outer"):
+    found = r"column 'amount': not found \(did you mean 'amt'\?\); available columns: amt, outer$"
+    with pytest.raises(SchemaError, match=found):
         nested_model().encoder().from_arrow(table)
-    with pytest.raises(SchemaError, match=r"column 'amount': not found; available columns: amt, outer"):
+    with pytest.raises(SchemaError, match=found):
         nested_model().encoder().check_arrow_type(table.schema)
     table = pa.table({"amount": [1.0], "outer": pa.array([{"innr": 1.0}])})
-    with pytest.raises(SchemaError, match=r"column 'outer.inner': not found; available fields: innr"):
+    with pytest.raises(
+        SchemaError,
+        match=r"column 'outer.inner': not found \(did you mean 'innr'\?\); available fields: innr$",
+    ):
         nested_model().encoder().from_arrow(table)
+    table = pa.table({"total": [1.0], "outer": pa.array([{"inner": 1.0}])})
+    with pytest.raises(SchemaError, match=r"^column 'amount': not found; available columns: total, outer$"):
+        nested_model().encoder().from_arrow(table)  # nothing like it: no suggestion
+
+
+def test_a_misspelt_column_suggests_the_closest() -> None:
+    """The sample's columns, and a spec naming 'chanel': the message names 'channel'."""
+    table = pa.table(
+        {
+            "amount": [1.0],
+            "channel": ["web"],
+            "n_items": [1],
+            "tags": pa.array([["a"]], pa.list_(pa.string())),
+        }
+    )
+    record = RecordEstimator({"amount": GaussianEstimator(), "chanel": CategoricalEstimator()})
+    want = (
+        "column 'chanel': not found (did you mean 'channel'?); "
+        "available columns: amount, channel, n_items, tags"
+    )
+    with pytest.raises(SchemaError) as caught:
+        record.encoder().from_arrow(table)
+    assert str(caught.value) == want
 
 
 def test_check_arrow_type_prefixes_child_errors() -> None:

@@ -58,6 +58,11 @@ def test_unknown_backend_lists_the_registered_ones() -> None:
         ValueError, match=r"unknown encoded-data backend 'nope'; registered backends: .*local"
     ):
         encoded_data(X, GaussianEstimator(), backend="nope")
+    with pytest.raises(
+        ValueError,
+        match=r"unknown encoded-data backend 'Sprak' \(did you mean 'spark'\?\); registered backends: ",
+    ):
+        encoded_data(X, GaussianEstimator(), backend="Sprak")
     with pytest.raises(TypeError, match="backend must be a name"):
         encoded_data(X, GaussianEstimator(), backend=3)  # type: ignore[arg-type]
 

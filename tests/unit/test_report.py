@@ -34,7 +34,7 @@ from mixle_spark.stats import (
     RecordDistribution,
     RecordEstimator,
 )
-from mixle_spark.summary import count_free_parameters, information_criteria
+from mixle_spark.summary import TIMINGS, count_free_parameters, information_criteria, timings_line
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "customers_sample.parquet"
@@ -263,7 +263,7 @@ def test_names_labels_and_titles_are_escaped() -> None:
     assert f"<td>{escaped}</td><td>gaussian</td><td>mu</td>" in _section(page, "parameters")
     assert "&#x27;&lt;/td&gt;&lt;b&gt;x&#x27;: 1.000" in page
     assert "<title>&lt;script&gt;alert(&#x27;t&#x27;)&lt;/script&gt;</title>" in page
-    assert f"numeric columns {escaped}," in _section(page, "projection")
+    assert f"numeric fields {escaped}," in _section(page, "projection")
 
 
 # -- the projection --------------------------------------------------------------------------------
@@ -305,13 +305,16 @@ def test_projection_reads_numeric_and_vector_columns_only() -> None:
     ("sample", "note"),
     [
         (None, "Skipped: no sample was given."),
-        ([{"c": "web"}, {"c": "app"}], "Skipped: the sample has no numeric fields."),
+        ([{"c": "web", "x": 1.0}, {"c": "app", "x": 2.0}], "Skipped: the model has no numeric fields."),
         ([{"c": "web", "x": 1.0}], "Skipped: fewer than 2 rows with finite numeric values."),
     ],
     ids=["no-sample", "no-numbers", "one-row"],
 )
 def test_projection_is_skipped_with_a_note(sample: Any, note: str) -> None:
-    comp = RecordDistribution({"c": CategoricalDistribution({"web": 0.5, "app": 0.5})})
+    fields: dict[str, Any] = {"c": CategoricalDistribution({"web": 0.5, "app": 0.5})}
+    if "fewer" in note:  # a numeric field, but a single row to show
+        fields["x"] = GaussianDistribution(0.0, 1.0)
+    comp = RecordDistribution(fields)
     model = MixtureDistribution([comp, comp], [0.5, 0.5])
     projection = _section(report_html(model, sample=sample), "projection")
     assert note in projection and "<img" not in projection and "<table" not in projection
@@ -331,7 +334,7 @@ def test_a_summary_supplies_history_rows_and_timings() -> None:
     summary = {"rows": 50, "log_likelihood": -100.0, "history": history, "timings": {"em": 1.25}}
     page = report_html(model, summary={**summary, "warnings": ["EM did not converge"]})
     facts = _overview(page)
-    assert facts["rows"] == "50" and facts["time: em"] == "1.25 s"
+    assert facts["rows"] == "50" and facts["time: EM iterations"] == "1.25 s"
     assert float(facts["BIC"]) == pytest.approx(2 * math.log(50) + 200.0)
     assert facts["warning"] == "EM did not converge"
     assert _section(page, "log-likelihood").count("<tr><td class=num>") == 2
@@ -412,8 +415,34 @@ def test_em_fit_report_is_written_with_the_model(tmp_path: Path) -> None:
     assert facts["rows"] == "5000" and facts["input"] == str(SAMPLE) and facts["backend"] == "local"
     assert float(facts["BIC"]) == pytest.approx(summary["bic"], rel=1e-9)
     projection = _section(page, "projection")
-    assert "2000 rows with finite values in the numeric columns amount, n_items," in projection
+    assert (
+        "2000 rows with finite values in the model&#x27;s numeric fields log(amount), n_items, " in projection
+    )
     assert "<td>tags.dist</td><td>categorical</td><td>pmap</td>" in _section(page, "parameters")
+    # one timing vocabulary: summary.json, the page and stderr say the same, each measured once
+    timings = summary["timings"]
+    assert list(timings) == [k for k in TIMINGS if k in timings]
+    assert {"read", "encode", "seeding", "em", "scoring", "report", "total"} <= set(timings)
+    shown = {k: v for k, v in facts.items() if k.startswith("time: ")}
+    assert shown == {
+        f"time: {TIMINGS[k]}": f"{float(f'{timings[k]:.4g}'):.4g} s"
+        for k in timings
+        if k not in ("report", "total")
+    }
+    assert "EM time" not in facts
+    assert f"em_fit: timings: {timings_line(timings)}" in proc.stderr
+    assert timings["total"] >= sum(v for k, v in timings.items() if k != "total") - 1e-6
+    # the segment profile, its sizes over the whole table
+    segments = summary["segments"]
+    assert sum(c["rows"] for c in segments["components"]) == 5000
+    assert segments["assignments"]["basis"] == "the whole table"
+    assert sum(segments["assignments"]["certainty_histogram"]) == 5000
+    model = json.loads((out / "model.json").read_text())["model"]
+    amount = next(row for row in segments["fields"] if row["field"] == "amount")
+    for cell, comp in zip(amount["cells"], model["components"], strict=True):
+        assert cell["median"] == pytest.approx(math.exp(comp["fields"]["amount"]["mu"]), rel=1e-12)
+    profile = _section(page, "segments")
+    assert "rows (hard assignment)" in profile and "Assignment certainty" in profile
 
 
 def test_em_fit_without_report_writes_no_page_and_a_failed_report_writes_nothing(
@@ -427,7 +456,7 @@ def test_em_fit_without_report_writes_no_page_and_a_failed_report_writes_nothing
     def fail(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("report failed")
 
-    monkeypatch.setattr(report, "write_report", fail)
+    monkeypatch.setattr(report, "report_html", fail)
     code = job.main([*FIT_ARGS, "--output", str(out), "--quiet", "--max-its", "3", "--overwrite", "--report"])
     assert code == 1
     assert "em_fit: error: RuntimeError: report failed" in capsys.readouterr().err

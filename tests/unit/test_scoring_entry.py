@@ -7,6 +7,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from mixle_spark.errors import SchemaError
 from mixle_spark.scoring import score
 from mixle_spark.stats import GaussianDistribution
 
@@ -23,3 +24,19 @@ def test_a_frame_no_engine_holds_is_refused_naming_what_score_takes(frame: objec
 def test_bad_options_fail_before_the_frame_is_looked_at() -> None:
     with pytest.raises(ValueError, match="on_unseen"):
         score(GaussianDistribution(0.0, 1.0), pa.table({"x": [1.0]}), on_unseen="drop")
+
+
+def test_a_scored_frame_without_the_models_column_names_the_closest() -> None:
+    """What every engine's score checks first (the frame's column names against the model's)."""
+    from mixle_spark.parallel.backends._scoring import data_columns
+    from mixle_spark.stats import CategoricalEstimator, GaussianEstimator, RecordEstimator
+
+    encoder = RecordEstimator({"amount": GaussianEstimator(), "chanel": CategoricalEstimator()}).encoder()
+    with pytest.raises(
+        SchemaError,
+        match=r"^column 'chanel' not found \(did you mean 'channel'\?\); the DataFrame has columns "
+        r"\['amount', 'channel'\]$",
+    ):
+        data_columns(["amount", "channel"], encoder, None)
+    with pytest.raises(SchemaError, match=r"^column 'x' not found; the DataFrame has columns \['amount'\]$"):
+        data_columns(["amount"], GaussianEstimator().encoder(), "x")

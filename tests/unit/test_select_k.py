@@ -37,6 +37,8 @@ def _blobs(k: int, seed: int, n_per: int = 300, d: int = 2) -> np.ndarray:
     return np.vstack([c + rng.normal(size=(n_per, d)) for c in centres])
 
 
+# Candidates with more components than clusters converge slowly: their warnings are tested below.
+@pytest.mark.filterwarnings("ignore::mixle_spark.errors.ConvergenceWarning")
 @pytest.mark.parametrize("true_k", [3, 6, 9])
 def test_bic_picks_the_true_number_of_clusters(true_k: int) -> None:
     x = list(_blobs(true_k, seed=true_k))
@@ -49,10 +51,14 @@ def test_bic_picks_the_true_number_of_clusters(true_k: int) -> None:
 def test_the_table_holds_each_candidates_fit_and_criteria() -> None:
     x = list(_blobs(3, seed=4))
     out = io.StringIO()
-    found = select_k(
-        x, MixtureEstimator([DiagonalGaussianEstimator()]), ks="2:4", criterion="aic", out=out, seed=2
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        found = select_k(
+            x, MixtureEstimator([DiagonalGaussianEstimator()]), ks="2:4", criterion="aic", out=out, seed=2
+        )
     assert [r.k for r in found.table] == [2, 3, 4] and found.criterion == "aic" and found.best_k == 3
+    unconverged = [r.k for r in found.table if not r.converged]
+    assert [str(w.message).split(":")[0] for w in caught] == [f"k={k}" for k in unconverged]
     for row in found.table:
         model = found.models[row.k]
         with warnings.catch_warnings():
@@ -75,6 +81,7 @@ def test_the_table_holds_each_candidates_fit_and_criteria() -> None:
     assert found.to_dict()["best_k"] == 3 and len(found.to_dict()["table"]) == 3
 
 
+@pytest.mark.filterwarnings("ignore::mixle_spark.errors.ConvergenceWarning")  # k=5 and 6 converge slowly
 def test_validation_criterion_scores_held_out_rows() -> None:
     x = _blobs(4, seed=7, n_per=400)
     order = np.random.default_rng(0).permutation(len(x))
@@ -89,6 +96,28 @@ def test_validation_criterion_scores_held_out_rows() -> None:
     assert found.best_k == 4
     vll = [r.validation_log_likelihood for r in found.table]
     assert all(v is not None and v < 0 for v in vll) and max(vll) == found.table[2].validation_log_likelihood
+
+
+def test_every_candidate_stopped_at_max_its_warns_naming_its_k() -> None:
+    """The candidates' own warnings are silenced while they advance together; select_k warns once
+    per unconverged candidate, after the fits, naming it (the job records these in summary.json)."""
+    x = list(np.random.default_rng(0).normal(size=300))  # one cluster: 2 or 3 converge slowly
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = select_k(x, MixtureEstimator([GaussianEstimator()]), ks=[2, 3], max_its=2, seed=1)
+    assert [(r.k, r.iterations, r.converged) for r in found.table] == [(2, 2, False), (3, 2, False)]
+    assert [w.category for w in caught] == [ConvergenceWarning, ConvergenceWarning]
+    for w, k in zip(caught, [2, 3], strict=True):
+        gain = found.models[k].fit_result.history[-1].gain
+        assert str(w.message) == (
+            f"k={k}: EM did not converge in 2 iterations (delta=1e-06, last gain={gain}); "
+            "raise max_its or delta"
+        )
+        assert w.filename == __file__  # attributed to the caller of select_k
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet = select_k(x, MixtureEstimator([GaussianEstimator()]), ks=[2, 3], max_its=2, delta=None)
+    assert caught == [] and not any(r.converged for r in quiet.table)  # delta=None: no target to miss
 
 
 def test_hidden_markov_states_and_threaded_mixtures_vary_too() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from mixle_spark.errors import ModelFormatError, SpecError, UnknownNameError
 from mixle_spark.spec import (
+    FIT_OPTIONS,
     estimator_from_spec,
     load_model,
     load_spec,
@@ -24,6 +25,7 @@ from mixle_spark.stats import (
     MixtureEstimator,
     RecordEstimator,
 )
+from mixle_spark.stats.base import distribution_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,9 +66,48 @@ def test_unknown_spec_key_is_named() -> None:
 
 def test_unknown_family_lists_the_valid_ones() -> None:
     with pytest.raises(
-        UnknownNameError, match=r"unknown estimator family 'gausian'; expected one of: .*gaussian"
+        UnknownNameError,
+        match=r"unknown estimator family 'gausian' \(did you mean 'gaussian'\?\); "
+        r"expected one of: .*gaussian",
     ):
         estimator_from_spec({"type": "gausian"})
+
+
+@pytest.mark.parametrize(
+    ("family", "meant"),
+    [
+        ("lognormal", "log_gaussian"),
+        ("gausian", "gaussian"),
+        ("poison", "poisson"),
+        ("categoral", "categorical"),
+        ("Multivariate-Normal", "multivariate_gaussian"),
+    ],
+)
+def test_a_misspelt_family_suggests_the_closest(family: str, meant: str) -> None:
+    with pytest.raises(UnknownNameError) as caught:
+        estimator_from_spec({"type": family})
+    assert str(caught.value).startswith(
+        f"unknown estimator family {family.lower()!r} (did you mean {meant!r}?); expected one of: bernoulli, "
+    )
+    with pytest.raises(UnknownNameError, match=rf"unknown model family {family.lower()!r} \(did you mean"):
+        distribution_from_dict({"type": family})
+
+
+@pytest.mark.parametrize("family", ["banana", "weibull", "hmm", "xyz"])
+def test_an_unrelated_family_suggests_nothing(family: str) -> None:
+    with pytest.raises(UnknownNameError, match=rf"^unknown estimator family '{family}'; expected one of: "):
+        estimator_from_spec({"type": family})
+
+
+def test_a_misspelt_spec_key_suggests_the_closest() -> None:
+    with pytest.raises(
+        SpecError,
+        match=r"^unknown key 'pseudocount' in categorical spec \(did you mean 'pseudo_count'\?\); "
+        r"expected one of: .*pseudo_count",
+    ):
+        estimator_from_spec({"type": "categorical", "pseudocount": 1.0})
+    with pytest.raises(SpecError, match=r"^unknown key 'sigma' in gaussian spec; expected one of: "):
+        estimator_from_spec({"type": "gaussian", "sigma": 1.0})  # nothing like it
 
 
 def test_bad_mixture_shorthand() -> None:
@@ -79,6 +120,30 @@ def test_unknown_fit_option(tmp_path: Path) -> None:
     path.write_text(json.dumps({"estimator": "gaussian", "fit": {"max_iter": 3}}))
     with pytest.raises(SpecError, match=r"unknown fit option\(s\) \['max_iter'\]"):
         load_spec(path)
+
+
+def test_misspelt_fit_options_and_spec_keys_suggest_the_closest(tmp_path: Path) -> None:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"estimator": "gaussian", "fit": {"max_iter": 3}}))
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert str(caught.value) == (
+        f"{path}: unknown fit option(s) ['max_iter'] (did you mean 'max_its'?); "
+        f"expected one of {', '.join(FIT_OPTIONS)}"
+    )
+    spec = {"estimator": "gaussian", "fit": {"max_iter": 3, "sed": 1, "zzz": 0}}
+    with pytest.raises(
+        SpecError,
+        match=r"^spec: unknown fit option\(s\) \['max_iter', 'sed', 'zzz'\] "
+        r"\(did you mean 'max_its' for 'max_iter', 'seed' for 'sed'\?\); expected one of ",
+    ):
+        load_spec(spec)
+    with pytest.raises(
+        SpecError,
+        match=r"^spec: unknown key\(s\) \['fitt'\] \(did you mean 'fit'\?\); expected estimator, fit, "
+        r"description$",
+    ):
+        load_spec({"estimator": "gaussian", "fitt": {}})
 
 
 def test_float64_round_trips_exactly() -> None:
@@ -125,3 +190,11 @@ def test_save_and_load(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["model.json"]  # no temporary left behind
     with pytest.raises(FileNotFoundError, match="model file not found"):
         load_model(tmp_path / "missing.json")
+
+
+def test_a_bare_sequence_spec_file_is_an_estimator_not_a_job_spec(tmp_path: Path) -> None:
+    """A sequence's spec has an ``estimator`` key too; its ``type`` says it is not a job spec."""
+    path = tmp_path / "tags.json"
+    path.write_text(json.dumps({"type": "sequence", "estimator": "categorical", "len_estimator": "poisson"}))
+    spec = load_spec(path)
+    assert spec.fit == {} and spec.estimator.to_dict()["type"] == "sequence"

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.errors import FieldError, SchemaError
+from mixle_spark.errors import FieldError, SchemaError, did_you_mean
 from mixle_spark.stats._tables import one_column_error
 from mixle_spark.stats.base import Distribution, Encoder
 from mixle_spark.stats.record import RecordDistribution
@@ -26,6 +26,11 @@ __all__ = ["ON_UNSEEN", "BatchScorer", "data_columns", "reader", "state_paths"]
 
 ON_UNSEEN = ("error", "null")
 """What ``score`` does with a row holding a label outside the model's vocabulary."""
+
+
+def _missing(name: str, columns: list[str]) -> SchemaError:
+    hint = did_you_mean(name, columns)
+    return SchemaError(f"column {name!r} not found{hint}; the DataFrame has columns {columns}")
 
 
 def data_columns(
@@ -38,11 +43,11 @@ def data_columns(
     if names is not None:
         for name in names:
             if name not in columns:
-                raise SchemaError(f"column {name!r} not found; the DataFrame has columns {columns}")
+                raise _missing(name, columns)
         return list(names)
     if column is not None:
         if column not in columns:
-            raise SchemaError(f"column {column!r} not found; the DataFrame has columns {columns}")
+            raise _missing(column, columns)
         return [column]
     if len(available) != 1:
         raise one_column_error(available)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from mixle_spark.errors import did_you_mean
 from mixle_spark.parallel.backends.contract import EncodedData
 
 __all__ = [
@@ -96,7 +97,8 @@ def _resolve(backend: str | None, data: Any) -> str:
         )
     if key not in _FACTORIES:
         raise ValueError(
-            f"unknown encoded-data backend {backend!r}; registered backends: {', '.join(sorted(_FACTORIES))}"
+            f"unknown encoded-data backend {backend!r}{did_you_mean(key, _FACTORIES)}; "
+            f"registered backends: {', '.join(sorted(_FACTORIES))}"
         )
     return key
 

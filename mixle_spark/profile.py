@@ -1,0 +1,317 @@
+"""Segment profiles: each mixture component described field by field in the data's own units.
+
+A fitted model stores parameters (a log-normal's ``mu`` and ``sigma2``, an optional field's ``p``); a
+person reading segments wants a median spend, a missing rate, every label's share. This module turns a
+model into that description, side by side across components, as JSON-able data that the report
+(:mod:`mixle_spark.report`), em_fit's ``summary.json`` and ``MixleModel.summary`` all carry:
+
+* a number (Gaussian, log-normal, exponential, gamma, Student-t, beta, Poisson, geometric, binomial,
+  negative binomial): its mean, and its median and quartiles where the family has them in closed form
+  (a log-normal's median is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``), else the mean and
+  the standard deviation;
+* labels (categorical, integer categorical): every label's probability, labels ordered by their share
+  over all components;
+* a yes / no field (Bernoulli): the share of ones;
+* an optional field: its missing rate, labelled as such, then what its present values look like;
+* a sequence: its length and its elements;
+* a vector Gaussian: each coordinate's mean and standard deviation;
+* any other family (Markov chains, hidden Markov models, nested mixtures): its parameters as text.
+
+The components' sizes by hard assignment and how sure the assignments are come from the data, not the
+model: :func:`assignment_summary` builds them from posterior probabilities (``predict_proba``), and
+:func:`mixle_spark.scoring.assignment_counts` over a whole Spark table.
+
+>>> from mixle_spark.stats import LogGaussianDistribution, MixtureDistribution, PoissonDistribution
+>>> from mixle_spark.stats import RecordDistribution
+>>> one = RecordDistribution({"spend": LogGaussianDistribution(5.5, 0.09), "items": PoissonDistribution(2.0)})
+>>> two = RecordDistribution({"spend": LogGaussianDistribution(3.0, 0.25), "items": PoissonDistribution(6.0)})
+>>> profile = segment_profile(MixtureDistribution([one, two], [0.7, 0.3]))
+>>> [row["field"] for row in profile["fields"]]
+['spend', 'items']
+>>> round(profile["fields"][0]["cells"][0]["median"], 1)  # exp(5.5)
+244.7
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.stats.base import Distribution
+
+__all__ = ["CERTAINTY_BINS", "assignment_summary", "field_cell", "merge_assignments", "segment_profile"]
+
+CERTAINTY_BINS = 20
+"""Bins of the maximum posterior probability over [0, 1] (a row's certainty of its segment)."""
+
+_Z_QUARTILE = 0.6744897501960817
+"""The standard normal's upper quartile: ``Phi^-1(0.75)``."""
+
+_NUMBER = "number"
+_LABELS = "labels"
+_SHARE = "share"
+_TEXT = "text"
+
+
+def _fmt(value: float) -> str:
+    """A number as a person reads it: 4 significant digits, thousands separated when large."""
+    if not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 1e4 and abs(value) < 1e15:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def _number(mean: float, sd: float, quartiles: tuple[float, float, float] | None = None) -> dict[str, Any]:
+    cell: dict[str, Any] = {"mean": float(mean), "sd": float(sd)}
+    if quartiles is not None:
+        q1, median, q3 = (float(q) for q in quartiles)
+        cell.update(q1=q1, median=median, q3=q3)
+        cell["text"] = f"median {_fmt(median)} (IQR {_fmt(q1)}–{_fmt(q3)}), mean {_fmt(mean)}"
+    else:
+        cell["text"] = f"mean {_fmt(mean)} (sd {_fmt(sd)})"
+    return cell
+
+
+def _normal(mu: float, sd: float) -> dict[str, Any]:
+    return _number(mu, sd, (mu - _Z_QUARTILE * sd, mu, mu + _Z_QUARTILE * sd))
+
+
+def _log_normal(mu: float, sigma2: float) -> dict[str, Any]:
+    s = math.sqrt(sigma2)
+    mean = math.exp(mu + sigma2 / 2)
+    sd = mean * math.sqrt(math.expm1(sigma2))
+    return _number(mean, sd, (math.exp(mu - _Z_QUARTILE * s), math.exp(mu), math.exp(mu + _Z_QUARTILE * s)))
+
+
+def _exponential(beta: float) -> dict[str, Any]:
+    return _number(beta, beta, (beta * math.log(4 / 3), beta * math.log(2), beta * math.log(4)))
+
+
+def _beta(a: float, b: float) -> dict[str, Any]:
+    mean = a / (a + b)
+    return _number(mean, math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1))))
+
+
+def _student_t(mu: float, sigma: float, dof: float) -> dict[str, Any]:
+    sd = sigma * math.sqrt(dof / (dof - 2)) if dof > 2 else math.inf
+    cell = _number(mu, sd)
+    cell["text"] = f"centre {_fmt(mu)} (scale {_fmt(sigma)}, {_fmt(dof)} degrees of freedom)"
+    return cell
+
+
+def _von_mises(mu: float, kappa: float) -> dict[str, Any]:
+    return {
+        "mean": float(mu),
+        "kappa": float(kappa),
+        "text": f"mean direction {_fmt(mu)} rad (concentration {_fmt(kappa)})",
+    }
+
+
+def _count(mean: float, variance: float) -> dict[str, Any]:
+    return _number(mean, math.sqrt(max(variance, 0.0)))
+
+
+# type -> (kind, cell from the spec's parameters)
+_SCALARS: dict[str, Any] = {
+    "gaussian": lambda p: _normal(p["mu"], math.sqrt(p["sigma2"])),
+    "log_gaussian": lambda p: _log_normal(p["mu"], p["sigma2"]),
+    "exponential": lambda p: _exponential(p["beta"]),
+    "gamma": lambda p: _number(p["k"] * p["theta"], math.sqrt(p["k"]) * p["theta"]),
+    "beta": lambda p: _beta(p["alpha"], p["beta"]),
+    "student_t": lambda p: _student_t(p["mu"], p["sigma"], p["dof"]),
+    "von_mises": lambda p: _von_mises(p["mu"], p["kappa"]),
+    "poisson": lambda p: _count(p["lam"], p["lam"]),
+    "geometric": lambda p: _count(1 / p["p"], (1 - p["p"]) / p["p"] ** 2),
+    "binomial": lambda p: _count(p["n"] * p["p"], p["n"] * p["p"] * (1 - p["p"])),
+    "negative_binomial": lambda p: _count(
+        p["r"] * (1 - p["p"]) / p["p"], p["r"] * (1 - p["p"]) / p["p"] ** 2
+    ),
+}
+
+
+def field_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """One numeric field's description (``mean``, ``sd``, and ``q1`` / ``median`` / ``q3`` where the
+    family has them, ``text``) from its spec; KeyError for a family that is not a number."""
+    return dict(_SCALARS[str(spec["type"])](spec))
+
+
+def _label_rows(path: str, family: str, pmaps: list[list[tuple[Any, float]]], weights: np.ndarray) -> dict:
+    """One labels row: every label's probability per component, labels by their overall share."""
+    overall: dict[Any, float] = {}
+    for pmap, w in zip(pmaps, weights, strict=True):
+        for label, p in pmap:
+            overall[label] = overall.get(label, 0.0) + float(w) * float(p)
+    order = sorted(overall, key=lambda label: (-overall[label], str(label)))
+    cells = []
+    for pmap in pmaps:
+        probs = {label: float(p) for label, p in pmap}
+        shown = [[label, probs.get(label, 0.0)] for label in order]
+        top = max(shown, key=lambda lp: lp[1])
+        cells.append({"labels": shown, "text": f"mostly {top[0]!s} ({100 * top[1]:.0f}%)"})
+    return {"field": path, "family": family, "kind": _LABELS, "labels": order, "cells": cells}
+
+
+def _rows(specs: list[Mapping[str, Any]], path: str, weights: np.ndarray) -> list[dict[str, Any]]:
+    """The profile rows of one field: ``specs`` holds that field's spec in every component."""
+    family = str(specs[0].get("type"))
+    if any(str(s.get("type")) != family for s in specs):  # components that differ in form
+        return [_text_row(specs, path, "mixed families")]
+    if family == "ignored":
+        return []
+    if family == "record":
+        names = list(specs[0]["fields"])
+        return [
+            row
+            for name in names
+            for row in _rows([s["fields"][name] for s in specs], _join(path, name), weights)
+        ]
+    if family == "composite":
+        count = len(specs[0]["components"])
+        return [
+            row
+            for i in range(count)
+            for row in _rows([s["components"][i] for s in specs], f"{path}[{i}]", weights)
+        ]
+    if family in _SCALARS:
+        cells = [_SCALARS[family](s) for s in specs]
+        return [{"field": path, "family": family, "kind": _NUMBER, "cells": cells}]
+    if family == "bernoulli":
+        cells = [{"share": float(s["p"]), "text": f"{100 * float(s['p']):.1f}% ones"} for s in specs]
+        return [{"field": path, "family": family, "kind": _SHARE, "cells": cells}]
+    if family == "categorical":
+        pmaps = [[(label, float(p)) for label, p in s["pmap"]] for s in specs]
+        return [_label_rows(path, family, pmaps, weights)]
+    if family == "integer_categorical":
+        pmaps = [[(int(s["min_val"]) + i, float(p)) for i, p in enumerate(s["p_vec"])] for s in specs]
+        return [_label_rows(path, family, pmaps, weights)]
+    if family == "optional":
+        rows = []
+        if all(s.get("p") is not None for s in specs):
+            cells = [{"share": float(s["p"]), "text": f"{100 * float(s['p']):.1f}% missing"} for s in specs]
+            rows.append({"field": f"{path} (missing rate)", "family": family, "kind": _SHARE, "cells": cells})
+        return rows + _rows([s["dist"] for s in specs], path, weights)
+    if family in ("sequence", "multinomial", "markov_chain", "hidden_markov"):
+        rows = []
+        if all(s.get("len_dist") is not None for s in specs):
+            rows += _rows([s["len_dist"] for s in specs], f"{path} (length)", weights)
+        if family == "sequence":
+            return rows + _rows([s["dist"] for s in specs], f"{path} (elements)", weights)
+        if family == "multinomial":
+            pmaps = [[(label, float(p)) for label, p in s["pmap"]] for s in specs]
+            return [*rows, _label_rows(f"{path} (tokens)", family, pmaps, weights)]
+        return [*rows, _text_row(specs, path, "parameters")]
+    if family in ("diagonal_gaussian", "multivariate_gaussian"):
+        means = [np.asarray(s["mu"], dtype=np.float64) for s in specs]
+        sds = [
+            np.sqrt(np.abs(np.diag(np.atleast_2d(np.asarray(s["covar"], dtype=np.float64))))) for s in specs
+        ]
+        if family == "diagonal_gaussian":
+            sds = [np.sqrt(np.abs(np.asarray(s["covar"], dtype=np.float64))) for s in specs]
+        return [
+            {
+                "field": f"{path}[{j}]",
+                "family": family,
+                "kind": _NUMBER,
+                "cells": [_normal(float(m[j]), float(sd[j])) for m, sd in zip(means, sds, strict=True)],
+            }
+            for j in range(len(means[0]))
+        ]
+    return [_text_row(specs, path, "parameters")]
+
+
+def _text_row(specs: list[Mapping[str, Any]], path: str, what: str) -> dict[str, Any]:
+    from mixle_spark.report import describe_parameters
+
+    cells = [{"text": describe_parameters(s)} for s in specs]
+    return {
+        "field": path or "(model)",
+        "family": str(specs[0].get("type")),
+        "kind": _TEXT,
+        "note": what,
+        "cells": cells,
+    }
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else str(name)
+
+
+def segment_profile(model: Distribution, assignments: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The segment profile of ``model`` as JSON-able data.
+
+    Parameters
+    ----------
+    model : Distribution
+        A fitted model: a mixture profiles each component; any other model is one segment.
+    assignments : mapping, optional
+        From :func:`assignment_summary` (or :func:`mixle_spark.scoring.assignment_counts`): rows per
+        component by hard assignment and the distribution of the maximum posterior.
+
+    Returns
+    -------
+    dict
+        ``components``: per component its ``weight`` and, with ``assignments``, ``rows``, ``share``
+        and ``mean_certainty`` (the mean maximum posterior of its rows); ``fields``: one row per
+        field (and per part of an optional or sequence field) with ``field``, ``family``, ``kind``
+        (``number``, ``labels``, ``share`` or ``text``) and one ``cells`` entry per component, each
+        with a ``text`` and its numbers; ``assignments``: the ``assignments`` given (or None).
+    """
+    spec = model.to_dict()
+    if spec.get("type") == "mixture":
+        parts, weights = list(spec["components"]), np.asarray(spec["w"], dtype=np.float64)
+    else:
+        parts, weights = [spec], np.ones(1)
+    components: list[dict[str, Any]] = [{"component": k, "weight": float(w)} for k, w in enumerate(weights)]
+    if assignments is not None:
+        counts = np.asarray(assignments["rows"], dtype=np.float64)
+        total = counts.sum()
+        sure = np.asarray(assignments["certainty_sum"], dtype=np.float64)
+        for k, comp in enumerate(components):
+            comp["rows"] = int(counts[k])
+            comp["share"] = float(counts[k] / total) if total > 0 else 0.0
+            comp["mean_certainty"] = float(sure[k] / counts[k]) if counts[k] > 0 else None
+    return {
+        "components": components,
+        "fields": _rows(parts, "", weights),
+        "assignments": dict(assignments) if assignments is not None else None,
+    }
+
+
+def assignment_summary(proba: Any, basis: str = "") -> dict[str, Any]:
+    """Hard assignments and their certainty from posterior probabilities (rows x components).
+
+    ``rows``: rows per component (each row to its most probable one); ``certainty_sum``: per
+    component, the sum of its rows' maximum posterior; ``certainty_histogram``: rows per bin of the
+    maximum posterior (:data:`CERTAINTY_BINS` equal bins over [0, 1]); ``basis`` says what rows
+    these are (the whole table, a sample).
+
+    >>> summary = assignment_summary(np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]))
+    >>> summary["rows"], summary["certainty_histogram"][18]
+    ([2, 1], 1)
+    """
+    p = np.asarray(proba, dtype=np.float64)
+    k = p.shape[1]
+    best = np.argmax(p, axis=1)
+    top = p[np.arange(len(p)), best]
+    bins = np.minimum((top * CERTAINTY_BINS).astype(np.int64), CERTAINTY_BINS - 1)
+    return {
+        "rows": np.bincount(best, minlength=k).astype(int).tolist(),
+        "certainty_sum": np.bincount(best, weights=top, minlength=k).tolist(),
+        "certainty_histogram": np.bincount(bins, minlength=CERTAINTY_BINS).astype(int).tolist(),
+        "basis": basis,
+    }
+
+
+def merge_assignments(parts: Sequence[Mapping[str, Any]], basis: str = "") -> dict[str, Any]:
+    """The sum of several :func:`assignment_summary` results (batches of one table)."""
+    first = parts[0]
+    return {
+        "rows": np.sum([p["rows"] for p in parts], axis=0).astype(int).tolist(),
+        "certainty_sum": np.sum([p["certainty_sum"] for p in parts], axis=0).tolist(),
+        "certainty_histogram": np.sum([p["certainty_histogram"] for p in parts], axis=0).astype(int).tolist(),
+        "basis": basis or first.get("basis", ""),
+    }
