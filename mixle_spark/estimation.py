@@ -40,6 +40,7 @@ from mixle_spark.em._records import (
     check_memory,
     check_rows,
     init_fraction,
+    unconverged_message,
 )
 from mixle_spark.em._run import start_model
 from mixle_spark.em.options import FitOptions
@@ -256,7 +257,9 @@ def best_of(
     every trial still running (a converged one drops out), with the same models as trials run one by
     one (an audited fit, ``audit=``, runs its trials one by one). Each trial checkpoints under
     ``checkpoint_dir/trial-K`` and writes its trace to ``NAME.trial-K.jsonl`` next to ``trace_path``,
-    so an interrupted ``best_of`` resumes trial by trial (finished trials return at once).
+    so an interrupted ``best_of`` resumes trial by trial (finished trials return at once). When the
+    returned trial stopped at ``max_its`` without converging, one ConvergenceWarning names it (the
+    other trials' are not raised: their models are not returned).
     """
     keywords = _keywords("best_of", _BEST_OF_POSITIONAL, args, kwargs)
     trials = keywords.pop("trials", 5)
@@ -289,6 +292,12 @@ def best_of(
             if best is None or ll > best[0]:
                 best = (ll, model)
         assert best is not None
+        message = unconverged_message(best[1].fit_result)
+        if message is not None:  # the trials' own warnings were silenced: say it of the one returned
+            chosen = next(k for k, model in enumerate(models) if model is best[1])
+            warnings.warn(
+                f"trial {chosen} (the best of {trials}): {message}", ConvergenceWarning, stacklevel=2
+            )
         warn_model_size(best[1], len(handle))
     finally:
         _release(handle, owned)

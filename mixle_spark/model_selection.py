@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mixle_spark.em._records import not_converged_message
+from mixle_spark.em._records import unconverged_message
 from mixle_spark.em.options import FitOptions
 from mixle_spark.errors import ConvergenceWarning, SpecError, TooFewRowsError
 from mixle_spark.stats.base import Distribution, Estimator
@@ -162,10 +162,8 @@ def _warn_not_converged(models: Mapping[int, Distribution]) -> None:
     """A ConvergenceWarning for every candidate that stopped at ``max_its``, naming its ``k`` (the
     fits' own warnings, raised while they advance together, cannot say which candidate they are)."""
     for k, model in sorted(models.items()):
-        result = model.fit_result
-        if result.delta is not None and not result.converged and result.stopped_because == "max_its":
-            gain = result.history[-1].gain if result.history else None
-            message = not_converged_message(result.max_its, result.delta, gain)
+        message = unconverged_message(model.fit_result)
+        if message is not None:
             warnings.warn(f"k={k}: {message}", ConvergenceWarning, stacklevel=3)
 
 

@@ -69,11 +69,21 @@ _REMOTE_INPUT_ERROR = re.compile(
 )
 
 
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+
+
 class JobArgumentParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr (and exit code 2); an unknown option
-    names the closest one (``unrecognized arguments: --max-iter 5 (did you mean '--max-its'?)``)."""
+    """An ArgumentParser whose errors are one line on stderr (and exit code 2); an unknown option or
+    choice names the closest one (``unrecognized arguments: --max-iter 5 (did you mean '--max-its'?)``,
+    ``invalid choice: 'sprak' (did you mean 'spark'?) (choose from ...)``)."""
 
     def error(self, message: str) -> NoReturn:
+        bad = _INVALID_CHOICE.search(message)
+        if bad is not None:  # argparse: "argument --backend: invalid choice: 'sprak' (choose from ...)"
+            choices = re.findall(r"'([^']*)'", bad.group(2))
+            hint = did_you_mean(bad.group(1), choices)
+            if hint:
+                message = f"{message[: bad.end(1) + 1]}{hint}{message[bad.end(1) + 1 :]}"
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]

@@ -88,6 +88,17 @@ def not_converged_message(max_its: int, delta: float | None, gain: float | None)
     )
 
 
+def unconverged_message(result: FitResult) -> str | None:
+    """The ConvergenceWarning text of a finished fit that stopped at ``max_its`` with its gain still
+    above ``delta``; None for a fit that converged, ran without ``delta`` or stopped otherwise. For
+    fits that advance together (``best_of``, ``select_k``), whose own warnings cannot say which fit
+    they come from: the caller names it."""
+    if result.delta is None or result.converged or result.stopped_because != "max_its":
+        return None
+    gain = result.history[-1].gain if result.history else None
+    return not_converged_message(result.max_its, result.delta, gain)
+
+
 def check_rows(handle: Any, estimator: Estimator) -> None:
     need = estimator.min_rows()
     if len(handle) < need:

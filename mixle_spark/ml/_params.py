@@ -41,7 +41,14 @@ from pyspark.ml.param.shared import (
 )
 
 from mixle_spark._files import read_bytes_bounded
-from mixle_spark.errors import SchemaError, SpecError, TooLargeError, UnknownNameError, describe_value
+from mixle_spark.errors import (
+    SchemaError,
+    SpecError,
+    TooLargeError,
+    UnknownNameError,
+    describe_value,
+    did_you_mean,
+)
 from mixle_spark.spec import MAX_SPEC_BYTES, estimator_from_spec, is_job_spec, load_spec
 from mixle_spark.stats.base import Estimator
 
@@ -545,19 +552,22 @@ def _reads(params: MixleParams, estimator: Estimator, columns: Sequence[str]) ->
     weight = params._optional(params.weightCol)
     if weight is not None and weight not in columns:
         raise SchemaError(
-            f"param 'weightCol': column {weight!r} not found; the DataFrame has {list(columns)}"
+            f"param 'weightCol': column {weight!r} not found{did_you_mean(weight, columns)}; "
+            f"the DataFrame has {list(columns)}"
         )
     if reads is None:
         feature = params.getFeaturesCol()
         if feature not in columns:
             raise SchemaError(
-                f"param 'featuresCol': column {feature!r} not found; the DataFrame has {list(columns)}"
+                f"param 'featuresCol': column {feature!r} not found{did_you_mean(feature, columns)}; "
+                f"the DataFrame has {list(columns)}"
             )
         return feature, [feature]
     missing = [name for name in reads if name not in columns]
     if missing:
         which = "inputCols" if input_cols is not None else "modelSpec"
         raise SchemaError(
-            f"param {which!r}: column(s) {missing} not found; the DataFrame has {list(columns)}"
+            f"param {which!r}: column(s) {missing} not found{did_you_mean(missing, columns)}; "
+            f"the DataFrame has {list(columns)}"
         )
     return None, list(reads)

@@ -62,7 +62,7 @@ from pyspark.ml.stat import MultivariateGaussian
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame, SparkSession
 
-from mixle_spark.errors import DataValueError, SchemaError
+from mixle_spark.errors import DataValueError, SchemaError, did_you_mean
 from mixle_spark.estimation import FitResult, best_of, optimize
 from mixle_spark.ml._params import MixleParams, fit_plan
 from mixle_spark.ml._persistence import MixleReader, MixleWriter
@@ -462,8 +462,10 @@ class MixleModel(Model, MixleParams, MLReadable["MixleModel"], MLWritable):
         if model.encoder().column_names() is None:
             column = self.getFeaturesCol()
             if column not in dataset.columns:
+                hint = did_you_mean(column, dataset.columns)
                 raise SchemaError(
-                    f"param 'featuresCol': column {column!r} not found; the DataFrame has {dataset.columns}"
+                    f"param 'featuresCol': column {column!r} not found{hint}; "
+                    f"the DataFrame has {dataset.columns}"
                 )
         prediction, probability = self.getPredictionCol(), self.getProbabilityCol()
         log_likelihood = self.getLogLikelihoodCol()

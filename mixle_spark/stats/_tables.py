@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
+from mixle_spark.errors import EmptyDataError, FieldError, SchemaError, did_you_mean
 from mixle_spark.stats._validate import check_weights
 from mixle_spark.stats.base import Encoder, Estimator
 
@@ -123,7 +123,8 @@ class TableRows:
         nulls = None
         if isinstance(weights, str):
             if table is None or weights not in table.column_names:
-                raise SchemaError(f"weight column {weights!r} not found")
+                names = [] if table is None else table.column_names
+                raise SchemaError(f"weight column {weights!r} not found{did_you_mean(weights, names)}")
             column = table.column(weights)
             w = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
             if column.null_count:
@@ -145,7 +146,8 @@ class TableRows:
         if self.column is not None:
             if self.column not in table.column_names:
                 raise SchemaError(
-                    f"column {self.column!r} not found; the data has columns {table.column_names}"
+                    f"column {self.column!r} not found{did_you_mean(self.column, table.column_names)}; "
+                    f"the data has columns {table.column_names}"
                 )
             self.read_column = self.column
             return table.column(self.column)

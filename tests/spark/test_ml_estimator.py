@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mixle_spark.errors import DataValueError, SchemaError, SpecError
+from mixle_spark.errors import ConvergenceWarning, DataValueError, SchemaError, SpecError
 
 pytestmark = pytest.mark.spark
 
@@ -480,16 +480,19 @@ def test_a_spec_files_trials_run_best_of(points: Any, tmp_path: Path) -> None:
     estimator.write().save(str(tmp_path / "est"))
     loaded = MixleEstimator.load(str(tmp_path / "est"))
     assert json.loads(loaded.getModelSpec()) == spec
-    model = loaded.fit(points)
-    ll, want = best_of(
-        list(_blobs()[:, 0]),
-        estimator_from_spec(spec["estimator"]),
-        trials=2,
-        max_its=3,
-        delta=1e-12,
-        seed=7,
-        print_iter=0,
-    )
+    unconverged = r"trial \d \(the best of 2\): EM did not converge in 3 iterations"
+    with pytest.warns(ConvergenceWarning, match=unconverged):  # the returned trial stopped at max_its
+        model = loaded.fit(points)
+    with pytest.warns(ConvergenceWarning, match=unconverged):
+        ll, want = best_of(
+            list(_blobs()[:, 0]),
+            estimator_from_spec(spec["estimator"]),
+            trials=2,
+            max_its=3,
+            delta=1e-12,
+            seed=7,
+            print_iter=0,
+        )
     assert model.fitResult.seed in trial_seeds(7, 2) and model.fitResult.seed == want.fit_result.seed
     assert model.summary.logLikelihood == pytest.approx(ll, rel=1e-9)
     np.testing.assert_allclose(model.weights, want.w, rtol=1e-9)

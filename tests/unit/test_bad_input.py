@@ -132,3 +132,15 @@ def test_local_and_mpi_weight_errors_read_like_spark_s() -> None:
     # an MPI rank holding rows 100.. of 1000 reports the table's row
     with pytest.raises(DataValueError, match=r"got -2\.0 \(row 102 of 1000\)$"):
         _check_weights(np.array([1.0, -2.0]), 100, 1000)
+
+
+def test_a_misspelt_weight_or_data_column_names_the_close_one() -> None:
+    from mixle_spark.parallel import LocalEncodedData
+
+    table = pa.table({"amount": [1.0, 2.0, 3.0], "weight": [1.0, 1.0, 2.0]})
+    with pytest.raises(SchemaError, match=r"^weight column 'wieght' not found \(did you mean 'weight'\?\)$"):
+        LocalEncodedData(table, estimator=GaussianEstimator(), weights="wieght", column="amount")
+    with pytest.raises(
+        SchemaError, match=r"^column 'amout' not found \(did you mean 'amount'\?\); the data has"
+    ):
+        LocalEncodedData(table, estimator=GaussianEstimator(), weights="weight", column="amout")

@@ -126,6 +126,22 @@ def test_best_of_uses_distinct_seeds_and_returns_the_best(data: list[float]) -> 
     assert ll == model.fit_result.log_likelihood
 
 
+def test_best_of_warns_when_the_returned_trial_did_not_converge(data: list[float]) -> None:
+    """The trials advance together and their own warnings are silenced; the one returned is named."""
+    with pytest.warns(ConvergenceWarning) as caught:
+        _ll, model = best_of(data, _est(), trials=3, max_its=2, delta=1e-9, seed=5, print_iter=0)
+    assert len(caught) == 1
+    result = model.fit_result
+    assert not result.converged and result.stopped_because == "max_its"
+    chosen = trial_seeds(5, 3).index(result.seed)
+    assert str(caught[0].message) == (
+        f"trial {chosen} (the best of 3): EM did not converge in 2 iterations (delta=1e-09, "
+        f"last gain={result.history[-1].gain}); raise max_its or delta"
+    )
+    _ll, model = best_of(data, _est(), trials=3, max_its=300, delta=1e-6, seed=5, print_iter=0)  # no warning
+    assert model.fit_result.converged
+
+
 def test_progress_lines_go_to_out(data: list[float]) -> None:
     out = io.StringIO()
     optimize(data, _est(), max_its=3, delta=None, seed=1, out=out)

@@ -162,14 +162,19 @@ def test_a_missing_input_path_fails_before_spark_starts(tmp_path: Path, job: str
         (("--no-resident",), "--no-resident only applies to --backend spark"),
         (("--max-its", "0"), "argument --max-its: expected a positive integer, got 0"),
         (("--delta", "-1"), "argument --delta: expected a number >= 0, got -1"),
-        (("--backend", "hadoop"), "argument --backend: invalid choice: 'hadoop'"),
+        (("--backend", "hadoop"), "argument --backend: invalid choice: 'hadoop' (choose from"),
+        (
+            ("--backend", "sprak"),
+            "argument --backend: invalid choice: 'sprak' (did you mean 'spark'?) (choose",
+        ),
         (("--on-degenerate", "ignore"), "argument --on-degenerate: invalid choice: 'ignore'"),
         (("--audit-fraction", "0"), "argument --audit-fraction: must be in (0, 1], got '0'"),
         (("--audit-every", "0"), "argument --audit-every: expected a positive integer, got 0"),
         (("--checkpoint-every", "x"), "argument --checkpoint-every: invalid positive_int value: 'x'"),
         (
             ("--init", "kmeans"),
-            "argument --init: invalid choice: 'kmeans' (choose from 'kmeans||', 'random')",
+            "argument --init: invalid choice: 'kmeans' (did you mean 'kmeans||'?) (choose from 'kmeans||', "
+            "'random')",
         ),
         (("--init-steps", "0"), "argument --init-steps: expected a positive integer, got 0"),
         (("--k", "0:3"), "--k: ks: every k must be an integer >= 1, got 0 in '0:3'"),

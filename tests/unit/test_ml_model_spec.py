@@ -223,3 +223,29 @@ def test_a_missing_spec_file_is_one_line(name: str, tmp_path: Path, monkeypatch:
         MixleEstimator(modelSpec="bad.json")
     with pytest.raises(TypeError, match=r"param 'modelSpec': expected a spec file path.*got 3$"):
         MixleEstimator(modelSpec=3)
+
+
+@pytest.mark.parametrize(
+    ("params", "columns", "message"),
+    [
+        (
+            {"weightCol": "wieght"},
+            ["features", "weight"],
+            "column 'wieght' not found (did you mean 'weight'?); ",
+        ),
+        ({}, ["featurs"], "column 'features' not found (did you mean 'featurs'?); "),
+        (
+            {"inputCols": ["amount", "chanel"]},
+            ["amount", "channel"],
+            "['chanel'] not found (did you mean 'channel'?)",
+        ),
+    ],
+)
+def test_a_misspelt_column_names_the_close_one(
+    params: dict[str, Any], columns: list[str], message: str
+) -> None:
+    from mixle_spark.errors import SchemaError
+
+    with pytest.raises(SchemaError) as caught:
+        fit_plan(MixleEstimator(**params), columns)
+    assert message in str(caught.value)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
+from mixle_spark.errors import EmptyDataError, FieldError, SchemaError, did_you_mean
 from mixle_spark.parallel.backends import _mpi_io as io
 from mixle_spark.parallel.backends._handle import (
     Payload,
@@ -276,7 +276,8 @@ class MPIEncodedData(PayloadHandle):
                 missing = [c for c in columns or [] if c not in plan.schema.names]
                 if missing:
                     raise SchemaError(
-                        f"column(s) {missing} not found in {plan.source}; it has {plan.schema.names}"
+                        f"column(s) {missing} not found in {plan.source}"
+                        f"{did_you_mean(missing, plan.schema.names)}; it has {plan.schema.names}"
                     )
                 w = self._slice_weights(weights, start, stop, plan.num_rows)
                 return self._prepare(io.read_rows(plan, start, stop, columns), w, encoder, column)
@@ -324,7 +325,8 @@ class MPIEncodedData(PayloadHandle):
         arrow = isinstance(piece, pa.Table)
         if isinstance(weights, str):
             if not arrow or weights not in piece.column_names:
-                raise SchemaError(f"weight column {weights!r} not found")
+                names = piece.column_names if arrow else []
+                raise SchemaError(f"weight column {weights!r} not found{did_you_mean(weights, names)}")
             w = piece.column(weights).to_numpy(zero_copy_only=False).astype(np.float64)
             piece = piece.drop_columns([weights])
             _check_weights(w, 0, None)
@@ -334,7 +336,8 @@ class MPIEncodedData(PayloadHandle):
             if column is not None:
                 if column not in piece.column_names:
                     raise SchemaError(
-                        f"column {column!r} not found; the data has columns {piece.column_names}"
+                        f"column {column!r} not found{did_you_mean(column, piece.column_names)}; "
+                        f"the data has columns {piece.column_names}"
                     )
                 piece = piece.column(column)
             elif piece.num_columns != 1:

@@ -47,7 +47,7 @@ from pyspark.broadcast import Broadcast
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from mixle_spark.errors import EmptyDataError, ExecutorError, FieldError, SchemaError
+from mixle_spark.errors import EmptyDataError, ExecutorError, FieldError, SchemaError, did_you_mean
 from mixle_spark.parallel.backends._handle import (
     Payload,
     PayloadHandle,
@@ -219,7 +219,8 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
         if weights is not None and weights not in data.columns:
             raise SchemaError(
-                f"weight column {weights!r} not found; the DataFrame has columns {data.columns}"
+                f"weight column {weights!r} not found{did_you_mean(weights, data.columns)}; "
+                f"the DataFrame has columns {data.columns}"
             )
         self.columns = data_columns(data.columns, base, column, weights)
         self.reads_table = base.column_names() is not None

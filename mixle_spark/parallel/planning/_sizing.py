@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from mixle_spark._frames import frame_engine
-from mixle_spark.errors import MixleError, SchemaError
+from mixle_spark.errors import MixleError, SchemaError, did_you_mean
 
 if TYPE_CHECKING:
     from mixle_spark.parallel.planning._devices import DeviceSpec, Resources
@@ -273,7 +273,10 @@ def select_columns(sample: Any, column_names: list[str] | None) -> Any:
     if column_names is not None:
         missing = [c for c in column_names if c not in sample.column_names]
         if missing:
-            raise SchemaError(f"columns {missing} not found; the data has columns {sample.column_names}")
+            hint = did_you_mean(missing, sample.column_names)
+            raise SchemaError(
+                f"columns {missing} not found{hint}; the data has columns {sample.column_names}"
+            )
         return sample.select(column_names)
     if sample.num_columns != 1:
         raise SchemaError(
