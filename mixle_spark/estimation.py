@@ -47,7 +47,7 @@ from mixle_spark.em.options import FitOptions
 from mixle_spark.em.seeding import Seeding
 from mixle_spark.errors import ConvergenceWarning, ModelSizeWarning
 from mixle_spark.parallel.backends.contract import FitSession
-from mixle_spark.parallel.backends.registry import is_encoded_data_handle
+from mixle_spark.parallel.backends.registry import encoded_data, is_encoded_data_handle
 from mixle_spark.stats._random import RowRandom, seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
 from mixle_spark.summary import count_free_parameters, parameters_warning
@@ -72,8 +72,6 @@ logger = logging.getLogger("mixle_spark.estimation")
 
 def _handle(data: Any, estimator: Estimator | None, options: dict[str, Any]) -> tuple[Any, bool]:
     """(handle, created_here) for ``data``: an existing handle is used as it is."""
-    from mixle_spark.parallel import encoded_data
-
     if is_encoded_data_handle(data):
         return _begin(encoded_data(data, **options)), False
     return _begin(encoded_data(data, estimator, **options)), True

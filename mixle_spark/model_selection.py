@@ -136,10 +136,8 @@ def with_components(estimator: Estimator | Mapping[str, Any] | str, k: int) -> E
     if not isinstance(estimator, Estimator):
         estimator = estimator_from_spec(estimator)  # type: ignore[arg-type]
     inner = getattr(estimator, "inner", None)
-    if inner is not None:
-        from mixle_spark.parallel.backends.model_parallel import ModelParallelEstimator
-
-        return ModelParallelEstimator(with_components(inner, k), getattr(estimator, "num_workers", None))
+    if inner is not None:  # a wrapper (ModelParallelEstimator) rebuilds itself around the new inner one
+        return estimator.with_inner(with_components(inner, k))  # type: ignore[attr-defined]
     spec = estimator.to_dict()
     key = {"mixture": "components", "hidden_markov": "estimators"}.get(str(spec.get("type")))
     if key is None:

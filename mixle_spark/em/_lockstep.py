@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mixle_spark.em._shared_passes import SharedPass
-from mixle_spark.parallel.backends._handle import Payload, PayloadHandle, Request
 from mixle_spark.parallel.backends.contract import (
     FoldSize,
     RowDiagnosis,
@@ -31,6 +30,7 @@ from mixle_spark.parallel.backends.contract import (
     backend_name,
     on_writer,
 )
+from mixle_spark.parallel.fold import Payload, PayloadHandle, Request
 from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = ["SharedPassHandle", "can_share_passes", "run_together"]
@@ -153,7 +153,7 @@ class _Coordinator:
 
 class SharedPassHandle(PayloadHandle):
     """The stand-in handle one fit of :func:`run_together` sees: the pass contract is
-    :class:`~mixle_spark.parallel.backends._handle.PayloadHandle`'s, each pass a member of a shared pass;
+    :class:`~mixle_spark.parallel.fold.PayloadHandle`'s, each pass a member of a shared pass;
     anything else is the real handle's, called on the serving thread."""
 
     supports_pass_options = False

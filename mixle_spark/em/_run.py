@@ -330,7 +330,7 @@ class EMRun(CheckpointedRun):
         self._reset_parts()
         try:
             if audited:
-                from mixle_spark.parallel.backends._handle import PassOptions
+                from mixle_spark.parallel.fold import PassOptions
 
                 nobs, ll, nxt = self.handle.pysp_em_step(
                     self.estimator, model, options=PassOptions(keep=audited)

@@ -1,7 +1,7 @@
 """The passes over the data behind ``init="kmeans||"`` (private; the driver is :mod:`mixle_spark.em.seeding`).
 
 Each pass is a small, picklable *row task* that a backend runs over every chunk of its data inside
-:func:`~mixle_spark.parallel.backends._handle.accumulate_chunks` (``task.fold(acc, enc, weights, row_ids)``),
+:func:`~mixle_spark.parallel.fold.accumulate_chunks` (``task.fold(acc, enc, weights, row_ids)``),
 exactly like an E-step: Spark jobs or resident tasks, mp workers, MPI ranks and the local backend all
 run the same code, and the per-chunk results merge through :class:`SeedStats` (sums add, moments
 combine by Chan's formula, candidate rows concatenate, the first centre is the minimum of a race).

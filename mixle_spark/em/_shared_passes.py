@@ -1,7 +1,7 @@
 """Several fits' passes as one pass over the data (private; the runner is :mod:`mixle_spark.em._lockstep`).
 
 A :class:`SharedPass` is a row task (see
-:func:`~mixle_spark.parallel.backends._handle.accumulate_chunks`) whose
+:func:`~mixle_spark.parallel.fold.accumulate_chunks`) whose
 members are what several fits need from the same pass: an E-step from a model, a score of a model, an
 initial selection, a seeding row task. Its accumulator (:class:`SharedAccumulator`, made by
 :class:`SharedFactory`) keeps one accumulator, one total weight and one log-likelihood per member; its
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.parallel.backends._handle import fold_chunk
+from mixle_spark.parallel.fold import fold_chunk
 
 __all__ = ["SharedAccumulator", "SharedFactory", "SharedPass"]
 
@@ -79,7 +79,7 @@ class SharedPass:
     """The row task folding every member into its own part of a :class:`SharedAccumulator`.
 
     A member is a pass request ``(factory, model, initialize)`` as
-    :func:`~mixle_spark.parallel.backends._handle.accumulate_chunks` takes it: an E-step, a score (``factory``
+    :func:`~mixle_spark.parallel.fold.accumulate_chunks` takes it: an E-step, a score (``factory``
     None), the random initial selection (``initialize = (seed, p)``) or a row task (a seeding pass).
     """
 

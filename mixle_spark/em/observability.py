@@ -50,7 +50,7 @@ from mixle_spark.em._rank_records import (
     plan_rebalance_weights,
 )
 from mixle_spark.errors import describe_value
-from mixle_spark.parallel.backends._handle import stat_nbytes
+from mixle_spark.parallel.fold import stat_nbytes
 
 __all__ = [
     "EMTrace",

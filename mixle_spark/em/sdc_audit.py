@@ -278,7 +278,7 @@ def finite_guarded_fold(accumulator: Any, payloads: Iterable[Any]) -> Any:
 
     Returns the accumulator. Raises :class:`SilentCorruptionError` at the first non-finite value.
     """
-    from mixle_spark.parallel.backends._handle import fold_key_passes
+    from mixle_spark.parallel.fold import fold_key_passes
 
     count = 0
     for index, value in enumerate(payloads):

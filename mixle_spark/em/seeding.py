@@ -185,7 +185,7 @@ def kmeans_parallel(
     space, centres, passes = found
     factory = bound.accumulator_factory()
     nobs, value = run(factory, Assign(target, space, centres, seed))
-    from mixle_spark.parallel.backends._handle import fold_key_passes
+    from mixle_spark.parallel.fold import fold_key_passes
 
     model = bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
     report(

@@ -28,10 +28,16 @@ BACKEND_GROUPS = {
     ),
     "mp": ("multiprocessing",),
     "mpi": ("mpi", "_mpi_io", "torchrun"),
+    "dask": ("dask",),
+    "ray": ("ray",),
 }
-# What every backend may use: the contract, the registry, the shared fold, the threaded E-step.
-BACKEND_SHARED = ("contract", "registry", "_handle", "model_parallel")
+# What every backend may use: the contract, the registry, the shared helpers, the threaded E-step,
+# the per-batch scorer (and mixle_spark.parallel.fold, which is not under backends/).
+BACKEND_SHARED = ("contract", "registry", "_handle", "model_parallel", "_scoring")
 EM_DRIVER = ("mixle_spark.em", "mixle_spark.estimation", "mixle_spark.model_selection", "mixle_spark.cli")
+# The EM loop and its API reach backends through these only (the jobs, mixle_spark.cli, start
+# engines and SPMD processes, and may name a backend).
+DRIVER_REACHES = (f"{BACKENDS}.contract", f"{BACKENDS}.registry", "mixle_spark.parallel.fold")
 
 
 def _module_name(path: Path) -> str:
@@ -110,6 +116,10 @@ def _violations(rule: str) -> list[str]:
             elif rule == "parallel-driver" and module.startswith("mixle_spark.parallel"):
                 if _within(target, EM_DRIVER):
                     bad.append(f"{module} -> {target}")
+            elif rule == "driver-contract" and _within(module, EM_DRIVER[:3]):
+                if _within(target, ("mixle_spark.parallel",)) and not _within(target, DRIVER_REACHES):
+                    if target not in ("mixle_spark.parallel", BACKENDS):  # the packages, for a submodule
+                        bad.append(f"{module} -> {target}")
             elif rule == "pyspark" and _within(target, ("pyspark",)):
                 allowed = ("spark", "_spark_common", "_spark_resident", "_resident_policy", "_resident_wire")
                 home = (
@@ -131,10 +141,11 @@ def test_the_source_tree_is_read() -> None:
 
 @pytest.mark.parametrize(
     "rule",
-    ["stats", "backend-backend", "planning", "parallel-driver", "pyspark"],
+    ["stats", "backend-backend", "driver-contract", "planning", "parallel-driver", "pyspark"],
     ids=[
         "stats imports neither parallel, the EM driver, ml, io nor Spark",
         "a backend never imports another backend",
+        "the EM driver reaches backends through the contract, the registry and the fold only",
         "planning imports no backend (backends read plans, not the other way round)",
         "nothing under parallel imports the EM driver, estimation or the jobs",
         "pyspark is imported only by the spark backend, ml, io and the jobs",
@@ -152,6 +163,8 @@ def test_the_rules_catch_a_forbidden_import() -> None:
         f"{BACKENDS}.mpi": {"mixle_spark.estimation"},
         "mixle_spark.parallel.planning.planner": {f"{BACKENDS}.spark"},
         "mixle_spark.stats.poisson": {"pyspark.sql"},
+        f"{BACKENDS}.dask": {f"{BACKENDS}.ray"},
+        "mixle_spark.em._run": {f"{BACKENDS}._handle", f"{BACKENDS}.contract"},
     }
     saved = {m: set(SOURCES[m]) for m in planted}
     try:
@@ -161,7 +174,11 @@ def test_the_rules_catch_a_forbidden_import() -> None:
             f"mixle_spark.stats.gaussian -> {BACKENDS}.local",
             "mixle_spark.stats.poisson -> pyspark.sql",
         ]
-        assert _violations("backend-backend") == [f"{BACKENDS}.multiprocessing -> {BACKENDS}.local"]
+        assert _violations("backend-backend") == [
+            f"{BACKENDS}.dask -> {BACKENDS}.ray",
+            f"{BACKENDS}.multiprocessing -> {BACKENDS}.local",
+        ]
+        assert _violations("driver-contract") == [f"mixle_spark.em._run -> {BACKENDS}._handle"]
         assert _violations("parallel-driver") == [f"{BACKENDS}.mpi -> mixle_spark.estimation"]
         assert _violations("planning") == [f"mixle_spark.parallel.planning.planner -> {BACKENDS}.spark"]
     finally:
@@ -173,10 +190,10 @@ def test_the_contract_is_one_file_every_handle_satisfies() -> None:
     the ones the EM driver checks."""
     from mixle_spark.em._lockstep import SharedPassHandle
     from mixle_spark.parallel.backends import contract
-    from mixle_spark.parallel.backends._handle import PayloadHandle
     from mixle_spark.parallel.backends.local import LocalEncodedData
     from mixle_spark.parallel.backends.mpi import MPIEncodedData
     from mixle_spark.parallel.backends.multiprocessing import MPEncodedData
+    from mixle_spark.parallel.fold import PayloadHandle
 
     for cls in (LocalEncodedData, MPEncodedData, MPIEncodedData, SharedPassHandle):
         assert issubclass(cls, PayloadHandle)

@@ -37,9 +37,9 @@ from typing import Any
 import pyarrow as pa
 
 from mixle_spark.parallel.backends import _resident_wire as wire
-from mixle_spark.parallel.backends._handle import stat_nbytes
 from mixle_spark.parallel.backends._resident_listener import Listener as _Listener
 from mixle_spark.parallel.backends._resident_listener import listen_addresses
+from mixle_spark.parallel.fold import stat_nbytes
 
 __all__ = ["ResidentLost", "ResidentSession", "ResidentUnavailable", "resident_task"]
 

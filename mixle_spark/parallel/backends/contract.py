@@ -20,7 +20,7 @@ back when it does not; each is a small :class:`typing.Protocol` checked with ``i
                               fit is refused before it starts)
 ============================  =======================================================================
 
-:class:`~mixle_spark.parallel.backends._handle.PayloadHandle` implements :class:`EncodedData`,
+:class:`~mixle_spark.parallel.fold.PayloadHandle` implements :class:`EncodedData`,
 :class:`EMStep`, :class:`RowPasses`, :class:`PartitionAudit` and :class:`PartReports` over one
 method a backend writes (``_estep``: fold each partition's chunks, merge the payloads); see
 ``docs/architecture.md`` for adding a backend.

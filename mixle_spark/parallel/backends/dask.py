@@ -5,7 +5,7 @@ Each non-empty partition is validated and encoded once, on the worker that holds
 there as a future for the life of the handle (the vocabularies come from one scan whose per-partition
 results, small sets of labels, are merged on the client). An E-step is one task per partition
 returning one payload ``(weight, log-likelihood, statistics)`` (the same fold as every backend,
-:func:`~mixle_spark.parallel.backends._handle.accumulate_chunks`); payloads are merged pairwise in a
+:func:`~mixle_spark.parallel.fold.accumulate_chunks`); payloads are merged pairwise in a
 binary tree of tasks on the workers, in partition order, so only the merged statistics reach the
 client and results do not depend on timing. Row ids are global (each partition starts at the number
 of rows before it), so one seed draws the same initial rows as the local and Spark backends.

@@ -63,7 +63,7 @@ class LocalEncodedData(PayloadHandle):
         See :func:`~mixle_spark.parallel.encoded_data`.
 
     Each chunk is a partition of the fold every backend shares
-    (:class:`~mixle_spark.parallel.backends._handle.PayloadHandle`): chunk ``i`` reports as partition
+    (:class:`~mixle_spark.parallel.fold.PayloadHandle`): chunk ``i`` reports as partition
     ``i`` and the payloads are merged in chunk order, whether the chunks ran one after the other or
     in threads (``parallel_chunks``).
     """

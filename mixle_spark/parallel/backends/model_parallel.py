@@ -275,6 +275,10 @@ class ModelParallelEstimator(Estimator):
     def with_scan(self, scan: Any) -> ModelParallelEstimator:
         return ModelParallelEstimator(self.inner.with_scan(scan), self.num_workers)
 
+    def with_inner(self, inner: Estimator) -> ModelParallelEstimator:
+        """``inner`` threaded as this one is (``select_k`` varies the components of what it wraps)."""
+        return ModelParallelEstimator(inner, self.num_workers)
+
     def min_rows(self) -> int:
         return self.inner.min_rows()
 

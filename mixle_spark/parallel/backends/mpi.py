@@ -9,7 +9,7 @@ scans are gathered and merged in rank order.
 
 Each E-step: every rank folds its chunks into one payload (:func:`~mixle_spark.parallel.backends._handle.
 accumulate_chunks`, the code of the local and Spark backends); payloads merge up a binomial tree of
-pickled values (:func:`~mixle_spark.parallel.backends._handle.merge_payloads`; its shape depends only on the
+pickled values (:func:`~mixle_spark.parallel.fold.merge_payloads`; its shape depends only on the
 number of ranks, so results never depend on timing); the root runs the M-step and broadcasts the
 model, so every rank returns the same model.
 

@@ -4,7 +4,7 @@ The rows are split into ``num_workers`` contiguous shards. Each worker process r
 once, encodes it (with the vocabularies the driver learned in one scan) and keeps it for the life of
 the handle; an EM iteration sends every worker only the request (accumulator factory and model) and
 gets back one payload ``(weight, log-likelihood, statistics)``, exactly what a Spark partition
-returns (:func:`~mixle_spark.parallel.backends._handle.accumulate_chunks`). Payloads are merged in a
+returns (:func:`~mixle_spark.parallel.fold.accumulate_chunks`). Payloads are merged in a
 binary tree in shard order, so results do not depend on timing, and equal the local backend's.
 
 Workers start with the ``spawn`` method (safe beside threads, JVMs and BLAS pools) and one BLAS

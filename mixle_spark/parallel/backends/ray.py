@@ -8,7 +8,7 @@ its rows once and keeps the encoding; the vocabularies come from one scan whose 
 small sets of labels, are merged in this process.
 
 An E-step is one call per actor returning one payload ``(weight, log-likelihood, statistics)`` (the
-fold every backend runs, :func:`~mixle_spark.parallel.backends._handle.accumulate_chunks`); payloads
+fold every backend runs, :func:`~mixle_spark.parallel.fold.accumulate_chunks`); payloads
 are merged pairwise in a binary tree of actor calls, in row order, so only the merged statistics
 reach this process and results do not depend on timing. Row ids are global, so one seed draws the
 same initial rows as the local, Spark and Dask backends.
