@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from mixle_spark import report
+from mixle_spark._report_projection import _numeric_columns
 from mixle_spark.estimation import optimize
 from mixle_spark.report import PLOT_HINT, SECTIONS, report_html, write_report
 from mixle_spark.stats import (
@@ -293,12 +294,12 @@ def test_projection_reads_numeric_and_vector_columns_only() -> None:
             "ragged": [[1.0], [1.0, 2.0], [3.0], [4.0]],
         }
     )
-    matrix, names = report._numeric_columns(frame)
+    matrix, names = _numeric_columns(frame)
     assert names == ["a", "v[0]", "v[1]"]
     np.testing.assert_array_equal(matrix, [[1, 1, 2], [2, 3, 4], [np.nan, np.nan, np.nan], [4, 5, 7]])
-    assert report._numeric_columns([[1, 2], [3, 4]])[1] == ["x[0]", "x[1]"]
-    assert report._numeric_columns([1.5, 2.5])[1] == ["x"]
-    assert report._numeric_columns(["a", "b"])[1] == []
+    assert _numeric_columns([[1, 2], [3, 4]])[1] == ["x[0]", "x[1]"]
+    assert _numeric_columns([1.5, 2.5])[1] == ["x"]
+    assert _numeric_columns(["a", "b"])[1] == []
 
 
 @pytest.mark.parametrize(
