@@ -230,3 +230,40 @@ def test_handles_are_checked_by_isinstance_against_the_protocols() -> None:
         )
         assert seen[0] == [[True, True]]
     assert not is_encoded_data_handle([1.0, 2.0]) and not isinstance(object(), EncodedData)
+
+
+def test_a_fit_loads_no_planning_or_training_code() -> None:
+    """Backends are registered by name and imported on first use, and ``mixle_spark.parallel``
+    resolves its names lazily: a fit (and the Spark backend, the job, the ML wrapper) loads none of
+    the planning or training modules; every public name still resolves, to the module it comes from."""
+    import subprocess
+    import sys
+
+    script = """
+import sys
+import numpy as np
+from mixle_spark.estimation import optimize
+from mixle_spark.stats import GaussianEstimator, MixtureEstimator
+import mixle_spark.parallel.backends.spark, mixle_spark.cli.fit, mixle_spark.ml
+x = list(np.random.default_rng(0).normal(size=300))
+optimize(x, MixtureEstimator([GaussianEstimator()] * 2), max_its=2, delta=None)
+advisory = ("mixle_spark.parallel.planning", "mixle_spark.parallel.training")
+print(sorted(m for m in sys.modules if m.startswith(advisory)))
+import importlib
+import mixle_spark.parallel as p
+where = {name: importlib.import_module(module) for name, module in p._EXPORTS.items()}
+print(sorted(p.__all__) == sorted(where) and all(getattr(p, n) is getattr(where[n], n) for n in p.__all__))
+print("Resources" in dir(p) and p.Resources.__module__)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["[]", "True", "mixle_spark.parallel.planning._devices"]
+
+
+def test_the_registry_knows_every_built_in_backend_by_name() -> None:
+    from mixle_spark.parallel import available_encoded_data_backends
+    from mixle_spark.parallel.backends.registry import BUILTIN_BACKENDS
+
+    names = ["dask", "local", "model_parallel", "mp", "mpi", "ray", "spark", "torchrun"]
+    assert available_encoded_data_backends() == names
+    assert sorted(name for name, *_ in BUILTIN_BACKENDS) == names

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.parallel.planning.balance import UnrealizedModelPlacementError
 from mixle_spark.stats._product import ProductAccumulator
 from mixle_spark.stats.base import (
     Accumulator,
@@ -47,7 +46,6 @@ __all__ = [
     "ModelParallelAccumulator",
     "ModelParallelAccumulatorFactory",
     "ModelParallelEstimator",
-    "UnrealizedModelPlacementError",
     "auto_parallel_estimator",
     "component_parallel_fold",
     "model_parallel_fold",
@@ -309,10 +307,12 @@ def auto_parallel_estimator(
 
     The structural planner (:func:`~mixle_spark.parallel.planning.model_decomposition.decompose_model`) is
     advisory. When it cuts the model into shards that would need model storage partitioned across
-    devices, this raises :class:`UnrealizedModelPlacementError` carrying the plan: threads keep the
+    devices, this raises :class:`~mixle_spark.parallel.planning.balance.UnrealizedModelPlacementError`
+    carrying the plan: threads keep the
     whole model in every process and cannot realise such a placement. Choose
     :class:`ModelParallelEstimator` explicitly when the model fits in each process.
     """
+    from mixle_spark.parallel.planning.balance import UnrealizedModelPlacementError
     from mixle_spark.parallel.planning.model_decomposition import decompose_model
     from mixle_spark.parallel.planning.planner import Resources
 

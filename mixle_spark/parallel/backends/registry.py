@@ -1,19 +1,24 @@
 """The encoded-data backend registry: ``encoded_data(data, backend=NAME)`` dispatches here.
 
 Registering is the only way to add a backend; nothing branches on backend names. Names and aliases
-are case-insensitive; ``None`` means the default for the data (``spark`` for a Spark DataFrame once
-that backend is registered, otherwise ``local``).
+are case-insensitive; ``None`` means the default for the data (``spark`` for a Spark DataFrame, a
+Dask or Ray frame its engine's backend, otherwise ``local``). The built-in backends are registered
+here by name and module (:data:`BUILTIN_BACKENDS`) and imported when first used, so a fit imports its
+own backend only (and never the planning or training code).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from importlib import import_module
 from typing import Any
 
+from mixle_spark._frames import frame_engine
 from mixle_spark.errors import did_you_mean
 from mixle_spark.parallel.backends.contract import EncodedData
 
 __all__ = [
+    "BUILTIN_BACKENDS",
     "CONTROL_DEFAULTS",
     "EncodedDataControlConflictError",
     "UnsupportedControlError",
@@ -74,6 +79,39 @@ def register_encoded_data_backend(
     if default_for is not None:
         _DEFAULT_FOR_DATA[:] = [(p, n) for p, n in _DEFAULT_FOR_DATA if n != canonical]
         _DEFAULT_FOR_DATA.append((default_for, canonical))
+
+
+class _Lazy:
+    """A built-in backend's factory, imported from its module on first use (the optional ones import
+    their libraries only then: pyspark, mpi4py, torch, dask, ray)."""
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module, self.name = module, name
+        self.__qualname__ = f"{module}.{name}"
+
+    def __call__(self, data: Any, **options: Any) -> Any:
+        return getattr(import_module(self.module), self.name)(data, **options)
+
+    def __repr__(self) -> str:
+        return f"<backend factory {self.__qualname__}>"
+
+
+_BACKENDS = "mixle_spark.parallel.backends"
+BUILTIN_BACKENDS: tuple[tuple[str, str, tuple[str, ...], str | None], ...] = (
+    ("local", f"{_BACKENDS}.local:make_local", ("serial", "numpy"), None),
+    ("mp", f"{_BACKENDS}.multiprocessing:make_mp", ("multiprocessing",), None),
+    ("model_parallel", f"{_BACKENDS}.local:make_model_parallel", ("component_parallel", "mp_model"), None),
+    ("mpi", f"{_BACKENDS}.mpi:make_mpi", ("mpi4py",), None),
+    ("torchrun", f"{_BACKENDS}.torchrun:make_torchrun", ("torch",), None),
+    ("spark", f"{_BACKENDS}.spark:make_spark", ("pyspark",), "spark"),
+    ("dask", f"{_BACKENDS}.dask:make_dask", ("distributed",), "dask"),
+    ("ray", f"{_BACKENDS}.ray:make_ray", (), "ray"),
+)
+"""The built-in backends: ``(name, "module:factory", aliases, the frame engine it is the default for)``."""
+
+
+def _engine_is(engine: str) -> Callable[[Any], bool]:
+    return lambda data: frame_engine(data) == engine
 
 
 def available_encoded_data_backends() -> list[str]:
@@ -208,3 +246,12 @@ def _controls(scope: dict[str, Any]) -> dict[str, Any]:
             continue
         out[name] = value
     return out
+
+
+for _name, _where, _aliases, _engine in BUILTIN_BACKENDS:
+    register_encoded_data_backend(
+        _name,
+        _Lazy(*_where.split(":")),
+        aliases=_aliases,
+        default_for=None if _engine is None else _engine_is(_engine),
+    )

@@ -48,6 +48,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from mixle_spark.errors import EmptyDataError, ExecutorError, FieldError, SchemaError, did_you_mean
+from mixle_spark.parallel._slots import task_slots
 from mixle_spark.parallel.backends._handle import (
     Payload,
     PayloadHandle,
@@ -96,7 +97,6 @@ from mixle_spark.parallel.backends._spark_encoding import (
     settle,
 )
 from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
-from mixle_spark.parallel.planning._devices import task_slots
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
 __all__ = [

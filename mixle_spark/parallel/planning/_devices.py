@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark._files import write_atomically
+from mixle_spark.parallel._slots import task_slots
 
 __all__ = ["PRECISION_BYTES", "DeviceSpec", "Resources", "precision_name", "task_slots"]
 
@@ -219,14 +220,6 @@ def _jvm_bytes(text: str | None, default_unit: str = "m") -> int | None:
     except ValueError:
         return None
     return out if out > 0 else None
-
-
-def task_slots(sc: Any) -> int:
-    """Tasks a Spark session can run at once: executors' cores / ``spark.task.cpus`` as Spark's
-    scheduler counts them for the default resource profile (not ``spark.default.parallelism``); 0
-    before any executor has registered. The spark backend lays its data out for this many tasks."""
-    jsc = sc._jsc.sc()
-    return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
 
 
 def _concurrent_tasks(spark_context: Any) -> int:
