@@ -1,6 +1,6 @@
-"""Pieces the encoded-data backends share beyond the fold (:mod:`mixle_spark.parallel.fold`, re-exported
-here for them): binding an estimator to the scanned vocabularies, the memory a worker may use,
-scanning and encoding one partition of a distributed frame, the numpy-only engine check."""
+"""Pieces the encoded-data backends share beyond the fold (:mod:`mixle_spark.parallel.fold`): binding
+an estimator to the scanned vocabularies, the memory a worker may use, scanning and encoding one
+partition of a distributed frame, the numpy-only engine check."""
 
 from __future__ import annotations
 
@@ -9,43 +9,15 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.parallel.fold import (
-    PartReport,
-    PassOptions,
-    Payload,
-    PayloadHandle,
-    Request,
-    accumulate_chunks,
-    fold_chunk,
-    fold_key_passes,
-    initial_keep_weights,
-    merge_payloads,
-    seed_from,
-    stat_nbytes,
-    weighted_sum,
-)
 from mixle_spark.stats._tables import TableRows, chunk_bounds, located
 from mixle_spark.stats.base import Encoder, Estimator
 
 __all__ = [
-    "PartReport",
-    "PassOptions",
-    "Payload",
-    "PayloadHandle",
-    "Request",
-    "accumulate_chunks",
     "bind_estimator",
     "check_engine_and_precision",
     "encode_part",
-    "fold_chunk",
-    "fold_key_passes",
-    "initial_keep_weights",
     "machine_memory",
-    "merge_payloads",
     "scan_part",
-    "seed_from",
-    "stat_nbytes",
-    "weighted_sum",
 ]
 
 

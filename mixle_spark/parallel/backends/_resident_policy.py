@@ -21,10 +21,10 @@ from typing import Any
 
 from mixle_spark.errors import EmptyDataError
 from mixle_spark.parallel._slots import task_slots
-from mixle_spark.parallel.backends._handle import Payload, accumulate_chunks, merge_payloads
 from mixle_spark.parallel.backends._spark_chunks import spread_chunks
 from mixle_spark.parallel.backends._spark_common import is_spark_connect
 from mixle_spark.parallel.backends._spark_resident import ResidentSession, ResidentUnavailable
+from mixle_spark.parallel.fold import Payload, accumulate_chunks, merge_payloads
 
 __all__ = ["EXECUTOR_WAIT", "MAX_RESIDENT_RESTARTS", "ResidentPolicy", "resident_blocker", "slots_for_layout"]
 

@@ -16,11 +16,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from mixle_spark.errors import FieldError, SchemaError
-from mixle_spark.parallel.backends._handle import (
-    Payload,
-    merge_payloads,
-)
 from mixle_spark.parallel.backends._scoring import reader
+from mixle_spark.parallel.fold import Payload, merge_payloads
 from mixle_spark.stats._validate import unreadable_cells
 from mixle_spark.stats.base import Encoder
 

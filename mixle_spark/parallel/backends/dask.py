@@ -23,18 +23,14 @@ import numpy as np
 from mixle_spark._frames import frame_engine
 from mixle_spark.errors import EmptyDataError
 from mixle_spark.parallel.backends._handle import (
-    Payload,
-    PayloadHandle,
-    Request,
-    accumulate_chunks,
     bind_estimator,
     check_engine_and_precision,
     encode_part,
-    merge_payloads,
     scan_part,
 )
 from mixle_spark.parallel.backends._scoring import BatchScorer
 from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
+from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats._tables import as_table
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 

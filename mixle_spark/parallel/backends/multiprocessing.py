@@ -25,17 +25,9 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import MixleError
-from mixle_spark.parallel.backends._handle import (
-    Payload,
-    PayloadHandle,
-    Request,
-    accumulate_chunks,
-    bind_estimator,
-    check_engine_and_precision,
-    machine_memory,
-    merge_payloads,
-)
+from mixle_spark.parallel.backends._handle import bind_estimator, check_engine_and_precision, machine_memory
 from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
+from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats._tables import TableRows, chunk_bounds, located, split
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 

@@ -49,16 +49,7 @@ from pyspark.sql import functions as F
 
 from mixle_spark.errors import EmptyDataError, ExecutorError, FieldError, SchemaError, did_you_mean
 from mixle_spark.parallel._slots import task_slots
-from mixle_spark.parallel.backends._handle import (
-    Payload,
-    PayloadHandle,
-    Request,
-    accumulate_chunks,
-    bind_estimator,
-    check_engine_and_precision,
-    machine_memory,
-    merge_payloads,
-)
+from mixle_spark.parallel.backends._handle import bind_estimator, check_engine_and_precision, machine_memory
 from mixle_spark.parallel.backends._resident_policy import ResidentPolicy, resident_blocker, slots_for_layout
 from mixle_spark.parallel.backends._scoring import BatchScorer, data_columns, reader
 from mixle_spark.parallel.backends._spark_chunks import (
@@ -97,6 +88,7 @@ from mixle_spark.parallel.backends._spark_encoding import (
     settle,
 )
 from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
+from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
 __all__ = [
