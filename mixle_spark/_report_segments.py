@@ -82,9 +82,10 @@ def _span(row: Mapping[str, Any]) -> tuple[float, float]:
 
 
 def _range(cell: Mapping[str, Any]) -> tuple[float, float, float]:
-    if "median" in cell:
+    if {"q1", "median", "q3"} <= set(cell):
         return cell["q1"], cell["q3"], cell["median"]
-    mean, sd = cell["mean"], cell.get("sd", 0.0)
+    mean = cell.get("mean", math.nan)
+    sd = cell.get("sd", 0.0)
     return mean - sd, mean + sd, mean
 
 
@@ -110,7 +111,7 @@ def _cell(row: Mapping[str, Any], cell: Mapping[str, Any], span: tuple[float, fl
         return _Html(html_text)
     if kind == "share":
         return _Html(f"{_esc(cell['text'])}{_bar(100 * float(cell['share']))}")
-    if kind == "number" and "mean" in cell and math.isfinite(cell.get("sd", 0.0)):
+    if kind == "number" and all(math.isfinite(v) for v in _range(cell)):
         lo, hi, mid = _range(cell)
         low, high = span
         width = (high - low) or 1.0

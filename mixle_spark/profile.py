@@ -66,6 +66,9 @@ def _fmt(value: float) -> str:
 
 
 def _number(mean: float, sd: float, quartiles: tuple[float, float, float] | None = None) -> dict[str, Any]:
+    """A number's cell. A value that is not finite (a Student-t's sd at 2 degrees of freedom or fewer,
+    a log-normal's mean beyond float range) is left out of the numbers (the profile is strict JSON)
+    and written as such in the text."""
     cell: dict[str, Any] = {"mean": float(mean), "sd": float(sd)}
     if quartiles is not None:
         q1, median, q3 = (float(q) for q in quartiles)
@@ -73,7 +76,12 @@ def _number(mean: float, sd: float, quartiles: tuple[float, float, float] | None
         cell["text"] = f"median {_fmt(median)} (IQR {_fmt(q1)}–{_fmt(q3)}), mean {_fmt(mean)}"
     else:
         cell["text"] = f"mean {_fmt(mean)} (sd {_fmt(sd)})"
-    return cell
+    return {k: v for k, v in cell.items() if not isinstance(v, float) or math.isfinite(v)}
+
+
+def _exp(x: float) -> float:
+    """``e**x``, infinite rather than an OverflowError beyond float range."""
+    return math.exp(x) if x < 709.78 else math.inf
 
 
 def _normal(mu: float, sd: float) -> dict[str, Any]:
@@ -82,9 +90,9 @@ def _normal(mu: float, sd: float) -> dict[str, Any]:
 
 def _log_normal(mu: float, sigma2: float) -> dict[str, Any]:
     s = math.sqrt(sigma2)
-    mean = math.exp(mu + sigma2 / 2)
-    sd = mean * math.sqrt(math.expm1(sigma2))
-    return _number(mean, sd, (math.exp(mu - _Z_QUARTILE * s), math.exp(mu), math.exp(mu + _Z_QUARTILE * s)))
+    mean = _exp(mu + sigma2 / 2)
+    sd = mean * math.sqrt(math.expm1(sigma2)) if sigma2 < 709.78 else math.inf
+    return _number(mean, sd, (_exp(mu - _Z_QUARTILE * s), _exp(mu), _exp(mu + _Z_QUARTILE * s)))
 
 
 def _exponential(beta: float) -> dict[str, Any]:

@@ -226,3 +226,30 @@ def test_an_spmd_input_path_is_counted_batch_by_batch(
     assert counts is not None and counts["rows"] == np.bincount(model.predict(table), minlength=3).tolist()
     sample = report_sample(str(tmp_path), float(table.num_rows))
     assert sample.num_rows == REPORT_SAMPLE_ROWS and set(sample.column_names) == {"id", "x", "y"}
+
+
+def test_numbers_beyond_float_range_stay_out_of_the_json() -> None:
+    """A Student-t with 2 degrees of freedom has no finite sd; a log-normal with a huge sigma2 no finite
+    mean: the profile (and em_fit's strict-JSON summary) leaves them out and says so in the text."""
+    import json
+
+    from mixle_spark.stats import StudentTDistribution
+
+    model = MixtureDistribution(
+        [
+            RecordDistribution(
+                {"t": StudentTDistribution(1.0, 2.0, 1.5), "v": LogGaussianDistribution(700.0, 50.0)}
+            ),
+            RecordDistribution(
+                {"t": StudentTDistribution(5.0, 1.0, 8.0), "v": LogGaussianDistribution(1.0, 0.5)}
+            ),
+        ],
+        [0.5, 0.5],
+    )
+    profile = segment_profile(model)
+    json.dumps(profile, allow_nan=False)  # strict JSON: no inf, no NaN
+    t = _row(profile, "t")["cells"]
+    assert "sd" not in t[0] and t[1]["sd"] == pytest.approx(math.sqrt(8 / 6))
+    v = _row(profile, "v")["cells"]
+    assert "mean" not in v[0] and "inf" in v[0]["text"] and v[1]["median"] == pytest.approx(math.e)
+    assert "segments" in report_html(model)

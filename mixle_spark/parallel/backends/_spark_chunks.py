@@ -89,7 +89,8 @@ CHUNK_BYTES = 32 * 2**20
 """Input bytes a chunk aims at (wide rows make chunks of fewer rows)."""
 
 Chunk = tuple[Any, np.ndarray, np.ndarray]
-"""``(encoded rows, weights, global row ids)``: what :func:`mixle_spark.parallel.fold.accumulate_chunks` folds."""
+"""``(encoded rows, weights, global row ids)``: what
+:func:`mixle_spark.parallel.fold.accumulate_chunks` folds."""
 Offsets = np.ndarray | None
 """A handle's first global row of each input partition; None keeps the stored input ids."""
 COPIES_ENV = "MIXLE_SPARK_CHUNK_COPIES"
