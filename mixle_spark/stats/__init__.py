@@ -1,10 +1,12 @@
 """Model families: each module holds one family's Distribution, Estimator, Accumulator (its own
 factory, or a factory class), Encoder and Sampler, and lists them in its ``__all__``; importing this
 package registers them all and re-exports every family's names (``__all__`` is what the star
-imports bring, with the base contracts)."""
+imports bring, with the base contracts and the ``...AccumulatorFactory`` names of earlier releases,
+kept in :mod:`mixle_spark.stats._aliases`)."""
 
 from inspect import ismodule as _ismodule
 
+from mixle_spark.stats._aliases import *  # noqa: F403
 from mixle_spark.stats.base import (
     Accumulator as Accumulator,
 )

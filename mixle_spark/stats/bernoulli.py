@@ -32,7 +32,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "BernoulliAccumulator",
-    "BernoulliAccumulatorFactory",
     "BernoulliDistribution",
     "BernoulliEncoder",
     "BernoulliEstimator",
@@ -118,9 +117,6 @@ class BernoulliAccumulator(SumAccumulator):
     """Sums ``(Σw, Σw x)``."""
 
     encoder_class = BernoulliEncoder
-
-
-BernoulliAccumulatorFactory = BernoulliAccumulator
 
 
 @register_estimator("bernoulli")

@@ -41,7 +41,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "BetaAccumulator",
-    "BetaAccumulatorFactory",
     "BetaDistribution",
     "BetaEncoder",
     "BetaEstimator",
@@ -204,9 +203,6 @@ class BetaAccumulator(FeatureSumAccumulator):
     features = 2
 
     encoder_class = BetaEncoder
-
-
-BetaAccumulatorFactory = BetaAccumulator
 
 
 @register_estimator("beta")

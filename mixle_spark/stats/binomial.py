@@ -39,7 +39,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "BinomialAccumulator",
-    "BinomialAccumulatorFactory",
     "BinomialDistribution",
     "BinomialEncoded",
     "BinomialEncoder",
@@ -231,9 +230,6 @@ class BinomialAccumulator(SumAccumulator):
         return (self.keys, self.n)
 
 
-BinomialAccumulatorFactory = BinomialAccumulator
-
-
 @register_estimator("binomial")
 @dataclass(eq=False, repr=False)
 class BinomialEstimator(Estimator):
@@ -263,8 +259,8 @@ class BinomialEstimator(Estimator):
     name: str | None = None
     keys: str | None = None
 
-    def accumulator_factory(self) -> BinomialAccumulatorFactory:
-        return BinomialAccumulatorFactory(self.keys, self.n)
+    def accumulator_factory(self) -> BinomialAccumulator:
+        return BinomialAccumulator(self.keys, self.n)
 
     def encoder(self) -> BinomialEncoder:
         return BinomialEncoder(self.n)

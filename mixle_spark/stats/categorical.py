@@ -71,7 +71,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "CategoricalAccumulator",
-    "CategoricalAccumulatorFactory",
     "CategoricalBatch",
     "CategoricalDistribution",
     "CategoricalEncoder",
@@ -404,9 +403,6 @@ class CategoricalAccumulator(Accumulator):
         return (self.labels, self.keys)
 
 
-CategoricalAccumulatorFactory = CategoricalAccumulator
-
-
 @register_estimator("categorical")
 @dataclass(eq=False, repr=False)
 class CategoricalEstimator(LabelOptions, Estimator):
@@ -445,8 +441,8 @@ class CategoricalEstimator(LabelOptions, Estimator):
         if self.labels is not None:
             self.labels = sorted_labels((*self.labels, *(self.suff_stat or ())))
 
-    def accumulator_factory(self) -> CategoricalAccumulatorFactory:
-        return CategoricalAccumulatorFactory(self.vocabulary, self.keys)
+    def accumulator_factory(self) -> CategoricalAccumulator:
+        return CategoricalAccumulator(self.vocabulary, self.keys)
 
     def encoder(self) -> CategoricalEncoder:
         return CategoricalEncoder(self.vocabulary)

@@ -36,7 +36,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "CompositeAccumulator",
-    "CompositeAccumulatorFactory",
     "CompositeDistribution",
     "CompositeEncoder",
     "CompositeEstimator",
@@ -192,9 +191,6 @@ class CompositeAccumulator(ProductAccumulator):
         return CompositeEncoder([acc.make_encoder() for acc in self.children])
 
 
-CompositeAccumulatorFactory = CompositeAccumulator
-
-
 @register_estimator("composite")
 @dataclass(eq=False, repr=False)
 class CompositeEstimator(Estimator):
@@ -215,8 +211,8 @@ class CompositeEstimator(Estimator):
     def check(self) -> None:
         self.components = _check_components(self.components, "CompositeEstimator", Estimator)
 
-    def accumulator_factory(self) -> CompositeAccumulatorFactory:
-        return CompositeAccumulatorFactory(
+    def accumulator_factory(self) -> CompositeAccumulator:
+        return CompositeAccumulator(
             [e.accumulator() for e in self.components], list(range(len(self.components))), self.keys
         )
 

@@ -37,7 +37,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "DiagonalGaussianAccumulator",
-    "DiagonalGaussianAccumulatorFactory",
     "DiagonalGaussianDistribution",
     "DiagonalGaussianEncoder",
     "DiagonalGaussianEstimator",
@@ -138,9 +137,6 @@ class DiagonalGaussianAccumulator(MomentAccumulator):
     diagonal = True
 
     encoder_class = DiagonalGaussianEncoder
-
-
-DiagonalGaussianAccumulatorFactory = DiagonalGaussianAccumulator
 
 
 @register_estimator("diagonal_gaussian")

@@ -27,7 +27,6 @@ from mixle_spark.stats.base import register_distribution, register_estimator
 
 __all__ = [
     "ExponentialAccumulator",
-    "ExponentialAccumulatorFactory",
     "ExponentialDistribution",
     "ExponentialEncoder",
     "ExponentialEstimator",
@@ -97,9 +96,6 @@ class ExponentialAccumulator(SumAccumulator):
     """Sums ``(Σw, Σw x)``; its own factory."""
 
     encoder_class = ExponentialEncoder
-
-
-ExponentialAccumulatorFactory = ExponentialAccumulator
 
 
 @register_estimator("exponential")

@@ -34,7 +34,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "GammaAccumulator",
-    "GammaAccumulatorFactory",
     "GammaDistribution",
     "GammaEncoder",
     "GammaEstimator",
@@ -152,9 +151,6 @@ class GammaAccumulator(FeatureSumAccumulator):
     features = 2
 
     encoder_class = GammaEncoder
-
-
-GammaAccumulatorFactory = GammaAccumulator
 
 
 @register_estimator("gamma")

@@ -36,7 +36,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "GaussianAccumulator",
-    "GaussianAccumulatorFactory",
     "GaussianDistribution",
     "GaussianEncoder",
     "GaussianEstimator",
@@ -211,9 +210,6 @@ class GaussianAccumulator(Accumulator):
         return self
 
     encoder_class = GaussianEncoder
-
-
-GaussianAccumulatorFactory = GaussianAccumulator
 
 
 @register_estimator("gaussian")

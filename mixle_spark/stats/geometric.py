@@ -27,7 +27,6 @@ from mixle_spark.stats.base import register_distribution, register_estimator
 
 __all__ = [
     "GeometricAccumulator",
-    "GeometricAccumulatorFactory",
     "GeometricDistribution",
     "GeometricEncoder",
     "GeometricEstimator",
@@ -106,9 +105,6 @@ class GeometricAccumulator(SumAccumulator):
     """Sums ``(Σw, Σw x)``; its own factory."""
 
     encoder_class = GeometricEncoder
-
-
-GeometricAccumulatorFactory = GeometricAccumulator
 
 
 @register_estimator("geometric")

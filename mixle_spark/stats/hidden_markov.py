@@ -57,7 +57,6 @@ from mixle_spark.stats.sequence import SequenceEncoded, SequenceEncoder
 
 __all__ = [
     "HiddenMarkovAccumulator",
-    "HiddenMarkovAccumulatorFactory",
     "HiddenMarkovDistribution",
     "HiddenMarkovEstimator",
     "HiddenMarkovSampler",
@@ -396,9 +395,6 @@ class HiddenMarkovAccumulator(Accumulator):
         )
 
 
-HiddenMarkovAccumulatorFactory = HiddenMarkovAccumulator
-
-
 def _smoothed(counts: np.ndarray, pseudo_count: float) -> np.ndarray:
     """Rows of ``counts`` plus ``pseudo_count / K`` each, normalized; a row with no weight is uniform."""
     k = counts.shape[-1]
@@ -443,9 +439,9 @@ class HiddenMarkovEstimator(Estimator):
     def check(self) -> None:
         self.estimators = check_estimators("HiddenMarkovEstimator", "estimators", self.estimators)
 
-    def accumulator_factory(self) -> HiddenMarkovAccumulatorFactory:
+    def accumulator_factory(self) -> HiddenMarkovAccumulator:
         len_acc = None if self.len_estimator is None else self.len_estimator.accumulator()
-        return HiddenMarkovAccumulatorFactory([e.accumulator() for e in self.estimators], len_acc, self.keys)
+        return HiddenMarkovAccumulator([e.accumulator() for e in self.estimators], len_acc, self.keys)
 
     def encoder(self) -> SequenceEncoder:
         first = self.estimators[0].encoder()

@@ -26,7 +26,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "IgnoredAccumulator",
-    "IgnoredAccumulatorFactory",
     "IgnoredDistribution",
     "IgnoredEncoder",
     "IgnoredEstimator",
@@ -124,9 +123,6 @@ class IgnoredAccumulator(Accumulator):
 
     def make_encoder(self) -> IgnoredEncoder:
         return IgnoredEncoder()
-
-
-IgnoredAccumulatorFactory = IgnoredAccumulator
 
 
 @register_estimator("ignored")

@@ -46,7 +46,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "IntegerCategoricalAccumulator",
-    "IntegerCategoricalAccumulatorFactory",
     "IntegerCategoricalBatch",
     "IntegerCategoricalDistribution",
     "IntegerCategoricalEncoder",
@@ -334,9 +333,6 @@ class IntegerCategoricalAccumulator(Accumulator):
         return (*self.range, self.keys)
 
 
-IntegerCategoricalAccumulatorFactory = IntegerCategoricalAccumulator
-
-
 @register_estimator("integer_categorical")
 @dataclass(eq=False, repr=False)
 class IntegerCategoricalEstimator(Estimator):
@@ -374,8 +370,8 @@ class IntegerCategoricalEstimator(Estimator):
             prior = IntegerCategoricalDistribution(self.suff_stat[0], self.suff_stat[1])
             self.suff_stat = (prior.min_val, prior.p_vec)
 
-    def accumulator_factory(self) -> IntegerCategoricalAccumulatorFactory:
-        return IntegerCategoricalAccumulatorFactory(self.min_val, self.max_val, self.keys)
+    def accumulator_factory(self) -> IntegerCategoricalAccumulator:
+        return IntegerCategoricalAccumulator(self.min_val, self.max_val, self.keys)
 
     def encoder(self) -> IntegerCategoricalEncoder:
         return IntegerCategoricalEncoder(self.min_val, self.max_val)

@@ -36,7 +36,6 @@ from mixle_spark.stats.gaussian import (
 
 __all__ = [
     "LogGaussianAccumulator",
-    "LogGaussianAccumulatorFactory",
     "LogGaussianDistribution",
     "LogGaussianEncoder",
     "LogGaussianEstimator",
@@ -136,9 +135,6 @@ class LogGaussianAccumulator(GaussianAccumulator):
 
     def make_encoder(self) -> LogGaussianEncoder:  # type: ignore[override]
         return LogGaussianEncoder()
-
-
-LogGaussianAccumulatorFactory = LogGaussianAccumulator
 
 
 @register_estimator("log_gaussian")

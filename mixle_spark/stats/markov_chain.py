@@ -86,7 +86,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "MarkovChainAccumulator",
-    "MarkovChainAccumulatorFactory",
     "MarkovChainDistribution",
     "MarkovChainEncoded",
     "MarkovChainEncoder",
@@ -443,9 +442,6 @@ class MarkovChainAccumulator(Accumulator):
         return (self.labels, None if self.len_acc is None else self.len_acc.make(), self.keys)
 
 
-MarkovChainAccumulatorFactory = MarkovChainAccumulator
-
-
 @register_estimator("markov_chain")
 @dataclass(eq=False, repr=False)
 class MarkovChainEstimator(LabelOptions, Estimator):
@@ -478,9 +474,9 @@ class MarkovChainEstimator(LabelOptions, Estimator):
         None, read=lambda v: sorted_labels(vocabulary(v, "MarkovChainEstimator", "labels"))
     )
 
-    def accumulator_factory(self) -> MarkovChainAccumulatorFactory:
+    def accumulator_factory(self) -> MarkovChainAccumulator:
         len_acc = None if self.len_estimator is None else self.len_estimator.accumulator()
-        return MarkovChainAccumulatorFactory(self.vocabulary, len_acc, self.keys)
+        return MarkovChainAccumulator(self.vocabulary, len_acc, self.keys)
 
     def encoder(self) -> MarkovChainEncoder:
         return MarkovChainEncoder(

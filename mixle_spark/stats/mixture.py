@@ -57,7 +57,6 @@ MapFunction = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]
 
 __all__ = [
     "MixtureAccumulator",
-    "MixtureAccumulatorFactory",
     "MixtureDistribution",
     "MixtureEncoder",
     "MixtureEstimator",
@@ -399,9 +398,6 @@ class MixtureAccumulator(Accumulator):
         return ([a.make() for a in self.accumulators], self.keys)
 
 
-MixtureAccumulatorFactory = MixtureAccumulator
-
-
 @register_estimator("mixture")
 @dataclass(eq=False, repr=False)
 class MixtureEstimator(Estimator):
@@ -457,8 +453,8 @@ class MixtureEstimator(Estimator):
         k = len(self.estimators)
         return 10 * k, max(self.init_rows_per_component, 10) * k
 
-    def accumulator_factory(self) -> MixtureAccumulatorFactory:
-        return MixtureAccumulatorFactory([e.accumulator() for e in self.estimators], self.keys)
+    def accumulator_factory(self) -> MixtureAccumulator:
+        return MixtureAccumulator([e.accumulator() for e in self.estimators], self.keys)
 
     def encoder(self) -> MixtureEncoder:
         first = unwrap(self.estimators[0].encoder())

@@ -87,7 +87,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "MultinomialAccumulator",
-    "MultinomialAccumulatorFactory",
     "MultinomialBatch",
     "MultinomialDistribution",
     "MultinomialEncoder",
@@ -363,9 +362,6 @@ class MultinomialAccumulator(Accumulator):
         return (self.labels, None if self.len_acc is None else self.len_acc.make(), self.keys)
 
 
-MultinomialAccumulatorFactory = MultinomialAccumulator
-
-
 @register_estimator("multinomial")
 @dataclass(eq=False, repr=False)
 class MultinomialEstimator(LabelOptions, Estimator):
@@ -417,9 +413,9 @@ class MultinomialEstimator(LabelOptions, Estimator):
         if self.labels is not None:
             self.labels = sorted_labels((*self.labels, *(self.suff_stat or ())))
 
-    def accumulator_factory(self) -> MultinomialAccumulatorFactory:
+    def accumulator_factory(self) -> MultinomialAccumulator:
         len_acc = None if self.len_estimator is None else self.len_estimator.accumulator()
-        return MultinomialAccumulatorFactory(self.vocabulary, len_acc, self.keys)
+        return MultinomialAccumulator(self.vocabulary, len_acc, self.keys)
 
     def encoder(self) -> MultinomialEncoder:
         len_encoder = None if self.len_estimator is None else self.len_estimator.encoder()

@@ -45,7 +45,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "MultivariateGaussianAccumulator",
-    "MultivariateGaussianAccumulatorFactory",
     "MultivariateGaussianDistribution",
     "MultivariateGaussianEncoder",
     "MultivariateGaussianEstimator",
@@ -177,9 +176,6 @@ class MultivariateGaussianAccumulator(MomentAccumulator):
     diagonal = False
 
     encoder_class = MultivariateGaussianEncoder
-
-
-MultivariateGaussianAccumulatorFactory = MultivariateGaussianAccumulator
 
 
 @register_estimator("multivariate_gaussian")

@@ -58,7 +58,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "NegativeBinomialAccumulator",
-    "NegativeBinomialAccumulatorFactory",
     "NegativeBinomialDistribution",
     "NegativeBinomialEncoder",
     "NegativeBinomialEstimator",
@@ -246,9 +245,6 @@ class NegativeBinomialAccumulator(Accumulator):
         return self
 
     encoder_class = NegativeBinomialEncoder
-
-
-NegativeBinomialAccumulatorFactory = NegativeBinomialAccumulator
 
 
 def prior_histogram(r0: float, p0: float) -> tuple[np.ndarray, np.ndarray]:

@@ -45,7 +45,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "OptionalAccumulator",
-    "OptionalAccumulatorFactory",
     "OptionalDistribution",
     "OptionalEncoded",
     "OptionalEncoder",
@@ -346,9 +345,6 @@ class OptionalAccumulator(Accumulator):
         return (self.child.make(), self.keys)
 
 
-OptionalAccumulatorFactory = OptionalAccumulator
-
-
 @register_estimator("optional")
 @dataclass(eq=False, repr=False)
 class OptionalEstimator(Estimator):
@@ -373,8 +369,8 @@ class OptionalEstimator(Estimator):
     name: str | None = None
     keys: str | None = None
 
-    def accumulator_factory(self) -> OptionalAccumulatorFactory:
-        return OptionalAccumulatorFactory(self.estimator.accumulator(), self.keys)
+    def accumulator_factory(self) -> OptionalAccumulator:
+        return OptionalAccumulator(self.estimator.accumulator(), self.keys)
 
     def estimate(self, nobs: float | None, value: Any) -> OptionalDistribution:
         missing, present, child_value = value

@@ -28,7 +28,6 @@ from mixle_spark.stats.base import register_distribution, register_estimator
 
 __all__ = [
     "PoissonAccumulator",
-    "PoissonAccumulatorFactory",
     "PoissonDistribution",
     "PoissonEncoder",
     "PoissonEstimator",
@@ -102,9 +101,6 @@ class PoissonAccumulator(SumAccumulator):
 
     def values(self, enc: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         return enc[0]
-
-
-PoissonAccumulatorFactory = PoissonAccumulator
 
 
 @register_estimator("poisson")

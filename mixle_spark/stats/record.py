@@ -41,7 +41,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "RecordAccumulator",
-    "RecordAccumulatorFactory",
     "RecordDistribution",
     "RecordEncoder",
     "RecordEstimator",
@@ -261,9 +260,6 @@ class RecordAccumulator(ProductAccumulator):
         )
 
 
-RecordAccumulatorFactory = RecordAccumulator
-
-
 @register_estimator("record")
 @dataclass(eq=False, repr=False)
 class RecordEstimator(Estimator):
@@ -285,8 +281,8 @@ class RecordEstimator(Estimator):
     def check(self) -> None:
         self.fields = _check_fields(self.fields, "RecordEstimator", Estimator)
 
-    def accumulator_factory(self) -> RecordAccumulatorFactory:
-        return RecordAccumulatorFactory(
+    def accumulator_factory(self) -> RecordAccumulator:
+        return RecordAccumulator(
             [e.accumulator() for e in self.fields.values()], list(self.fields), self.keys
         )
 

@@ -45,7 +45,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "SequenceAccumulator",
-    "SequenceAccumulatorFactory",
     "SequenceDistribution",
     "SequenceEncoded",
     "SequenceEncoder",
@@ -418,9 +417,6 @@ class SequenceAccumulator(Accumulator):
         return (self.child.make(), None if self.len_acc is None else self.len_acc.make(), self.keys)
 
 
-SequenceAccumulatorFactory = SequenceAccumulator
-
-
 @register_estimator("sequence")
 @dataclass(eq=False, repr=False)
 class SequenceEstimator(Estimator):
@@ -441,9 +437,9 @@ class SequenceEstimator(Estimator):
     name: str | None = None
     keys: str | None = None
 
-    def accumulator_factory(self) -> SequenceAccumulatorFactory:
+    def accumulator_factory(self) -> SequenceAccumulator:
         len_acc = None if self.len_estimator is None else self.len_estimator.accumulator()
-        return SequenceAccumulatorFactory(self.estimator.accumulator(), len_acc, self.keys)
+        return SequenceAccumulator(self.estimator.accumulator(), len_acc, self.keys)
 
     def estimate(self, nobs: float | None, value: Any) -> SequenceDistribution:
         row_weight, element_weight, child_value, len_value = value

@@ -67,7 +67,6 @@ from mixle_spark.stats.gaussian import shift_moments
 
 __all__ = [
     "StudentTAccumulator",
-    "StudentTAccumulatorFactory",
     "StudentTDistribution",
     "StudentTEncoder",
     "StudentTEstimator",
@@ -285,9 +284,6 @@ class StudentTAccumulator(Accumulator):
         return self
 
     encoder_class = StudentTEncoder
-
-
-StudentTAccumulatorFactory = StudentTAccumulator
 
 
 @register_estimator("student_t")

@@ -42,7 +42,6 @@ from mixle_spark.stats.base import (
 
 __all__ = [
     "VonMisesAccumulator",
-    "VonMisesAccumulatorFactory",
     "VonMisesDistribution",
     "VonMisesEncoder",
     "VonMisesEstimator",
@@ -235,9 +234,6 @@ class VonMisesAccumulator(FeatureSumAccumulator):
     features = 2
 
     encoder_class = VonMisesEncoder
-
-
-VonMisesAccumulatorFactory = VonMisesAccumulator
 
 
 @register_estimator("von_mises")

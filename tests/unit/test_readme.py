@@ -37,3 +37,18 @@ def test_readme_jobs_section_names_every_em_fit_option() -> None:
 def test_readme_first_screen_shows_the_two_commands() -> None:
     first_screen = "\n".join(README.read_text().splitlines()[:20])
     assert "make demo" in first_screen and "make test" in first_screen
+
+
+def test_the_package_table_names_every_family() -> None:
+    """The README's one-line family list (the package table's `mixle_spark.stats` row) names every
+    distribution class the package exports."""
+    from mixle_spark import stats
+
+    row = next(line for line in README.read_text().splitlines() if line.startswith("| `mixle_spark.stats` |"))
+    families = {
+        name[: -len("Distribution")]
+        for name in stats.__all__
+        if name.endswith("Distribution") and name != "Distribution"
+    }
+    missing = sorted(f for f in families if not re.search(rf"\b{f}\b", row))
+    assert missing == []
