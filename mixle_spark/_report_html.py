@@ -72,3 +72,12 @@ def _numeric_array(value: Any) -> np.ndarray | None:
     except ValueError:  # ragged nesting: not a vector or matrix
         return None
     return array if array.dtype.kind in "iuf" and array.ndim in (1, 2) else None
+
+
+def _posteriors(model: Any, sample: Any) -> np.ndarray | None:
+    """The sample rows' posterior probabilities over the components (rows x components), computed
+    once for every section that shows them; None without a sample or for a model that is not a mixture."""
+    predict_proba = getattr(model, "predict_proba", None)
+    if sample is None or predict_proba is None:
+        return None
+    return np.asarray(predict_proba(sample))

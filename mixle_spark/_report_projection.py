@@ -15,13 +15,15 @@ from mixle_spark._report_html import PLOT_HINT, _length, _note, _num, _numeric_a
 from mixle_spark.stats.base import Distribution
 
 
-def _projection(model: Distribution, sample: Any, figure_class: Any) -> str:
+def _projection(model: Distribution, sample: Any, proba: np.ndarray | None, figure_class: Any) -> str:
+    """The projection of ``sample`` coloured by the most probable component (``proba``: the sample's
+    posteriors, None for a model that is not a mixture)."""
     heading = "2-D projection of the sample"
     if sample is None:
         return _section("projection", heading, _note("Skipped: no sample was given."))
     fields = _modelled_numeric(model)
     matrix, names = _numeric_columns(sample)
-    labels, n_labels, proba = _assignments(model, sample)
+    labels, n_labels = _assignments(sample, proba)
     filled = 0
     if fields is not None:  # a record: the model's numeric fields, in the model's own scale
         if not fields:
@@ -161,14 +163,12 @@ def _modelled_columns(
     return np.hstack(blocks), shown, np.hstack(means)
 
 
-def _assignments(model: Distribution, sample: Any) -> tuple[np.ndarray, int, np.ndarray | None]:
-    """The most probable component of every sample row (zeros for a model that is not a mixture),
-    the number of components and the posterior probabilities (None for a model that is not a mixture)."""
-    predict_proba = getattr(model, "predict_proba", None)
-    if predict_proba is None:
-        return np.zeros(_length(sample), dtype=np.int64), 1, None
-    proba = np.asarray(predict_proba(sample))
-    return np.argmax(proba, axis=1).astype(np.int64), int(proba.shape[1]), proba
+def _assignments(sample: Any, proba: np.ndarray | None) -> tuple[np.ndarray, int]:
+    """The most probable component of every sample row (zeros for a model that is not a mixture) and
+    the number of components."""
+    if proba is None:
+        return np.zeros(_length(sample), dtype=np.int64), 1
+    return np.argmax(proba, axis=1).astype(np.int64), int(proba.shape[1])
 
 
 def _numeric_columns(sample: Any) -> tuple[np.ndarray, list[str]]:

@@ -9,7 +9,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mixle_spark._report_html import _bar, _esc, _Html, _length, _note, _section, _table
+import numpy as np
+
+from mixle_spark._report_html import _bar, _esc, _Html, _note, _section, _table
 from mixle_spark.profile import CERTAINTY_BINS, assignment_summary, segment_profile
 from mixle_spark.stats.base import Distribution
 
@@ -17,15 +19,15 @@ _LABELS_SHOWN = 12
 """Labels a categorical cell lists before the rest fold under "show all"."""
 
 
-def _segments(model: Distribution, sample: Any, info: Mapping[str, Any]) -> str:
-    """Each component's fields in the data's units, side by side, with sizes and certainty."""
+def _segments(model: Distribution, proba: np.ndarray | None, info: Mapping[str, Any]) -> str:
+    """Each component's fields in the data's units, side by side, with sizes and certainty (over the
+    whole table when ``info`` has them, else over the sample whose posteriors ``proba`` are)."""
     heading = "Segment profiles"
     profile = info.get("segments")
     if profile is None or profile.get("assignments") is None:  # sizes from the sample, said so
         assignments = None
-        if sample is not None and hasattr(model, "predict_proba") and _length(sample) > 0:
-            n = _length(sample)
-            assignments = assignment_summary(model.predict_proba(sample), f"a sample of {n:,} rows")
+        if proba is not None and len(proba) > 0:
+            assignments = assignment_summary(proba, f"a sample of {len(proba):,} rows")
         profile = segment_profile(model, assignments)
     comps, rows = profile["components"], profile["fields"]
     parts = [_sizes(comps, profile.get("assignments"))]

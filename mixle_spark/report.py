@@ -28,12 +28,22 @@ from typing import Any
 import numpy as np
 
 from mixle_spark import _report_figures as figures
-from mixle_spark._report_html import PLOT_HINT, _esc, _Html, _note, _num, _numeric_array, _section, _table
+from mixle_spark._report_html import (
+    PLOT_HINT,
+    _esc,
+    _Html,
+    _note,
+    _num,
+    _numeric_array,
+    _posteriors,
+    _section,
+    _table,
+)
 from mixle_spark._report_projection import _projection
 from mixle_spark._report_segments import _segments
 from mixle_spark._version import __version__
 from mixle_spark.stats.base import Distribution
-from mixle_spark.summary import TIMINGS, count_free_parameters, information_criteria
+from mixle_spark.summary import count_free_parameters, information_criteria, labelled_timings
 
 __all__ = ["PLOT_HINT", "SECTIONS", "describe_parameters", "report_html", "write_report"]
 
@@ -127,15 +137,16 @@ def report_html(
     figure_class = figures.load_matplotlib()
     title = title or f"mixle_spark fit report: {_family(spec)}"
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    proba = _posteriors(model, sample)
     body = "\n".join(
         [
             _overview(model, spec, history, info),
             _model_selection(info, figure_class),
-            _segments(model, sample, info),
+            _segments(model, proba, info),
             _log_likelihood(history, figure_class),
             _weights(spec, figure_class),
             _parameters(spec),
-            _projection(model, sample, figure_class),
+            _projection(model, sample, proba, figure_class),
         ]
     )
     hint = "" if figure_class is not None else _note(PLOT_HINT)
@@ -216,8 +227,7 @@ def _overview(
     timings = dict(info.get("timings") or {})
     if not timings and result is not None:
         timings = {"em": result.seconds}
-    ordered = [key for key in TIMINGS if key in timings] + [key for key in timings if key not in TIMINGS]
-    facts += [(f"time: {TIMINGS.get(key, key)}", f"{_num(timings[key], 4)} s") for key in ordered]
+    facts += [(f"time: {label}", f"{_num(seconds, 4)} s") for label, seconds in labelled_timings(timings)]
     facts += [("warning", w) for w in info.get("warnings") or []]
     return _section("overview", "Overview", _table(["", "value"], facts))
 

@@ -13,6 +13,7 @@ from typing import Any
 from mixle_spark._frames import frame_engine
 from mixle_spark.parallel.backends._scoring import BatchScorer
 from mixle_spark.stats.base import Distribution
+from mixle_spark.stats.mixture import MixtureDistribution
 
 __all__ = ["assignment_counts", "score"]
 
@@ -83,9 +84,9 @@ def assignment_counts(model: Distribution, data: Any, *, column: str | None = No
     """
     from mixle_spark.profile import CERTAINTY_BINS, assignment_summary, merge_assignments
 
-    if not hasattr(model, "predict_proba"):
+    if not isinstance(model, MixtureDistribution):
         return None
-    k = len(model.to_dict()["w"])
+    k = model.num_components
     engine = frame_engine(data)
     basis = "the whole table"
     if engine == "spark":
@@ -127,5 +128,5 @@ def assignment_counts(model: Distribution, data: Any, *, column: str | None = No
         batches = (data.iloc[i : i + _ARROW_BATCH_ROWS] for i in range(0, len(data), _ARROW_BATCH_ROWS))
     else:
         return None
-    parts = [assignment_summary(model.predict_proba(b), basis) for b in batches if len(b)]  # type: ignore[attr-defined]
+    parts = [assignment_summary(model.predict_proba(b), basis) for b in batches if len(b)]
     return merge_assignments(parts, basis) if parts else None

@@ -14,6 +14,7 @@ __all__ = [
     "count_free_parameters",
     "describe_model",
     "information_criteria",
+    "labelled_timings",
     "parameters_warning",
     "timings_line",
 ]
@@ -37,15 +38,24 @@ the final scoring pass, ``scoring`` the hard assignment of every row for the seg
 ``report`` writing the report, ``total`` all of it. A fit that has no such step leaves its key out."""
 
 
+def labelled_timings(timings: Mapping[str, float]) -> list[tuple[str, float]]:
+    """``(label, seconds)`` of ``timings`` in the vocabulary's order and labels; keys outside it
+    (an older summary's) follow under their own names.
+
+    >>> labelled_timings({"total": 3.0, "encode": 1.25, "em": 1.5})
+    [('encode', 1.25), ('EM iterations', 1.5), ('total', 3.0)]
+    """
+    known = [(label, timings[key]) for key, label in TIMINGS.items() if key in timings]
+    return known + [(key, value) for key, value in timings.items() if key not in TIMINGS]
+
+
 def timings_line(timings: Mapping[str, float]) -> str:
     """``timings`` in the vocabulary's order and labels, one line: ``"read 0.4s, encode 1.2s, ..."``.
 
     >>> timings_line({"total": 3.0, "encode": 1.25, "em": 1.5})
     'encode 1.2s, EM iterations 1.5s, total 3.0s'
     """
-    known = [f"{label} {timings[key]:.1f}s" for key, label in TIMINGS.items() if key in timings]
-    other = [f"{key} {value:.1f}s" for key, value in timings.items() if key not in TIMINGS]
-    return ", ".join(known + other)
+    return ", ".join(f"{label} {seconds:.1f}s" for label, seconds in labelled_timings(timings))
 
 
 def _number(v: Any) -> str:

@@ -256,18 +256,26 @@ def path_dataset(path: str) -> Any:
     return pads.dataset(list(plan.files), format="parquet")
 
 
+def _drawn_rows(n: int) -> Any:
+    """``REPORT_SAMPLE_ROWS`` of ``n`` row numbers (all of them when fewer) drawn at random, in order."""
+    import numpy as np
+
+    return np.sort(np.random.default_rng(0).choice(n, size=min(n, REPORT_SAMPLE_ROWS), replace=False))
+
+
 def report_sample(data: Any, rows: float) -> Any:
     """About ``REPORT_SAMPLE_ROWS`` input rows drawn uniformly at random (a pyarrow Table, or pandas)
     for the report's projection: every row equally likely, so each segment keeps its share (the first
-    rows of a table sorted by anything would not). ``rows``: the table's row count (from the fit)."""
-    fraction = min(1.0, REPORT_SAMPLE_ROWS / rows) if rows > 0 else 1.0
-    if isinstance(data, str):  # the path SPMD processes read: only the drawn rows are read here
-        import numpy as np
+    rows of a table sorted by anything would not). ``rows``: the table's row count (from the fit).
+    ``data`` as the job holds it, or the ``pyarrow.dataset.Dataset`` of an SPMD path
+    (:func:`path_dataset`)."""
+    import pyarrow.dataset as pads
 
-        dataset = path_dataset(data)
-        n = dataset.count_rows()
-        take = np.sort(np.random.default_rng(0).choice(n, size=min(n, REPORT_SAMPLE_ROWS), replace=False))
-        return dataset.take(take)
+    fraction = min(1.0, REPORT_SAMPLE_ROWS / rows) if rows > 0 else 1.0
+    if isinstance(data, str):  # the path SPMD processes read
+        data = path_dataset(data)
+    if isinstance(data, pads.Dataset):  # only the drawn rows are read here
+        return data.take(_drawn_rows(data.count_rows()))
     engine = frame_engine(data)
     if engine == "dask":  # only the drawn rows reach the client
         import pyarrow as pa
@@ -279,11 +287,7 @@ def report_sample(data: Any, rows: float) -> Any:
     if hasattr(data, "sample"):  # a Spark DataFrame: only the drawn rows reach the driver
         drawn = data.sample(fraction=fraction, seed=0)
         return drawn.toArrow() if hasattr(drawn, "toArrow") else drawn.toPandas()
-    import numpy as np
-
-    n = data.num_rows
-    take = np.sort(np.random.default_rng(0).choice(n, size=min(n, REPORT_SAMPLE_ROWS), replace=False))
-    return data.take(take)
+    return data.take(_drawn_rows(data.num_rows))
 
 
 def fit_model(
@@ -362,7 +366,7 @@ def fit_model(
     if out is None or not out.written:
         coord.say(first)  # quiet, or no progress line yet: after the fit, not before its checks
     _say_resumed(model, out, extra_options, coord)
-    seeding = float(getattr(model.fit_result, "seeding_seconds", 0.0))
+    seeding = model.fit_result.seeding_seconds
     timings = {"encode": t1 - t0, "seeding": seeding, "em": time.perf_counter() - t1 - seeding}
     return model, ll, timings, _report_warnings(caught, coord), found
 
@@ -498,15 +502,16 @@ def write_outputs(
     assignments, page = None, None
     if args.report:
         t0 = time.perf_counter()
-        assignments = assignment_counts(model, path_dataset(data) if isinstance(data, str) else data)
+        source = path_dataset(data) if isinstance(data, str) else data  # an SPMD path: planned once
+        assignments = assignment_counts(model, source)
         timings["scoring"] = time.perf_counter() - t0
     summary["segments"] = segment_profile(model, assignments)
-    summary["timings"] = timings
+    summary["timings"] = timings  # the dict the report reads: total and report are added below
     if args.report:
         from mixle_spark import report
 
         t0 = time.perf_counter()
-        sample = report_sample(data, float(summary["rows"]))
+        sample = report_sample(source, float(summary["rows"]))
         page = report.report_html(model, sample=sample, summary=summary)
         timings["report"] = time.perf_counter() - t0
     with atomic_directory(Path(args.output), args.overwrite, FIT_OUTPUT) as staging:
@@ -515,7 +520,6 @@ def write_outputs(
         if page is not None:
             (staging / "report.html").write_text(page, encoding="utf-8")
         timings["total"] = time.perf_counter() - t_start
-        summary["timings"] = timings
         summary["started_at"] = started_at
         summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         (staging / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
