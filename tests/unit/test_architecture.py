@@ -234,8 +234,9 @@ def test_handles_are_checked_by_isinstance_against_the_protocols() -> None:
 
 def test_a_fit_loads_no_planning_or_training_code() -> None:
     """Backends are registered by name and imported on first use, and ``mixle_spark.parallel``
-    resolves its names lazily: a fit (and the Spark backend, the job, the ML wrapper) loads none of
-    the planning or training modules; every public name still resolves, to the module it comes from."""
+    resolves its names lazily: a fit, threaded or not (and the Spark backend, the job, the ML wrapper)
+    loads none of the planning or training modules; every public name still resolves, to the module it
+    comes from."""
     import subprocess
     import sys
 
@@ -247,6 +248,7 @@ from mixle_spark.stats import GaussianEstimator, MixtureEstimator
 import mixle_spark.parallel.backends.spark, mixle_spark.cli.fit, mixle_spark.ml
 x = list(np.random.default_rng(0).normal(size=300))
 optimize(x, MixtureEstimator([GaussianEstimator()] * 2), max_its=2, delta=None)
+optimize(x, MixtureEstimator([GaussianEstimator()] * 3), max_its=2, delta=None, backend="model_parallel")
 advisory = ("mixle_spark.parallel.planning", "mixle_spark.parallel.training")
 print(sorted(m for m in sys.modules if m.startswith(advisory)))
 import importlib

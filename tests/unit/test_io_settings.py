@@ -9,6 +9,7 @@ import pytest
 
 from mixle_spark import io
 from mixle_spark.errors import UnknownNameError
+from mixle_spark.io._tables import _local_format
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,16 +96,16 @@ def test_local_format_detection(tmp_path: Path) -> None:
     (tmp_path / "csvs" / "part-0.csv.gz").write_bytes(b"")
     (tmp_path / "empty").mkdir()
     (tmp_path / "notes.txt").write_text("")
-    assert io._local_format(tmp_path / "delta") == "delta"
-    assert io._local_format(tmp_path / "pq") == "parquet"
-    assert io._local_format(tmp_path / "csvs") == "csv"
-    assert io._local_format(Path("x.jsonl")) == "json"
+    assert _local_format(tmp_path / "delta") == "delta"
+    assert _local_format(tmp_path / "pq") == "parquet"
+    assert _local_format(tmp_path / "csvs") == "csv"
+    assert _local_format(Path("x.jsonl")) == "json"
     with pytest.raises(FileNotFoundError, match=r"empty: no data files in this directory"):
-        io._local_format(tmp_path / "empty")
+        _local_format(tmp_path / "empty")
     with pytest.raises(
         UnknownNameError, match=r"unknown table file suffix .*'\.txt'; expected one of: .*\.csv"
     ):
-        io._local_format(tmp_path / "notes.txt")
+        _local_format(tmp_path / "notes.txt")
 
 
 def test_unknown_format_and_mode_are_named() -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.parallel._model_tree import threaded_nodes
 from mixle_spark.stats._product import ProductAccumulator
 from mixle_spark.stats.base import (
     Accumulator,
@@ -89,9 +90,7 @@ def _units(model: Distribution) -> list[Distribution]:
 def threaded_node_ids(model: Distribution, num_workers: int | None) -> frozenset[int]:
     """Which nodes of ``model`` to thread (ids of the distribution objects): those of greatest
     benefit ``total - max(largest unit, total / P)``
-    (see :mod:`mixle_spark.parallel.planning.model_decomposition`)."""
-    from mixle_spark.parallel.planning.model_decomposition import threaded_nodes
-
+    (see :mod:`mixle_spark.parallel._model_tree`)."""
     return frozenset(id(node) for node in threaded_nodes(model, _workers(num_workers)))
 
 

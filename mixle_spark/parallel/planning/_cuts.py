@@ -7,19 +7,12 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.parallel._model_tree import check_positive_int
+
 __all__ = ["check_positive_int", "cost_balanced_cuts", "min_known_memory", "resource_devices"]
 
 
 # --- validation shared with balance.py ------------------------------------------------------------
-def check_positive_int(value: Any, name: str, where: str, *, allow_none: bool) -> None:
-    """Raise ``ValueError`` naming ``where``, ``name`` and ``value`` unless it is a positive int."""
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        expected = "None or a positive integer" if allow_none else "a positive integer"
-        raise ValueError(f"{where}: {name} must be {expected}, got {value!r}")
-
-
 def resource_devices(resources: Any, where: str) -> tuple[Any, ...]:
     """``resources.devices`` as a tuple; ``TypeError`` unless there is at least one device."""
     devices = tuple(getattr(resources, "devices", ()) or ())

@@ -26,26 +26,36 @@ are registered below and unknown families fall back to a reflective scan of thei
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
-import numpy as np
-
-from mixle_spark.parallel.planning._cuts import (
+from mixle_spark.parallel._model_tree import (
+    DecompositionAxis,
+    ParallelAxisKind,
+    Reduction,
+    _attributes,
+    _join,
+    _named_children,
+    _own_work,
+    _walk_unique,
+    axis_benefit,
+    axis_nodes,
+    axis_reduction,
     check_positive_int,
+    cost_children,
+    parallel_units,
+    register_decomposition,
+    subtree_work,
+    threaded_nodes,
+    tied_best,
+)
+from mixle_spark.parallel.planning._cuts import (
     cost_balanced_cuts,
     min_known_memory,
     resource_devices,
 )
 from mixle_spark.parallel.planning._sizing import estimate_nbytes
 from mixle_spark.stats.base import Distribution
-from mixle_spark.stats.composite import CompositeDistribution
-from mixle_spark.stats.mixture import MixtureDistribution
-from mixle_spark.stats.optional import OptionalDistribution
-from mixle_spark.stats.record import RecordDistribution
-from mixle_spark.stats.sequence import SequenceDistribution
 
 __all__ = [
     "AxisCandidate",
@@ -72,156 +82,8 @@ __all__ = [
     "tree_axes",
 ]
 
-_TIE_RTOL = 1e-9
-
-
-class DecompositionAxis(str, Enum):
-    """The axis along which a node's children are independent units (a ``str``, like a StrEnum)."""
-
-    NONE = "none"
-    COMPONENT = "component"
-    FACTOR = "factor"
-    SEQUENCE = "sequence"
-    STATE = "state"
-    TOPIC = "topic"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-ParallelAxisKind = DecompositionAxis
-"""Alias of :class:`DecompositionAxis`."""
-
-
-class Reduction(str, Enum):
-    """How the per-unit results of a split axis are combined."""
-
-    SUM = "sum"
-    LOGSUMEXP_RESPONSIBILITY = "logsumexp_responsibility"
-    REPLICATE = "replicate"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-def axis_reduction(axis: DecompositionAxis) -> Reduction:
-    """The reduction that recombines units of ``axis``: responsibilities for latent-choice axes
-    (COMPONENT, STATE, TOPIC), a sum of log-densities for FACTOR and SEQUENCE, REPLICATE for NONE."""
-    if axis is DecompositionAxis.NONE:
-        return Reduction.REPLICATE
-    latent = axis in (DecompositionAxis.COMPONENT, DecompositionAxis.STATE, DecompositionAxis.TOPIC)
-    return Reduction.LOGSUMEXP_RESPONSIBILITY if latent else Reduction.SUM
-
-
-# --- the family registry ---------------------------------------------------------------------------
-NamedChildren = Callable[[Any], Sequence[tuple[str, Any]]]
-_RULES: dict[type, tuple[NamedChildren, DecompositionAxis]] = {}
-
-
-def register_decomposition(
-    cls: type, children: NamedChildren, axis: DecompositionAxis = DecompositionAxis.NONE
-) -> None:
-    """Declare how a distribution family decomposes.
-
-    Parameters
-    ----------
-    cls : type
-        The distribution class (subclasses inherit the rule).
-    children : callable
-        ``children(dist)`` returns the owned child distributions as ``(role, child)`` pairs, in order;
-        the role names the child in paths (``"components/2"``, ``"fields/age"``).
-    axis : DecompositionAxis
-        The axis along which *all* children are independent units, or NONE when the node is a wrapper
-        that cannot be split (its children are still costed and searched).
-    """
-    if not isinstance(cls, type):
-        raise TypeError(f"register_decomposition: expected a class, got {cls!r}")
-    _RULES[cls] = (children, DecompositionAxis(axis))
-
-
-def _rule_for(dist: Any) -> tuple[NamedChildren, DecompositionAxis] | None:
-    return next((_RULES[k] for k in type(dist).__mro__ if k in _RULES), None)
-
-
-def _indexed(role: str, items: Sequence[Any]) -> list[tuple[str, Any]]:
-    return [(f"{role}/{i}", c) for i, c in enumerate(items)]
-
-
-register_decomposition(
-    MixtureDistribution, lambda d: _indexed("components", d.components), DecompositionAxis.COMPONENT
-)
-register_decomposition(
-    RecordDistribution, lambda d: [(f"fields/{k}", v) for k, v in d.fields.items()], DecompositionAxis.FACTOR
-)
-register_decomposition(
-    CompositeDistribution, lambda d: _indexed("components", d.components), DecompositionAxis.FACTOR
-)
-register_decomposition(OptionalDistribution, lambda d: [("dist", d.dist)])
-register_decomposition(
-    SequenceDistribution,
-    lambda d: [("dist", d.dist)] + ([] if d.len_dist is None else [("len_dist", d.len_dist)]),
-)
-
-_NOT_PARAMETERS = frozenset({"fit_result"})  # bookkeeping set by optimize, not model state
-
-
-def _attributes(dist: Any) -> Iterator[tuple[str, Any]]:
-    for name, value in getattr(dist, "__dict__", {}).items():
-        if name not in _NOT_PARAMETERS:
-            yield name, value
-
-
-def _reflected_children(dist: Any) -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    for name, value in _attributes(dist):
-        if isinstance(value, Distribution):
-            out.append((name, value))
-        elif isinstance(value, (list, tuple)):
-            out.extend((f"{name}/{i}", v) for i, v in enumerate(value) if isinstance(v, Distribution))
-        elif isinstance(value, dict):
-            out.extend((f"{name}/{k}", v) for k, v in value.items() if isinstance(v, Distribution))
-    return out
-
-
-def _named_children(dist: Any) -> list[tuple[str, Any]]:
-    rule = _rule_for(dist)
-    pairs = rule[0](dist) if rule is not None else _reflected_children(dist)
-    return [(role, child) for role, child in pairs if child is not None]
-
-
-def cost_children(dist: Any) -> tuple[Any, ...]:
-    """All child distributions a node owns (mixture components, record fields in order, composite
-    components, the optional's child, a sequence's element and length distributions); for an
-    unregistered family, every attribute that is a Distribution or a list/tuple/dict of them."""
-    return tuple(child for _, child in _named_children(dist))
-
-
-def parallel_units(dist: Any) -> tuple[DecompositionAxis, tuple[Any, ...]]:
-    """``(axis, units)`` when ``dist`` can be split into independent units, else ``(NONE, ())``.
-
-    A mixture splits along COMPONENT (reduction LOGSUMEXP_RESPONSIBILITY), a record or composite along
-    FACTOR (reduction SUM); wrappers and leaves do not split."""
-    rule = _rule_for(dist)
-    if rule is None or rule[1] is DecompositionAxis.NONE:
-        return DecompositionAxis.NONE, ()
-    return rule[1], cost_children(dist)
-
 
 # --- sizing ---------------------------------------------------------------------------------------
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
-
-
-def _own_work(dist: Any) -> float:
-    work = 1.0
-    for _, value in _attributes(dist):
-        if isinstance(value, np.ndarray):
-            work += float(value.size)
-        elif _is_number(value):
-            work += 1.0
-    return work
-
-
 def _own_bytes(dist: Any) -> int:
     """Bytes of the node's own attributes (strict: an opaque attribute raises), children excluded."""
     total = 0
@@ -234,21 +96,6 @@ def _own_bytes(dist: Any) -> int:
         elif not isinstance(value, Distribution):
             total += estimate_nbytes(value)
     return total
-
-
-def _walk_unique(dist: Any, seen: set[int]) -> Iterator[Any]:
-    if id(dist) in seen:
-        return
-    seen.add(id(dist))
-    yield dist
-    for child in cost_children(dist):
-        yield from _walk_unique(child, seen)
-
-
-def subtree_work(dist: Any) -> float:
-    """FLOP proxy of scoring one row: over the subtree, ``1 + #array elements + #numeric scalar
-    attributes`` per node, with a subtree shared by several parents counted once."""
-    return float(sum(_own_work(node) for node in _walk_unique(dist, set())))
 
 
 def subtree_bytes(dist: Any) -> int:
@@ -276,10 +123,6 @@ class NodeSize:
     own_work: float
     subtree_work: float
     children: tuple[NodeSize, ...] = ()
-
-
-def _join(path: str, role: str) -> str:
-    return f"{path.rstrip('/')}/{role}"
 
 
 def size_model_tree(dist: Any, path: str = "/") -> NodeSize:
@@ -339,38 +182,24 @@ class AxisCandidate:
     def benefit(self, num_workers: int | None = None) -> float:
         """Serial work removed by running the units on ``min(num_workers, num_units)`` workers (all
         units when ``num_workers`` is None); a unit cannot be split, so the heaviest one bounds it."""
-        p = self.num_units if num_workers is None else max(1, min(int(num_workers), self.num_units))
-        return self.total_work - max(max(self.unit_works), self.total_work / p)
+        return axis_benefit(self.unit_works, num_workers)
 
 
 def tree_axes(dist: Any) -> tuple[AxisCandidate, ...]:
     """Every node anywhere in the tree with at least 2 units, in pre-order (root first)."""
-    out: list[AxisCandidate] = []
-    seen: set[int] = set()
-
-    def walk(node: Any, path: str) -> None:
-        if id(node) in seen:
-            return
-        seen.add(id(node))
-        axis, units = parallel_units(node)
-        if axis is not DecompositionAxis.NONE and len(units) >= 2:
-            out.append(
-                AxisCandidate(
-                    path=path,
-                    node_id=id(node),
-                    family=type(node).__name__,
-                    axis=axis,
-                    reduction=axis_reduction(axis),
-                    unit_works=tuple(subtree_work(u) for u in units),
-                    unit_bytes=tuple(subtree_bytes(u) for u in units),
-                    node=node,
-                )
-            )
-        for role, child in _named_children(node):
-            walk(child, _join(path, role))
-
-    walk(dist, "/")
-    return tuple(out)
+    return tuple(
+        AxisCandidate(
+            path=path,
+            node_id=id(node),
+            family=type(node).__name__,
+            axis=axis,
+            reduction=axis_reduction(axis),
+            unit_works=tuple(subtree_work(u) for u in units),
+            unit_bytes=tuple(subtree_bytes(u) for u in units),
+            node=node,
+        )
+        for path, node, axis, units in axis_nodes(dist)
+    )
 
 
 def best_parallel_axis(dist: Any, num_workers: int | None = None) -> AxisCandidate | None:
@@ -384,22 +213,11 @@ def best_parallel_axis(dist: Any, num_workers: int | None = None) -> AxisCandida
 
 
 def threaded_axes(dist: Any, num_workers: int | None = None) -> tuple[AxisCandidate, ...]:
-    """Every axis tied at the maximum benefit within 1e-9 relative; empty when that benefit is <= 0."""
+    """Every axis tied at the maximum benefit within 1e-9 relative; empty when that benefit is <= 0
+    (the candidates of :func:`~mixle_spark.parallel._model_tree.threaded_nodes`, with their bytes)."""
     check_positive_int(num_workers, "num_workers", "threaded_axes", allow_none=True)
     candidates = tree_axes(dist)
-    if not candidates:
-        return ()
-    benefits = [c.benefit(num_workers) for c in candidates]
-    best = max(benefits)
-    if best <= 0.0:
-        return ()
-    return tuple(c for c, b in zip(candidates, benefits, strict=True) if best - b <= _TIE_RTOL * abs(best))
-
-
-def threaded_nodes(dist: Any, num_workers: int | None = None) -> tuple[Any, ...]:
-    """The distribution objects of :func:`threaded_axes`: the nodes an in-process fold with
-    ``num_workers`` threads (None: one per unit) threads; below them it recurses serially."""
-    return tuple(c.node for c in threaded_axes(dist, num_workers))
+    return tuple(candidates[i] for i in tied_best([c.benefit(num_workers) for c in candidates]))
 
 
 # --- the decision ---------------------------------------------------------------------------------
