@@ -1,8 +1,9 @@
-"""Model families: each module holds one family's Distribution, Estimator, Accumulator (its own
-factory, or a factory class), Encoder and Sampler, and lists them in its ``__all__``; importing this
-package registers them all and re-exports every family's names (``__all__`` is what the star
-imports bring, with the base contracts and the ``...AccumulatorFactory`` names of earlier releases,
-kept in :mod:`mixle_spark.stats._aliases`)."""
+"""Model families: each module holds one family's Distribution (which also draws samples, through
+the one generic :class:`~mixle_spark.stats.base.Sampler`), Estimator, Accumulator (its own factory, or
+a factory class) and Encoder, and lists them in its ``__all__``; importing this package registers them
+all and re-exports every family's names (``__all__`` is what the star imports bring, with the base
+contracts and the ``...AccumulatorFactory`` and ``...Sampler`` names of earlier releases, kept in
+:mod:`mixle_spark.stats._aliases`)."""
 
 from inspect import ismodule as _ismodule
 

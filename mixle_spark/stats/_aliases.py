@@ -1,8 +1,17 @@
-"""The ``...AccumulatorFactory`` names of earlier releases, in one place for code that still imports
-them. A family's accumulator is its own factory (``Accumulator.make`` gives a fresh one; see
-:mod:`mixle_spark.stats.base`), so each name is that accumulator class, with the same constructor
-arguments. New code names the accumulator; ``mixle_spark.stats`` re-exports these as before."""
+"""Names of earlier releases, in one place for code that still imports them; ``mixle_spark.stats``
+re-exports them as before.
 
+* ``...AccumulatorFactory``: a family's accumulator is its own factory (``Accumulator.make`` gives a
+  fresh one; see :mod:`mixle_spark.stats.base`), so each name is that accumulator class, with the same
+  constructor arguments. New code names the accumulator.
+* ``...Sampler``: sampling is a method of the distribution (``draw``, or ``draw_with`` for a
+  combinator), and one :class:`~mixle_spark.stats.base.Sampler` holds a distribution of any family
+  with its generator, so each name is that generic class: ``XSampler(dist, seed)`` is
+  ``Sampler(dist, seed)``, which is what ``dist.sampler(seed)`` returns. New code calls
+  ``dist.sampler(seed)``.
+"""
+
+from mixle_spark.stats.base import Sampler
 from mixle_spark.stats.bernoulli import BernoulliAccumulator as BernoulliAccumulatorFactory
 from mixle_spark.stats.beta import BetaAccumulator as BetaAccumulatorFactory
 from mixle_spark.stats.binomial import BinomialAccumulator as BinomialAccumulatorFactory
@@ -37,30 +46,83 @@ from mixle_spark.stats.sequence import SequenceAccumulator as SequenceAccumulato
 from mixle_spark.stats.student_t import StudentTAccumulator as StudentTAccumulatorFactory
 from mixle_spark.stats.von_mises import VonMisesAccumulator as VonMisesAccumulatorFactory
 
+# Each ...Sampler name is the generic Sampler itself (an alias, not a subclass): XSampler(dist, seed)
+# draws exactly what dist.sampler(seed) draws.
+BernoulliSampler = Sampler
+BetaSampler = Sampler
+BinomialSampler = Sampler
+CategoricalSampler = Sampler
+CompositeSampler = Sampler
+DiagonalGaussianSampler = Sampler
+ExponentialSampler = Sampler
+GammaSampler = Sampler
+GaussianSampler = Sampler
+GeometricSampler = Sampler
+HiddenMarkovSampler = Sampler
+IgnoredSampler = Sampler
+IntegerCategoricalSampler = Sampler
+LogGaussianSampler = Sampler
+MarkovChainSampler = Sampler
+MixtureSampler = Sampler
+MultinomialSampler = Sampler
+MultivariateGaussianSampler = Sampler
+NegativeBinomialSampler = Sampler
+OptionalSampler = Sampler
+PoissonSampler = Sampler
+RecordSampler = Sampler
+SequenceSampler = Sampler
+StudentTSampler = Sampler
+VonMisesSampler = Sampler
+
 __all__ = [
     "BernoulliAccumulatorFactory",
+    "BernoulliSampler",
     "BetaAccumulatorFactory",
+    "BetaSampler",
     "BinomialAccumulatorFactory",
+    "BinomialSampler",
     "CategoricalAccumulatorFactory",
+    "CategoricalSampler",
     "CompositeAccumulatorFactory",
+    "CompositeSampler",
     "DiagonalGaussianAccumulatorFactory",
+    "DiagonalGaussianSampler",
     "ExponentialAccumulatorFactory",
+    "ExponentialSampler",
     "GammaAccumulatorFactory",
+    "GammaSampler",
     "GaussianAccumulatorFactory",
+    "GaussianSampler",
     "GeometricAccumulatorFactory",
+    "GeometricSampler",
     "HiddenMarkovAccumulatorFactory",
+    "HiddenMarkovSampler",
     "IgnoredAccumulatorFactory",
+    "IgnoredSampler",
     "IntegerCategoricalAccumulatorFactory",
+    "IntegerCategoricalSampler",
     "LogGaussianAccumulatorFactory",
+    "LogGaussianSampler",
     "MarkovChainAccumulatorFactory",
+    "MarkovChainSampler",
     "MixtureAccumulatorFactory",
+    "MixtureSampler",
     "MultinomialAccumulatorFactory",
+    "MultinomialSampler",
     "MultivariateGaussianAccumulatorFactory",
+    "MultivariateGaussianSampler",
     "NegativeBinomialAccumulatorFactory",
+    "NegativeBinomialSampler",
     "OptionalAccumulatorFactory",
+    "OptionalSampler",
     "PoissonAccumulatorFactory",
+    "PoissonSampler",
     "RecordAccumulatorFactory",
+    "RecordSampler",
     "SequenceAccumulatorFactory",
+    "SequenceSampler",
     "StudentTAccumulatorFactory",
+    "StudentTSampler",
     "VonMisesAccumulatorFactory",
+    "VonMisesSampler",
 ]

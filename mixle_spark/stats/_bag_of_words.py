@@ -22,6 +22,7 @@ from mixle_spark.errors import (
     SchemaError,
 )
 from mixle_spark.stats._embed import label_frequencies, label_width, length_scales, scales, with_length
+from mixle_spark.stats._encoder import any_unseen, unseen_owners
 from mixle_spark.stats._labels import (
     LabelEncoder,
     check_stored_codes,
@@ -36,8 +37,6 @@ from mixle_spark.stats._special import log_factorial
 from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import (
     Encoder,
-    any_unseen,
-    unseen_owners,
 )
 
 __all__ = [

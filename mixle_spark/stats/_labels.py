@@ -1,13 +1,17 @@
-"""Label handling shared by the categorical family: vocabulary order, lookups, error messages.
+"""Label handling shared by the label families (categorical, multinomial, Markov chain): vocabulary
+order, lookups, batches coded over another vocabulary, error messages.
 
 A vocabulary is a tuple of distinct labels sorted by ``(type name, value)``, so every backend learns
-the same vocabulary from the same set of labels.
+the same vocabulary from the same set of labels. A batch is coded over the vocabulary its encoder had
+(a mixture's union vocabulary, or a partition's before the scan was complete): models and accumulators
+re-align it by label through a :class:`VocabularyCache`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -15,20 +19,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mixle_spark.errors import DataTypeError, DataValueError, SpecError, UnseenLabelError
-from mixle_spark.stats._lengths import LengthEncoding
-from mixle_spark.stats._validate import unit_sum
+from mixle_spark.stats._lengths import LengthEncoding, LengthEstimation
+from mixle_spark.stats._validate import first_true, unit_sum
 from mixle_spark.stats.base import Encoder, check_parameter, option
 
 __all__ = [
     "EXPECTED_LABEL",
     "LabelEncoder",
+    "LabelListOptions",
     "LabelOptions",
+    "VocabularyCache",
+    "add_label_counts",
     "align_counts",
+    "aligned_log_p",
     "check_stored_codes",
     "checked_pmap",
     "hashable_label",
     "hashable_labels",
+    "label_positions",
     "lookup_label",
+    "merge_label_counts",
     "min_prob_option",
     "no_vocabulary_error",
     "normalize_label",
@@ -162,6 +172,82 @@ def align_counts(labels: tuple[Any, ...], values: np.ndarray, vocab: tuple[Any, 
     return out
 
 
+def label_positions(source: tuple[Any, ...], target: tuple[Any, ...]) -> np.ndarray:
+    """Position in ``target`` of each label of ``source`` (-1 when absent), with a trailing -1 so that
+    ``label_positions(...)[codes]`` maps code -1 to -1 too."""
+    index = {k: i for i, k in enumerate(target)}
+    pos = np.fromiter((index.get(k, -1) for k in source), dtype=np.int64, count=len(source))
+    return np.append(pos, -1)
+
+
+class VocabularyCache:
+    """Arrays made from a batch's vocabulary (where its labels stand in a model's or an accumulator's
+    vocabulary, log-probabilities aligned to it), made once per vocabulary met. A model meets a
+    handful of vocabularies in practice, so at most 16 are kept; the last one is found by identity,
+    without hashing its labels."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[tuple[Any, ...], np.ndarray] = {}
+        self._last: tuple[tuple[Any, ...], np.ndarray] | None = None
+
+    def get(self, labels: tuple[Any, ...], make: Callable[[tuple[Any, ...]], np.ndarray]) -> np.ndarray:
+        """The array of vocabulary ``labels``, made by ``make(labels)`` the first time."""
+        last = self._last
+        if last is not None and last[0] is labels:
+            return last[1]
+        array = self._arrays.get(labels)
+        if array is None:
+            if len(self._arrays) >= 16:
+                self._arrays.clear()
+            array = self._arrays[labels] = make(labels)
+        self._last = (labels, array)
+        return array
+
+
+def aligned_log_p(log_p: np.ndarray, vocabulary: tuple[Any, ...], labels: tuple[Any, ...]) -> np.ndarray:
+    """Log-probabilities ``log_p`` (over ``vocabulary``) over the batch vocabulary ``labels`` (-inf for
+    a label outside ``vocabulary``), plus a trailing -inf that code -1 (an unseen label) reads."""
+    extended = np.append(log_p, -math.inf)
+    return extended if labels == vocabulary else extended[label_positions(labels, vocabulary)]
+
+
+def add_label_counts(
+    counts: np.ndarray,
+    sums: np.ndarray,
+    vocabulary: tuple[Any, ...],
+    labels: tuple[Any, ...],
+    positions: VocabularyCache,
+) -> int | None:
+    """Add ``sums`` (weights over the batch vocabulary ``labels``) into ``counts`` (over ``vocabulary``,
+    the positions cached in ``positions``). Returns the batch code of the first label outside
+    ``vocabulary`` that carries weight (nothing is added then), else None."""
+    if labels is vocabulary or labels == vocabulary:
+        counts += sums
+        return None
+    pos = positions.get(labels, lambda batch: label_positions(batch, vocabulary))[:-1]
+    missing = (pos < 0) & (sums != 0)
+    if missing.any():
+        return first_true(missing)
+    present = pos >= 0
+    counts[pos[present]] += sums[present]
+    return None
+
+
+def merge_label_counts(counts: np.ndarray, vocabulary: Any, value: Any, owner: str) -> np.ndarray:
+    """``counts`` plus another accumulator's count vector ``value`` (``value`` itself when ``counts``
+    belongs to an accumulator without a vocabulary and is empty); a SpecError naming ``owner`` when
+    the two differ in size."""
+    other = np.array(value, dtype=np.float64)
+    if len(counts) == 0 and vocabulary is None:
+        return other
+    if other.shape != counts.shape:
+        raise SpecError(
+            f"{owner}: cannot combine {len(other)} counts into {len(counts)} (different vocabularies)"
+        )
+    counts += other
+    return counts
+
+
 def no_vocabulary_error(family: str = "CategoricalEstimator") -> SpecError:
     return SpecError(
         f"{family} has no vocabulary: give labels=[...] or apply the encoder's scan "
@@ -230,6 +316,20 @@ class LabelOptions:
         return cast("tuple[Any, ...] | None", self.labels)
 
 
+class LabelListOptions(LabelOptions, LengthEstimation):
+    """What the estimators of label lists (Markov chain, multinomial) share: the vocabulary, an optional
+    length estimator, and the scan ``(labels, length scan)`` their encoders make."""
+
+    def with_scan(self, scan: Any) -> Any:
+        if scan is None:
+            return self
+        label_scan, len_scan = scan
+        labels = self.labels if label_scan is None else (*(self.labels or ()), *label_scan)
+        return dataclasses.replace(
+            cast(Any, self), labels=labels, len_estimator=self.length_with_scan(len_scan)
+        )
+
+
 class LabelEncoder(LengthEncoding, Encoder):
     """What the label encoders share (categorical, multinomial, Markov chain): a sorted vocabulary
     ``labels`` (None until a scan fixes it), what a label outside it does (``unseen``) and, for the
@@ -266,7 +366,11 @@ class LabelEncoder(LengthEncoding, Encoder):
             return self
         if not isinstance(other, type(self)):
             raise TypeError(f"cannot combine encoders {self!r} and {other!r}")
-        labels = None if self.labels is None or other.labels is None else (*self.labels, *other.labels)
+        labels = (
+            None
+            if self.labels is None or other.labels is None
+            else sorted_labels((*self.labels, *other.labels))
+        )
         unseen = "zero" if "zero" in (self.unseen, other.unseen) else "error"
         return self.rebuilt(labels, unseen, self.union_lengths(other))
 

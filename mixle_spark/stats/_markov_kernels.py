@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from mixle_spark.errors import DataTypeError, DataValueError, SchemaError, SpecError
 from mixle_spark.stats._embed import label_frequencies, label_width, length_scales, scales, with_length
+from mixle_spark.stats._encoder import any_unseen
 from mixle_spark.stats._hmm_kernels import Layout
 from mixle_spark.stats._labels import (
     CODES_FIELD,
@@ -37,7 +38,7 @@ from mixle_spark.stats._labels import (
     unseen_label_error,
 )
 from mixle_spark.stats._validate import first_true, unit_sum
-from mixle_spark.stats.base import Encoder, any_unseen, check_parameter
+from mixle_spark.stats.base import Encoder, check_parameter
 
 __all__ = [
     "EXPECTED_ARROW",
@@ -54,7 +55,6 @@ __all__ = [
     "flatten_arrow",
     "is_label",
     "label_mapping",
-    "label_positions",
     "normalized_rows",
     "probability_vector",
     "python_codes",
@@ -292,14 +292,6 @@ def python_codes(
 
 
 # -- statistics ------------------------------------------------------------------------------------------
-def label_positions(source: tuple[Any, ...], target: tuple[Any, ...]) -> np.ndarray:
-    """Position in ``target`` of each label of ``source`` (-1 when absent), with a trailing -1 so that
-    ``label_positions(...)[codes]`` maps code -1 to -1 too."""
-    index = {k: i for i, k in enumerate(target)}
-    pos = np.fromiter((index.get(k, -1) for k in source), dtype=np.int64, count=len(source))
-    return np.append(pos, -1)
-
-
 def unseen_in_vocabulary(
     enc: MarkovChainEncoded, codes: np.ndarray, weights: np.ndarray, labels: tuple[Any, ...]
 ) -> None:

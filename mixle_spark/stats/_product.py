@@ -14,17 +14,17 @@ import numpy as np
 import pyarrow as pa
 
 from mixle_spark.errors import FieldError, SchemaError
+from mixle_spark.stats._encoder import any_unseen
 from mixle_spark.stats._validate import as_arrow_array
 from mixle_spark.stats.base import (
     Accumulator,
     Encoder,
     RowRandom,
     Sampler,
-    any_unseen,
     seq_update_with_ll,
 )
 
-__all__ = ["as_record_list", "schema_error", "schema_error_at"]
+__all__ = ["as_record_list", "draw_columns", "schema_error", "schema_error_at"]
 
 
 def schema_error(path: tuple[str, ...], detail: str) -> SchemaError:
@@ -56,6 +56,11 @@ def as_record_list(draws: Any) -> list[Any]:
     if isinstance(draws, np.ndarray):
         return draws.tolist() if draws.ndim == 1 else list(draws)
     return list(draws)
+
+
+def draw_columns(samplers: Sequence[Sampler], size: int) -> list[list[Any]]:
+    """``size`` draws of each field's sampler, one list per field (a product's columns)."""
+    return [as_record_list(s.sample(size)) for s in samplers]
 
 
 class ProductEncoder(Encoder):
@@ -256,14 +261,3 @@ class ProductAccumulator(Accumulator):
 
     def fresh_args(self) -> tuple[Any, ...]:
         return ([c.make() for c in self.children], list(self.streams), self.keys)
-
-
-class ProductSampler(Sampler):
-    """Samples each field with a child sampler seeded from this sampler's stream."""
-
-    def __init__(self, dist: Any, seed: int | None = None) -> None:
-        super().__init__(dist, seed)
-        self.children = [d.sampler(self.new_seed()) for d in dist.child_distributions()]
-
-    def _columns(self, size: int) -> list[list[Any]]:
-        return [as_record_list(s.sample(size)) for s in self.children]

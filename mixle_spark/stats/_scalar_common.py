@@ -10,8 +10,8 @@
   families declare (see :func:`~mixle_spark.stats.base.option`).
 * :class:`OneParameterEstimator` - options, floor, estimate and spec of those families' estimators.
 * :class:`ScalarFamily` - a distribution declared by its :class:`Parameter` s: validation (the
-  message names the value), ``to_dict`` / ``from_dict``, ``encoder``, ``sampler`` and ``estimator``
-  follow from the declaration; :class:`ScalarSampler` draws with the family's numpy generator call.
+  message names the value), ``to_dict`` / ``from_dict``, ``encoder``, ``draw`` and ``estimator``
+  follow from the declaration and the family's numpy generator call (``variates``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from mixle_spark.stats.base import (
     Encoder,
     Estimator,
     Parameter,
-    Sampler,
     check_parameter,
     option,
     registered_estimators,
@@ -44,7 +43,6 @@ __all__ = [
     "OneParameterEstimator",
     "ScalarEncoder",
     "ScalarFamily",
-    "ScalarSampler",
     "SumAccumulator",
     "bound",
     "check_bounds",
@@ -80,8 +78,9 @@ def finite(name: str) -> Parameter:
 
 class ScalarFamily(Distribution):
     """A scalar leaf family declared by its :attr:`parameters` (constructor order), its
-    :attr:`encoder_class` and :attr:`sampler_class`; its estimator is the one registered under its
-    family name, with the current parameters as the prior (``suff_stat``) when given a pseudo-count.
+    :attr:`encoder_class`, its :attr:`record_type` and its numpy generator call (:meth:`variates`);
+    its estimator is the one registered under its family name, with the current parameters as the
+    prior (``suff_stat``) when given a pseudo-count.
 
     Subclasses call :meth:`_set_parameters` from their constructor (then derive what they cache) and
     keep their own ``log_density`` / ``seq_log_density``.
@@ -89,6 +88,16 @@ class ScalarFamily(Distribution):
 
     parameters: ClassVar[tuple[Parameter, ...]]
     encoder_class: ClassVar[type[Encoder]]
+    record_type: ClassVar[type] = float
+    """What one drawn record is (``int`` for counts); a batch is the numpy array :meth:`variates` gives."""
+
+    def variates(self, rng: np.random.Generator, size: int | None) -> Any:
+        """The family's numpy generator call: a number (``size`` None) or an array of ``size``."""
+        raise NotImplementedError(f"{type(self).__name__} has no sampler")
+
+    def draw(self, rng: np.random.Generator, size: int | None = None) -> Any:
+        values = self.variates(rng, size)
+        return self.record_type(values) if size is None else values
 
     def _set_parameters(self, *values: Any) -> None:
         fam = type(self).__name__
@@ -116,20 +125,6 @@ class ScalarFamily(Distribution):
         return self.encoder_class()
 
 
-class ScalarSampler(Sampler):
-    """Draws with the family's numpy generator call (:meth:`draw`); one record is a Python
-    ``record_type`` (float or int), ``sample(size)`` a numpy array."""
-
-    record_type: ClassVar[type] = float
-
-    def draw(self, size: int | None) -> Any:
-        raise NotImplementedError
-
-    def sample(self, size: int | None = None) -> Any:
-        draws = self.draw(size)
-        return self.record_type(draws) if size is None else draws
-
-
 class ScalarEncoder(Encoder):
     """Base of the scalar leaf encoders: float64 values, a support check, a packing step.
 
@@ -155,6 +150,8 @@ class ScalarEncoder(Encoder):
     estimator_name: ClassVar[str] = ""
     expectation: ClassVar[str] = "a finite number"
     accepts_bool: ClassVar[bool] = False
+    schema_expectation: ClassVar[str | None] = None
+    """What a schema error says the column should be (default: :meth:`expected_arrow`)."""
 
     @property
     def expected(self) -> str:
@@ -188,9 +185,8 @@ class ScalarEncoder(Encoder):
             or (self.accepts_bool and pa.types.is_boolean(arrow_type))
         )
         if not ok:
-            raise SchemaError(
-                f"expected {self.expected_arrow()} for {self.estimator_name}, got Arrow type {arrow_type}"
-            )
+            expected = self.schema_expectation or self.expected_arrow()
+            raise SchemaError(f"expected {expected} for {self.estimator_name}, got Arrow type {arrow_type}")
 
     def expected_arrow(self) -> str:
         kinds = "integer, floating or decimal" + (" or boolean" if self.accepts_bool else "")

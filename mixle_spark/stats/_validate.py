@@ -159,6 +159,8 @@ def check_range(
 ) -> None:
     """Raise DataValueError for the first entry of ``x`` outside ``[low, high]`` (``(low, high]``)."""
     check_finite(x, expected)
+    if low is None and high is None:
+        return
     bad = np.zeros(x.shape, dtype=bool)
     if low is not None:
         bad |= (x <= low) if low_open else (x < low)

@@ -1,4 +1,9 @@
-"""The contracts every family implements, and the family registry.
+"""The contracts every family implements, and the family registry (all importable from here).
+
+This module holds :class:`Distribution` and :class:`Estimator` with their JSON round trip; the other
+pieces live in private modules and are re-exported here: the encoder contract (``_encoder``), the
+accumulator contract (``_accumulator``), the parameter and option declarations (``_parameters``), the
+registry and spec readers (``_registry``) and the generic :class:`Sampler` (``_sampler``).
 
 Five roles:
 
@@ -13,6 +18,10 @@ Five roles:
   commutative, so any split of the data merged in any order gives the same statistics.
 * :class:`AccumulatorFactory` makes fresh, zeroed accumulators (what is shipped to workers).
 * :class:`Estimator` describes what to fit and runs the closed-form M-step ``estimate(nobs, value)``.
+
+A distribution also draws records: a leaf family implements ``draw(rng, size)``, a combinator
+``draw_with(sampler, size)`` through the samplers of its ``sampling_parts()``; ``dist.sampler(seed)``
+is the one :class:`Sampler` class holding the seeded generators.
 
 Optional mixture fast path (exponential families whose log-density is linear in fixed features).
 A Distribution may provide
@@ -36,19 +45,26 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
-from mixle_spark.errors import (
-    EmbeddingUnavailableError,
-    SpecError,
-    UnknownNameError,
-    describe_value,
-    did_you_mean,
-)
+from mixle_spark.errors import SpecError
+from mixle_spark.stats._accumulator import Accumulator, AccumulatorFactory, seq_update_with_ll
+from mixle_spark.stats._encoder import Encoded, Encoder
+from mixle_spark.stats._parameters import Parameter, check_parameter, check_pseudo_count, option
 from mixle_spark.stats._random import RowRandom
+from mixle_spark.stats._registry import (
+    check_spec_keys,
+    distribution_from_dict,
+    estimator_from_dict,
+    register_distribution,
+    register_estimator,
+    registered_distributions,
+    registered_estimators,
+)
+from mixle_spark.stats._sampler import Sampler
 
 __all__ = [
     "Accumulator",
@@ -76,266 +92,6 @@ __all__ = [
     "registered_estimators",
     "seq_update_with_ll",
 ]
-
-Encoded = Any
-"""An encoded batch: whatever a family's encoder produces and its ``seq_*`` methods read."""
-
-D = TypeVar("D", bound="type[Distribution]")
-E = TypeVar("E", bound="type[Estimator]")
-
-
-class Sampler:
-    """Draws records from a distribution with a numpy ``Generator``.
-
-    ``sample()`` returns one record; ``sample(size)`` returns a list of ``size`` records (families may
-    return a numpy array where records are scalars). Combinators seed their children with
-    :meth:`new_seed` so a seed fixes the whole tree's draws.
-    """
-
-    def __init__(self, dist: Distribution, seed: int | None = None) -> None:
-        self.dist = dist
-        self.rng = np.random.default_rng(seed)
-
-    def new_seed(self) -> int:
-        """An integer seed for a child sampler, drawn from this sampler's stream."""
-        return int(self.rng.integers(0, 2**31 - 1))
-
-    def sample(self, size: int | None = None) -> Any:
-        raise NotImplementedError
-
-
-def any_unseen(masks: Iterable[np.ndarray | None]) -> np.ndarray | None:
-    """The rows unseen in any of ``masks`` (None entries skipped; None when all are None)."""
-    out: np.ndarray | None = None
-    for mask in masks:
-        if mask is not None:
-            out = mask if out is None else out | mask
-    return out
-
-
-def unseen_owners(element_mask: np.ndarray | None, owner: np.ndarray, n: int) -> np.ndarray | None:
-    """Rows (of ``n``) owning an unseen element: ``owner[j]`` is the row of element ``j``."""
-    if element_mask is None:
-        return None
-    return np.bincount(owner[element_mask], minlength=n) > 0
-
-
-class Encoder(ABC):
-    """Turns records into an encoded batch; declares the Arrow types it reads.
-
-    Encoders compare equal when they produce the same encoding (drivers use this to decide whether
-    encoded data can be reused). A scan (for vocabularies / ranges) is a plain, picklable,
-    mergeable value; encoders that need none keep the defaults.
-    """
-
-    @abstractmethod
-    def encode(self, records: Sequence[Any]) -> Encoded:
-        """Encode a sequence of Python records (validated; errors name the bad value and row)."""
-
-    @abstractmethod
-    def from_arrow(self, data: Any) -> Encoded:
-        """Encode an Arrow column (Array / ChunkedArray), or a RecordBatch / Table for records.
-
-        Zero-copy where Arrow allows it (primitive float64 buffers without nulls, list offsets).
-        """
-
-    def column_names(self) -> list[str] | None:
-        """The top-level columns a table-reading encoder (Record) reads; None for one-column models."""
-        return None
-
-    def check_arrow_type(self, arrow_type: Any) -> None:  # noqa: B027 (optional hook)
-        """Raise :class:`~mixle_spark.errors.SchemaError` when a column of ``arrow_type`` cannot be
-        read; the enclosing Record prefixes the column name. The default accepts anything."""
-
-    def expected_arrow(self) -> str:
-        """Human-readable description of the accepted Arrow type(s), for error messages."""
-        return "any"
-
-    # -- scans: learning vocabularies / ranges before the first E-step -------------------------
-    @property
-    def needs_scan(self) -> bool:
-        """True when :meth:`encode` needs a vocabulary / range that a scan must provide first."""
-        return False
-
-    def scan(self, records: Sequence[Any]) -> Any:
-        """What this batch of records tells about vocabularies / ranges (None when nothing)."""
-        return None
-
-    def scan_arrow(self, data: Any) -> Any:
-        """As :meth:`scan`, from Arrow data."""
-        return None
-
-    def merge_scans(self, a: Any, b: Any) -> Any:
-        """Merge two scan results (associative and commutative)."""
-        return None
-
-    # -- rebasing: a batch encoded under the scan of part of the data, as the whole data's encoder
-    #    encodes it (a Spark partition encodes its rows in the pass that scans them) -------------
-    @property
-    def rebases(self) -> bool:
-        """True when :meth:`rebase` can take any batch this family's encoder made under the scan of
-        part of the data (for example one partition's vocabulary) to what the encoder made from the
-        scan of all of it makes of the same rows. A property of the family, whatever this encoder's
-        scan: true for families without a scan; families with one that implement :meth:`rebase`
-        (and composites of such) say so."""
-        return type(self).scan_arrow is Encoder.scan_arrow
-
-    def rebase(self, enc: Encoded) -> Encoded:
-        """``enc`` (a batch of this family, encoded under another scan of the same column) as this
-        encoder encodes the same rows: equal, array for array, to ``self.from_arrow`` of them. The
-        batch says which vocabulary or range it was made with; only called when :attr:`rebases`. The
-        default, for families without a scan, returns it unchanged."""
-        return enc
-
-    # -- compact Arrow form: data encoded once and read every iteration (e.g. a Spark cache) ------
-    @property
-    def compacts(self) -> bool:
-        """True when :meth:`compact_arrow` gives a cheaper column than its input (labels -> codes)."""
-        return False
-
-    def compact_arrow(self, data: Any) -> Any:
-        """``data`` (already accepted by :meth:`from_arrow`) in a compact Arrow form that
-        :meth:`from_arrow` reads back to the same encoding; the default returns it unchanged."""
-        return data
-
-    # -- unseen labels at scoring: a label outside a fitted vocabulary ------------------------------
-    def with_unseen(self, unseen: str) -> Encoder:
-        """This encoder with every vocabulary under it treating a label outside it by ``unseen``:
-        "error" raises :class:`~mixle_spark.errors.UnseenLabelError` naming the row, "zero" gives it
-        code -1 (see :meth:`unseen_rows`). Encoders without a vocabulary return themselves."""
-        return self
-
-    def unseen_rows(self, enc: Encoded) -> np.ndarray | None:
-        """For a batch encoded by ``with_unseen("zero")``: a bool mask of the rows holding a label
-        outside a vocabulary, or None when this encoder has no vocabulary (no row can)."""
-        return None
-
-    # -- seeding: a numeric embedding for init="kmeans||" (see stats._embed) ---------------------
-    def embedding_scales(self) -> np.ndarray:
-        """One flag per column of :meth:`embed`: True for a number the seeding standardizes, False
-        for a column already on a comparable scale (one-hot, frequencies). Raises
-        :class:`~mixle_spark.errors.EmbeddingUnavailableError` when the family has no embedding."""
-        raise EmbeddingUnavailableError(f"{type(self).__name__} has no numeric embedding for seeding")
-
-    def embed(self, enc: Encoded) -> np.ndarray:
-        """The batch as a float64 array of shape (n, m), m = ``len(embedding_scales())``; NaN = missing."""
-        raise EmbeddingUnavailableError(f"{type(self).__name__} has no numeric embedding for seeding")
-
-    def union(self, other: Encoder) -> Encoder:
-        """An encoder that can encode whatever ``self`` and ``other`` can (used by mixtures of models
-        whose vocabularies differ). The default requires the two to be equal."""
-        if self == other:
-            return self
-        raise TypeError(f"cannot combine encoders {self!r} and {other!r}")
-
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and vars(self) == vars(other)
-
-    def __hash__(self) -> int:
-        return hash(type(self).__name__)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
-
-class AccumulatorFactory(ABC):
-    """Makes fresh, zeroed accumulators; small and picklable (shipped to workers).
-
-    Every accumulator is its own factory (:meth:`Accumulator.make`); a separate factory class is
-    for wrappers that make another class's accumulators."""
-
-    @abstractmethod
-    def make(self) -> Accumulator:
-        """A new accumulator with zero statistics."""
-
-
-class Accumulator(AccumulatorFactory):
-    """Weighted sufficient statistics of one family.
-
-    ``keys`` (optional) ties parameters: every accumulator site with the same key is estimated
-    from the pooled statistics after :meth:`key_merge` / :meth:`key_replace` run once over the
-    fully merged tree (never per shard: pooling twice double-counts).
-    """
-
-    keys: Any = None
-
-    def update(self, x: Any, weight: float, estimate: Distribution | None) -> None:
-        """Add one record with weight ``weight`` (the slow path; equals ``seq_update`` on one row)."""
-        enc = self.make_encoder().encode([x])
-        self.seq_update(enc, np.array([float(weight)]), estimate)
-
-    @abstractmethod
-    def seq_update(
-        self, enc: Encoded, weights: np.ndarray, estimate: Distribution | None
-    ) -> np.ndarray | None:
-        """Add a weighted encoded batch; ``weights`` has shape (n,).
-
-        Returns the per-row log-density of ``estimate`` (shape (n,)) when computing it was a by-product
-        of the update (mixtures compute it for the posteriors), else None. See :func:`seq_update_with_ll`.
-        """
-
-    def initialize(self, x: Any, weight: float, rng: RowRandom) -> None:
-        """Randomised initial statistics for one record; ``rng`` has one row."""
-        enc = self.make_encoder().encode([x])
-        self.seq_initialize(enc, np.array([float(weight)]), rng)
-
-    def seq_initialize(self, enc: Encoded, weights: np.ndarray, rng: RowRandom) -> None:
-        """Randomised initial statistics for a batch; the default is a plain update."""
-        self.seq_update(enc, weights, None)
-
-    @abstractmethod
-    def combine(self, value: Any) -> Accumulator:
-        """Add another accumulator's ``value()`` into this one (never aliasing it); returns self."""
-
-    @abstractmethod
-    def value(self) -> Any:
-        """The statistics as plain data (picklable, JSON-able after array -> list)."""
-
-    @abstractmethod
-    def from_value(self, value: Any) -> Accumulator:
-        """Replace this accumulator's statistics by ``value`` (copied); returns self."""
-
-    encoder_class: ClassVar[type[Encoder] | None] = None
-
-    def make_encoder(self) -> Encoder:
-        """The encoder matching this accumulator (for ``update`` / ``initialize`` on raw records);
-        default: a fresh :attr:`encoder_class`."""
-        if self.encoder_class is None:
-            raise NotImplementedError(f"{type(self).__name__} has no encoder")
-        return self.encoder_class()
-
-    def fresh_args(self) -> tuple[Any, ...]:
-        """The constructor arguments of a fresh, zeroed accumulator like this one (default
-        ``(keys,)``; composites make fresh parts)."""
-        return (self.keys,)
-
-    def make(self) -> Accumulator:
-        """A fresh, zeroed accumulator like this one: every accumulator is its own factory."""
-        cls: Any = type(self)
-        return cls(*self.fresh_args())  # type: ignore[no-any-return]
-
-    def parts(self) -> list[Accumulator]:
-        """The accumulators of this one's parts (the tying passes walk them); default none."""
-        return []
-
-    def key_merge(self, stats: dict[Any, Any]) -> None:
-        """Tying pass 1: pool this site's statistics into ``stats[self.keys]``, then its parts'."""
-        # The first site becomes the pool and later sites add into it; key_replace then copies the
-        # pooled value back into every site (the pool itself included, harmlessly).
-        if self.keys is not None:
-            if self.keys in stats:
-                stats[self.keys].combine(self.value())
-            else:
-                stats[self.keys] = self
-        for part in self.parts():
-            part.key_merge(stats)
-
-    def key_replace(self, stats: dict[Any, Any]) -> None:
-        """Tying pass 2: copy the pooled statistics back into this site, then into its parts."""
-        if self.keys is not None and self.keys in stats:
-            self.from_value(stats[self.keys].value())
-        for part in self.parts():
-            part.key_replace(stats)
 
 
 class Estimator(ABC):
@@ -452,26 +208,6 @@ class Estimator(ABC):
         return f"{type(self).__name__}.from_dict({self.to_dict()!r})"
 
 
-def option(
-    default: Any = None,
-    ok: Callable[[Any], bool] | None = None,
-    expected: str = "",
-    *,
-    read: Callable[[Any], Any] | None = None,
-    write: Callable[[Any], Any] | None = None,
-    parse: Callable[[Any], Any] | None = None,
-    key: str | None = None,
-) -> Any:
-    """An estimator option (a dataclass field): its ``default``; the test ``ok`` a value other than
-    a None default must pass, and what it ``expected`` (for the message, which names the value);
-    ``read`` converts the accepted value to the attribute; ``write`` gives its JSON form (default:
-    arrays and tuples as lists, mappings as ``[key, value]`` pairs, estimators as their specs) and
-    ``parse`` reads that form back (raising TypeError with what it expected); ``key`` is the JSON key
-    when it is not the option's name. ``default=dataclasses.MISSING`` makes the option required."""
-    metadata = {"ok": ok, "expected": expected, "read": read, "write": write, "parse": parse, "key": key}
-    return dataclasses.field(default=default, metadata=metadata)
-
-
 def estimator_option(required: bool = False) -> Any:
     """An option holding a part's estimator (``estimator``, ``len_estimator``): an Estimator (or
     None when not ``required``), written as its spec."""
@@ -525,29 +261,6 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (Estimator, Distribution)):
         return value.to_dict()
     return value
-
-
-@dataclasses.dataclass(frozen=True)
-class Parameter:
-    """A family's parameter, declared once: its ``name`` (the constructor's keyword argument, the
-    attribute and the JSON key); the test ``ok`` its value must pass and what that test ``expected``
-    (for the message, which names the value; scalar families check with it); ``parse`` reads the
-    JSON form back (raising TypeError with what it expected) and ``write`` gives it (default: arrays
-    and tuples as lists, mappings as ``[key, value]`` pairs, parts as their specs); a ``default``
-    makes it optional, written only when the value differs from it."""
-
-    name: str
-    ok: Callable[[Any], bool] | None = None
-    expected: str = ""
-    parse: Callable[[Any], Any] | None = None
-    write: Callable[[Any], Any] | None = None
-    default: Any = dataclasses.field(default_factory=lambda: dataclasses.MISSING)  # MISSING: required
-    attribute: str | None = None
-    """The constructor's argument and attribute when it is not ``name`` (the JSON key)."""
-
-    @property
-    def attr(self) -> str:
-        return self.attribute or self.name
 
 
 def _options(cls: Any) -> tuple[Parameter, ...]:
@@ -610,7 +323,6 @@ class Distribution(ABC):
     family: ClassVar[str] = ""
     parameters: ClassVar[tuple[Parameter, ...]] = ()
     """The constructor's keyword arguments, which are also the attributes and the JSON keys."""
-    sampler_class: ClassVar[type[Sampler] | None] = None
     fit_result: Any = None
     """Set by :func:`mixle_spark.estimation.optimize` on the model it returns (not part of equality)."""
 
@@ -626,10 +338,29 @@ class Distribution(ABC):
         """Log-density of every row of an encoded batch, shape (n,)."""
 
     def sampler(self, seed: int | None = None) -> Sampler:
-        """A seeded sampler (a :attr:`sampler_class`)."""
-        if self.sampler_class is None:
-            raise NotImplementedError(f"{type(self).__name__} has no sampler")
-        return self.sampler_class(self, seed)
+        """A :class:`Sampler` of this distribution seeded with ``seed``."""
+        cls = type(self)
+        if cls.draw is Distribution.draw and cls.draw_with is Distribution.draw_with:
+            raise NotImplementedError(f"{cls.__name__} has no sampler")
+        return Sampler(self, seed)
+
+    def sampling_parts(self) -> list[Distribution]:
+        """The parts a sampler of this distribution draws through (a mixture's components, a
+        sequence's length model and element model, ...): each gets a sampler of its own, seeded in
+        this order; none for a leaf. A distribution that cannot be sampled (a missing length model)
+        raises here, when the sampler is built."""
+        return []
+
+    def draw(self, rng: np.random.Generator, size: int | None = None) -> Any:
+        """One record drawn with ``rng`` (``size`` None), or a batch of ``size`` records: what a leaf
+        family implements."""
+        raise NotImplementedError(f"{type(self).__name__} has no sampler")
+
+    def draw_with(self, sampler: Sampler, size: int | None = None) -> Any:
+        """As :meth:`draw`, with a sampler's generator and the samplers of its parts (``sampler.parts``,
+        in :meth:`sampling_parts` order): what a combinator implements. A leaf draws with
+        ``sampler.rng``."""
+        return self.draw(sampler.rng, size)
 
     @abstractmethod
     def estimator(self, pseudo_count: float | None = None) -> Estimator:
@@ -713,120 +444,3 @@ def _nonfinite_paths(value: Any, path: tuple[str, ...]) -> list[str]:
     if isinstance(value, (float, np.floating)) and not math.isfinite(value):
         return [".".join(path) or "<root>"]
     return []
-
-
-def check_parameter(ok: bool, family: str, name: str, value: Any, expected: str) -> None:
-    """Raise SpecError ``"<family>: <name> must be <expected>, got <value>"`` unless ``ok``."""
-    if not ok:
-        raise SpecError(f"{family}: {name} must be {expected}, got {value!r}")
-
-
-def check_pseudo_count(family: str, pseudo_count: Any) -> None:
-    """Raise SpecError unless ``pseudo_count`` is None or a non-negative finite number (naming the
-    value)."""
-    try:
-        ok = pseudo_count is None or (
-            not isinstance(pseudo_count, bool) and math.isfinite(pseudo_count) and pseudo_count >= 0
-        )
-    except TypeError:
-        ok = False
-    check_parameter(ok, family, "pseudo_count", pseudo_count, "a non-negative number")
-
-
-def seq_update_with_ll(
-    acc: Accumulator, enc: Encoded, weights: np.ndarray, estimate: Distribution
-) -> np.ndarray:
-    """Run ``acc.seq_update`` and return the per-row log-density of ``estimate`` on ``enc``.
-
-    Uses the log-density the update computed as a by-product when there is one, else scores the
-    batch; combinators use this so one pass yields statistics and log-likelihood together.
-    """
-    ll = acc.seq_update(enc, weights, estimate)
-    return estimate.seq_log_density(enc) if ll is None else ll
-
-
-# -- registry ---------------------------------------------------------------------------------
-
-_DISTRIBUTIONS: dict[str, type[Distribution]] = {}
-_ESTIMATORS: dict[str, type[Estimator]] = {}
-
-
-def _register(table: dict[str, Any], kind: str, name: str) -> Callable[[Any], Any]:
-    key = name.lower()
-
-    def decorate(cls: Any) -> Any:
-        owner = table.get(key)
-        if owner is not None and owner.__qualname__ != cls.__qualname__:
-            raise ValueError(f"{kind} family {key!r} is already registered to {owner.__qualname__}")
-        table[key] = cls
-        cls.family = key
-        return cls
-
-    return decorate
-
-
-def register_distribution(name: str) -> Callable[[D], D]:
-    """Class decorator: register a Distribution under a family name (used by JSON loading)."""
-    return _register(_DISTRIBUTIONS, "distribution", name)
-
-
-def register_estimator(name: str) -> Callable[[E], E]:
-    """Class decorator: register an Estimator under a family name (used by model specs)."""
-    return _register(_ESTIMATORS, "estimator", name)
-
-
-def registered_distributions() -> dict[str, type[Distribution]]:
-    """Family name -> Distribution class, for every registered family."""
-    return dict(_DISTRIBUTIONS)
-
-
-def registered_estimators() -> dict[str, type[Estimator]]:
-    """Family name -> Estimator class, for every registered family."""
-    return dict(_ESTIMATORS)
-
-
-def _spec_type(spec: Any, what: str) -> tuple[str, Mapping[str, Any]]:
-    if isinstance(spec, str):
-        return spec.lower(), {"type": spec}
-    if not isinstance(spec, Mapping):
-        raise SpecError(
-            f"{what} spec must be a dict with a 'type' key or a family name, got {describe_value(spec)}"
-        )
-    if "type" not in spec:
-        raise SpecError(f"{what} spec {describe_value(dict(spec))} has no 'type' key")
-    return str(spec["type"]).lower(), spec
-
-
-def distribution_from_dict(spec: Mapping[str, Any] | str) -> Distribution:
-    """Rebuild a distribution from ``Distribution.to_dict()`` output, dispatching on ``"type"``."""
-    name, spec = _spec_type(spec, "model")
-    cls = _DISTRIBUTIONS.get(name)
-    if cls is None:
-        raise UnknownNameError("model family", name, _DISTRIBUTIONS)
-    return cls.from_dict(spec)
-
-
-def estimator_from_dict(spec: Mapping[str, Any] | str) -> Estimator:
-    """Build an estimator from a spec dict (or a bare family name), dispatching on ``"type"``."""
-    name, spec = _spec_type(spec, "estimator")
-    cls = _ESTIMATORS.get(name)
-    if cls is None:
-        raise UnknownNameError("estimator family", name, _ESTIMATORS)
-    return cls.from_dict(spec)
-
-
-def check_spec_keys(
-    spec: Mapping[str, Any], family: str, required: Iterable[str] = (), optional: Iterable[str] = ()
-) -> None:
-    """Raise SpecError for a missing required key or any key the family does not know."""
-    required = list(required)
-    allowed = {"type", *required, *optional}
-    for key in spec:
-        if key not in allowed:
-            raise SpecError(
-                f"unknown key {key!r} in {family} spec{did_you_mean(key, allowed)}; "
-                f"expected one of: {', '.join(sorted(allowed))}"
-            )
-    for key in required:
-        if key not in spec:
-            raise SpecError(f"{family} spec is missing required key {key!r}")

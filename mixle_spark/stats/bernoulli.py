@@ -18,7 +18,6 @@ from mixle_spark.stats._scalar_common import (
     Parameter,
     ScalarEncoder,
     ScalarFamily,
-    ScalarSampler,
     SumAccumulator,
     floor,
     prior,
@@ -35,7 +34,6 @@ __all__ = [
     "BernoulliDistribution",
     "BernoulliEncoder",
     "BernoulliEstimator",
-    "BernoulliSampler",
 ]
 
 DEFAULT_MIN_P = 1e-12
@@ -62,14 +60,6 @@ class BernoulliEncoder(ScalarEncoder):
             raise DataValueError(self.expected, value=float(x[i]), row=i, n_rows=len(x), count=int(bad.sum()))
 
 
-class BernoulliSampler(ScalarSampler):
-    dist: BernoulliDistribution
-    record_type = int
-
-    def draw(self, size: int | None) -> Any:
-        return np.asarray(self.rng.random(size=size) < self.dist.p).astype(np.int64)
-
-
 @register_distribution("bernoulli")
 class BernoulliDistribution(ScalarFamily):
     """Bernoulli distribution with success probability ``p`` (0 and 1 allowed).
@@ -83,12 +73,15 @@ class BernoulliDistribution(ScalarFamily):
     parameters = (Parameter("p", lambda p: 0.0 <= p <= 1.0, "a probability in [0, 1]"),)
     p: float
     encoder_class = BernoulliEncoder
-    sampler_class = BernoulliSampler
+    record_type = int
 
     def __init__(self, p: float) -> None:
         self._set_parameters(p)
         self._log_p = _log(self.p)
         self._log_q = _log(1.0 - self.p)
+
+    def variates(self, rng: np.random.Generator, size: int | None) -> Any:
+        return np.asarray(rng.random(size=size) < self.p).astype(np.int64)
 
     def log_density(self, x: Any) -> float:
         if x == 1:

@@ -25,7 +25,6 @@ from mixle_spark.stats._scalar_common import (
     FeatureSumAccumulator,
     ScalarEncoder,
     ScalarFamily,
-    ScalarSampler,
     bound,
     check_bounds,
     positive,
@@ -44,7 +43,6 @@ __all__ = [
     "BetaDistribution",
     "BetaEncoder",
     "BetaEstimator",
-    "BetaSampler",
 ]
 
 DEFAULT_MIN_SHAPE = 1e-8
@@ -144,13 +142,6 @@ class BetaEncoder(ScalarEncoder):
         return np.log(x), np.log1p(-x)
 
 
-class BetaSampler(ScalarSampler):
-    dist: BetaDistribution
-
-    def draw(self, size: int | None) -> Any:
-        return np.clip(self.rng.beta(self.dist.alpha, self.dist.beta, size=size), _OPEN_LOW, _OPEN_HIGH)
-
-
 @register_distribution("beta")
 class BetaDistribution(ScalarFamily):
     """Beta distribution with shape parameters ``alpha`` and ``beta`` (mean ``alpha / (alpha + beta)``).
@@ -165,11 +156,13 @@ class BetaDistribution(ScalarFamily):
     alpha: float
     beta: float
     encoder_class = BetaEncoder
-    sampler_class = BetaSampler
 
     def __init__(self, alpha: float, beta: float) -> None:
         self._set_parameters(alpha, beta)
         self._log_const = -_log_beta(self.alpha, self.beta)
+
+    def variates(self, rng: np.random.Generator, size: int | None) -> Any:
+        return np.clip(rng.beta(self.alpha, self.beta, size=size), _OPEN_LOW, _OPEN_HIGH)
 
     def log_density(self, x: float) -> float:
         x = float(x)

@@ -30,7 +30,6 @@ from mixle_spark.stats.base import (
     Encoder,
     Estimator,
     Parameter,
-    Sampler,
     check_parameter,
     option,
     register_distribution,
@@ -43,7 +42,6 @@ __all__ = [
     "BinomialEncoded",
     "BinomialEncoder",
     "BinomialEstimator",
-    "BinomialSampler",
 ]
 
 DEFAULT_MIN_P = 1e-12
@@ -77,14 +75,6 @@ class BinomialEncoded:
         return len(self.x)
 
 
-class BinomialSampler(Sampler):
-    dist: BinomialDistribution
-
-    def sample(self, size: int | None = None) -> Any:
-        draws = self.rng.binomial(self.dist.n, self.dist.p, size=size)
-        return int(draws) if size is None else draws
-
-
 @register_distribution("binomial")
 class BinomialDistribution(Distribution):
     """Binomial distribution: ``n`` trials with success probability ``p`` (0 and 1 allowed).
@@ -96,7 +86,6 @@ class BinomialDistribution(Distribution):
     """
 
     parameters = (Parameter("p"), Parameter("n"))
-    sampler_class = BinomialSampler
 
     def __init__(self, p: float, n: int) -> None:
         check_parameter(0.0 <= p <= 1.0, "BinomialDistribution", "p", p, "a probability in [0, 1]")
@@ -105,6 +94,10 @@ class BinomialDistribution(Distribution):
         self.n = int(n)
         self._log_p = _log(self.p)
         self._log_q = _log(1.0 - self.p)
+
+    def draw(self, rng: np.random.Generator, size: int | None = None) -> Any:
+        draws = rng.binomial(self.n, self.p, size=size)
+        return int(draws) if size is None else draws
 
     def log_density(self, x: int) -> float:
         value = float(x)

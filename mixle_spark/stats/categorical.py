@@ -40,13 +40,17 @@ from mixle_spark.stats._labels import (
     EXPECTED_LABEL,
     LabelEncoder,
     LabelOptions,
+    VocabularyCache,
+    add_label_counts,
     align_counts,
+    aligned_log_p,
     check_stored_codes,
     checked_pmap,
     hashable_labels,
     is_codes_array,
     label_codes,
     lookup_label,
+    merge_label_counts,
     min_prob_option,
     no_vocabulary_error,
     normalize_label,
@@ -63,7 +67,6 @@ from mixle_spark.stats.base import (
     Encoder,
     Estimator,
     Parameter,
-    Sampler,
     option,
     register_distribution,
     register_estimator,
@@ -75,7 +78,6 @@ __all__ = [
     "CategoricalDistribution",
     "CategoricalEncoder",
     "CategoricalEstimator",
-    "CategoricalSampler",
     "sorted_labels",
 ]
 
@@ -93,16 +95,6 @@ class CategoricalBatch:
         return len(self.codes)
 
 
-class CategoricalSampler(Sampler):
-    """One record is a label; ``sample(size)`` a list of labels."""
-
-    def sample(self, size: int | None = None) -> Any:
-        dist: Any = self.dist
-        idx = self.rng.choice(len(dist.labels), size=1 if size is None else size, p=dist._p)
-        labels = dist.labels
-        return labels[int(idx[0])] if size is None else [labels[int(i)] for i in idx]
-
-
 @register_distribution("categorical")
 class CategoricalDistribution(Distribution):
     """Probability ``pmap[label]`` for each label; labels outside ``pmap`` have probability zero.
@@ -118,7 +110,6 @@ class CategoricalDistribution(Distribution):
     """
 
     parameters = (Parameter("pmap", parse=lambda v: pmap_from_spec(v, "CategoricalDistribution")),)
-    sampler_class = CategoricalSampler
 
     def __init__(self, pmap: Mapping[Any, float]) -> None:
         labels, p = checked_pmap(pmap, "CategoricalDistribution")
@@ -127,8 +118,13 @@ class CategoricalDistribution(Distribution):
         self._p = p
         with np.errstate(divide="ignore"):
             self._log_p = np.log(p)
-        self._aligned: dict[tuple[Any, ...], np.ndarray] = {}
-        self._last: tuple[tuple[Any, ...] | None, np.ndarray | None] = (None, None)
+        self._aligned = VocabularyCache()
+
+    def draw(self, rng: np.random.Generator, size: int | None = None) -> Any:
+        """One record is a label; a batch a list of labels."""
+        idx = rng.choice(len(self.labels), size=1 if size is None else size, p=self._p)
+        labels = self.labels
+        return labels[int(idx[0])] if size is None else [labels[int(i)] for i in idx]
 
     def log_density(self, x: Any) -> float:
         try:
@@ -137,30 +133,9 @@ class CategoricalDistribution(Distribution):
             return -math.inf
         return math.log(p) if p > 0 else -math.inf
 
-    def _log_p_for(self, labels: tuple[Any, ...]) -> np.ndarray:
-        """Log-probabilities over ``labels`` plus a trailing -inf for code -1 (cached per vocabulary)."""
-        last_labels, last = self._last
-        if last_labels is labels and last is not None:
-            return last
-        lp = self._aligned.get(labels)
-        if lp is None:
-            if labels == self.labels:
-                lp = np.append(self._log_p, -math.inf)
-            else:
-                index = {k: i for i, k in enumerate(self.labels)}
-                lp = np.full(len(labels) + 1, -math.inf)
-                for j, k in enumerate(labels):
-                    i = index.get(k)
-                    if i is not None:
-                        lp[j] = self._log_p[i]
-            if len(self._aligned) >= 16:  # a handful of vocabularies in practice; bound the cache
-                self._aligned.clear()
-            self._aligned[labels] = lp
-        self._last = (labels, lp)
-        return lp
-
     def seq_log_density(self, enc: CategoricalBatch) -> np.ndarray:
-        return self._log_p_for(enc.labels)[enc.codes]
+        log_p = self._aligned.get(enc.labels, lambda labels: aligned_log_p(self._log_p, self.labels, labels))
+        return log_p[enc.codes]
 
     def estimator(self, pseudo_count: float | None = None) -> CategoricalEstimator:
         if pseudo_count is None:
@@ -343,17 +318,7 @@ class CategoricalAccumulator(Accumulator):
         self.keys = keys
         self.labels = labels
         self.counts = np.zeros(0 if labels is None else len(labels))
-        self._maps: dict[tuple[Any, ...], np.ndarray] = {}
-
-    def _positions(self, labels: tuple[Any, ...]) -> np.ndarray:
-        """Position in ``self.labels`` of each of ``labels`` (-1 when absent), cached per vocabulary."""
-        pos = self._maps.get(labels)
-        if pos is None:
-            index = {k: i for i, k in enumerate(self.labels or ())}
-            pos = self._maps[labels] = np.fromiter(
-                (index.get(k, -1) for k in labels), dtype=np.int64, count=len(labels)
-            )
-        return pos
+        self._positions = VocabularyCache()
 
     def seq_update(self, enc: CategoricalBatch, weights: np.ndarray, estimate: Any) -> None:
         if self.labels is None:
@@ -363,30 +328,14 @@ class CategoricalAccumulator(Accumulator):
             keep = codes >= 0
             codes, weights = codes[keep], weights[keep]
         counts = np.bincount(codes, weights=weights, minlength=len(enc.labels))
-        if enc.labels is self.labels or enc.labels == self.labels:
-            self.counts += counts
-            return None
-        pos = self._positions(enc.labels)
-        missing = (pos < 0) & (counts != 0)
-        if missing.any():
-            j = first_true(missing)
+        j = add_label_counts(self.counts, counts, self.labels, enc.labels, self._positions)
+        if j is not None:
             row = first_true(enc.codes == j)
             raise unseen_label_error(enc.labels[j], self.labels, row, len(enc), int((enc.codes == j).sum()))
-        present = pos >= 0
-        self.counts[pos[present]] += counts[present]
         return None
 
     def combine(self, value: Any) -> CategoricalAccumulator:
-        counts = np.array(value, dtype=np.float64)
-        if len(self.counts) == 0 and self.labels is None:
-            self.counts = counts
-        elif counts.shape != self.counts.shape:
-            raise SpecError(
-                f"CategoricalAccumulator: cannot combine {len(counts)} counts into "
-                f"{len(self.counts)} (different vocabularies)"
-            )
-        else:
-            self.counts += counts
+        self.counts = merge_label_counts(self.counts, self.labels, value, "CategoricalAccumulator")
         return self
 
     def value(self) -> np.ndarray:

@@ -19,7 +19,7 @@ from mixle_spark.errors import DataTypeError, DataValueError, SchemaError
 from mixle_spark.stats._product import (
     ProductAccumulator,
     ProductEncoder,
-    ProductSampler,
+    draw_columns,
     reraise_at,
 )
 from mixle_spark.stats._validate import as_arrow_array, first_true
@@ -27,6 +27,7 @@ from mixle_spark.stats.base import (
     Distribution,
     Encoder,
     Estimator,
+    Sampler,
     check_parameter,
     estimators_option,
     parts,
@@ -39,7 +40,6 @@ __all__ = [
     "CompositeDistribution",
     "CompositeEncoder",
     "CompositeEstimator",
-    "CompositeSampler",
 ]
 
 
@@ -49,15 +49,6 @@ def _check_components(components: Any, family: str, kind: type) -> tuple[Any, ..
     for i, child in enumerate(components):
         check_parameter(isinstance(child, kind), family, f"components[{i}]", child, f"a {kind.__name__}")
     return tuple(components)
-
-
-class CompositeSampler(ProductSampler):
-    """Draws tuples."""
-
-    def sample(self, size: int | None = None) -> Any:
-        if size is None:
-            return tuple(s.sample() for s in self.children)
-        return list(zip(*self._columns(size), strict=True))
 
 
 @register_distribution("composite")
@@ -73,13 +64,21 @@ class CompositeDistribution(Distribution):
     """
 
     parameters = (parts("components"),)
-    sampler_class = CompositeSampler
 
     def __init__(self, components: Sequence[Distribution]) -> None:
         self.components = _check_components(components, "CompositeDistribution", Distribution)
 
     def child_distributions(self) -> tuple[Distribution, ...]:
         return self.components
+
+    def sampling_parts(self) -> list[Distribution]:
+        return list(self.components)
+
+    def draw_with(self, sampler: Sampler, size: int | None = None) -> Any:
+        """Tuples."""
+        if size is None:
+            return tuple(s.sample() for s in sampler.parts)
+        return list(zip(*draw_columns(sampler.parts, size), strict=True))
 
     def log_density(self, x: Sequence[Any]) -> float:
         if len(x) != len(self.components):

@@ -29,7 +29,6 @@ from mixle_spark.stats._vector_estimator import VectorGaussianEstimator
 from mixle_spark.stats.base import (
     Distribution,
     Parameter,
-    Sampler,
     check_parameter,
     register_distribution,
     register_estimator,
@@ -40,21 +39,10 @@ __all__ = [
     "DiagonalGaussianDistribution",
     "DiagonalGaussianEncoder",
     "DiagonalGaussianEstimator",
-    "DiagonalGaussianSampler",
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _FAMILY = "DiagonalGaussianDistribution"
-
-
-class DiagonalGaussianSampler(Sampler):
-    """One record is a 1-D array; ``sample(size)`` a list of them."""
-
-    def sample(self, size: int | None = None) -> Any:
-        dist: Any = self.dist
-        z = self.rng.standard_normal((1 if size is None else size, dist.dim))
-        draws = dist.mu + z * np.sqrt(dist.covar)
-        return draws[0] if size is None else list(draws)
 
 
 @register_distribution("diagonal_gaussian")
@@ -70,7 +58,6 @@ class DiagonalGaussianDistribution(Distribution):
     """
 
     parameters = (Parameter("mu"), Parameter("covar"))
-    sampler_class = DiagonalGaussianSampler
 
     def __init__(self, mu: Sequence[float] | np.ndarray, covar: Sequence[float] | np.ndarray) -> None:
         mu = parameter_vector(mu, _FAMILY, "mu")
@@ -87,6 +74,12 @@ class DiagonalGaussianDistribution(Distribution):
         self.dim = len(mu)
         self._inv = 1.0 / covar
         self._log_const = -0.5 * (self.dim * _LOG_2PI + float(np.log(covar).sum()))
+
+    def draw(self, rng: np.random.Generator, size: int | None = None) -> Any:
+        """One record is a 1-D array; a batch a list of them."""
+        z = rng.standard_normal((1 if size is None else size, self.dim))
+        draws = self.mu + z * np.sqrt(self.covar)
+        return draws[0] if size is None else list(draws)
 
     def log_density(self, x: Any) -> float:
         try:

@@ -16,7 +16,6 @@ from mixle_spark.stats._scalar_common import (
     OneParameterEstimator,
     ScalarEncoder,
     ScalarFamily,
-    ScalarSampler,
     SumAccumulator,
     floor,
     positive,
@@ -30,7 +29,6 @@ __all__ = [
     "ExponentialDistribution",
     "ExponentialEncoder",
     "ExponentialEstimator",
-    "ExponentialSampler",
 ]
 
 DEFAULT_MIN_BETA = 1e-12
@@ -46,13 +44,6 @@ class ExponentialEncoder(ScalarEncoder):
         check_range(x, self.expected, low=0.0)
 
 
-class ExponentialSampler(ScalarSampler):
-    dist: ExponentialDistribution
-
-    def draw(self, size: int | None) -> Any:
-        return self.rng.exponential(self.dist.beta, size=size)
-
-
 @register_distribution("exponential")
 class ExponentialDistribution(ScalarFamily):
     """Exponential distribution with scale (mean) ``beta``.
@@ -65,12 +56,14 @@ class ExponentialDistribution(ScalarFamily):
 
     parameters = (positive("beta"),)
     encoder_class = ExponentialEncoder
-    sampler_class = ExponentialSampler
     beta: float
 
     def __init__(self, beta: float) -> None:
         self._set_parameters(beta)
         self._log_beta = math.log(self.beta)
+
+    def variates(self, rng: np.random.Generator, size: int | None) -> Any:
+        return rng.exponential(self.beta, size=size)
 
     def log_density(self, x: float) -> float:
         x = float(x)

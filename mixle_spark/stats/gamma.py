@@ -18,7 +18,6 @@ from mixle_spark.stats._scalar_common import (
     FeatureSumAccumulator,
     ScalarEncoder,
     ScalarFamily,
-    ScalarSampler,
     bound,
     check_bounds,
     positive,
@@ -37,7 +36,6 @@ __all__ = [
     "GammaDistribution",
     "GammaEncoder",
     "GammaEstimator",
-    "GammaSampler",
     "solve_shape",
 ]
 
@@ -96,13 +94,6 @@ class GammaEncoder(ScalarEncoder):
         return x, np.log(x)
 
 
-class GammaSampler(ScalarSampler):
-    dist: GammaDistribution
-
-    def draw(self, size: int | None) -> Any:
-        return self.rng.gamma(self.dist.k, self.dist.theta, size=size)
-
-
 @register_distribution("gamma")
 class GammaDistribution(ScalarFamily):
     """Gamma distribution with shape ``k`` and scale ``theta``.
@@ -117,11 +108,13 @@ class GammaDistribution(ScalarFamily):
     k: float
     theta: float
     encoder_class = GammaEncoder
-    sampler_class = GammaSampler
 
     def __init__(self, k: float, theta: float) -> None:
         self._set_parameters(k, theta)
         self._log_const = -gammaln(self.k) - self.k * math.log(self.theta)
+
+    def variates(self, rng: np.random.Generator, size: int | None) -> Any:
+        return rng.gamma(self.k, self.theta, size=size)
 
     def log_density(self, x: float) -> float:
         x = float(x)

@@ -9,27 +9,23 @@ exactly, so any split of the data merged in any order gives the same statistics 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from mixle_spark.errors import SchemaError
 from mixle_spark.stats._scalar_common import (
+    ScalarEncoder,
     ScalarFamily,
-    ScalarSampler,
     finite,
+    floor,
     positive,
     prior_tuple,
 )
-from mixle_spark.stats._validate import arrow_float_values, check_finite, float_values
 from mixle_spark.stats.base import (
     Accumulator,
-    Encoder,
+    Distribution,
     Estimator,
-    RowRandom,
-    option,
     register_distribution,
     register_estimator,
 )
@@ -39,7 +35,6 @@ __all__ = [
     "GaussianDistribution",
     "GaussianEncoder",
     "GaussianEstimator",
-    "GaussianSampler",
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -51,60 +46,12 @@ def shift_moments(sw: float, s1: float, s2: float, old: float, new: float) -> tu
     return s1 + sw * d, s2 + 2.0 * d * s1 + sw * d * d
 
 
-class GaussianEncoder(Encoder):
-    """Reads a numeric column (any Arrow integer / floating / decimal type) into float64.
+class GaussianEncoder(ScalarEncoder):
+    """Reads finite numbers (any Arrow integer / floating / decimal column) into a float64 array of
+    shape (n,)."""
 
-    ``expected`` names the estimator in error messages.
-    """
-
-    def __init__(self, family: str = "GaussianEstimator") -> None:
-        self.family = family
-
-    @property
-    def _expected(self) -> str:
-        return f"expected a finite number for {self.family}"
-
-    def encode(self, records: Sequence[Any]) -> np.ndarray:
-        x = float_values(records, self._expected)
-        check_finite(x, self._expected)
-        return x
-
-    def from_arrow(self, data: Any) -> np.ndarray:
-        x = arrow_float_values(data, self._expected)
-        check_finite(x, self._expected)
-        return x
-
-    def check_arrow_type(self, arrow_type: Any) -> None:
-        import pyarrow as pa
-
-        if not (
-            pa.types.is_integer(arrow_type)
-            or pa.types.is_floating(arrow_type)
-            or pa.types.is_decimal(arrow_type)
-        ):
-            raise SchemaError(f"expected a numeric column for {self.family}, got Arrow type {arrow_type}")
-
-    def expected_arrow(self) -> str:
-        return "a numeric column (integer, floating or decimal)"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, GaussianEncoder)
-
-    def __hash__(self) -> int:
-        return hash("GaussianEncoder")
-
-    def embedding_scales(self) -> np.ndarray:
-        return np.ones(1, dtype=bool)
-
-    def embed(self, enc: Any) -> np.ndarray:
-        return np.asarray(enc, dtype=np.float64)[:, None]
-
-
-class GaussianSampler(ScalarSampler):
-    dist: GaussianDistribution
-
-    def draw(self, size: int | None) -> Any:
-        return self.rng.normal(self.dist.mu, math.sqrt(self.dist.sigma2), size=size)
+    estimator_name = "GaussianEstimator"
+    schema_expectation = "a numeric column"
 
 
 @register_distribution("gaussian")
@@ -122,11 +69,13 @@ class GaussianDistribution(ScalarFamily):
     mu: float
     sigma2: float
     encoder_class = GaussianEncoder
-    sampler_class = GaussianSampler
 
     def __init__(self, mu: float, sigma2: float) -> None:
         self._set_parameters(mu, sigma2)
         self._log_const = -0.5 * (_LOG_2PI + math.log(self.sigma2))
+
+    def variates(self, rng: np.random.Generator, size: int | None) -> Any:
+        return rng.normal(self.mu, math.sqrt(self.sigma2), size=size)
 
     def log_density(self, x: float) -> float:
         return self._log_const - 0.5 * (float(x) - self.mu) ** 2 / self.sigma2
@@ -157,6 +106,10 @@ def _center(enc: np.ndarray) -> float:
 class GaussianAccumulator(Accumulator):
     """Sums ``sw = Σw``, ``s1 = Σw(x - shift)``, ``s2 = Σw(x - shift)^2``; value ``(sw, s1, s2, shift)``."""
 
+    model_class: ClassVar[type[Distribution]] = GaussianDistribution
+    """The model whose mean a fresh accumulator's statistics are centred on."""
+    encoder_class: ClassVar[type[ScalarEncoder]] = GaussianEncoder
+
     def __init__(self, keys: Any = None) -> None:
         self.keys = keys
         self.sw = 0.0
@@ -164,14 +117,13 @@ class GaussianAccumulator(Accumulator):
         self.s2 = 0.0
         self.shift = 0.0
 
-    def _reshift(self, new: float) -> None:
-        if new != self.shift:
-            self.s1, self.s2 = shift_moments(self.sw, self.s1, self.s2, self.shift, new)
-            self.shift = new
+    def _shift_from(self, estimate: Any) -> None:
+        # The first batch of a fresh accumulator fixes the shift: the current model's mean.
+        if self.sw == 0.0 and isinstance(estimate, self.model_class):
+            self.shift = estimate.mu  # type: ignore[attr-defined]
 
     def seq_update(self, enc: np.ndarray, weights: np.ndarray, estimate: Any) -> None:
-        if self.sw == 0.0 and isinstance(estimate, GaussianDistribution):
-            self.shift = estimate.mu
+        self._shift_from(estimate)
         d = enc - self.shift
         wd = weights * d
         self.sw += float(weights.sum())
@@ -179,13 +131,9 @@ class GaussianAccumulator(Accumulator):
         self.s2 += float(np.dot(wd, d))
         return None
 
-    def seq_initialize(self, enc: np.ndarray, weights: np.ndarray, rng: RowRandom) -> None:
-        self.seq_update(enc, weights, None)
-
     def add_feature_sums(self, sums: np.ndarray, enc: np.ndarray, estimate: Any) -> None:
         """Add ``sums = Σ w [1, x - c, (x - c)^2]`` computed by the mixture fast path."""
-        if self.sw == 0.0 and isinstance(estimate, GaussianDistribution):
-            self.shift = estimate.mu
+        self._shift_from(estimate)
         c = _center(enc)
         s1, s2 = shift_moments(float(sums[0]), float(sums[1]), float(sums[2]), c, self.shift)
         self.sw += float(sums[0])
@@ -208,8 +156,6 @@ class GaussianAccumulator(Accumulator):
     def from_value(self, value: Any) -> GaussianAccumulator:
         self.sw, self.s1, self.s2, self.shift = (float(v) for v in value)
         return self
-
-    encoder_class = GaussianEncoder
 
 
 @register_estimator("gaussian")
@@ -235,7 +181,7 @@ class GaussianEstimator(Estimator):
     suff_stat: tuple[float, float] | None = prior_tuple(
         lambda mu0, var0: var0 > 0, "a pair (mu0, sigma2_0) of finite numbers with sigma2_0 > 0"
     )
-    min_var: float = option(1e-8, lambda v: v > 0, "positive", read=float)
+    min_var: float = floor(1e-8)
     name: str | None = None
     keys: str | None = None
 

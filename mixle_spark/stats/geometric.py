@@ -16,7 +16,6 @@ from mixle_spark.stats._scalar_common import (
     Parameter,
     ScalarEncoder,
     ScalarFamily,
-    ScalarSampler,
     SumAccumulator,
     check_counts,
     floor,
@@ -30,7 +29,6 @@ __all__ = [
     "GeometricDistribution",
     "GeometricEncoder",
     "GeometricEstimator",
-    "GeometricSampler",
 ]
 
 DEFAULT_MIN_P = 1e-12
@@ -48,14 +46,6 @@ class GeometricEncoder(ScalarEncoder):
         check_counts(x, self.expected, low=1.0)
 
 
-class GeometricSampler(ScalarSampler):
-    dist: GeometricDistribution
-    record_type = int
-
-    def draw(self, size: int | None) -> Any:
-        return self.rng.geometric(self.dist.p, size=size)
-
-
 @register_distribution("geometric")
 class GeometricDistribution(ScalarFamily):
     """Geometric distribution on ``{1, 2, ...}`` with success probability ``p`` in (0, 1].
@@ -68,13 +58,16 @@ class GeometricDistribution(ScalarFamily):
 
     parameters = (Parameter("p", lambda p: 0.0 < p <= 1.0, "a probability in (0, 1]"),)
     encoder_class = GeometricEncoder
-    sampler_class = GeometricSampler
+    record_type = int
     p: float
 
     def __init__(self, p: float) -> None:
         self._set_parameters(p)
         self._log_p = math.log(self.p)
         self._log_q = math.log1p(-self.p) if self.p < 1.0 else -math.inf
+
+    def variates(self, rng: np.random.Generator, size: int | None) -> Any:
+        return rng.geometric(self.p, size=size)
 
     def log_density(self, x: int) -> float:
         value = float(x)

@@ -30,7 +30,7 @@ import numpy as np
 
 from mixle_spark.errors import SpecError
 from mixle_spark.stats._hmm_kernels import Layout, baum_welch, forward, viterbi
-from mixle_spark.stats._lengths import encode_lengths
+from mixle_spark.stats._lengths import LengthAccumulation, LengthEstimation, LengthModel, check_length_model
 from mixle_spark.stats._product import as_record_list
 from mixle_spark.stats._validate import unit_sum
 from mixle_spark.stats.base import (
@@ -51,7 +51,6 @@ from mixle_spark.stats.base import (
     parts,
     register_distribution,
     register_estimator,
-    seq_update_with_ll,
 )
 from mixle_spark.stats.sequence import SequenceEncoded, SequenceEncoder
 
@@ -59,7 +58,6 @@ __all__ = [
     "HiddenMarkovAccumulator",
     "HiddenMarkovDistribution",
     "HiddenMarkovEstimator",
-    "HiddenMarkovSampler",
 ]
 
 _FAMILY = "HiddenMarkovDistribution"
@@ -85,60 +83,8 @@ def _probabilities(values: Any, shape: tuple[int, ...], name: str) -> np.ndarray
     return np.stack([unit_sum(r) for r in rows]).reshape(shape)
 
 
-class HiddenMarkovSampler(Sampler):
-    """Draws lengths from ``len_dist``, then state paths for all sequences one time step at a time,
-    then every state's elements in one call to its emission sampler; records are lists."""
-
-    def __init__(self, dist: HiddenMarkovDistribution, seed: int | None = None) -> None:
-        if dist.len_dist is None:
-            raise SpecError(
-                f"{_FAMILY}: sampling needs len_dist (the distribution of the sequence length), got None"
-            )
-        super().__init__(dist, seed)
-        self.lengths = dist.len_dist.sampler(self.new_seed())
-        self.emitters = [e.sampler(self.new_seed()) for e in dist.emissions]
-
-    def sample_with_states(self, size: int) -> tuple[list[Any], list[list[int]]]:
-        """``size`` sequences and their state paths."""
-        dist: HiddenMarkovDistribution = self.dist  # type: ignore[assignment]
-        lengths = np.asarray(as_record_list(self.lengths.sample(size)), dtype=np.int64).reshape(-1)
-        if len(lengths) and lengths.min() < 0:
-            raise SpecError(f"{_FAMILY}: len_dist drew a negative length {int(lengths.min())}")
-        layout = Layout.of(lengths)
-        m = int(lengths.sum())
-        states_tm = np.zeros(m, dtype=np.int64)
-        cum = np.cumsum(dist.transitions, axis=1)
-        current = np.zeros(len(lengths), dtype=np.int64)
-        for t in range(len(layout.active)):
-            c = int(layout.active[t])
-            u = self.rng.random(c)
-            if t == 0:
-                current[:c] = np.minimum(
-                    np.searchsorted(np.cumsum(dist.initial), u, side="right"), dist.num_states - 1
-                )
-            else:
-                rows = cum[current[:c]]
-                current[:c] = np.minimum((rows <= u[:, None]).sum(axis=1), dist.num_states - 1)
-            states_tm[layout.block(t)] = current[:c]
-        states = states_tm[layout.position]
-        values: list[Any] = [None] * m
-        for k, emitter in enumerate(self.emitters):
-            where = np.flatnonzero(states == k)
-            if where.size:
-                for j, v in zip(where.tolist(), as_record_list(emitter.sample(int(where.size))), strict=True):
-                    values[j] = v
-        ends = np.cumsum(lengths)
-        seqs = [values[e - n : e] for e, n in zip(ends.tolist(), lengths.tolist(), strict=True)]
-        paths = [states[e - n : e].tolist() for e, n in zip(ends.tolist(), lengths.tolist(), strict=True)]
-        return seqs, paths
-
-    def sample(self, size: int | None = None) -> Any:
-        seqs, _ = self.sample_with_states(1 if size is None else size)
-        return seqs[0] if size is None else seqs
-
-
 @register_distribution("hidden_markov")
-class HiddenMarkovDistribution(Distribution):
+class HiddenMarkovDistribution(LengthModel, Distribution):
     """A K-state hidden Markov model of sequences.
 
     Parameters
@@ -168,7 +114,6 @@ class HiddenMarkovDistribution(Distribution):
         Parameter("transitions"),
         part("len_dist", optional=True),
     )
-    sampler_class = HiddenMarkovSampler
 
     def __init__(
         self,
@@ -181,13 +126,7 @@ class HiddenMarkovDistribution(Distribution):
         check_parameter(len(ems) > 0, _FAMILY, "emissions", emissions, "a non-empty list of distributions")
         for k, e in enumerate(ems):
             check_parameter(isinstance(e, Distribution), _FAMILY, f"emissions[{k}]", e, "a Distribution")
-        check_parameter(
-            len_dist is None or isinstance(len_dist, Distribution),
-            _FAMILY,
-            "len_dist",
-            len_dist,
-            "a Distribution or None",
-        )
+        check_length_model(_FAMILY, len_dist)
         k = len(ems)
         self.emissions = ems
         self.initial = _probabilities(initial, (k,), "initial")
@@ -206,18 +145,57 @@ class HiddenMarkovDistribution(Distribution):
         cols = [np.asarray(e.seq_log_density(values), dtype=np.float64) for e in self.emissions]
         return np.ascontiguousarray(np.stack(cols, axis=1)) if cols[0].size else np.zeros((0, len(cols)))
 
-    def _length_ll(self, enc: SequenceEncoded) -> np.ndarray | float:
-        if self.len_dist is None:
-            return 0.0
-        len_enc = enc.len_enc if enc.len_enc is not None else encode_lengths(self.len_dist.encoder(), enc)
-        return np.asarray(self.len_dist.seq_log_density(len_enc), dtype=np.float64)
+    def sampling_parts(self) -> list[Distribution]:
+        return [self.sampled_lengths(), *self.emissions]
+
+    def draw_with_states(self, sampler: Sampler, size: int) -> tuple[list[Any], list[list[int]]]:
+        """``size`` sequences drawn by ``sampler`` (a sampler of this model), and their state paths:
+        lengths from ``len_dist``, then the state paths of all sequences one time step at a time,
+        then every state's elements in one call to its emission sampler."""
+        lengths_sampler, *emitters = sampler.parts
+        rng = sampler.rng
+        lengths = np.asarray(as_record_list(lengths_sampler.sample(size)), dtype=np.int64).reshape(-1)
+        if len(lengths) and lengths.min() < 0:
+            raise SpecError(f"{_FAMILY}: len_dist drew a negative length {int(lengths.min())}")
+        layout = Layout.of(lengths)
+        m = int(lengths.sum())
+        states_tm = np.zeros(m, dtype=np.int64)
+        cum = np.cumsum(self.transitions, axis=1)
+        current = np.zeros(len(lengths), dtype=np.int64)
+        for t in range(len(layout.active)):
+            c = int(layout.active[t])
+            u = rng.random(c)
+            if t == 0:
+                current[:c] = np.minimum(
+                    np.searchsorted(np.cumsum(self.initial), u, side="right"), self.num_states - 1
+                )
+            else:
+                rows = cum[current[:c]]
+                current[:c] = np.minimum((rows <= u[:, None]).sum(axis=1), self.num_states - 1)
+            states_tm[layout.block(t)] = current[:c]
+        states = states_tm[layout.position]
+        values: list[Any] = [None] * m
+        for k, emitter in enumerate(emitters):
+            where = np.flatnonzero(states == k)
+            if where.size:
+                for j, v in zip(where.tolist(), as_record_list(emitter.sample(int(where.size))), strict=True):
+                    values[j] = v
+        ends = np.cumsum(lengths)
+        seqs = [values[e - n : e] for e, n in zip(ends.tolist(), lengths.tolist(), strict=True)]
+        paths = [states[e - n : e].tolist() for e, n in zip(ends.tolist(), lengths.tolist(), strict=True)]
+        return seqs, paths
+
+    def draw_with(self, sampler: Sampler, size: int | None = None) -> Any:
+        """Lists of emissions (see :meth:`draw_with_states`)."""
+        seqs, _ = self.draw_with_states(sampler, 1 if size is None else size)
+        return seqs[0] if size is None else seqs
 
     def log_density(self, x: Sequence[Any]) -> float:
         return float(self.seq_log_density(self.encoder().encode([x]))[0])
 
     def seq_log_density(self, enc: SequenceEncoded) -> np.ndarray:
         ll = forward(self.log_emissions(enc.values), enc.lengths, self.initial, self.transitions)
-        return ll + self._length_ll(enc)
+        return ll + self.length_log_density(enc.len_enc, enc.lengths)
 
     def seq_viterbi(self, enc: SequenceEncoded) -> tuple[np.ndarray, np.ndarray]:
         """Most probable state paths of a batch: ``(states, log_p)``, ``states`` (m,) aligned with
@@ -226,7 +204,7 @@ class HiddenMarkovDistribution(Distribution):
         states, log_p = viterbi(
             self.log_emissions(enc.values), enc.lengths, self._log_initial, self._log_transitions
         )
-        return states, log_p + self._length_ll(enc)
+        return states, log_p + self.length_log_density(enc.len_enc, enc.lengths)
 
     def seq_state_posteriors(self, enc: SequenceEncoded) -> np.ndarray:
         """``(m, K)`` posterior probability of each state at every element (forward-backward)."""
@@ -241,10 +219,11 @@ class HiddenMarkovDistribution(Distribution):
         return [int(s) for s in states]
 
     def estimator(self, pseudo_count: float | None = None) -> HiddenMarkovEstimator:
-        len_est = None if self.len_dist is None else self.len_dist.estimator(pseudo_count)
         pc = None if pseudo_count is None else pseudo_count / self.num_states
         return HiddenMarkovEstimator(
-            [e.estimator(pc) for e in self.emissions], len_estimator=len_est, pseudo_count=pseudo_count
+            [e.estimator(pc) for e in self.emissions],
+            len_estimator=self.length_estimator(pseudo_count),
+            pseudo_count=pseudo_count,
         )
 
     def encoder(self) -> SequenceEncoder:
@@ -257,13 +236,13 @@ class HiddenMarkovDistribution(Distribution):
                     f"{_FAMILY}: emissions[{k}] reads {e.encoder()!r}, which cannot be combined with "
                     f"{out!r} of the earlier states"
                 ) from err
-        return SequenceEncoder(out, None if self.len_dist is None else self.len_dist.encoder())
+        return SequenceEncoder(out, self.length_encoder())
 
     def n_free_parameters(self) -> int:
         return self.estimator().n_free_parameters(self)
 
 
-class HiddenMarkovAccumulator(Accumulator):
+class HiddenMarkovAccumulator(LengthAccumulation, Accumulator):
     """Baum-Welch statistics. Value: ``(initial (K,), transitions (K, K), state weights (K,),
     emission values (K,), length value or None, row weight)``."""
 
@@ -278,20 +257,6 @@ class HiddenMarkovAccumulator(Accumulator):
         self.transitions = np.zeros((k, k))
         self.state_weights = np.zeros(k)
         self.row_weight = 0.0
-
-    def _len_update(self, enc: SequenceEncoded, weights: np.ndarray, estimate: Any) -> np.ndarray | float:
-        len_dist = None if estimate is None else estimate.len_dist
-        if self.len_acc is None:
-            if len_dist is None:
-                return 0.0
-            return np.asarray(
-                len_dist.seq_log_density(encode_lengths(len_dist.encoder(), enc)), dtype=np.float64
-            )
-        len_enc = enc.len_enc if enc.len_enc is not None else encode_lengths(self.len_acc.make_encoder(), enc)
-        if len_dist is None:
-            self.len_acc.seq_update(len_enc, weights, None)
-            return 0.0
-        return seq_update_with_ll(self.len_acc, len_enc, weights, len_dist)
 
     def seq_update(self, enc: SequenceEncoded, weights: np.ndarray, estimate: Any) -> np.ndarray:
         if estimate is None:
@@ -311,7 +276,7 @@ class HiddenMarkovAccumulator(Accumulator):
         self.state_weights += resp.sum(axis=0)
         for k, (acc, dist) in enumerate(zip(self.emissions, estimate.emissions, strict=True)):
             acc.seq_update(enc.values, np.ascontiguousarray(resp[:, k]), dist)
-        return bw.log_likelihood + self._len_update(enc, weights, estimate)
+        return bw.log_likelihood + self.update_lengths(enc.len_enc, enc.lengths, weights, estimate.len_dist)
 
     def seq_initialize(self, enc: SequenceEncoded, weights: np.ndarray, rng: RowRandom) -> None:
         """Random, nearly hard state responsibilities per element (approximately Dirichlet(1/K^2))
@@ -339,11 +304,7 @@ class HiddenMarkovAccumulator(Accumulator):
                 acc.seq_initialize(
                     enc.values, np.ascontiguousarray(weighted[:, j]), rng.expand(enc.lengths).child(j)
                 )
-        if self.len_acc is not None:
-            len_enc = (
-                enc.len_enc if enc.len_enc is not None else encode_lengths(self.len_acc.make_encoder(), enc)
-            )
-            self.len_acc.seq_initialize(len_enc, weights, rng.child("len"))
+        self.initialize_lengths(enc.len_enc, enc.lengths, weights, rng)
 
     def combine(self, value: Any) -> HiddenMarkovAccumulator:
         initial, transitions, state_weights, em_values, len_value, row_weight = value
@@ -352,8 +313,7 @@ class HiddenMarkovAccumulator(Accumulator):
         self.state_weights += np.asarray(state_weights, dtype=np.float64)
         for acc, v in zip(self.emissions, em_values, strict=True):
             acc.combine(v)
-        if self.len_acc is not None:
-            self.len_acc.combine(len_value)
+        self.combine_lengths(len_value)
         self.row_weight += float(row_weight)
         return self
 
@@ -363,7 +323,7 @@ class HiddenMarkovAccumulator(Accumulator):
             self.transitions.copy(),
             self.state_weights.copy(),
             tuple(acc.value() for acc in self.emissions),
-            None if self.len_acc is None else self.len_acc.value(),
+            self.length_value(),
             self.row_weight,
         )
 
@@ -374,25 +334,18 @@ class HiddenMarkovAccumulator(Accumulator):
         self.state_weights = np.array(state_weights, dtype=np.float64)
         for acc, v in zip(self.emissions, em_values, strict=True):
             acc.from_value(v)
-        if self.len_acc is not None:
-            self.len_acc.from_value(len_value)
+        self.lengths_from_value(len_value)
         self.row_weight = float(row_weight)
         return self
 
     def make_encoder(self) -> SequenceEncoder:
-        return SequenceEncoder(
-            self.emissions[0].make_encoder(), None if self.len_acc is None else self.len_acc.make_encoder()
-        )
+        return SequenceEncoder(self.emissions[0].make_encoder(), self.length_encoder())
 
     def parts(self) -> list[Accumulator]:
-        return [*self.emissions, *([] if self.len_acc is None else [self.len_acc])]
+        return [*self.emissions, *self.length_parts()]
 
     def fresh_args(self) -> tuple[Any, ...]:
-        return (
-            [e.make() for e in self.emissions],
-            None if self.len_acc is None else self.len_acc.make(),
-            self.keys,
-        )
+        return ([e.make() for e in self.emissions], self.fresh_lengths(), self.keys)
 
 
 def _smoothed(counts: np.ndarray, pseudo_count: float) -> np.ndarray:
@@ -409,7 +362,7 @@ def _smoothed(counts: np.ndarray, pseudo_count: float) -> np.ndarray:
 
 @register_estimator("hidden_markov")
 @dataclass(eq=False, repr=False)
-class HiddenMarkovEstimator(Estimator):
+class HiddenMarkovEstimator(LengthEstimation, Estimator):
     """Baum-Welch (EM) estimator of a K-state hidden Markov model.
 
     Parameters
@@ -440,8 +393,8 @@ class HiddenMarkovEstimator(Estimator):
         self.estimators = check_estimators("HiddenMarkovEstimator", "estimators", self.estimators)
 
     def accumulator_factory(self) -> HiddenMarkovAccumulator:
-        len_acc = None if self.len_estimator is None else self.len_estimator.accumulator()
-        return HiddenMarkovAccumulator([e.accumulator() for e in self.estimators], len_acc, self.keys)
+        emissions = [e.accumulator() for e in self.estimators]
+        return HiddenMarkovAccumulator(emissions, self.length_accumulator(), self.keys)
 
     def encoder(self) -> SequenceEncoder:
         first = self.estimators[0].encoder()
@@ -451,17 +404,14 @@ class HiddenMarkovEstimator(Estimator):
                     f"HiddenMarkovEstimator: all states must read one encoding, but state 0 reads "
                     f"{first!r} and state {k} reads {e.encoder()!r}"
                 )
-        return SequenceEncoder(first, None if self.len_estimator is None else self.len_estimator.encoder())
+        return SequenceEncoder(first, self.length_encoder())
 
     def with_scan(self, scan: Any) -> HiddenMarkovEstimator:
         if scan is None:
             return self
         child_scan, len_scan = scan
         ests = self.estimators if child_scan is None else [e.with_scan(child_scan) for e in self.estimators]
-        len_est = self.len_estimator
-        if len_scan is not None and len_est is not None:
-            len_est = len_est.with_scan(len_scan)
-        return dataclasses.replace(self, estimators=ests, len_estimator=len_est)
+        return dataclasses.replace(self, estimators=ests, len_estimator=self.length_with_scan(len_scan))
 
     def min_rows(self) -> int:
         return 1
@@ -478,14 +428,11 @@ class HiddenMarkovEstimator(Estimator):
         emissions = [
             e.estimate(float(w), v) for e, w, v in zip(self.estimators, state_weights, em_values, strict=True)
         ]
-        len_dist = (
-            None if self.len_estimator is None else self.len_estimator.estimate(float(row_weight), len_value)
-        )
         return HiddenMarkovDistribution(
             emissions,
             _smoothed(np.asarray(initial, dtype=np.float64), pc),
             _smoothed(np.asarray(transitions, dtype=np.float64), pc),
-            len_dist,
+            self.length_estimate(row_weight, len_value),
         )
 
     def _free_parameters(self, model: Any, tied: set[Any]) -> int:

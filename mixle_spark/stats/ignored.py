@@ -19,7 +19,6 @@ from mixle_spark.stats.base import (
     Encoder,
     Estimator,
     RowRandom,
-    Sampler,
     register_distribution,
     register_estimator,
 )
@@ -29,16 +28,7 @@ __all__ = [
     "IgnoredDistribution",
     "IgnoredEncoder",
     "IgnoredEstimator",
-    "IgnoredSampler",
 ]
-
-
-class IgnoredSampler(Sampler):
-    """The ignored field has no model: samples are placeholder uniform floats in [0, 1), so that a
-    Record with an ignored column still yields a value for it (any value is a valid record)."""
-
-    def sample(self, size: int | None = None) -> Any:
-        return float(self.rng.random()) if size is None else self.rng.random(size)
 
 
 @register_distribution("ignored")
@@ -51,7 +41,10 @@ class IgnoredDistribution(Distribution):
     0.0
     """
 
-    sampler_class = IgnoredSampler
+    def draw(self, rng: np.random.Generator, size: int | None = None) -> Any:
+        """The ignored field has no model: draws are placeholder uniform floats in [0, 1), so that a
+        Record with an ignored column still yields a value for it (any value is a valid record)."""
+        return float(rng.random()) if size is None else rng.random(size)
 
     def log_density(self, x: Any) -> float:
         return 0.0

@@ -37,7 +37,6 @@ from mixle_spark.stats.base import (
     Encoder,
     Estimator,
     Parameter,
-    Sampler,
     check_parameter,
     option,
     register_distribution,
@@ -50,7 +49,6 @@ __all__ = [
     "IntegerCategoricalDistribution",
     "IntegerCategoricalEncoder",
     "IntegerCategoricalEstimator",
-    "IntegerCategoricalSampler",
 ]
 
 _EXPECTED = "expected an integer for IntegerCategoricalEstimator"
@@ -73,15 +71,6 @@ class IntegerCategoricalBatch:
         return len(self.codes)
 
 
-class IntegerCategoricalSampler(Sampler):
-    """One record is an int; ``sample(size)`` an int64 array."""
-
-    def sample(self, size: int | None = None) -> Any:
-        d: Any = self.dist
-        draws = d.min_val + self.rng.choice(len(d.p_vec), size=1 if size is None else size, p=d.p_vec)
-        return int(draws[0]) if size is None else draws.astype(np.int64)
-
-
 @register_distribution("integer_categorical")
 class IntegerCategoricalDistribution(Distribution):
     """Probability ``p_vec[x - min_val]`` for integers ``x`` in ``min_val .. min_val + len(p_vec) - 1``.
@@ -94,7 +83,6 @@ class IntegerCategoricalDistribution(Distribution):
     """
 
     parameters = (Parameter("min_val"), Parameter("p_vec"))
-    sampler_class = IntegerCategoricalSampler
 
     def __init__(self, min_val: int, p_vec: Sequence[float] | np.ndarray) -> None:
         fam = "IntegerCategoricalDistribution"
@@ -120,6 +108,11 @@ class IntegerCategoricalDistribution(Distribution):
         with np.errstate(divide="ignore"):
             # A trailing -inf is what out-of-range codes are pointed at.
             self._log_p = np.append(np.log(self.p_vec), -math.inf)
+
+    def draw(self, rng: np.random.Generator, size: int | None = None) -> Any:
+        """One record is an int; a batch an int64 array."""
+        draws = self.min_val + rng.choice(len(self.p_vec), size=1 if size is None else size, p=self.p_vec)
+        return int(draws[0]) if size is None else draws.astype(np.int64)
 
     def log_density(self, x: Any) -> float:
         if isinstance(x, (bool, np.bool_)):

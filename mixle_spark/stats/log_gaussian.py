@@ -16,15 +16,14 @@ import numpy as np
 from mixle_spark.stats._scalar_common import (
     ScalarEncoder,
     ScalarFamily,
-    ScalarSampler,
     finite,
+    floor,
     positive,
     prior_tuple,
 )
 from mixle_spark.stats._validate import check_range
 from mixle_spark.stats.base import (
     Estimator,
-    option,
     register_distribution,
     register_estimator,
 )
@@ -39,7 +38,6 @@ __all__ = [
     "LogGaussianDistribution",
     "LogGaussianEncoder",
     "LogGaussianEstimator",
-    "LogGaussianSampler",
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -62,13 +60,6 @@ class LogGaussianEncoder(ScalarEncoder):
         return np.log(x)
 
 
-class LogGaussianSampler(ScalarSampler):
-    dist: LogGaussianDistribution
-
-    def draw(self, size: int | None) -> Any:
-        return self.rng.lognormal(self.dist.mu, math.sqrt(self.dist.sigma2), size=size)
-
-
 @register_distribution("log_gaussian")
 class LogGaussianDistribution(ScalarFamily):
     """Log-normal distribution: ``log x`` is normal with mean ``mu`` and variance ``sigma2``.
@@ -83,11 +74,13 @@ class LogGaussianDistribution(ScalarFamily):
     mu: float
     sigma2: float
     encoder_class = LogGaussianEncoder
-    sampler_class = LogGaussianSampler
 
     def __init__(self, mu: float, sigma2: float) -> None:
         self._set_parameters(mu, sigma2)
         self._log_const = -0.5 * (_LOG_2PI + math.log(self.sigma2))
+
+    def variates(self, rng: np.random.Generator, size: int | None) -> Any:
+        return rng.lognormal(self.mu, math.sqrt(self.sigma2), size=size)
 
     def log_density(self, x: float) -> float:
         x = float(x)
@@ -117,24 +110,11 @@ class LogGaussianDistribution(ScalarFamily):
 
 
 class LogGaussianAccumulator(GaussianAccumulator):
-    """The Gaussian statistics of ``log x``: value ``(sw, s1, s2, shift)``, shift on the log scale."""
+    """The Gaussian statistics of ``log x``: value ``(sw, s1, s2, shift)``, shift on the log scale
+    (a fresh accumulator is centred on the current model's log-mean)."""
 
-    def _shift_from(self, estimate: Any) -> None:
-        # Accumulate around the previous model's log-mean, as the Gaussian does around its mean.
-        if self.sw == 0.0 and isinstance(estimate, LogGaussianDistribution):
-            self.shift = estimate.mu
-
-    def seq_update(self, enc: np.ndarray, weights: np.ndarray, estimate: Any) -> None:
-        self._shift_from(estimate)
-        return super().seq_update(enc, weights, None)
-
-    def add_feature_sums(self, sums: np.ndarray, enc: np.ndarray, estimate: Any) -> None:
-        """Add ``sums = Σ w [1, y - c, (y - c)^2]`` (y = log x) from the mixture fast path."""
-        self._shift_from(estimate)
-        super().add_feature_sums(sums, enc, None)
-
-    def make_encoder(self) -> LogGaussianEncoder:  # type: ignore[override]
-        return LogGaussianEncoder()
+    model_class = LogGaussianDistribution
+    encoder_class = LogGaussianEncoder
 
 
 @register_estimator("log_gaussian")
@@ -159,7 +139,7 @@ class LogGaussianEstimator(Estimator):
     suff_stat: tuple[float, float] | None = prior_tuple(
         lambda mu0, var0: var0 > 0, "a pair (mu0, sigma2_0) of finite numbers with sigma2_0 > 0"
     )
-    min_var: float = option(1e-8, lambda v: v > 0, "positive", read=float)
+    min_var: float = floor(1e-8)
     name: str | None = None
     keys: str | None = None
 

@@ -40,7 +40,6 @@ Examples
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,15 +48,21 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import EmptyDataError, SpecError
-from mixle_spark.stats._labels import LabelOptions, no_vocabulary_error, normalize_label, sorted_labels
-from mixle_spark.stats._lengths import encode_lengths
+from mixle_spark.stats._labels import (
+    LabelListOptions,
+    VocabularyCache,
+    label_positions,
+    no_vocabulary_error,
+    normalize_label,
+    sorted_labels,
+)
+from mixle_spark.stats._lengths import LengthAccumulation, LengthModel, check_length_model
 from mixle_spark.stats._markov_kernels import (
     MarkovChainEncoded,
     MarkovChainEncoder,
     count_transitions,
     exact_rows,
     label_mapping,
-    label_positions,
     normalized_rows,
     probability_vector,
     sample_chain,
@@ -69,7 +74,6 @@ from mixle_spark.stats._validate import unit_sum
 from mixle_spark.stats.base import (
     Accumulator,
     Distribution,
-    Encoder,
     Estimator,
     Parameter,
     RowRandom,
@@ -81,7 +85,6 @@ from mixle_spark.stats.base import (
     part,
     register_distribution,
     register_estimator,
-    seq_update_with_ll,
 )
 
 __all__ = [
@@ -90,47 +93,13 @@ __all__ = [
     "MarkovChainEncoded",
     "MarkovChainEncoder",
     "MarkovChainEstimator",
-    "MarkovChainSampler",
 ]
 
 _FAMILY = "MarkovChainDistribution"
 
 
-class MarkovChainSampler(Sampler):
-    """Draws lengths from ``len_dist`` (required: without it the sampler raises SpecError), then the
-    labels of all sequences one time step at a time (see :func:`~mixle_spark.stats._markov_kernels.
-    sample_chain`); records are lists of labels. A chain that must leave a label without a transition
-    row raises SpecError naming the label."""
-
-    def __init__(self, dist: MarkovChainDistribution, seed: int | None = None) -> None:
-        if dist.len_dist is None:
-            raise SpecError(
-                f"{_FAMILY}: sampling needs len_dist (the distribution of the sequence length), got None"
-            )
-        super().__init__(dist, seed)
-        self.lengths = dist.len_dist.sampler(self.new_seed())
-
-    def sample_codes(self, size: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(lengths (size,), codes (m,))``: ``size`` sequences as codes into ``dist.labels``."""
-        dist: MarkovChainDistribution = self.dist  # type: ignore[assignment]
-        raw = np.asarray(as_record_list(self.lengths.sample(size)), dtype=np.float64).reshape(-1)
-        bad = (raw < 0) | (raw != np.floor(raw))
-        if bad.any():
-            raise SpecError(f"{_FAMILY}: len_dist drew {raw[bad][0]!r}, not a non-negative integer length")
-        lengths = raw.astype(np.int64)
-        return lengths, sample_chain(self.rng, lengths, dist._p_init, dist._p_trans, dist.labels)
-
-    def sample(self, size: int | None = None) -> Any:
-        dist: MarkovChainDistribution = self.dist  # type: ignore[assignment]
-        lengths, codes = self.sample_codes(1 if size is None else size)
-        values = np.array(dist.labels, dtype=object)[codes].tolist() if codes.size else []
-        ends = np.cumsum(lengths).tolist()
-        out = [values[e - n : e] for e, n in zip(ends, lengths.tolist(), strict=True)]
-        return out[0] if size is None else out
-
-
 @register_distribution("markov_chain")
-class MarkovChainDistribution(Distribution):
+class MarkovChainDistribution(LengthModel, Distribution):
     """A first-order Markov chain over labels, with an optional length model.
 
     Parameters
@@ -150,7 +119,6 @@ class MarkovChainDistribution(Distribution):
     """
 
     parameters = (Parameter("initial"), Parameter("transitions"), part("len_dist", optional=True))
-    sampler_class = MarkovChainSampler
 
     def __init__(
         self,
@@ -219,13 +187,7 @@ class MarkovChainDistribution(Distribution):
         given: np.ndarray,
         len_dist: Distribution | None,
     ) -> None:
-        check_parameter(
-            len_dist is None or isinstance(len_dist, Distribution),
-            _FAMILY,
-            "len_dist",
-            len_dist,
-            "a Distribution or None",
-        )
+        check_length_model(_FAMILY, len_dist)
         for name, p in (("initial", p_init), ("transitions", p_trans)):
             ok = bool(np.all(np.isfinite(p)) and np.all(p >= 0))
             check_parameter(ok, _FAMILY, name, p.tolist(), "finite non-negative probabilities")
@@ -253,7 +215,7 @@ class MarkovChainDistribution(Distribution):
             self._log_init = np.append(np.log(self._p_init), -math.inf)  # code -1 reads the trailing -inf
             self._log_trans = np.full((k + 1, k + 1), -math.inf)
             self._log_trans[:k, :k] = np.log(self._p_trans)
-        self._positions: dict[tuple[Any, ...], np.ndarray] = {}
+        self._positions = VocabularyCache()
 
     # -- parameters ------------------------------------------------------------------------------
     @property
@@ -286,12 +248,7 @@ class MarkovChainDistribution(Distribution):
         labels = enc.labels
         if labels is self.labels or labels == self.labels:
             return enc.codes
-        pos = self._positions.get(labels)
-        if pos is None:
-            if len(self._positions) >= 16:  # a handful of vocabularies in practice; bound the cache
-                self._positions.clear()
-            pos = self._positions[labels] = label_positions(labels, self.labels)
-        return pos[enc.codes]
+        return self._positions.get(labels, lambda batch: label_positions(batch, self.labels))[enc.codes]
 
     def _chain_ll(self, enc: MarkovChainEncoded) -> np.ndarray:
         """Per-row log-probability of the labels (first label and transitions), shape (n,)."""
@@ -301,34 +258,49 @@ class MarkovChainDistribution(Distribution):
         ll[enc.first_owner] += self._log_init[codes[enc.first]]
         return ll
 
-    def _length_ll(self, enc: MarkovChainEncoded) -> np.ndarray | float:
-        if self.len_dist is None:
-            return 0.0
-        len_enc = (
-            enc.len_enc if enc.len_enc is not None else encode_lengths(self.len_dist.encoder(), enc.lengths)
-        )
-        return np.asarray(self.len_dist.seq_log_density(len_enc), dtype=np.float64)
+    def sampling_parts(self) -> list[Distribution]:
+        return [self.sampled_lengths()]
+
+    def draw_codes(self, sampler: Sampler, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(lengths (size,), codes (m,))``: ``size`` sequences drawn by ``sampler`` (a sampler of this
+        chain), as codes into ``labels``: lengths from ``len_dist``, then the labels of all sequences
+        one time step at a time (see :func:`~mixle_spark.stats._markov_kernels.sample_chain`). A
+        chain that must leave a label without a transition row raises SpecError naming the label."""
+        raw = np.asarray(as_record_list(sampler.parts[0].sample(size)), dtype=np.float64).reshape(-1)
+        bad = (raw < 0) | (raw != np.floor(raw))
+        if bad.any():
+            raise SpecError(f"{_FAMILY}: len_dist drew {raw[bad][0]!r}, not a non-negative integer length")
+        lengths = raw.astype(np.int64)
+        return lengths, sample_chain(sampler.rng, lengths, self._p_init, self._p_trans, self.labels)
+
+    def draw_with(self, sampler: Sampler, size: int | None = None) -> Any:
+        """Lists of labels (see :meth:`draw_codes`)."""
+        lengths, codes = self.draw_codes(sampler, 1 if size is None else size)
+        values = np.array(self.labels, dtype=object)[codes].tolist() if codes.size else []
+        ends = np.cumsum(lengths).tolist()
+        out = [values[e - n : e] for e, n in zip(ends, lengths.tolist(), strict=True)]
+        return out[0] if size is None else out
 
     def log_density(self, x: Sequence[Any]) -> float:
         return float(self.seq_log_density(self.encoder().encode([x]))[0])
 
     def seq_log_density(self, enc: MarkovChainEncoded) -> np.ndarray:
-        return self._chain_ll(enc) + self._length_ll(enc)
+        return self._chain_ll(enc) + self.length_log_density(enc.len_enc, enc.lengths)
 
     def estimator(self, pseudo_count: float | None = None) -> MarkovChainEstimator:
-        len_est = None if self.len_dist is None else self.len_dist.estimator(pseudo_count)
-        return MarkovChainEstimator(len_estimator=len_est, pseudo_count=pseudo_count)
+        return MarkovChainEstimator(
+            len_estimator=self.length_estimator(pseudo_count), pseudo_count=pseudo_count
+        )
 
     def encoder(self) -> MarkovChainEncoder:
         """Encodes with this model's vocabulary; labels outside it get code -1 (scored ``-inf``)."""
-        len_encoder = None if self.len_dist is None else self.len_dist.encoder()
-        return MarkovChainEncoder(self.labels, len_encoder, unseen="zero")
+        return MarkovChainEncoder(self.labels, self.length_encoder(), unseen="zero")
 
     def n_free_parameters(self) -> int:
         return self.estimator().n_free_parameters(self)
 
 
-class MarkovChainAccumulator(Accumulator):
+class MarkovChainAccumulator(LengthAccumulation, Accumulator):
     """Weighted counts over the estimator's vocabulary ``labels`` (K labels).
 
     Value: ``(initial counts (K,), transition counts (K, K), length value or None, row weight)``.
@@ -347,18 +319,16 @@ class MarkovChainAccumulator(Accumulator):
         self.initial = np.zeros(k)
         self.transitions = np.zeros((k, k))
         self.row_weight = 0.0
-        self._maps: dict[tuple[Any, ...], np.ndarray] = {}
+        self._positions = VocabularyCache()
 
     def _codes(self, enc: MarkovChainEncoded, weights: np.ndarray) -> np.ndarray:
         if self.labels is None:
             raise no_vocabulary_error("MarkovChainEstimator")
         if enc.labels is self.labels or enc.labels == self.labels:
             return enc.codes
-        pos = self._maps.get(enc.labels)
-        if pos is None:
-            pos = self._maps[enc.labels] = label_positions(enc.labels, self.labels)
-        codes = pos[enc.codes]
-        unseen_in_vocabulary(enc, codes, weights, self.labels)
+        vocabulary = self.labels
+        codes = self._positions.get(enc.labels, lambda batch: label_positions(batch, vocabulary))[enc.codes]
+        unseen_in_vocabulary(enc, codes, weights, vocabulary)
         return codes
 
     def _count(self, enc: MarkovChainEncoded, weights: np.ndarray) -> None:
@@ -368,27 +338,11 @@ class MarkovChainAccumulator(Accumulator):
         self.transitions += transitions
         self.row_weight += float(weights.sum())
 
-    def _len_enc(self, enc: MarkovChainEncoded, encoder: Encoder) -> Any:
-        return enc.len_enc if enc.len_enc is not None else encode_lengths(encoder, enc.lengths)
-
-    def _len_update(self, enc: MarkovChainEncoded, weights: np.ndarray, estimate: Any) -> np.ndarray | float:
-        len_dist = None if estimate is None else estimate.len_dist
-        if self.len_acc is None:
-            if len_dist is None:
-                return 0.0
-            return np.asarray(
-                len_dist.seq_log_density(self._len_enc(enc, len_dist.encoder())), dtype=np.float64
-            )
-        len_enc = self._len_enc(enc, self.len_acc.make_encoder())
-        if len_dist is None:
-            self.len_acc.seq_update(len_enc, weights, None)
-            return 0.0
-        return seq_update_with_ll(self.len_acc, len_enc, weights, len_dist)
-
     def seq_update(self, enc: MarkovChainEncoded, weights: np.ndarray, estimate: Any) -> np.ndarray | None:
         weights = np.asarray(weights, dtype=np.float64)
         self._count(enc, weights)
-        len_ll = self._len_update(enc, weights, estimate)
+        len_dist = None if estimate is None else estimate.len_dist
+        len_ll = self.update_lengths(enc.len_enc, enc.lengths, weights, len_dist)
         return None if estimate is None else estimate._chain_ll(enc) + len_ll
 
     def seq_initialize(self, enc: MarkovChainEncoded, weights: np.ndarray, rng: RowRandom) -> None:
@@ -397,9 +351,7 @@ class MarkovChainAccumulator(Accumulator):
         length model initializes from ``rng.child("len")``."""
         weights = np.asarray(weights, dtype=np.float64)
         self._count(enc, weights)
-        if self.len_acc is not None:
-            len_enc = self._len_enc(enc, self.len_acc.make_encoder())
-            self.len_acc.seq_initialize(len_enc, weights, rng.child("len"))
+        self.initialize_lengths(enc.len_enc, enc.lengths, weights, rng)
 
     def _arrays(self, value: Any) -> tuple[np.ndarray, np.ndarray, Any, float]:
         initial, transitions, len_value, row_weight = value
@@ -417,34 +369,31 @@ class MarkovChainAccumulator(Accumulator):
         initial, transitions, len_value, row_weight = self._arrays(value)
         self.initial += initial
         self.transitions += transitions
-        if self.len_acc is not None:
-            self.len_acc.combine(len_value)
+        self.combine_lengths(len_value)
         self.row_weight += row_weight
         return self
 
     def value(self) -> tuple[np.ndarray, np.ndarray, Any, float]:
-        len_value = None if self.len_acc is None else self.len_acc.value()
-        return (self.initial.copy(), self.transitions.copy(), len_value, self.row_weight)
+        return (self.initial.copy(), self.transitions.copy(), self.length_value(), self.row_weight)
 
     def from_value(self, value: Any) -> MarkovChainAccumulator:
         self.initial, self.transitions, len_value, self.row_weight = self._arrays(value)
-        if self.len_acc is not None:
-            self.len_acc.from_value(len_value)
+        self.lengths_from_value(len_value)
         return self
 
     def make_encoder(self) -> MarkovChainEncoder:
-        return MarkovChainEncoder(self.labels, None if self.len_acc is None else self.len_acc.make_encoder())
+        return MarkovChainEncoder(self.labels, self.length_encoder())
 
     def parts(self) -> list[Accumulator]:
-        return [] if self.len_acc is None else [self.len_acc]
+        return self.length_parts()
 
     def fresh_args(self) -> tuple[Any, ...]:
-        return (self.labels, None if self.len_acc is None else self.len_acc.make(), self.keys)
+        return (self.labels, self.fresh_lengths(), self.keys)
 
 
 @register_estimator("markov_chain")
 @dataclass(eq=False, repr=False)
-class MarkovChainEstimator(LabelOptions, Estimator):
+class MarkovChainEstimator(LabelListOptions, Estimator):
     """Maximum-likelihood (optionally smoothed) Markov chain.
 
     Parameters
@@ -475,23 +424,10 @@ class MarkovChainEstimator(LabelOptions, Estimator):
     )
 
     def accumulator_factory(self) -> MarkovChainAccumulator:
-        len_acc = None if self.len_estimator is None else self.len_estimator.accumulator()
-        return MarkovChainAccumulator(self.vocabulary, len_acc, self.keys)
+        return MarkovChainAccumulator(self.vocabulary, self.length_accumulator(), self.keys)
 
     def encoder(self) -> MarkovChainEncoder:
-        return MarkovChainEncoder(
-            self.vocabulary, None if self.len_estimator is None else self.len_estimator.encoder()
-        )
-
-    def with_scan(self, scan: Any) -> MarkovChainEstimator:
-        if scan is None:
-            return self
-        label_scan, len_scan = scan
-        labels = self.labels if label_scan is None else (*(self.labels or ()), *label_scan)
-        len_est = self.len_estimator
-        if len_scan is not None and len_est is not None:
-            len_est = len_est.with_scan(len_scan)
-        return dataclasses.replace(self, labels=labels, len_estimator=len_est)
+        return MarkovChainEncoder(self.vocabulary, self.length_encoder())
 
     def estimate(self, nobs: float | None, value: Any) -> MarkovChainDistribution:
         if self.vocabulary is None:
@@ -508,11 +444,11 @@ class MarkovChainEstimator(LabelOptions, Estimator):
                 f"for a vocabulary of {k} labels"
             )
         pc = (self.pseudo_count or 0.0) / max(k, 1)
-        len_dist = (
-            None if self.len_estimator is None else self.len_estimator.estimate(float(row_weight), len_value)
-        )
         return MarkovChainDistribution.from_arrays(
-            self.vocabulary, normalized_rows(initial + pc), normalized_rows(transitions + pc), len_dist
+            self.vocabulary,
+            normalized_rows(initial + pc),
+            normalized_rows(transitions + pc),
+            self.length_estimate(row_weight, len_value),
         )
 
     def _free_parameters(self, model: Any, tied: set[Any]) -> int:

@@ -60,41 +60,7 @@ __all__ = [
     "MixtureDistribution",
     "MixtureEncoder",
     "MixtureEstimator",
-    "MixtureSampler",
 ]
-
-
-class MixtureSampler(Sampler):
-    """Draws a component by ``w``, then a record from that component's own seeded sampler."""
-
-    def __init__(self, dist: MixtureDistribution, seed: int | None = None) -> None:
-        super().__init__(dist, seed)
-        self.samplers = [c.sampler(self.new_seed()) for c in dist.components]
-
-    def sample(self, size: int | None = None) -> Any:
-        w = self.dist.w  # type: ignore[attr-defined]
-        if size is None:
-            return self.samplers[int(self.rng.choice(len(w), p=w))].sample()
-        z = self.rng.choice(len(w), size=size, p=w)
-        draws = [
-            (np.flatnonzero(z == k), s.sample(int((z == k).sum())))
-            for k, s in enumerate(self.samplers)
-            if (z == k).any()
-        ]
-        if not draws:
-            return self.samplers[0].sample(0)
-        shapes = {d.shape[1:] for _, d in draws if isinstance(d, np.ndarray)}
-        if len(shapes) == 1 and all(isinstance(d, np.ndarray) for _, d in draws):
-            dtype = np.result_type(*(d for _, d in draws))
-            out = np.empty((size, *shapes.pop()), dtype=dtype)
-            for idx, d in draws:
-                out[idx] = d
-            return out
-        records: list[Any] = [None] * size
-        for idx, d in draws:
-            for i, x in zip(idx, d, strict=True):
-                records[int(i)] = x
-        return records
 
 
 @register_distribution("mixture")
@@ -118,7 +84,6 @@ class MixtureDistribution(Distribution):
     """
 
     parameters = (parts("components"), Parameter("w"))
-    sampler_class = MixtureSampler
 
     def __init__(self, components: Sequence[Distribution], w: Any) -> None:
         comps = list(components) if isinstance(components, (list, tuple)) else []
@@ -140,6 +105,36 @@ class MixtureDistribution(Distribution):
     @property
     def num_components(self) -> int:
         return len(self.components)
+
+    def sampling_parts(self) -> list[Distribution]:
+        return list(self.components)
+
+    def draw_with(self, sampler: Sampler, size: int | None = None) -> Any:
+        """A component by ``w``, then a record from that component's own seeded sampler."""
+        rng, samplers = sampler.rng, sampler.parts
+        w = self.w
+        if size is None:
+            return samplers[int(rng.choice(len(w), p=w))].sample()
+        z = rng.choice(len(w), size=size, p=w)
+        draws = [
+            (np.flatnonzero(z == k), s.sample(int((z == k).sum())))
+            for k, s in enumerate(samplers)
+            if (z == k).any()
+        ]
+        if not draws:
+            return samplers[0].sample(0)
+        shapes = {d.shape[1:] for _, d in draws if isinstance(d, np.ndarray)}
+        if len(shapes) == 1 and all(isinstance(d, np.ndarray) for _, d in draws):
+            dtype = np.result_type(*(d for _, d in draws))
+            out = np.empty((size, *shapes.pop()), dtype=dtype)
+            for idx, d in draws:
+                out[idx] = d
+            return out
+        records: list[Any] = [None] * size
+        for idx, d in draws:
+            for i, x in zip(idx, d, strict=True):
+                records[int(i)] = x
+        return records
 
     def log_density(self, x: Any) -> float:
         vals = [float(lw) + c.log_density(x) for lw, c in zip(self.log_w, self.components, strict=True)]

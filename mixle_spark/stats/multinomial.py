@@ -34,7 +34,6 @@ for an unknown token, and for anything that is not a bag of words.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -44,7 +43,6 @@ from typing import Any, cast
 import numpy as np
 
 from mixle_spark.errors import (
-    DataValueError,
     EmptyDataError,
     SpecError,
 )
@@ -54,10 +52,14 @@ from mixle_spark.stats._bag_of_words import (
     bag_of,
 )
 from mixle_spark.stats._labels import (
-    LabelOptions,
+    LabelListOptions,
+    VocabularyCache,
+    add_label_counts,
     align_counts,
+    aligned_log_p,
     checked_pmap,
     hashable_labels,
+    merge_label_counts,
     min_prob_option,
     no_vocabulary_error,
     normalize_label,
@@ -65,10 +67,8 @@ from mixle_spark.stats._labels import (
     sorted_labels,
     unseen_label_error,
 )
-from mixle_spark.stats._lengths import encode_lengths
-from mixle_spark.stats._product import as_record_list
+from mixle_spark.stats._lengths import LengthAccumulation, LengthModel, check_length_model, draw_lengths
 from mixle_spark.stats._special import log_factorial
-from mixle_spark.stats._validate import first_true
 from mixle_spark.stats.base import (
     Accumulator,
     Distribution,
@@ -91,51 +91,11 @@ __all__ = [
     "MultinomialDistribution",
     "MultinomialEncoder",
     "MultinomialEstimator",
-    "MultinomialSampler",
 ]
 
 
-class MultinomialSampler(Sampler):
-    """Draws a length from ``len_dist``, then that many tokens. A record is a dict token -> count
-    (tokens in vocabulary order, positive counts only); ``sample(size)`` a list of them."""
-
-    dist: MultinomialDistribution
-
-    def __init__(self, dist: MultinomialDistribution, seed: int | None = None) -> None:
-        if dist.len_dist is None:
-            raise SpecError(
-                "MultinomialDistribution: sampling needs len_dist (the distribution of the document "
-                "length), got None"
-            )
-        super().__init__(dist, seed)
-        self.lengths = dist.len_dist.sampler(self.new_seed())
-
-    def _draw_lengths(self, size: int) -> np.ndarray:
-        raw = np.asarray(as_record_list(self.lengths.sample(size)), dtype=np.float64)
-        bad = (raw < 0) | (raw != np.floor(raw))
-        if bad.any():
-            raise DataValueError("len_dist must draw non-negative integer lengths", value=float(raw[bad][0]))
-        return raw.astype(np.int64)
-
-    def sample(self, size: int | None = None) -> Any:
-        labels = self.dist.labels
-        lengths = self._draw_lengths(1 if size is None else size)
-        rows = len(lengths)
-        tokens = self.rng.choice(len(labels), size=int(lengths.sum()), p=self.dist._p)
-        # One sort turns the token draws of every document into (document, token) counts.
-        key, counts = np.unique(
-            np.repeat(np.arange(rows), lengths) * len(labels) + tokens, return_counts=True
-        )
-        row, code = np.divmod(key, len(labels))
-        names = [labels[c] for c in code.tolist()]
-        values = counts.tolist()
-        bounds = np.searchsorted(row, np.arange(rows + 1)).tolist()
-        out = [dict(zip(names[a:b], values[a:b], strict=True)) for a, b in itertools.pairwise(bounds)]
-        return out[0] if size is None else out
-
-
 @register_distribution("multinomial")
-class MultinomialDistribution(Distribution):
+class MultinomialDistribution(LengthModel, Distribution):
     """Token probabilities ``pmap`` (token -> probability), an optional length model ``len_dist`` and
     whether the multinomial coefficient is part of the density (see the module docstring).
 
@@ -156,7 +116,7 @@ class MultinomialDistribution(Distribution):
         part("len_dist", optional=True),
         Parameter("include_coefficient", default=True),
     )
-    sampler_class = MultinomialSampler
+    length_name = "document length"
 
     def __init__(
         self,
@@ -166,13 +126,7 @@ class MultinomialDistribution(Distribution):
     ) -> None:
         fam = "MultinomialDistribution"
         labels, p = checked_pmap(pmap, fam, "token")
-        check_parameter(
-            len_dist is None or isinstance(len_dist, Distribution),
-            fam,
-            "len_dist",
-            len_dist,
-            "a Distribution or None",
-        )
+        check_length_model(fam, len_dist)
         check_parameter(
             isinstance(include_coefficient, bool),
             fam,
@@ -187,7 +141,28 @@ class MultinomialDistribution(Distribution):
         self._p = p
         with np.errstate(divide="ignore"):
             self._log_p = np.log(p)
-        self._aligned: dict[tuple[Any, ...], np.ndarray] = {}
+        self._aligned = VocabularyCache()
+
+    def sampling_parts(self) -> list[Distribution]:
+        return [self.sampled_lengths()]
+
+    def draw_with(self, sampler: Sampler, size: int | None = None) -> Any:
+        """A length from ``len_dist``, then that many tokens. A record is a dict token -> count
+        (tokens in vocabulary order, positive counts only); a batch a list of them."""
+        labels = self.labels
+        lengths = draw_lengths(sampler.parts[0], 1 if size is None else size)
+        rows = len(lengths)
+        tokens = sampler.rng.choice(len(labels), size=int(lengths.sum()), p=self._p)
+        # One sort turns the token draws of every document into (document, token) counts.
+        key, counts = np.unique(
+            np.repeat(np.arange(rows), lengths) * len(labels) + tokens, return_counts=True
+        )
+        row, code = np.divmod(key, len(labels))
+        names = [labels[c] for c in code.tolist()]
+        values = counts.tolist()
+        bounds = np.searchsorted(row, np.arange(rows + 1)).tolist()
+        out = [dict(zip(names[a:b], values[a:b], strict=True)) for a, b in itertools.pairwise(bounds)]
+        return out[0] if size is None else out
 
     def log_density(self, x: Any) -> float:
         bag = bag_of(x)
@@ -207,36 +182,18 @@ class MultinomialDistribution(Distribution):
             total += self.len_dist.log_density(n)
         return total
 
-    def _log_p_for(self, labels: tuple[Any, ...]) -> np.ndarray:
-        """Log-probabilities over ``labels`` plus a trailing -inf for code -1 (cached per vocabulary)."""
-        lp = self._aligned.get(labels)
-        if lp is None:
-            lp = np.append(self._log_p, -math.inf)
-            if labels != self.labels:
-                index = {k: i for i, k in enumerate(self.labels)}
-                pos = np.fromiter((index.get(k, -1) for k in labels), dtype=np.int64, count=len(labels))
-                lp = np.append(lp[pos], -math.inf)  # position -1 picks the trailing -inf
-            if len(self._aligned) >= 16:  # a handful of vocabularies in practice; bound the cache
-                self._aligned.clear()
-            self._aligned[labels] = lp
-        return lp
-
     def seq_log_density(self, enc: MultinomialBatch) -> np.ndarray:
-        terms = enc.counts * self._log_p_for(enc.labels)[enc.codes]
+        log_p = self._aligned.get(enc.labels, lambda labels: aligned_log_p(self._log_p, self.labels, labels))
+        terms = enc.counts * log_p[enc.codes]
         out = np.bincount(enc.row, weights=terms, minlength=enc.n).astype(np.float64, copy=False)
         if self.include_coefficient:
             out += enc.log_coef
         if self.len_dist is not None:
-            len_enc = (
-                enc.len_enc
-                if enc.len_enc is not None
-                else encode_lengths(self.len_dist.encoder(), enc.totals, "document length")
-            )
-            out += self.len_dist.seq_log_density(len_enc)
+            out += self.length_log_density(enc.len_enc, enc.totals)
         return out
 
     def estimator(self, pseudo_count: float | None = None) -> MultinomialEstimator:
-        len_est = None if self.len_dist is None else self.len_dist.estimator(pseudo_count)
+        len_est = self.length_estimator(pseudo_count)
         if pseudo_count is None:
             return MultinomialEstimator(len_estimator=len_est, include_coefficient=self.include_coefficient)
         return MultinomialEstimator(
@@ -247,21 +204,21 @@ class MultinomialDistribution(Distribution):
         )
 
     def encoder(self) -> MultinomialEncoder:
-        return MultinomialEncoder(
-            self.labels, len_encoder=None if self.len_dist is None else self.len_dist.encoder()
-        )
+        return MultinomialEncoder(self.labels, len_encoder=self.length_encoder())
 
     def n_free_parameters(self) -> int:
         return self.estimator().n_free_parameters(self)
 
 
-class MultinomialAccumulator(Accumulator):
+class MultinomialAccumulator(LengthAccumulation, Accumulator):
     """Weighted token counts ``Σ_rows w c_v`` over the estimator's vocabulary, the total row weight
     and the length statistics; value ``(row_weight, counts, length value or None)``.
 
     Batches encoded with another vocabulary (for example a mixture's union encoder) are re-aligned
     to ``labels``; a token outside it that carries weight is an UnseenLabelError.
     """
+
+    length_name = "document length"
 
     def __init__(
         self, labels: tuple[Any, ...] | None = None, len_acc: Accumulator | None = None, keys: Any = None
@@ -271,17 +228,7 @@ class MultinomialAccumulator(Accumulator):
         self.keys = keys
         self.row_weight = 0.0
         self.counts = np.zeros(0 if labels is None else len(labels))
-        self._maps: dict[tuple[Any, ...], np.ndarray] = {}
-
-    def _positions(self, labels: tuple[Any, ...]) -> np.ndarray:
-        """Position in ``self.labels`` of each of ``labels`` (-1 when absent), cached per vocabulary."""
-        pos = self._maps.get(labels)
-        if pos is None:
-            index = {k: i for i, k in enumerate(self.labels or ())}
-            pos = self._maps[labels] = np.fromiter(
-                (index.get(k, -1) for k in labels), dtype=np.int64, count=len(labels)
-            )
-        return pos
+        self._positions = VocabularyCache()
 
     def _add_counts(self, enc: MultinomialBatch, weights: np.ndarray) -> None:
         if self.labels is None:
@@ -291,80 +238,53 @@ class MultinomialAccumulator(Accumulator):
             keep = codes >= 0
             codes, w = codes[keep], w[keep]
         sums = np.bincount(codes, weights=w, minlength=len(enc.labels))
-        if enc.labels is self.labels or enc.labels == self.labels:
-            self.counts += sums
-            return
-        pos = self._positions(enc.labels)
-        missing = (pos < 0) & (sums != 0)
-        if missing.any():
-            j = first_true(missing)
+        j = add_label_counts(self.counts, sums, self.labels, enc.labels, self._positions)
+        if j is not None:
             rows = enc.row[enc.codes == j]
             raise unseen_label_error(enc.labels[j], self.labels, int(rows[0]), len(enc), len(np.unique(rows)))
-        present = pos >= 0
-        self.counts[pos[present]] += sums[present]
-
-    def _len_enc(self, enc: MultinomialBatch) -> Any:
-        if enc.len_enc is not None:
-            return enc.len_enc
-        return encode_lengths(self.len_acc.make_encoder(), enc.totals, "document length")  # type: ignore[union-attr]
+        self.row_weight += float(weights.sum())
 
     def seq_update(self, enc: MultinomialBatch, weights: np.ndarray, estimate: Any) -> None:
         self._add_counts(enc, weights)
-        self.row_weight += float(weights.sum())
         if self.len_acc is not None:
             len_dist = None if estimate is None else estimate.len_dist
-            self.len_acc.seq_update(self._len_enc(enc), weights, len_dist)
+            self.len_acc.seq_update(self.length_encoding(enc.len_enc, enc.totals), weights, len_dist)
         return None
 
     def seq_initialize(self, enc: MultinomialBatch, weights: np.ndarray, rng: RowRandom) -> None:
         self._add_counts(enc, weights)
-        self.row_weight += float(weights.sum())
-        if self.len_acc is not None:
-            self.len_acc.seq_initialize(self._len_enc(enc), weights, rng.child("len"))
+        self.initialize_lengths(enc.len_enc, enc.totals, weights, rng)
 
     def combine(self, value: Any) -> MultinomialAccumulator:
         row_weight, counts, len_value = value
-        counts = np.array(counts, dtype=np.float64)
-        if len(self.counts) == 0 and self.labels is None:
-            self.counts = counts
-        elif counts.shape != self.counts.shape:
-            raise SpecError(
-                f"MultinomialAccumulator: cannot combine {len(counts)} counts into {len(self.counts)} "
-                "(different vocabularies)"
-            )
-        else:
-            self.counts += counts
+        self.counts = merge_label_counts(self.counts, self.labels, counts, "MultinomialAccumulator")
         self.row_weight += float(row_weight)
-        if self.len_acc is not None:
-            self.len_acc.combine(len_value)
+        self.combine_lengths(len_value)
         return self
 
     def value(self) -> tuple[float, np.ndarray, Any]:
-        return (self.row_weight, self.counts.copy(), None if self.len_acc is None else self.len_acc.value())
+        return (self.row_weight, self.counts.copy(), self.length_value())
 
     def from_value(self, value: Any) -> MultinomialAccumulator:
         row_weight, counts, len_value = value
         self.row_weight = float(row_weight)
         self.counts = np.array(counts, dtype=np.float64)
-        if self.len_acc is not None:
-            self.len_acc.from_value(len_value)
+        self.lengths_from_value(len_value)
         return self
 
     def make_encoder(self) -> MultinomialEncoder:
-        return MultinomialEncoder(
-            self.labels, len_encoder=None if self.len_acc is None else self.len_acc.make_encoder()
-        )
+        return MultinomialEncoder(self.labels, len_encoder=self.length_encoder())
 
     def parts(self) -> list[Accumulator]:
-        return [] if self.len_acc is None else [self.len_acc]
+        return self.length_parts()
 
     def fresh_args(self) -> tuple[Any, ...]:
-        return (self.labels, None if self.len_acc is None else self.len_acc.make(), self.keys)
+        return (self.labels, self.fresh_lengths(), self.keys)
 
 
 @register_estimator("multinomial")
 @dataclass(eq=False, repr=False)
-class MultinomialEstimator(LabelOptions, Estimator):
+class MultinomialEstimator(LabelListOptions, Estimator):
     """Token frequencies over all documents, smoothed by a Dirichlet prior; optionally a length model.
 
     Parameters
@@ -414,25 +334,13 @@ class MultinomialEstimator(LabelOptions, Estimator):
             self.labels = sorted_labels((*self.labels, *(self.suff_stat or ())))
 
     def accumulator_factory(self) -> MultinomialAccumulator:
-        len_acc = None if self.len_estimator is None else self.len_estimator.accumulator()
-        return MultinomialAccumulator(self.vocabulary, len_acc, self.keys)
+        return MultinomialAccumulator(self.vocabulary, self.length_accumulator(), self.keys)
 
     def encoder(self) -> MultinomialEncoder:
-        len_encoder = None if self.len_estimator is None else self.len_estimator.encoder()
-        return MultinomialEncoder(self.vocabulary, len_encoder=len_encoder)
-
-    def with_scan(self, scan: Any) -> MultinomialEstimator:
-        if scan is None:
-            return self
-        tokens, len_scan = scan
-        labels = self.labels if tokens is None else (*(self.labels or ()), *tokens)
-        len_est = self.len_estimator
-        if len_scan is not None and len_est is not None:
-            len_est = len_est.with_scan(len_scan)
-        return dataclasses.replace(self, labels=labels, len_estimator=len_est)
+        return MultinomialEncoder(self.vocabulary, len_encoder=self.length_encoder())
 
     def min_rows(self) -> int:
-        return 1 if self.len_estimator is None else self.len_estimator.min_rows()
+        return self.length_min_rows()
 
     def estimate(self, nobs: float | None, value: Any) -> MultinomialDistribution:
         vocab = self.vocabulary
@@ -458,11 +366,10 @@ class MultinomialEstimator(LabelOptions, Estimator):
         if self.min_prob > 0:
             p = np.maximum(p, self.min_prob)
             p /= p.sum()
-        len_dist = (
-            None if self.len_estimator is None else self.len_estimator.estimate(float(row_weight), len_value)
-        )
         return MultinomialDistribution(
-            dict(zip(vocab, p.tolist(), strict=True)), len_dist, self.include_coefficient
+            dict(zip(vocab, p.tolist(), strict=True)),
+            self.length_estimate(row_weight, len_value),
+            self.include_coefficient,
         )
 
     def _free_parameters(self, model: Any, tied: set[Any]) -> int:

@@ -37,7 +37,6 @@ from mixle_spark.stats._vector_estimator import VectorGaussianEstimator
 from mixle_spark.stats.base import (
     Distribution,
     Parameter,
-    Sampler,
     check_parameter,
     register_distribution,
     register_estimator,
@@ -48,7 +47,6 @@ __all__ = [
     "MultivariateGaussianDistribution",
     "MultivariateGaussianEncoder",
     "MultivariateGaussianEstimator",
-    "MultivariateGaussianSampler",
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -60,16 +58,6 @@ def _cholesky(covar: np.ndarray) -> np.ndarray | None:
         return np.linalg.cholesky(covar)
     except np.linalg.LinAlgError:
         return None
-
-
-class MultivariateGaussianSampler(Sampler):
-    """Draws ``mu + L z``; one record is a 1-D array, ``sample(size)`` a list of them."""
-
-    def sample(self, size: int | None = None) -> Any:
-        dist: Any = self.dist
-        z = self.rng.standard_normal((1 if size is None else size, dist.dim))
-        draws = dist.mu + z @ dist._chol.T
-        return draws[0] if size is None else list(draws)
 
 
 @register_distribution("multivariate_gaussian")
@@ -86,7 +74,6 @@ class MultivariateGaussianDistribution(Distribution):
     """
 
     parameters = (Parameter("mu"), Parameter("covar"))
-    sampler_class = MultivariateGaussianSampler
 
     def __init__(
         self, mu: Sequence[float] | np.ndarray, covar: Sequence[Sequence[float]] | np.ndarray
@@ -118,6 +105,12 @@ class MultivariateGaussianDistribution(Distribution):
         self._chol_inv = np.linalg.solve(chol, np.eye(d))
         self._precision = self._chol_inv.T @ self._chol_inv
         self._log_const = -0.5 * d * _LOG_2PI - float(np.log(np.diag(chol)).sum())
+
+    def draw(self, rng: np.random.Generator, size: int | None = None) -> Any:
+        """``mu + L z``: one record is a 1-D array, a batch a list of them."""
+        z = rng.standard_normal((1 if size is None else size, self.dim))
+        draws = self.mu + z @ self._chol.T
+        return draws[0] if size is None else list(draws)
 
     def log_density(self, x: Any) -> float:
         try:

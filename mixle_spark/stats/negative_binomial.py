@@ -35,7 +35,6 @@ from mixle_spark.stats._scalar_common import (
     CountEncoder,
     Parameter,
     ScalarFamily,
-    ScalarSampler,
     bound,
     check_bounds,
     positive,
@@ -61,7 +60,6 @@ __all__ = [
     "NegativeBinomialDistribution",
     "NegativeBinomialEncoder",
     "NegativeBinomialEstimator",
-    "NegativeBinomialSampler",
 ]
 
 DEFAULT_MIN_R = 1e-8
@@ -145,14 +143,6 @@ class NegativeBinomialEncoder(CountEncoder):
     estimator_name = "NegativeBinomialEstimator"
 
 
-class NegativeBinomialSampler(ScalarSampler):
-    dist: NegativeBinomialDistribution
-    record_type = int
-
-    def draw(self, size: int | None) -> Any:
-        return self.rng.negative_binomial(self.dist.r, self.dist.p, size=size)
-
-
 @register_distribution("negative_binomial")
 class NegativeBinomialDistribution(ScalarFamily):
     """Negative binomial distribution of the failures before the ``r``-th success, success
@@ -169,12 +159,15 @@ class NegativeBinomialDistribution(ScalarFamily):
     r: float
     p: float
     encoder_class = NegativeBinomialEncoder
-    sampler_class = NegativeBinomialSampler
+    record_type = int
 
     def __init__(self, r: float, p: float) -> None:
         self._set_parameters(r, p)
         self._log_p = math.log(self.p)
         self._log_q = math.log1p(-self.p)
+
+    def variates(self, rng: np.random.Generator, size: int | None) -> Any:
+        return rng.negative_binomial(self.r, self.p, size=size)
 
     def log_density(self, x: int) -> float:
         value = float(x)

@@ -49,7 +49,6 @@ __all__ = [
     "OptionalEncoded",
     "OptionalEncoder",
     "OptionalEstimator",
-    "OptionalSampler",
     "is_missing",
 ]
 
@@ -71,25 +70,6 @@ def _log(p: float) -> float:
     return math.log(p) if p > 0.0 else -math.inf
 
 
-class OptionalSampler(Sampler):
-    """Draws ``None`` with probability ``p`` (never when ``p`` is None), else a child draw."""
-
-    def __init__(self, dist: OptionalDistribution, seed: int | None = None) -> None:
-        super().__init__(dist, seed)
-        self.child = dist.dist.sampler(self.new_seed())
-
-    def sample(self, size: int | None = None) -> Any:
-        p = self.dist.p or 0.0  # type: ignore[attr-defined]
-        if size is None:
-            return None if self.rng.random() < p else self.child.sample()
-        missing = self.rng.random(size) < p
-        present = as_record_list(self.child.sample(int(size - missing.sum())))
-        out: list[Any] = [None] * size
-        for i, value in zip(np.flatnonzero(~missing), present, strict=True):
-            out[i] = value
-        return out
-
-
 @register_distribution("optional")
 class OptionalDistribution(Distribution):
     """A child distribution over present values, and the probability ``p`` of a missing value.
@@ -103,7 +83,6 @@ class OptionalDistribution(Distribution):
     """
 
     parameters = (part("dist"), Parameter("p", default=None))
-    sampler_class = OptionalSampler
 
     def __init__(self, dist: Distribution, p: float | None = None) -> None:
         check_parameter(
@@ -120,6 +99,22 @@ class OptionalDistribution(Distribution):
         self.p = None if p is None else float(p)
         self._log_missing = 0.0 if p is None else _log(self.p)  # type: ignore[arg-type]
         self._log_present = 0.0 if p is None else _log(1.0 - self.p)  # type: ignore[operator]
+
+    def sampling_parts(self) -> list[Distribution]:
+        return [self.dist]
+
+    def draw_with(self, sampler: Sampler, size: int | None = None) -> Any:
+        """``None`` with probability ``p`` (never when ``p`` is None), else a draw of ``dist``."""
+        rng, (child,) = sampler.rng, sampler.parts
+        p = self.p or 0.0
+        if size is None:
+            return None if rng.random() < p else child.sample()
+        missing = rng.random(size) < p
+        present = as_record_list(child.sample(int(size - missing.sum())))
+        out: list[Any] = [None] * size
+        for i, value in zip(np.flatnonzero(~missing), present, strict=True):
+            out[i] = value
+        return out
 
     def log_density(self, x: Any) -> float:
         if is_missing(x):

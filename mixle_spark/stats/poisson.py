@@ -17,7 +17,6 @@ from mixle_spark.stats._scalar_common import (
     CountEncoder,
     OneParameterEstimator,
     ScalarFamily,
-    ScalarSampler,
     SumAccumulator,
     floor,
     positive,
@@ -31,7 +30,6 @@ __all__ = [
     "PoissonDistribution",
     "PoissonEncoder",
     "PoissonEstimator",
-    "PoissonSampler",
 ]
 
 DEFAULT_MIN_LAM = 1e-12
@@ -43,14 +41,6 @@ def _is_count(x: float) -> bool:
 
 class PoissonEncoder(CountEncoder):
     estimator_name = "PoissonEstimator"
-
-
-class PoissonSampler(ScalarSampler):
-    dist: PoissonDistribution
-    record_type = int
-
-    def draw(self, size: int | None) -> Any:
-        return self.rng.poisson(self.dist.lam, size=size)
 
 
 @register_distribution("poisson")
@@ -65,12 +55,15 @@ class PoissonDistribution(ScalarFamily):
 
     parameters = (positive("lam"),)
     encoder_class = PoissonEncoder
-    sampler_class = PoissonSampler
+    record_type = int
     lam: float
 
     def __init__(self, lam: float) -> None:
         self._set_parameters(lam)
         self._log_lam = math.log(self.lam)
+
+    def variates(self, rng: np.random.Generator, size: int | None) -> Any:
+        return rng.poisson(self.lam, size=size)
 
     def log_density(self, x: int) -> float:
         value = float(x)

@@ -21,7 +21,7 @@ from mixle_spark.errors import DataTypeError, DataValueError, SchemaError, did_y
 from mixle_spark.stats._product import (
     ProductAccumulator,
     ProductEncoder,
-    ProductSampler,
+    draw_columns,
     reraise_at,
     schema_error,
 )
@@ -31,6 +31,7 @@ from mixle_spark.stats.base import (
     Encoder,
     Estimator,
     Parameter,
+    Sampler,
     check_parameter,
     distribution_from_dict,
     estimator_from_dict,
@@ -44,7 +45,6 @@ __all__ = [
     "RecordDistribution",
     "RecordEncoder",
     "RecordEstimator",
-    "RecordSampler",
 ]
 
 
@@ -78,16 +78,6 @@ def _field_estimators(specs: Any) -> dict[str, Estimator]:
     return {name: estimator_from_dict(spec) for name, spec in specs.items()}
 
 
-class RecordSampler(ProductSampler):
-    """Draws dicts ``{name: value}``."""
-
-    def sample(self, size: int | None = None) -> Any:
-        names = list(self.dist.fields)  # type: ignore[attr-defined]
-        if size is None:
-            return {name: s.sample() for name, s in zip(names, self.children, strict=True)}
-        return [dict(zip(names, values, strict=True)) for values in zip(*self._columns(size), strict=True)]
-
-
 @register_distribution("record")
 class RecordDistribution(Distribution):
     """Independent named fields; ``log p(x) = Σ_name fields[name].log_density(x[name])``.
@@ -106,13 +96,23 @@ class RecordDistribution(Distribution):
     """
 
     parameters = (Parameter("fields", parse=_field_distributions, write=_field_specs),)
-    sampler_class = RecordSampler
 
     def __init__(self, fields: Mapping[str, Distribution]) -> None:
         self.fields = _check_fields(fields, "RecordDistribution", Distribution)
 
     def child_distributions(self) -> tuple[Distribution, ...]:
         return tuple(self.fields.values())
+
+    def sampling_parts(self) -> list[Distribution]:
+        return list(self.child_distributions())
+
+    def draw_with(self, sampler: Sampler, size: int | None = None) -> Any:
+        """Dicts ``{name: value}``."""
+        names = list(self.fields)
+        if size is None:
+            return {name: s.sample() for name, s in zip(names, sampler.parts, strict=True)}
+        columns = draw_columns(sampler.parts, size)
+        return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
     def log_density(self, x: Mapping[str, Any]) -> float:
         total = 0.0

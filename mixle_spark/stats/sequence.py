@@ -20,9 +20,17 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.errors import DataTypeError, DataValueError, FieldError, SchemaError, SpecError
+from mixle_spark.errors import DataTypeError, DataValueError, FieldError, SchemaError
 from mixle_spark.stats._embed import length_scales, segment_mean, with_length
-from mixle_spark.stats._lengths import LengthEncoding, encode_lengths
+from mixle_spark.stats._encoder import any_unseen, unseen_owners
+from mixle_spark.stats._lengths import (
+    LengthAccumulation,
+    LengthEncoding,
+    LengthEstimation,
+    LengthModel,
+    check_length_model,
+    draw_lengths,
+)
 from mixle_spark.stats._product import as_record_list
 from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import (
@@ -32,7 +40,6 @@ from mixle_spark.stats.base import (
     Estimator,
     RowRandom,
     Sampler,
-    any_unseen,
     check_parameter,
     estimator_option,
     free_parameters,
@@ -40,7 +47,6 @@ from mixle_spark.stats.base import (
     register_distribution,
     register_estimator,
     seq_update_with_ll,
-    unseen_owners,
 )
 
 __all__ = [
@@ -49,7 +55,6 @@ __all__ = [
     "SequenceEncoded",
     "SequenceEncoder",
     "SequenceEstimator",
-    "SequenceSampler",
 ]
 
 
@@ -68,37 +73,8 @@ def _row_sums(owner: np.ndarray, element_values: np.ndarray, n: int) -> np.ndarr
     return np.bincount(owner, weights=element_values, minlength=n).astype(np.float64, copy=False)
 
 
-class SequenceSampler(Sampler):
-    """Draws a length from ``len_dist``, then that many elements; records are lists."""
-
-    def __init__(self, dist: SequenceDistribution, seed: int | None = None) -> None:
-        if dist.len_dist is None:
-            raise SpecError(
-                "SequenceDistribution: sampling needs len_dist (the distribution of the "
-                "sequence length), got None"
-            )
-        super().__init__(dist, seed)
-        self.lengths = dist.len_dist.sampler(self.new_seed())
-        self.elements = dist.dist.sampler(self.new_seed())
-
-    def _draw_lengths(self, size: int) -> np.ndarray:
-        raw = np.asarray(as_record_list(self.lengths.sample(size)), dtype=np.float64)
-        if len(raw) and (np.any(raw < 0) or np.any(raw != np.floor(raw))):
-            bad = raw[(raw < 0) | (raw != np.floor(raw))][0]
-            raise DataValueError("len_dist must draw non-negative integer lengths", value=float(bad))
-        return raw.astype(np.int64)
-
-    def sample(self, size: int | None = None) -> Any:
-        lengths = self._draw_lengths(1 if size is None else size)
-        total = int(lengths.sum())
-        values = as_record_list(self.elements.sample(total)) if total else []
-        ends = np.cumsum(lengths)
-        out = [values[e - k : e] for e, k in zip(ends.tolist(), lengths.tolist(), strict=True)]
-        return out[0] if size is None else out
-
-
 @register_distribution("sequence")
-class SequenceDistribution(Distribution):
+class SequenceDistribution(LengthModel, Distribution):
     """Independent elements from ``dist``, and optionally a length model ``len_dist``.
 
     Parameters
@@ -110,21 +86,27 @@ class SequenceDistribution(Distribution):
     """
 
     parameters = (part("dist"), part("len_dist", optional=True))
-    sampler_class = SequenceSampler
 
     def __init__(self, dist: Distribution, len_dist: Distribution | None = None) -> None:
         check_parameter(
             isinstance(dist, Distribution), "SequenceDistribution", "dist", dist, "a Distribution"
         )
-        check_parameter(
-            len_dist is None or isinstance(len_dist, Distribution),
-            "SequenceDistribution",
-            "len_dist",
-            len_dist,
-            "a Distribution or None",
-        )
+        check_length_model("SequenceDistribution", len_dist)
         self.dist = dist
         self.len_dist = len_dist
+
+    def sampling_parts(self) -> list[Distribution]:
+        return [self.sampled_lengths(), self.dist]
+
+    def draw_with(self, sampler: Sampler, size: int | None = None) -> Any:
+        """A length from ``len_dist``, then that many elements; records are lists."""
+        lengths_sampler, elements = sampler.parts
+        lengths = draw_lengths(lengths_sampler, 1 if size is None else size)
+        total = int(lengths.sum())
+        values = as_record_list(elements.sample(total)) if total else []
+        ends = np.cumsum(lengths)
+        out = [values[e - k : e] for e, k in zip(ends.tolist(), lengths.tolist(), strict=True)]
+        return out[0] if size is None else out
 
     def log_density(self, x: Sequence[Any]) -> float:
         total = 0.0
@@ -137,18 +119,14 @@ class SequenceDistribution(Distribution):
     def seq_log_density(self, enc: SequenceEncoded) -> np.ndarray:
         out = _row_sums(enc.owner, self.dist.seq_log_density(enc.values), enc.n)
         if self.len_dist is not None:
-            len_enc = enc.len_enc if enc.len_enc is not None else encode_lengths(self.len_dist.encoder(), enc)
-            out += self.len_dist.seq_log_density(len_enc)
+            out += self.length_log_density(enc.len_enc, enc.lengths)
         return out
 
     def estimator(self, pseudo_count: float | None = None) -> SequenceEstimator:
-        len_est = None if self.len_dist is None else self.len_dist.estimator(pseudo_count)
-        return SequenceEstimator(self.dist.estimator(pseudo_count), len_est)
+        return SequenceEstimator(self.dist.estimator(pseudo_count), self.length_estimator(pseudo_count))
 
     def encoder(self) -> SequenceEncoder:
-        return SequenceEncoder(
-            self.dist.encoder(), None if self.len_dist is None else self.len_dist.encoder()
-        )
+        return SequenceEncoder(self.dist.encoder(), self.length_encoder())
 
     def n_free_parameters(self) -> int:
         return self.estimator().n_free_parameters(self)
@@ -337,7 +315,7 @@ class SequenceEncoder(LengthEncoding, Encoder):
         )
 
 
-class SequenceAccumulator(Accumulator):
+class SequenceAccumulator(LengthAccumulation, Accumulator):
     """Element statistics (each element weighted by its row's weight) and length statistics.
 
     Value: ``(row_weight, element_weight, element_value, length_value or None)``.
@@ -350,11 +328,6 @@ class SequenceAccumulator(Accumulator):
         self.row_weight = 0.0
         self.element_weight = 0.0
 
-    def _len_enc(self, enc: SequenceEncoded) -> Any:
-        if enc.len_enc is not None:
-            return enc.len_enc
-        return encode_lengths(self.len_acc.make_encoder(), enc)  # type: ignore[union-attr]
-
     def _count(self, enc: SequenceEncoded, weights: np.ndarray) -> np.ndarray:
         self.row_weight += float(weights.sum())
         self.element_weight += float(np.dot(weights, enc.lengths))
@@ -364,62 +337,49 @@ class SequenceAccumulator(Accumulator):
         w_elem = self._count(enc, weights)
         if estimate is None:
             self.child.seq_update(enc.values, w_elem, None)
-            if self.len_acc is not None:
-                self.len_acc.seq_update(self._len_enc(enc), weights, None)
+            self.update_lengths(enc.len_enc, enc.lengths, weights, None)
             return None
         ll = _row_sums(enc.owner, seq_update_with_ll(self.child, enc.values, w_elem, estimate.dist), enc.n)
-        if self.len_acc is not None:
-            len_enc = self._len_enc(enc)
-            if estimate.len_dist is not None:
-                ll += seq_update_with_ll(self.len_acc, len_enc, weights, estimate.len_dist)
-            else:
-                self.len_acc.seq_update(len_enc, weights, None)
-        elif estimate.len_dist is not None:
-            ll += estimate.len_dist.seq_log_density(encode_lengths(estimate.len_dist.encoder(), enc))
+        if self.len_acc is not None or estimate.len_dist is not None:
+            ll += self.update_lengths(enc.len_enc, enc.lengths, weights, estimate.len_dist)
         return ll
 
     def seq_initialize(self, enc: SequenceEncoded, weights: np.ndarray, rng: RowRandom) -> None:
         w_elem = self._count(enc, weights)
         self.child.seq_initialize(enc.values, w_elem, rng.expand(enc.lengths))
-        if self.len_acc is not None:
-            self.len_acc.seq_initialize(self._len_enc(enc), weights, rng.child("len"))
+        self.initialize_lengths(enc.len_enc, enc.lengths, weights, rng)
 
     def combine(self, value: Any) -> SequenceAccumulator:
         row_weight, element_weight, child_value, len_value = value
         self.row_weight += float(row_weight)
         self.element_weight += float(element_weight)
         self.child.combine(child_value)
-        if self.len_acc is not None:
-            self.len_acc.combine(len_value)
+        self.combine_lengths(len_value)
         return self
 
     def value(self) -> tuple[float, float, Any, Any]:
-        len_value = None if self.len_acc is None else self.len_acc.value()
-        return (self.row_weight, self.element_weight, self.child.value(), len_value)
+        return (self.row_weight, self.element_weight, self.child.value(), self.length_value())
 
     def from_value(self, value: Any) -> SequenceAccumulator:
         row_weight, element_weight, child_value, len_value = value
         self.row_weight, self.element_weight = float(row_weight), float(element_weight)
         self.child.from_value(child_value)
-        if self.len_acc is not None:
-            self.len_acc.from_value(len_value)
+        self.lengths_from_value(len_value)
         return self
 
     def make_encoder(self) -> SequenceEncoder:
-        return SequenceEncoder(
-            self.child.make_encoder(), None if self.len_acc is None else self.len_acc.make_encoder()
-        )
+        return SequenceEncoder(self.child.make_encoder(), self.length_encoder())
 
     def parts(self) -> list[Accumulator]:
-        return [self.child] if self.len_acc is None else [self.child, self.len_acc]
+        return [self.child, *self.length_parts()]
 
     def fresh_args(self) -> tuple[Any, ...]:
-        return (self.child.make(), None if self.len_acc is None else self.len_acc.make(), self.keys)
+        return (self.child.make(), self.fresh_lengths(), self.keys)
 
 
 @register_estimator("sequence")
 @dataclass(eq=False, repr=False)
-class SequenceEstimator(Estimator):
+class SequenceEstimator(LengthEstimation, Estimator):
     """Fits the element model to all elements (weighted by their row's weight) and, when given,
     the length model to the lengths.
 
@@ -438,34 +398,25 @@ class SequenceEstimator(Estimator):
     keys: str | None = None
 
     def accumulator_factory(self) -> SequenceAccumulator:
-        len_acc = None if self.len_estimator is None else self.len_estimator.accumulator()
-        return SequenceAccumulator(self.estimator.accumulator(), len_acc, self.keys)
+        return SequenceAccumulator(self.estimator.accumulator(), self.length_accumulator(), self.keys)
 
     def estimate(self, nobs: float | None, value: Any) -> SequenceDistribution:
         row_weight, element_weight, child_value, len_value = value
         dist = self.estimator.estimate(element_weight, child_value)
-        len_dist = None if self.len_estimator is None else self.len_estimator.estimate(row_weight, len_value)
-        return SequenceDistribution(dist, len_dist)
+        return SequenceDistribution(dist, self.length_estimate(row_weight, len_value))
 
     def encoder(self) -> SequenceEncoder:
-        return SequenceEncoder(
-            self.estimator.encoder(), None if self.len_estimator is None else self.len_estimator.encoder()
-        )
+        return SequenceEncoder(self.estimator.encoder(), self.length_encoder())
 
     def with_scan(self, scan: Any) -> SequenceEstimator:
         if scan is None:
             return self
         child_scan, len_scan = scan
         est = self.estimator if child_scan is None else self.estimator.with_scan(child_scan)
-        len_est = self.len_estimator
-        if len_scan is not None and len_est is not None:
-            len_est = len_est.with_scan(len_scan)
-        return dataclasses.replace(self, estimator=est, len_estimator=len_est)
+        return dataclasses.replace(self, estimator=est, len_estimator=self.length_with_scan(len_scan))
 
     def min_rows(self) -> int:
-        return max(
-            self.estimator.min_rows(), 1 if self.len_estimator is None else self.len_estimator.min_rows()
-        )
+        return max(self.estimator.min_rows(), self.length_min_rows())
 
     def _free_parameters(self, model: Any, tied: set[Any]) -> int:
         elements = self.estimator.n_free_parameters(model.dist, tied)

@@ -45,7 +45,6 @@ from mixle_spark.errors import SpecError
 from mixle_spark.stats._scalar_common import (
     ScalarEncoder,
     ScalarFamily,
-    ScalarSampler,
     bound,
     check_bounds,
     finite,
@@ -70,7 +69,6 @@ __all__ = [
     "StudentTDistribution",
     "StudentTEncoder",
     "StudentTEstimator",
-    "StudentTSampler",
 ]
 
 DOF_RTOL = SHAPE_RTOL
@@ -137,13 +135,6 @@ class StudentTEncoder(ScalarEncoder):
     expectation = "a finite number"
 
 
-class StudentTSampler(ScalarSampler):
-    dist: StudentTDistribution
-
-    def draw(self, size: int | None) -> Any:
-        return self.dist.mu + self.dist.sigma * self.rng.standard_t(self.dist.dof, size=size)
-
-
 @register_distribution("student_t")
 class StudentTDistribution(ScalarFamily):
     """Location-scale Student-t distribution: location ``mu``, scale ``sigma``, degrees of freedom ``dof``.
@@ -162,7 +153,6 @@ class StudentTDistribution(ScalarFamily):
     sigma: float
     dof: float
     encoder_class = StudentTEncoder
-    sampler_class = StudentTSampler
 
     def __init__(self, mu: float, sigma: float, dof: float) -> None:
         self._set_parameters(mu, sigma, dof)
@@ -173,6 +163,9 @@ class StudentTDistribution(ScalarFamily):
             - math.log(self.sigma)
         )
         self._inv_scale = 1.0 / (self.sigma * math.sqrt(self.dof))
+
+    def variates(self, rng: np.random.Generator, size: int | None) -> Any:
+        return self.mu + self.sigma * rng.standard_t(self.dof, size=size)
 
     def log_density(self, x: float) -> float:
         value = float(x)

@@ -34,7 +34,6 @@ from mixle_spark.stats._scalar_common import (
 from mixle_spark.stats._special import i1_over_i0, log_i0e, one_minus_i1_over_i0
 from mixle_spark.stats.base import (
     Estimator,
-    Sampler,
     option,
     register_distribution,
     register_estimator,
@@ -45,7 +44,6 @@ __all__ = [
     "VonMisesDistribution",
     "VonMisesEncoder",
     "VonMisesEstimator",
-    "VonMisesSampler",
 ]
 
 DEFAULT_MAX_KAPPA = 1e8
@@ -126,30 +124,6 @@ class VonMisesEncoder(ScalarEncoder):
         return np.cos(x), np.sin(x)
 
 
-class VonMisesSampler(Sampler):
-    """Draws angles in [-π, π) with Best & Fisher's algorithm (vectorized over the whole sample).
-
-    ``kappa < 1e-8`` draws uniformly (the density is within ``2 kappa`` relative of uniform there, and
-    Best & Fisher's constants overflow as kappa -> 0; numpy's sampler does the same). Above
-    ``kappa = 1e6`` (circular standard deviation below 1e-3) the wrapped normal ``N(mu, 1 / kappa)``
-    is used, whose density differs from the von Mises by O(1 / kappa) (numpy makes the same switch).
-    """
-
-    dist: VonMisesDistribution
-
-    def sample(self, size: int | None = None) -> Any:
-        n = 1 if size is None else int(size)
-        kappa = self.dist.kappa
-        if kappa < _UNIFORM_BELOW:
-            offset = self.rng.uniform(-math.pi, math.pi, size=n)
-        elif kappa > _WRAPPED_NORMAL_FROM:
-            offset = self.rng.normal(0.0, 1.0 / math.sqrt(kappa), size=n)
-        else:
-            offset = _best_fisher(self.rng, kappa, n)
-        draws = np.mod(self.dist.mu + offset + math.pi, _TWO_PI) - math.pi
-        return float(draws[0]) if size is None else draws
-
-
 @register_distribution("von_mises")
 class VonMisesDistribution(ScalarFamily):
     """Von Mises distribution with mean direction ``mu`` (radians) and concentration ``kappa >= 0``.
@@ -167,7 +141,6 @@ class VonMisesDistribution(ScalarFamily):
     mu: float
     kappa: float
     encoder_class = VonMisesEncoder
-    sampler_class = VonMisesSampler
 
     def __init__(self, mu: float, kappa: float) -> None:
         self._set_parameters(mu, kappa)
@@ -175,6 +148,25 @@ class VonMisesDistribution(ScalarFamily):
         self._cos_mu = math.cos(self.mu)
         self._sin_mu = math.sin(self.mu)
         self._log_const = -_LOG_2PI - float(log_i0e(self.kappa))
+
+    def draw(self, rng: np.random.Generator, size: int | None = None) -> Any:
+        """Angles in [-π, π) by Best & Fisher's algorithm (vectorized over the whole sample).
+
+        ``kappa < 1e-8`` draws uniformly (the density is within ``2 kappa`` relative of uniform there,
+        and Best & Fisher's constants overflow as kappa -> 0; numpy's sampler does the same). Above
+        ``kappa = 1e6`` (circular standard deviation below 1e-3) the wrapped normal ``N(mu, 1 / kappa)``
+        is used, whose density differs from the von Mises by O(1 / kappa) (numpy makes the same switch).
+        """
+        n = 1 if size is None else int(size)
+        kappa = self.kappa
+        if kappa < _UNIFORM_BELOW:
+            offset = rng.uniform(-math.pi, math.pi, size=n)
+        elif kappa > _WRAPPED_NORMAL_FROM:
+            offset = rng.normal(0.0, 1.0 / math.sqrt(kappa), size=n)
+        else:
+            offset = _best_fisher(rng, kappa, n)
+        draws = np.mod(self.mu + offset + math.pi, _TWO_PI) - math.pi
+        return float(draws[0]) if size is None else draws
 
     def log_density(self, x: float) -> float:
         x = float(x)

@@ -141,7 +141,7 @@ def _two_state_truth() -> HiddenMarkovDistribution:
 
 def test_two_state_hmm_is_recovered_from_20000_sequences() -> None:
     truth = _two_state_truth()
-    seqs, paths = truth.sampler(1).sample_with_states(20_000)
+    seqs, paths = truth.draw_with_states(truth.sampler(1), 20_000)
     data = pa.array(seqs, pa.list_(pa.float64()))
     est = HiddenMarkovEstimator([GaussianEstimator()] * 2, len_estimator=PoissonEstimator())
     model = optimize(data, est, max_its=300, delta=1e-9, seed=3)
@@ -177,7 +177,7 @@ def test_empty_and_impossible_sequences_score_without_nan_or_warnings() -> None:
 
 def test_sampling_follows_the_chain() -> None:
     truth = _two_state_truth()
-    seqs, paths = truth.sampler(9).sample_with_states(20_000)
+    seqs, paths = truth.draw_with_states(truth.sampler(9), 20_000)
     flat = np.concatenate([np.asarray(p) for p in paths if p])
     firsts = np.array([p[0] for p in paths if p])
     assert np.mean(firsts == 0) == pytest.approx(0.7, abs=0.015)

@@ -334,7 +334,7 @@ def test_bad_parameters_name_the_value(build: Any, message: str) -> None:
 
 
 def test_sampling_follows_the_chain() -> None:
-    lengths, codes = PAGES.sampler(4).sample_codes(20_000)
+    lengths, codes = PAGES.draw_codes(PAGES.sampler(4), 20_000)
     assert lengths.mean() == pytest.approx(6.0, abs=0.1)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])[lengths > 0]
     first = np.bincount(codes[starts], minlength=4) / len(starts)
@@ -465,3 +465,10 @@ def test_mixture_encoders_union_and_scans_merge() -> None:
     assert scan == (frozenset({"a", "b", "c"}), None)
     assert encoder.merge_scans(None, scan) == scan
     assert MarkovChainEncoder().from_arrow(pa.array([[], []])).labels == ()  # list<null>: all empty
+
+
+def test_encoders_with_overlapping_vocabularies_union_to_one_copy_of_each_label() -> None:
+    union = MarkovChainEncoder(["a", "b"]).union(MarkovChainEncoder(["b", "c"], unseen="zero"))
+    assert union == MarkovChainEncoder(["a", "b", "c"], unseen="zero")
+    same = MarkovChainEncoder(["b", "a"]).union(MarkovChainEncoder(["a", "b"], unseen="zero"))
+    assert same.labels == ("a", "b")
