@@ -43,7 +43,7 @@ from mixle_spark.em._records import (
     unconverged_message,
 )
 from mixle_spark.em._run import start_model
-from mixle_spark.em.options import FitOptions
+from mixle_spark.em.options import FitOptions, check_trials
 from mixle_spark.em.seeding import Seeding
 from mixle_spark.errors import ConvergenceWarning, ModelSizeWarning
 from mixle_spark.parallel.backends.contract import FitSession
@@ -70,11 +70,24 @@ __all__ = [
 logger = logging.getLogger("mixle_spark.estimation")
 
 
-def _handle(data: Any, estimator: Estimator | None, options: dict[str, Any]) -> tuple[Any, bool]:
-    """(handle, created_here) for ``data``: an existing handle is used as it is."""
-    if is_encoded_data_handle(data):
-        return _begin(encoded_data(data, **options)), False
-    return _begin(encoded_data(data, estimator, **options)), True
+def _handle(
+    data: Any,
+    estimator: Estimator | None,
+    options: dict[str, Any],
+    on_encoded: Callable[[Any], None] | None = None,
+) -> tuple[Any, bool]:
+    """(handle, created_here) for ``data``: an existing handle is used as it is. ``on_encoded`` gets
+    the handle before the fit begins (so the encoding it times ends there)."""
+    owned = not is_encoded_data_handle(data)
+    handle = encoded_data(data, estimator, **options) if owned else encoded_data(data, **options)
+    if on_encoded is not None:
+        try:
+            on_encoded(handle)
+        except BaseException:
+            if owned:
+                handle.close()
+            raise
+    return _begin(handle), owned
 
 
 def row_count(data: Any) -> int | None:
@@ -176,6 +189,10 @@ def optimize(
         How the fit runs (:class:`~mixle_spark.em.options.FitOptions`: ``max_its``, ``delta``,
         ``seed``, ``init``, checkpoints, ``on_degenerate``, ``audit``, the trace, ...). Each of its
         fields may be given as a keyword instead (or to override it).
+    on_encoded : callable, optional
+        Called with the encoded-data handle once ``data`` is encoded, before the fit starts (a job
+        times the encoding and reports the row count with it). Not called when a finished fit is
+        returned from its checkpoint: the data is not read then.
     **keywords
         FitOptions fields; the others are the backend's (``backend``, ``num_chunks``, ...), passed
         to ``encoded_data``.
@@ -187,6 +204,7 @@ def optimize(
     keywords = _keywords("optimize", _OPTIMIZE_POSITIONAL, args, kwargs)
     prev_estimate = keywords.pop("prev_estimate", None)
     vdata = keywords.pop("vdata", None)
+    on_encoded = keywords.pop("on_encoded", None)
     fit, backend_options = FitOptions.gather(options, keywords)
     started = time.perf_counter()
     if vdata is None and fit.checkpoint_dir is not None and fit.resume and not is_encoded_data_handle(data):
@@ -194,7 +212,7 @@ def optimize(
         done = None if rows is None else fit.finished(estimator, rows, prev_estimate=prev_estimate)
         if done is not None:  # a finished fit: returned without encoding the data
             return done
-    handle, owned = _handle(data, estimator, backend_options)
+    handle, owned = _handle(data, estimator, backend_options, on_encoded)
     vhandle, vowned = (None, False) if vdata is None else _handle(vdata, estimator, {})
     try:
         run = fit.fit(estimator, prev_estimate=prev_estimate, vhandle=vhandle, started=started)
@@ -246,8 +264,8 @@ def best_of(
     ``(log_likelihood, model)``, scored on ``vdata`` when given, else on ``data``.
 
     ``best_of(data, estimator, trials=5, max_its=10, init_p=0.1, delta=1e-9, seed=None, vdata=None,
-    init_estimator=None, out=None, print_iter=1, *, options=None, **keywords)``: ``options`` and the
-    keywords as :func:`optimize`'s; each restart is ``optimize``'s fit routine
+    init_estimator=None, out=None, print_iter=1, *, options=None, **keywords)``: ``options``,
+    ``on_encoded`` and the keywords as :func:`optimize`'s; each restart is ``optimize``'s fit routine
     (:meth:`FitOptions.fit <mixle_spark.em.options.FitOptions.fit>`) from its own seed.
 
     The data (and ``vdata``) are encoded once and shared by every trial, and the trials advance
@@ -262,21 +280,20 @@ def best_of(
     keywords = _keywords("best_of", _BEST_OF_POSITIONAL, args, kwargs)
     trials = keywords.pop("trials", 5)
     vdata = keywords.pop("vdata", None)
-    if trials < 1:
-        raise ValueError(f"trials must be >= 1, got {trials}")
+    on_encoded = keywords.pop("on_encoded", None)
+    trials = check_trials(trials)
     fit, backend_options = FitOptions.gather(options, keywords)
-    settings = fit.settings()
-    handle, owned = _handle(data, estimator, backend_options)
+    handle, owned = _handle(data, estimator, backend_options, on_encoded)
     vhandle, vowned = (None, False) if vdata is None else _handle(vdata, estimator, {})
     best: tuple[float, Distribution] | None = None
     try:
         runs = [
-            fit.fit(estimator, seed=trial_seed, label=f"trial {k}: ", settings=settings.for_trial(k))
+            fit.for_trial(k, trial_seed).fit(estimator, label=f"trial {k}: ")
             for k, trial_seed in enumerate(trial_seeds(fit.seed, trials))
         ]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            models = fit_together(handle, runs, shared=settings.audit is None)
+            models = fit_together(handle, runs, shared=fit.sdc_audit is None)
         for k, model in enumerate(models):
             ll = (
                 model.fit_result.log_likelihood

@@ -27,12 +27,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mixle_spark.em._records import unconverged_message
-from mixle_spark.em.options import FitOptions
+from mixle_spark.em.options import FitOptions, check_trials
 from mixle_spark.errors import ConvergenceWarning, SpecError, TooFewRowsError
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -174,6 +174,7 @@ def select_k(
     vdata: Any = None,
     trials: int = 1,
     options: FitOptions | None = None,
+    on_encoded: Callable[[Any], None] | None = None,
     **keywords: Any,
 ) -> KSelection:
     """Fit every candidate number of components and keep the best.
@@ -199,6 +200,8 @@ def select_k(
         gets one line per candidate, and EM progress every ``print_iter`` iterations when > 0); every
         candidate starts from the same ``seed``. ``checkpoint_dir`` and ``trace_path`` belong to a
         single fit and are refused.
+    on_encoded : callable, optional
+        Called with the encoded-data handle once ``data`` is encoded (as :func:`optimize`'s).
     **keywords
         FitOptions fields, and the backend's options (``backend``, ``num_chunks``, ...).
 
@@ -223,8 +226,7 @@ def select_k(
         raise SpecError(f"unknown criterion {criterion!r}; valid criteria: {', '.join(map(repr, CRITERIA))}")
     if criterion == "validation" and vdata is None:
         raise SpecError("criterion='validation' needs vdata (the held-out rows to score every candidate on)")
-    if type(trials) is not int or trials < 1:
-        raise SpecError(f"trials must be an integer >= 1, got {trials!r}")
+    trials = check_trials(trials)
     defaults = FitOptions(max_its=100, delta=1e-6, print_iter=0) if options is None else options
     fit, backend_options = FitOptions.gather(defaults, keywords)
     single = [name for name in ("checkpoint_dir", "trace_path") if getattr(fit, name) is not None]
@@ -232,10 +234,9 @@ def select_k(
         raise SpecError(f"select_k fits several models; {' and '.join(single)} apply to a single fit")
     out = fit.out
     quiet = dataclasses.replace(fit, out=out if fit.print_iter else None)
-    settings = fit.settings()
     estimators = {k: with_components(estimator, k) for k in candidates}
 
-    handle, owned = _handle(data, estimators[candidates[-1]], backend_options)
+    handle, owned = _handle(data, estimators[candidates[-1]], backend_options, on_encoded)
     vhandle, vowned = None, False
     try:
         n = len(handle)
@@ -250,11 +251,11 @@ def select_k(
         for k in candidates:
             for t, trial_seed in enumerate(seeds):
                 label = f"k={k}: " if trials == 1 else f"k={k} trial {t}: "
-                runs.append(quiet.fit(estimators[k], seed=trial_seed, label=label, settings=settings))
+                runs.append(quiet.fit(estimators[k], seed=trial_seed, label=label))
                 owners.append(k)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            fitted = fit_together(handle, runs, shared=settings.audit is None)
+            fitted = fit_together(handle, runs, shared=fit.sdc_audit is None)
         models: dict[int, Distribution] = {}
         for k, model in zip(owners, fitted, strict=True):
             if k not in models or model.fit_result.log_likelihood > models[k].fit_result.log_likelihood:

@@ -61,6 +61,9 @@ __all__ = [
 MODEL_FORMAT = "mixle_spark.model"
 MODEL_FORMAT_VERSION = 1
 FIT_OPTIONS = ("max_its", "delta", "init", "init_steps", "init_p", "seed", "trials", "print_iter")
+"""The options a spec's fit section may give: fields of :class:`~mixle_spark.em.options.FitOptions`,
+which declares their checks, and ``trials`` (``best_of``'s restarts). The fit job's flags of the same
+names override them; the ML Params that stand for them are ``mixle_spark.ml``'s ``FIT_OPTION_PARAMS``."""
 
 MAX_COMPONENTS = 100_000
 """Most components (or hidden states) a spec's ``k`` may ask for; more is refused before anything is
@@ -223,14 +226,21 @@ def load_spec(source: str | os.PathLike[str] | Mapping[str, Any]) -> ModelSpec:
             f"{where}: unknown fit option(s) {sorted(bad)}{did_you_mean(bad, FIT_OPTIONS)}; "
             f"expected one of {', '.join(FIT_OPTIONS)}"
         )
-    if "init" in fit or "init_steps" in fit:
-        from mixle_spark.em.seeding import Seeding
-
-        try:
-            Seeding.build(fit.get("init", "kmeans||"), fit.get("init_steps"))
-        except SpecError as err:
-            raise SpecError(f"{where}: fit section: {err}") from None
+    _check_fit_section(fit, where)
     return ModelSpec(estimator_from_spec(raw["estimator"]), fit, str(raw.get("description", "")))
+
+
+def _check_fit_section(fit: Mapping[str, Any], where: str) -> None:
+    """A spec's fit options checked as ``optimize`` checks them (:class:`~mixle_spark.em.options.
+    FitOptions` declares each option's check; ``trials`` is ``best_of``'s), when the spec is read."""
+    from mixle_spark.em.options import FitOptions, check_trials
+
+    try:
+        FitOptions(**{name: value for name, value in fit.items() if name != "trials"})
+        if "trials" in fit:
+            check_trials(fit["trials"])
+    except (TypeError, ValueError) as err:
+        raise SpecError(f"{where}: fit section: {err}") from None
 
 
 def _json_default(value: Any) -> Any:

@@ -15,10 +15,10 @@ from mixle_spark.cli._spmd import SPMD_BACKENDS
 from mixle_spark.em.sdc_audit import SDCAudit
 from mixle_spark.em.seeding import INIT_MODES
 from mixle_spark.errors import CheckpointStoreError, SpecError
-from mixle_spark.estimation import ON_DEGENERATE
+from mixle_spark.estimation import ON_DEGENERATE, FitOptions
 from mixle_spark.io import check_input_exists, parse_conf
 from mixle_spark.model_selection import parse_ks
-from mixle_spark.spec import ModelSpec
+from mixle_spark.spec import FIT_OPTIONS, ModelSpec
 
 __all__ = [
     "PROG",
@@ -145,7 +145,11 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
     long = parser.add_argument_group("long fits")
     long.add_argument("--checkpoint-dir", metavar="DIR", help="checkpoint the fit here and resume from it")
     long.add_argument(
-        "--checkpoint-every", type=positive_int, default=1, metavar="N", help="checkpoint every N iterations"
+        "--checkpoint-every",
+        type=positive_int,
+        default=FitOptions.checkpoint_every,
+        metavar="N",
+        help="checkpoint every N iterations",
     )
     long.add_argument(
         "--no-resume", dest="resume", action="store_false", help="discard existing checkpoints, start afresh"
@@ -159,7 +163,7 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
     long.add_argument(
         "--on-degenerate",
         choices=ON_DEGENERATE,
-        default="stop",
+        default=FitOptions.on_degenerate,
         help="a mixture component whose M-step fails: stop (default), floor or reseed it",
     )
     long.add_argument(
@@ -168,9 +172,9 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
     long.add_argument(
         "--audit-fraction",
         type=_fraction,
-        default=0.1,
+        default=SDCAudit.fraction,
         metavar="F",
-        help="fraction of the partitions recomputed per audit (default 0.1)",
+        help=f"fraction of the partitions recomputed per audit (default {SDCAudit.fraction})",
     )
     return parser
 
@@ -240,11 +244,11 @@ def resolve_args(
 def fit_options(args: argparse.Namespace, spec: ModelSpec) -> dict[str, Any]:
     """The spec's fit options overridden by the command line."""
     options = dict(spec.fit)
-    for key in ("max_its", "delta", "seed", "init", "init_steps", "init_p", "trials", "print_iter"):
+    for key in FIT_OPTIONS:
         value = getattr(args, key)
         if value is not None:
             options[key] = value
-    options.setdefault("init", "kmeans||")
+    options.setdefault("init", FitOptions.init)
     return options
 
 

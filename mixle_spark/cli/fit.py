@@ -125,9 +125,8 @@ from mixle_spark.errors import (
     MalformedRowError,
     ModelSizeWarning,
 )
-from mixle_spark.estimation import FitOptions, best_of, optimize, row_count
-from mixle_spark.model_selection import select_k, with_components
-from mixle_spark.parallel import encoded_data
+from mixle_spark.estimation import best_of, optimize
+from mixle_spark.model_selection import select_k
 from mixle_spark.profile import segment_profile
 from mixle_spark.scoring import assignment_counts
 from mixle_spark.spec import ModelSpec, load_spec, save_model
@@ -303,71 +302,53 @@ def fit_model(
     coord: Coordination = solo,
     label: str = "",
 ) -> tuple[Any, float, dict[str, float], list[str], Any]:
-    """Encode once, run EM (``trials`` restarts: ``best_of``); ``(model, ll, timings, warnings,
-    selection)``.
+    """Run EM with one call of the public API, which encodes ``data`` (``optimize``; ``trials``
+    restarts: ``best_of``; ``ks``: ``select_k``); ``(model, ll, timings, warnings, selection)``.
 
     ``reliability`` holds ``optimize``'s checkpoint / degenerate-component / audit / trace keywords.
     ``ks`` chooses the number of components among these by ``select_k`` and ``criterion``;
     ``selection`` is its :class:`~mixle_spark.model_selection.KSelection` (else None). ``coord``:
     the processes of an SPMD run (the root prints). ``label`` (what is fitted to what) starts the
-    first progress line, printed once the data is read: a failure before that is the only line.
+    first progress line, printed once the data is encoded: a failure before that is the only line. A
+    fit whose final checkpoint is in ``--checkpoint-dir`` returns without reading the data
+    (``optimize`` finds it from the row count), and its timings say so (``encode`` 0).
     """
-    extra_options = reliability or {}
-    t0 = time.perf_counter()
+    keywords = {**options, **(reliability or {}), **backend_options, **coord.handle_options()}
+    progress = _Progress(out, label, coord)
+    keywords["on_encoded"] = progress.encoded
+    stream = progress if out is not None else None
     found = None
-    estimator = spec.estimator if ks is None else with_components(spec.estimator, max(ks))
-    if ks is None and trials == 1 and extra_options.get("checkpoint_dir") and not coord.handle_options():
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", ConvergenceWarning)
-            warnings.simplefilter("always", ModelSizeWarning)
-            with _command_line_advice():
-                done = _finished_fit(data, spec, options, extra_options, out)
-        if done is not None:  # the checkpoint holds this fit's result: no pass over the data
-            _say_resumed(done, out, extra_options, coord)
-            elapsed = time.perf_counter() - t0
-            return (
-                done,
-                done.fit_result.log_likelihood,
-                {"encode": 0.0, "em": elapsed},
-                _report_warnings(caught),
-                None,
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        warnings.simplefilter("always", ModelSizeWarning)
+        warnings.simplefilter("always", SeedingFallbackWarning)
+        if ks is not None:
+            found = select_k(
+                data, spec.estimator, ks=ks, criterion=criterion, trials=trials, out=stream, **keywords
             )
-    with encoded_data(data, estimator, **backend_options, **coord.handle_options()) as handle:
-        t1 = time.perf_counter()
-        first = f"{PROG}: fitting {label}: encoded {len(handle)} rows{coord.where()} in {t1 - t0:.1f}s"
-        out = _FirstLine(out, first) if out is not None else None
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", ConvergenceWarning)
-            warnings.simplefilter("always", ModelSizeWarning)
-            warnings.simplefilter("always", SeedingFallbackWarning)
-            if ks is not None:
-                found = select_k(
-                    handle,
-                    spec.estimator,
-                    ks=ks,
-                    criterion=criterion,
-                    trials=trials,
-                    out=out,
-                    **options,
-                    **extra_options,
-                )
-                coord.say(str(found))
-                model = found.model
-                ll = model.fit_result.log_likelihood
-            else:
-                with _command_line_advice():
-                    if trials > 1:
-                        ll, model = best_of(
-                            handle, spec.estimator, trials=trials, out=out, **options, **extra_options
-                        )
-                    else:
-                        model = optimize(handle, spec.estimator, out=out, **options, **extra_options)
-                        ll = model.fit_result.log_likelihood
-    if out is None or not out.written:
-        coord.say(first)  # quiet, or no progress line yet: after the fit, not before its checks
-    _say_resumed(model, out, extra_options, coord)
-    seeding = model.fit_result.seeding_seconds
-    timings = {"encode": t1 - t0, "seeding": seeding, "em": time.perf_counter() - t1 - seeding}
+            coord.say(str(found))
+            model = found.model
+            ll = model.fit_result.log_likelihood
+        else:
+            with _command_line_advice():
+                if trials > 1:
+                    ll, model = best_of(data, spec.estimator, trials=trials, out=stream, **keywords)
+                else:
+                    model = optimize(data, spec.estimator, out=stream, **keywords)
+                    ll = model.fit_result.log_likelihood
+    elapsed = time.perf_counter() - progress.started
+    if progress.first is not None and not progress.written:
+        coord.say(progress.first)  # quiet, or no progress line yet: after the fit, not before its checks
+    _say_resumed(model, out, reliability or {}, coord)
+    if progress.encode_seconds is None:  # the checkpoint held this fit's result: no pass over the data
+        timings = {"encode": 0.0, "em": elapsed}
+    else:
+        seeding = model.fit_result.seeding_seconds
+        timings = {
+            "encode": progress.encode_seconds,
+            "seeding": seeding,
+            "em": elapsed - progress.encode_seconds - seeding,
+        }
     return model, ll, timings, _report_warnings(caught, coord), found
 
 
@@ -380,17 +361,28 @@ def _say_resumed(model: Any, out: Any, reliability: dict[str, Any], coord: Coord
         coord.say(f"{PROG}: resumed from checkpoint {where} at iteration {resumed}")
 
 
-class _FirstLine:
-    """The progress stream, writing ``line`` (what is fitted, rows encoded) before its first line: a
-    fit that fails before making progress leaves its error as the only line on stderr."""
+class _Progress:
+    """The progress stream (``out``; None: ``--quiet``) and the line saying what is fitted and how
+    many rows were encoded (``first``, made by :meth:`encoded`, the fit's ``on_encoded``), written
+    before the fit's first progress line after the encoding: a fit that fails before making progress
+    leaves its error as the only line on stderr."""
 
-    def __init__(self, out: Any, line: str) -> None:
-        self.out, self.line, self.written = out, line, False
+    def __init__(self, out: Any, label: str, coord: Coordination) -> None:
+        self.out, self.label, self.coord = out, label, coord
+        self.started = time.perf_counter()
+        self.encode_seconds: float | None = None
+        self.first: str | None = None
+        self.written = False
+
+    def encoded(self, handle: Any) -> None:
+        self.encode_seconds = seconds = time.perf_counter() - self.started
+        where = self.coord.where()
+        self.first = f"{PROG}: fitting {self.label}: encoded {len(handle)} rows{where} in {seconds:.1f}s"
 
     def write(self, text: str) -> int:
-        if not self.written:
+        if self.first is not None and not self.written:
             self.written = True
-            self.out.write(self.line + "\n")
+            self.out.write(self.first + "\n")
         return int(self.out.write(text))
 
     def flush(self) -> None:
@@ -406,18 +398,6 @@ def _command_line_advice() -> Iterator[None]:
         if err.directory is None:
             raise
         raise CheckpointMismatchError.advising(err.directory, err.differences, "--no-resume") from None
-
-
-def _finished_fit(
-    data: Any, spec: ModelSpec, options: dict[str, Any], reliability: dict[str, Any], out: Any
-) -> Any:
-    """The model of a fit whose final checkpoint is in ``--checkpoint-dir``, found from the data's row
-    count alone; None when the fit has to run."""
-    rows = row_count(data)
-    if rows is None:
-        return None
-    fit, _rest = FitOptions.gather(None, {**options, **reliability, "out": out})
-    return fit.finished(spec.estimator, rows)
 
 
 def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordination = solo) -> dict[str, Any]:

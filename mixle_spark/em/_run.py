@@ -1,10 +1,12 @@
 """The EM loop behind :mod:`mixle_spark.estimation` (private): one fit's iterations, their records,
-checkpoints, the degenerate-component policy, the audit and the trace (the records and convergence
-rules are in :mod:`mixle_spark.em._records`).
+the degenerate-component policy, the audit and the trace (the records and convergence rules are in
+:mod:`mixle_spark.em._records`; checkpoints are a :class:`~mixle_spark.em.resilient.Checkpointer`
+the loop holds).
 
-:func:`mixle_spark.estimation.optimize` and :func:`~mixle_spark.estimation.best_of` build an
-:class:`EMRun` per fit (per trial); the public names (``FitResult``, ``IterationRecord``,
-``init_fraction``, ``ON_DEGENERATE``, ``FLOOR_WEIGHT``) are re-exported there.
+:meth:`FitOptions.fit <mixle_spark.em.options.FitOptions.fit>` builds an :class:`EMRun` per fit
+(per trial of ``best_of``, per candidate of ``select_k``); the public names (``FitResult``,
+``IterationRecord``, ``init_fraction``, ``ON_DEGENERATE``, ``FLOOR_WEIGHT``) are re-exported by
+:mod:`mixle_spark.estimation`.
 """
 
 from __future__ import annotations
@@ -14,16 +16,14 @@ import math
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mixle_spark.em._records import (
     FLOOR_WEIGHT,
     MAX_RESEEDS,
-    ON_DEGENERATE,
     FitResult,
     IterationRecord,
     Progress,
@@ -36,7 +36,7 @@ from mixle_spark.em._records import (
     nonfinite_error,
     not_converged_message,
 )
-from mixle_spark.em.resilient import CheckpointedRun
+from mixle_spark.em.resilient import Checkpointer, Finished, Snapshot
 from mixle_spark.em.seeding import Seeding, kmeans_parallel
 from mixle_spark.errors import ConvergenceWarning
 from mixle_spark.parallel.backends.contract import (
@@ -49,85 +49,34 @@ from mixle_spark.parallel.backends.contract import (
 from mixle_spark.stats._random import seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
 
-__all__ = ["EMRun", "Settings", "start_model"]
+if TYPE_CHECKING:
+    from mixle_spark.em.options import FitOptions
+
+__all__ = ["EMRun", "FitInputs", "start_model"]
 
 logger = logging.getLogger("mixle_spark.estimation")
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The reliability and observability options of one fit, validated."""
+class FitInputs:
+    """What one fit starts from besides its options.
 
-    checkpoint_dir: Any = None
-    checkpoint_every: int = 1
-    resume: bool = True
-    on_degenerate: str = "stop"
-    audit: Any = None
-    trace_path: Any = None
-    mlflow: bool | None = None
-    seeding: Seeding = field(default_factory=Seeding)
-    checkpoint_key: bytes | None = field(default=None, repr=False)
-    """Authenticates the checkpoints (None: the environment's key, if any); never shown."""
+    Attributes
+    ----------
+    prev_estimate : Distribution, optional
+        Start from this model instead of initializing.
+    vhandle : encoded-data handle, optional
+        Validation data: the model with the best validation log-likelihood is returned.
+    label : str
+        Prefix of the fit's progress lines (``"trial 2: "``).
+    started : float, optional
+        When the fit's clock started (``time.perf_counter()``; default: when the run starts).
+    """
 
-    @classmethod
-    def build(
-        cls,
-        checkpoint_dir: Any,
-        checkpoint_every: int,
-        resume: bool,
-        on_degenerate: str,
-        audit: Any,
-        trace_path: Any,
-        mlflow: bool | None,
-        init: Any = "kmeans||",
-        init_steps: Any = None,
-        checkpoint_key: Any = None,
-    ) -> Settings:
-        if type(checkpoint_every) is not int or checkpoint_every < 1:
-            raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
-        if type(resume) is not bool:
-            raise TypeError(f"resume must be True or False, got {resume!r}")
-        if on_degenerate not in ON_DEGENERATE:
-            raise ValueError(
-                f"on_degenerate must be one of {', '.join(map(repr, ON_DEGENERATE))}, got {on_degenerate!r}"
-            )
-        if audit is True:
-            from mixle_spark.em.sdc_audit import SDCAudit
-
-            audit = SDCAudit()
-        elif audit is False:
-            audit = None
-        if audit is not None and not (hasattr(audit, "select") and hasattr(audit, "check")):
-            raise TypeError(f"audit must be an SDCAudit, True or None, got {audit!r}")
-        if mlflow is not None and type(mlflow) is not bool:
-            raise TypeError(f"mlflow must be True, False or None, got {mlflow!r}")
-        seeding = Seeding.build(init, init_steps)
-        if checkpoint_key is not None:
-            from mixle_spark.em._checkpoint_store import checkpoint_key as key_bytes
-
-            checkpoint_key = key_bytes(checkpoint_key)
-        return cls(
-            checkpoint_dir,
-            checkpoint_every,
-            resume,
-            on_degenerate,
-            audit,
-            trace_path,
-            mlflow,
-            seeding,
-            checkpoint_key,
-        )
-
-    def for_trial(self, k: int) -> Settings:
-        """Settings of restart ``k`` of ``best_of``: checkpoints and trace files per trial."""
-        from dataclasses import replace
-
-        ckpt = None if self.checkpoint_dir is None else f"{str(self.checkpoint_dir).rstrip('/')}/trial-{k}"
-        trace = None
-        if self.trace_path is not None:
-            path = Path(self.trace_path)
-            trace = path.with_name(f"{path.stem}.trial-{k}{path.suffix or '.jsonl'}")
-        return replace(self, checkpoint_dir=ckpt, trace_path=trace)
+    prev_estimate: Distribution | None = None
+    vhandle: Any = None
+    label: str = ""
+    started: float | None = None
 
 
 def _mixture_of(estimator: Estimator) -> Any:
@@ -159,35 +108,26 @@ def start_model(
     )
 
 
-class EMRun(CheckpointedRun):
-    """One EM fit: the loop, its bookkeeping, checkpoints, the degenerate-component policy, audits
-    and the trace. ``iteration`` counts M-steps done; ``model`` is the model the next pass scores."""
+class EMRun:
+    """One EM fit: the loop and all its state (``iteration`` counts M-steps done; ``model`` is the
+    model the next pass scores), the degenerate-component policy, audits and the trace; its
+    checkpoints go through the :class:`~mixle_spark.em.resilient.Checkpointer` it holds
+    (``checkpoints``, None without ``checkpoint_dir``)."""
 
     def __init__(
-        self,
-        handle: Any,
-        vhandle: Any,
-        estimator: Estimator,
-        max_its: int,
-        delta: float | None,
-        init_p: float,
-        seed: int,
-        prev_estimate: Distribution | None,
-        init_estimator: Estimator | None,
-        progress: Progress,
-        started: float,
-        settings: Settings,
+        self, handle: Any, estimator: Estimator, options: FitOptions, inputs: FitInputs = FitInputs()
     ) -> None:
         from mixle_spark.em.observability import EMTrace
 
-        self.handle, self.vhandle, self.estimator = handle, vhandle, estimator
-        self.max_its, self.delta, self.init_p, self.seed = max_its, delta, init_p, seed
-        self.prev_estimate, self.init_estimator = prev_estimate, init_estimator
-        self.progress, self.started, self.settings = progress, started, settings
+        self.handle, self.estimator, self.options, self.vhandle = handle, estimator, options, inputs.vhandle
+        self.prev_estimate = inputs.prev_estimate
+        self.seed = seed_to_int(options.seed)
+        self.progress = Progress(options.out, options.print_iter, inputs.label)
+        self.started = time.perf_counter() if inputs.started is None else inputs.started
         self.history: list[IterationRecord] = []
         self.best: tuple[float, float, Distribution] | None = None  # (selection score, ll, model)
         self.iteration = 0
-        self.model: Distribution | None = prev_estimate
+        self.model: Distribution | None = inputs.prev_estimate
         self.converged = False
         self.stopped = "max_its"
         self.dead_reported: set[int] = set()
@@ -200,15 +140,14 @@ class EMRun(CheckpointedRun):
                 "backend": backend_name(handle),
                 "rows": len(handle),
                 "estimator": type(estimator).__name__,
-                "seed": seed,
-                "init": settings.seeding.mode,
-                "max_its": max_its,
-                "delta": delta,
-                "on_degenerate": settings.on_degenerate,
+                "seed": self.seed,
+                "init": options.seeding.mode,
+                "max_its": options.max_its,
+                "delta": options.delta,
+                "on_degenerate": options.on_degenerate,
             }
         )
-        self.store: Any = None
-        self.fingerprint: dict[str, Any] | None = None
+        self.checkpoints: Checkpointer | None = None
         self.sinks: list[Any] = []
 
     # -- the loop ----------------------------------------------------------------------------
@@ -216,7 +155,7 @@ class EMRun(CheckpointedRun):
         """The fit's model when its checkpoint directory holds the final checkpoint of this very fit
         (what :meth:`run` would return at once), else None; reads no data but the row count."""
         check_rows(self.handle, self.estimator)
-        finished = self._restore()
+        finished = self._restore(probe=True)
         if finished is not None:
             self._open_sinks()  # a live trace file is rewritten from the checkpoint, as by run()
             self._close_sinks()
@@ -226,6 +165,7 @@ class EMRun(CheckpointedRun):
         check_rows(self.handle, self.estimator)
         check_memory(self.handle, self.estimator)
         finished = self._restore()
+        delta = self.options.delta
         try:
             self._open_sinks()
             if finished is not None:
@@ -234,7 +174,7 @@ class EMRun(CheckpointedRun):
                 t_seed = time.perf_counter()
                 self.model = self._initial_model()
                 self.seeding_seconds = time.perf_counter() - t_seed
-            while self.iteration < self.max_its:
+            while self.iteration < self.options.max_its:
                 t0 = time.perf_counter()
                 nobs, ll, nxt, events = self._step(self.model)
                 if not self._score(ll, nobs, time.perf_counter() - t0, self.model, events):
@@ -242,12 +182,10 @@ class EMRun(CheckpointedRun):
                     break
                 gain = self.history[-1].gain
                 self.model, self.iteration = nxt, self.iteration + 1
-                if self.delta is not None and has_converged(
-                    gain, self.history[-1].log_likelihood, self.delta
-                ):
+                if delta is not None and has_converged(gain, self.history[-1].log_likelihood, delta):
                     self.converged, self.stopped = True, "converged"
                     break
-                if self.store is not None and self.iteration % self.settings.checkpoint_every == 0:
+                if self.checkpoints is not None and self.checkpoints.due(self.iteration):
                     self._save()
             return self._finish()
         finally:
@@ -268,64 +206,128 @@ class EMRun(CheckpointedRun):
             self.init_events.append(line)
             self.progress(line, 0)
 
-        init_est = self.init_estimator or self.estimator
-        return start_model(self.handle, init_est, self.seed, self.init_p, self.settings.seeding, report)
+        init_est = self.options.init_estimator or self.estimator
+        return start_model(
+            self.handle, init_est, self.seed, self.options.init_p, self.options.seeding, report
+        )
 
     def _finish(self) -> Distribution:
         assert self.model is not None
+        delta = self.options.delta
         if self.stopped != "decrease":
             t0 = time.perf_counter()
             self._reset_parts()
             nobs, ll = self.handle.pysp_seq_log_density_sum(self.model)
             if not self._score(ll, nobs, time.perf_counter() - t0, self.model, self._backend_events()):
                 self.stopped = "decrease"
-            elif not self.converged and self.delta is not None:
+            elif not self.converged and delta is not None:
                 # The last model's gain is known too: a run that reached max_its exactly as the
                 # gain fell below delta has converged.
-                if has_converged(self.history[-1].gain, self.history[-1].log_likelihood, self.delta):
+                if has_converged(self.history[-1].gain, self.history[-1].log_likelihood, delta):
                     self.converged, self.stopped = True, "converged"
         if self.best is None:  # only the initial model was scored and it had -inf rows
             raise nonfinite_error(self.iteration, self.history[-1].log_likelihood, self.model, self.handle)
-        final = self.best[2] if (self.delta is not None or self.vhandle is not None) else self.model
-        final_ll = self.best[1] if final is self.best[2] else self.history[-1].log_likelihood
-        self._warn_not_converged(self.max_its)
-        result = FitResult(
-            converged=self.converged,
-            n_iter=self.iteration,
-            log_likelihood=final_ll,
-            seed=self.seed,
-            delta=self.delta,
-            max_its=self.max_its,
-            history=self.history,
+        final = self.best[2] if (delta is not None or self.vhandle is not None) else self.model
+        done = Finished(
+            model=final,
+            log_likelihood=self.best[1] if final is self.best[2] else self.history[-1].log_likelihood,
+            max_its=self.options.max_its,
             validation_log_likelihood=None if self.vhandle is None else self.best[0],
             seconds=time.perf_counter() - self.started,
+        )
+        self._warn_not_converged(done.max_its)
+        final.fit_result = self._result(done)
+        if self.checkpoints is not None:
+            self._save(done)
+        return final
+
+    def _result(self, done: Finished) -> FitResult:
+        """The FitResult of the fit that returns ``done.model``."""
+        return FitResult(
+            converged=self.converged,
+            n_iter=self.iteration,
+            log_likelihood=done.log_likelihood,
+            seed=self.seed,
+            delta=self.options.delta,
+            max_its=done.max_its,
+            history=self.history,
+            validation_log_likelihood=done.validation_log_likelihood,
+            seconds=done.seconds,
             stopped_because=self.stopped,
             trace=self.trace,
             resumed_from=self.resumed_from,
             seeding_seconds=self.seeding_seconds,
-            free_parameters=self.estimator.n_free_parameters(final),
+            free_parameters=self.estimator.n_free_parameters(done.model),
         )
-        final.fit_result = result
-        if self.store is not None:
-            self._save(final=(final, result))
-        return final
 
     def _warn_not_converged(self, max_its: int) -> None:
         """The ConvergenceWarning of a fit that stopped at ``max_its`` (also when a finished fit is
         returned from its checkpoint: the warning is part of the result)."""
-        if self.delta is not None and not self.converged and self.stopped == "max_its":
+        delta = self.options.delta
+        if delta is not None and not self.converged and self.stopped == "max_its":
             warnings.warn(
-                not_converged_message(max_its, self.delta, self.history[-1].gain),
+                not_converged_message(max_its, delta, self.history[-1].gain),
                 ConvergenceWarning,
                 stacklevel=5,
             )
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def _restore(self, probe: bool = False) -> Distribution | None:
+        """Go on from the newest valid checkpoint of this fit (when there is one and ``resume``);
+        the final model when the fit had finished. A ``probe`` (:meth:`finished`) says nothing of a
+        checkpoint it does not return from: the run that follows resumes from it and says so."""
+        if self.options.checkpoint_dir is None:
+            return None
+        self.checkpoints = Checkpointer(self.handle, self.estimator, self.options, self.prev_estimate)
+        saved = self.checkpoints.restore()
+        if saved is None:
+            return None
+        done = saved.finished
+        # A finished run that stopped at its max_its goes on when more are asked for.
+        more = done is not None and saved.stopped == "max_its" and self.options.max_its > done.max_its
+        if probe and (done is None or more):
+            return None
+        self.iteration, self.model, self.history, self.best = (
+            saved.iteration, saved.model, saved.history, saved.best,
+        )  # fmt: skip
+        self.trace, self.dead_reported, self.reseeds = saved.trace, saved.dead_reported, saved.reseeds
+        self.converged, self.stopped, self.resumed_from = saved.converged, saved.stopped, saved.iteration
+        where = self.checkpoints.directory
+        self.progress(f"resuming from checkpoint {where} at iteration {saved.iteration}", 0, note=True)
+        if done is None:
+            return None
+        if more:  # from its last model, whose final scoring the next pass repeats
+            self.history.pop()
+            self.trace.records.pop()
+            return None
+        done.model.fit_result = self._result(done)
+        self.progress(f"the fit in {where} had finished; returning its model", 0, note=True)
+        self._warn_not_converged(done.max_its)
+        return done.model
+
+    def _save(self, done: Finished | None = None) -> None:
+        assert self.model is not None and self.checkpoints is not None
+        self.checkpoints.save(
+            Snapshot(
+                iteration=self.iteration,
+                model=self.model,
+                history=self.history,
+                best=self.best,
+                trace=self.trace,
+                dead_reported=self.dead_reported,
+                reseeds=self.reseeds,
+                converged=self.converged,
+                stopped=self.stopped,
+                finished=done,
+            )
+        )
 
     def _step(self, model: Distribution) -> tuple[float, float, Distribution, list[str]]:
         """One pass and M-step from ``model``, with the audit and the degenerate-component policy."""
         from mixle_spark.errors import DegenerateComponentError
 
         events: list[str] = []
-        audit = self.settings.audit
+        audit = self.options.sdc_audit
         audited = frozenset() if audit is None or not audit.due(self.iteration) else self._audit_parts()
         self._reset_parts()
         try:
@@ -364,7 +366,7 @@ class EMRun(CheckpointedRun):
         parts = [r.part for r in self.handle.last_parts if r.rows > 0]
         if not parts:
             parts = list(self.handle.partition_ids())
-        return self.settings.audit.select(self.iteration, parts)  # type: ignore[no-any-return]
+        return self.options.sdc_audit.select(self.iteration, parts)  # type: ignore[no-any-return]
 
     def _reset_parts(self) -> None:
         if isinstance(self.handle, PartReports):
@@ -375,7 +377,7 @@ class EMRun(CheckpointedRun):
         from mixle_spark.errors import DegenerateComponentError
         from mixle_spark.stats.mixture import MixtureDistribution
 
-        policy = self.settings.on_degenerate
+        policy = self.options.on_degenerate
         which = ", ".join(f"component {j} ({why})" for j, why in err.failures)
         top = isinstance(model, MixtureDistribution) and err.components is not None
         top = top and len(err.components) == len(model.components)  # type: ignore[attr-defined]
@@ -415,7 +417,7 @@ class EMRun(CheckpointedRun):
         dead = [int(j) for j in np.flatnonzero(w <= 0.0)]
         if not dead:
             return model
-        policy = self.settings.on_degenerate
+        policy = self.options.on_degenerate
         if policy == "stop":
             new = [j for j in dead if j not in self.dead_reported]
             if new:
@@ -463,7 +465,7 @@ class EMRun(CheckpointedRun):
         fresh_seed = seed_to_int(f"{self.seed}:reseed:{self.iteration}:{j}")
         try:
             fresh = self.handle.pysp_seq_initialize(
-                self.estimator, fresh_seed, init_fraction(self.init_p, mixture, len(self.handle))
+                self.estimator, fresh_seed, init_fraction(self.options.init_p, mixture, len(self.handle))
             )
         except DegenerateComponentError as err:
             which = ", ".join(f"component {c} ({why})" for c, why in err.failures)
@@ -502,7 +504,7 @@ class EMRun(CheckpointedRun):
         best = self.best
         if (
             best is not None
-            and self.delta is not None
+            and self.options.delta is not None
             and has_decreased(ll, best[1])
             and self.vhandle is None
         ):
@@ -546,11 +548,11 @@ class EMRun(CheckpointedRun):
         from mixle_spark.em.observability import JsonLinesSink, MlflowSink
 
         writer = not isinstance(self.handle, SingleWriter) or self.handle.is_root
-        if self.settings.trace_path is not None and writer:
-            path = self.settings.trace_path
+        if self.options.trace_path is not None and writer:
+            path = self.options.trace_path
             if len(self.trace):  # resumed: the file restarts from the checkpoint's records
                 self.trace.to_jsonl(path)
             self.sinks.append(JsonLinesSink(path, self.trace.metadata, append=bool(len(self.trace))))
-        use_mlflow = self.settings.mlflow
+        use_mlflow = self.options.mlflow
         if use_mlflow or (use_mlflow is None and MlflowSink.active()):
             self.sinks.append(MlflowSink())

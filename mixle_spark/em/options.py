@@ -9,24 +9,54 @@ the object's value); keywords that are not fit options go to ``encoded_data`` (`
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
-from mixle_spark.em._records import Progress
-from mixle_spark.em._run import EMRun, Settings
+from mixle_spark.em._checkpoint_store import checkpoint_key
+from mixle_spark.em._records import ON_DEGENERATE
+from mixle_spark.em._run import EMRun, FitInputs
 from mixle_spark.em.seeding import Seeding
-from mixle_spark.stats._random import seed_to_int
+from mixle_spark.errors import SpecError
 from mixle_spark.stats.base import Distribution, Estimator
 
-__all__ = ["FitOptions"]
+__all__ = ["FitOptions", "check_trials"]
+
+
+def _checked(
+    expected: str, check: Callable[[Any], bool], error: type[Exception] = ValueError
+) -> dict[str, Any]:
+    """The metadata of a checked field of :class:`FitOptions`: the check, what the field expects (a
+    value that fails is refused with ``NAME must be EXPECTED, got VALUE``) and the error's type."""
+    return {"check": check, "expected": expected, "error": error}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_audit(value: Any) -> bool:
+    """None, True / False (the default audit, none) or an audit (``select`` and ``check``)."""
+    return value is None or isinstance(value, bool) or (hasattr(value, "select") and hasattr(value, "check"))
+
+
+def check_trials(trials: Any) -> int:
+    """``trials`` (the restarts of ``best_of``, ``select_k``, a spec's fit section) as an int,
+    checked: a whole number >= 1 (``2.0`` is 2)."""
+    whole = isinstance(trials, numbers.Integral) or (isinstance(trials, float) and trials.is_integer())
+    if isinstance(trials, bool) or not whole or trials < 1:
+        raise SpecError(f"trials must be an integer >= 1, got {trials!r}")
+    return int(trials)
 
 
 @dataclass(frozen=True)
 class FitOptions:
-    """The options of one EM fit, validated when made.
+    """The options of one EM fit, validated when made: a checked field declares its check beside its
+    default (``metadata``), the one declaration that ``optimize``, ``best_of``, ``select_k`` and a
+    spec's fit section (:func:`~mixle_spark.spec.load_spec`) are checked by.
 
     Attributes
     ----------
@@ -86,30 +116,65 @@ class FitOptions:
         not tampering (see :mod:`mixle_spark.em._checkpoint_store`).
     """
 
-    max_its: int = 10
-    delta: float | None = 1e-9
+    max_its: int = field(default=10, metadata=_checked(">= 0", lambda v: _is_number(v) and v >= 0))
+    delta: float | None = field(
+        default=1e-9, metadata=_checked(">= 0 or None", lambda v: v is None or (_is_number(v) and v >= 0))
+    )
     init_p: float = 0.1
     seed: int | None = None
     init_estimator: Estimator | None = None
     out: IO[str] | None = None
     print_iter: int = 1
     checkpoint_dir: str | os.PathLike[str] | None = None
-    checkpoint_every: int = 1
-    resume: bool = True
-    on_degenerate: str = "stop"
-    audit: Any = None
+    checkpoint_every: int = field(
+        default=1, metadata=_checked("an integer >= 1", lambda v: type(v) is int and v >= 1)
+    )
+    resume: bool = field(
+        default=True, metadata=_checked("True or False", lambda v: type(v) is bool, TypeError)
+    )
+    on_degenerate: str = field(
+        default="stop",
+        metadata=_checked(f"one of {', '.join(map(repr, ON_DEGENERATE))}", lambda v: v in ON_DEGENERATE),
+    )
+    audit: Any = field(default=None, metadata=_checked("an SDCAudit, True or None", _is_audit, TypeError))
     trace_path: str | os.PathLike[str] | None = None
-    mlflow: bool | None = None
-    init: str | Seeding = "kmeans||"
+    mlflow: bool | None = field(
+        default=None,
+        metadata=_checked("True, False or None", lambda v: v is None or type(v) is bool, TypeError),
+    )
+    init: str | Seeding = "kmeans||"  # init and init_steps: checked together (Seeding.build)
     init_steps: int | None = None
-    checkpoint_key: bytes | str | None = dataclasses.field(default=None, repr=False)
+    checkpoint_key: bytes | str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.max_its < 0:
-            raise ValueError(f"max_its must be >= 0, got {self.max_its}")
-        if self.delta is not None and not (self.delta >= 0):
-            raise ValueError(f"delta must be >= 0 or None, got {self.delta}")
-        self.settings()  # the reliability options are checked now, not at the first iteration
+        for declared in dataclasses.fields(self):
+            check = declared.metadata.get("check")
+            value = getattr(self, declared.name)
+            if check is not None and not check(value):
+                error = declared.metadata["error"]
+                raise error(f"{declared.name} must be {declared.metadata['expected']}, got {value!r}")
+        seeding = Seeding.build(self.init, self.init_steps)
+        if self.checkpoint_key is not None:  # None: the environment's key, read when the fit starts
+            checkpoint_key(self.checkpoint_key)
+        audit: Any = self.audit
+        if audit is True:
+            from mixle_spark.em.sdc_audit import SDCAudit
+
+            audit = SDCAudit()
+        # What the fit runs, resolved once (the fields keep what was given).
+        object.__setattr__(self, "_seeding", seeding)
+        object.__setattr__(self, "_audit", None if audit is False else audit)
+
+    @property
+    def seeding(self) -> Seeding:
+        """How the fit starts: ``init`` with ``init_steps`` applied."""
+        return self._seeding  # type: ignore[no-any-return, attr-defined]
+
+    @property
+    def sdc_audit(self) -> Any:
+        """The :class:`~mixle_spark.em.sdc_audit.SDCAudit` the fit runs (``audit=True``: the
+        defaults), or None."""
+        return self._audit  # type: ignore[attr-defined]
 
     @classmethod
     def gather(
@@ -124,20 +189,16 @@ class FitOptions:
         base = options if options is not None else cls()
         return (dataclasses.replace(base, **mine) if mine else base), rest
 
-    def settings(self) -> Settings:
-        """The reliability and observability options, validated (the fit's :class:`Settings`)."""
-        return Settings.build(
-            self.checkpoint_dir,
-            self.checkpoint_every,
-            self.resume,
-            self.on_degenerate,
-            self.audit,
-            self.trace_path,
-            self.mlflow,
-            self.init,
-            self.init_steps,
-            self.checkpoint_key,
-        )
+    def for_trial(self, k: int, seed: int) -> FitOptions:
+        """The options of restart ``k`` of ``best_of``: its seed, and checkpoints and a trace file of
+        its own (``checkpoint_dir/trial-K``, ``NAME.trial-K.jsonl`` next to ``trace_path``)."""
+        directory = self.checkpoint_dir
+        checkpoints = None if directory is None else f"{str(directory).rstrip('/')}/trial-{k}"
+        trace = None
+        if self.trace_path is not None:
+            path = Path(self.trace_path)
+            trace = path.with_name(f"{path.stem}.trial-{k}{path.suffix or '.jsonl'}")
+        return dataclasses.replace(self, seed=seed, checkpoint_dir=checkpoints, trace_path=trace)
 
     def fit(
         self,
@@ -147,49 +208,19 @@ class FitOptions:
         prev_estimate: Distribution | None = None,
         vhandle: Any = None,
         label: str = "",
-        settings: Settings | None = None,
         started: float | None = None,
     ) -> Callable[[Any], Distribution]:
         """The fit routine: ``run(handle) -> model``, one EM fit of ``estimator`` over ``handle``.
 
         ``seed`` overrides the options' seed (a restart's); ``label`` prefixes its progress lines;
-        ``settings`` overrides :meth:`settings` (a restart's own checkpoint directory and trace);
         ``started`` is when the fit's clock started (default: when ``run`` is called)."""
-        use_settings = self.settings() if settings is None else settings
+        options = self if seed is None else dataclasses.replace(self, seed=seed)
+        inputs = FitInputs(prev_estimate=prev_estimate, vhandle=vhandle, label=label, started=started)
 
         def run(handle: Any) -> Distribution:
-            return self._em_run(
-                handle, estimator, seed, prev_estimate, vhandle, label, use_settings, started
-            ).run()
+            return EMRun(handle, estimator, options, inputs).run()
 
         return run
-
-    def _em_run(
-        self,
-        handle: Any,
-        estimator: Estimator,
-        seed: int | None,
-        prev_estimate: Distribution | None,
-        vhandle: Any,
-        label: str,
-        settings: Settings,
-        started: float | None,
-    ) -> EMRun:
-        """The one fit these options describe, over ``handle``."""
-        return EMRun(
-            handle,
-            vhandle,
-            estimator,
-            self.max_its,
-            self.delta,
-            self.init_p,
-            seed_to_int(self.seed if seed is None else seed),
-            prev_estimate,
-            self.init_estimator,
-            Progress(self.out, self.print_iter, label),
-            time.perf_counter() if started is None else started,
-            settings,
-        )
 
     def finished(
         self, estimator: Estimator, rows: int, *, prev_estimate: Distribution | None = None
@@ -198,8 +229,7 @@ class FitOptions:
         options and row count), without reading the data; None when the fit has to run."""
         if self.checkpoint_dir is None or not self.resume:
             return None
-        run = self._em_run(_Rows(rows), estimator, None, prev_estimate, None, "", self.settings(), None)
-        return run.finished()
+        return EMRun(_Rows(rows), estimator, self, FitInputs(prev_estimate=prev_estimate)).finished()
 
 
 class _Rows:

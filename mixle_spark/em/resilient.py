@@ -25,7 +25,8 @@ retries (``spark.task.maxFailures``) recompute a lost partition and the estimate
 (``tests/spark/test_task_retry.py``). An error that persists fails the fit with the executor's
 error; the checkpoints written before it stay valid.
 
-The reference's ``checkpointed_fold`` is here too.
+The EM loop holds a :class:`Checkpointer` (the store, the fit's fingerprint, what a checkpoint holds:
+a :class:`Snapshot`); the reference's ``checkpointed_fold`` is here too.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ import json
 import logging
 import pickle
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 from mixle_spark.em._checkpoint_store import (
     CHECKPOINT_FORMAT,
@@ -45,10 +46,15 @@ from mixle_spark.em._checkpoint_store import (
     CheckpointStoreError,
     CorruptCheckpointWarning,
 )
-from mixle_spark.em._records import FitResult, IterationRecord
+from mixle_spark.em._records import IterationRecord
+from mixle_spark.em.observability import EMTrace
 from mixle_spark.errors import CheckpointMismatchError
 from mixle_spark.parallel.backends.contract import on_writer
+from mixle_spark.stats._random import seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
+
+if TYPE_CHECKING:
+    from mixle_spark.em.options import FitOptions
 
 logger = logging.getLogger("mixle_spark.estimation")
 
@@ -58,8 +64,10 @@ __all__ = [
     "CheckpointMismatchError",
     "CheckpointStore",
     "CheckpointStoreError",
-    "CheckpointedRun",
+    "Checkpointer",
     "CorruptCheckpointWarning",
+    "Finished",
+    "Snapshot",
     "check_fingerprint",
     "checkpointed_fold",
     "fit_fingerprint",
@@ -176,136 +184,141 @@ def _load_model(payload: Any) -> Distribution:
     return model_from_json(payload)
 
 
-class CheckpointedRun:
-    """The checkpoint side of one EM fit (:class:`~mixle_spark.em._run.EMRun` is one): restore the
-    newest valid checkpoint, save the fit's state. On an SPMD backend (MPI) the root process reads
-    and writes the files and every process gets what it read
-    (:func:`~mixle_spark.parallel.backends.contract.on_writer`)."""
+@dataclass
+class Finished:
+    """What the final checkpoint of a finished fit records of its result."""
 
-    # Set by the fit that inherits this (EMRun).
-    handle: Any
-    store: Any
-    settings: Any
-    estimator: Any
-    fingerprint: Any
-    iteration: Any
-    model: Any
-    history: Any
-    best: Any
-    trace: Any
-    dead_reported: Any
-    reseeds: Any
-    converged: Any
-    stopped: Any
-    resumed_from: Any
-    seed: Any
-    init_p: Any
-    delta: Any
-    max_its: Any
-    prev_estimate: Any
-    init_estimator: Any
-    progress: Any
-    _warn_not_converged: Any
+    model: Distribution
+    log_likelihood: float
+    max_its: int
+    validation_log_likelihood: float | None
+    seconds: float
 
-    def _restore(self) -> Distribution | None:
-        """Load the newest valid checkpoint (when asked); the final model if the fit had finished."""
-        if self.settings.checkpoint_dir is None:
-            return None
-        from mixle_spark.em.observability import EMTrace
-        from mixle_spark.em.resilient import CheckpointStore, check_fingerprint, fit_fingerprint
 
-        self.store = CheckpointStore(self.settings.checkpoint_dir, key=self.settings.checkpoint_key)
+@dataclass
+class Snapshot:
+    """A fit's state as a checkpoint holds it: what the loop needs to go on exactly where it stopped
+    (``best`` is ``(selection score, log-likelihood, model)``; ``finished`` is set by a finished fit)."""
+
+    iteration: int
+    model: Distribution
+    history: list[IterationRecord]
+    best: tuple[float, float, Distribution] | None
+    trace: EMTrace
+    dead_reported: set[int]
+    reseeds: dict[int, int]
+    converged: bool
+    stopped: str
+    finished: Finished | None = None
+
+
+class Checkpointer:
+    """The checkpoints of one EM fit, a component the loop (:class:`~mixle_spark.em._run.EMRun`)
+    holds: it restores the newest valid checkpoint of this very fit (its fingerprint: the estimator,
+    the row count and the options that change the fit's path) and saves the loop's
+    :class:`Snapshot`. On an SPMD backend (MPI) the root process reads and writes the files and every
+    process gets what it read (:func:`~mixle_spark.parallel.backends.contract.on_writer`).
+
+    ``options`` is the fit's :class:`~mixle_spark.em.options.FitOptions` (``checkpoint_dir`` set).
+    """
+
+    def __init__(
+        self,
+        handle: Any,
+        estimator: Estimator,
+        options: FitOptions,
+        prev_estimate: Distribution | None = None,
+    ) -> None:
+        assert options.checkpoint_dir is not None  # the loop holds a Checkpointer only then
+        self.handle = handle
+        self.every = options.checkpoint_every
+        self.resume = options.resume
+        self.store = CheckpointStore(options.checkpoint_dir, key=options.checkpoint_key)
         self.fingerprint = fit_fingerprint(
-            self.estimator,
-            rows=len(self.handle),
-            seed=self.seed,
-            init_p=self.init_p,
-            delta=self.delta,
-            on_degenerate=self.settings.on_degenerate,
-            prev_estimate=self.prev_estimate,
-            init_estimator=self.init_estimator,
-            init=self.settings.seeding.to_dict(),
+            estimator,
+            rows=len(handle),
+            seed=seed_to_int(options.seed),
+            init_p=options.init_p,
+            delta=options.delta,
+            on_degenerate=options.on_degenerate,
+            prev_estimate=prev_estimate,
+            init_estimator=options.init_estimator,
+            init=options.seeding.to_dict(),
         )
+
+    @property
+    def directory(self) -> str:
+        return self.store.directory
+
+    def due(self, iteration: int) -> bool:
+        """Whether the state after ``iteration`` M-steps is saved (every ``checkpoint_every``-th)."""
+        return iteration % self.every == 0
+
+    def restore(self) -> Snapshot | None:
+        """The newest valid checkpoint of this fit; None when there is none, or (``resume=False``)
+        after deleting the old ones. A checkpoint of another fit raises
+        :class:`CheckpointMismatchError` naming what differs."""
         store = self.store
-        if not self.settings.resume:
+        if not self.resume:
             on_writer(self.handle, store.clear)
             return None
         found = on_writer(self.handle, store.latest)
         if found is None:
             return None
-        iteration, state = found
-        check_fingerprint(state.get("fingerprint", {}), self.fingerprint, str(self.store.directory))
-        self.iteration = int(state["iteration"])
-        self.model = _load_model(state["model"])
-        self.history = [IterationRecord(**r) for r in state["history"]]
-        if state.get("best") is not None:
-            b = state["best"]
-            self.best = (float(b["score"]), float(b["ll"]), _load_model(b["model"]))
-        self.trace = EMTrace.from_dict(state["trace"])
-        self.dead_reported = set(state.get("dead_reported", []))
-        self.reseeds = {int(j): int(n) for j, n in state.get("reseeds", {}).items()}
-        self.converged = bool(state.get("converged", False))
-        self.stopped = str(state.get("stopped", "max_its"))
-        self.resumed_from = iteration
-        self.progress(
-            f"resuming from checkpoint {self.store.directory} at iteration {iteration}", 0, note=True
+        _iteration, state = found
+        check_fingerprint(state.get("fingerprint", {}), self.fingerprint, str(store.directory))
+        best, final = state.get("best"), state.get("final")
+        return Snapshot(
+            iteration=int(state["iteration"]),
+            model=_load_model(state["model"]),
+            history=[IterationRecord(**r) for r in state["history"]],
+            best=None
+            if best is None
+            else (float(best["score"]), float(best["ll"]), _load_model(best["model"])),
+            trace=EMTrace.from_dict(state["trace"]),
+            dead_reported=set(state.get("dead_reported", [])),
+            reseeds={int(j): int(n) for j, n in state.get("reseeds", {}).items()},
+            converged=bool(state.get("converged", False)),
+            stopped=str(state.get("stopped", "max_its")),
+            finished=None
+            if final is None
+            else Finished(
+                model=_load_model(final["model"]),
+                log_likelihood=float(final["log_likelihood"]),
+                max_its=int(final["max_its"]),
+                validation_log_likelihood=final.get("validation_log_likelihood"),
+                seconds=float(final["seconds"]),
+            ),
         )
-        final = state.get("final")
-        if final is None:
-            return None
-        if self.stopped == "max_its" and self.max_its > int(final["max_its"]):
-            # The finished run stopped at its max_its and more are asked for: go on from its last
-            # model, whose final scoring the next pass repeats.
-            self.history.pop()
-            self.trace.records.pop()
-            return None
-        model = _load_model(final["model"])
-        model.fit_result = FitResult(
-            converged=self.converged,
-            n_iter=self.iteration,
-            log_likelihood=float(final["log_likelihood"]),
-            seed=self.seed,
-            delta=self.delta,
-            max_its=int(final["max_its"]),
-            history=self.history,
-            validation_log_likelihood=final.get("validation_log_likelihood"),
-            seconds=float(final["seconds"]),
-            stopped_because=self.stopped,
-            trace=self.trace,
-            resumed_from=iteration,
-            free_parameters=self.estimator.n_free_parameters(model),
-        )
-        self.progress(f"the fit in {self.store.directory} had finished; returning its model", 0, note=True)
-        self._warn_not_converged(int(final["max_its"]))
-        return model
 
-    def _save(self, final: tuple[Distribution, FitResult] | None = None) -> None:
-        assert self.model is not None
+    def save(self, snapshot: Snapshot) -> None:
+        """Write ``snapshot`` as the checkpoint of its iteration (the root process writes)."""
+        best, done = snapshot.best, snapshot.finished
+        rng = {"seed": self.fingerprint["seed"], "streams": "row-keyed hashes of the seed; no other state"}
         state: dict[str, Any] = {
             "fingerprint": self.fingerprint,
-            "iteration": self.iteration,
-            "model": _plain_model(self.model),
-            "history": [asdict(r) for r in self.history],
+            "iteration": snapshot.iteration,
+            "model": _plain_model(snapshot.model),
+            "history": [asdict(r) for r in snapshot.history],
             "best": None
-            if self.best is None
-            else {"score": self.best[0], "ll": self.best[1], "model": _plain_model(self.best[2])},
-            "trace": self.trace.to_dict(),
-            "dead_reported": sorted(self.dead_reported),
-            "reseeds": {str(j): n for j, n in sorted(self.reseeds.items())},
-            "converged": self.converged,
-            "stopped": self.stopped,
-            "rng": {"seed": self.seed, "streams": "row-keyed hashes of the seed; no other state"},
-            "final": None,
+            if best is None
+            else {"score": best[0], "ll": best[1], "model": _plain_model(best[2])},
+            "trace": snapshot.trace.to_dict(),
+            "dead_reported": sorted(snapshot.dead_reported),
+            "reseeds": {str(j): n for j, n in sorted(snapshot.reseeds.items())},
+            "converged": snapshot.converged,
+            "stopped": snapshot.stopped,
+            "rng": rng,
+            "final": None
+            if done is None
+            else {
+                "model": _plain_model(done.model),
+                "log_likelihood": done.log_likelihood,
+                "max_its": done.max_its,
+                "validation_log_likelihood": done.validation_log_likelihood,
+                "seconds": done.seconds,
+            },
         }
-        if final is not None:
-            model, result = final
-            state["final"] = {
-                "model": _plain_model(model),
-                "log_likelihood": result.log_likelihood,
-                "max_its": result.max_its,
-                "validation_log_likelihood": result.validation_log_likelihood,
-                "seconds": result.seconds,
-            }
-        store, iteration = self.store, self.iteration
+        store, iteration = self.store, snapshot.iteration
         path = on_writer(self.handle, lambda: store.save(iteration, state))
         logger.info("checkpoint written: %s", path)

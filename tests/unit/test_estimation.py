@@ -10,13 +10,14 @@ import re
 import numpy as np
 import pytest
 
+from mixle_spark.em.seeding import Seeding
 from mixle_spark.errors import (
     ConvergenceWarning,
     EmptyDataError,
     NonFiniteLikelihoodError,
     TooFewRowsError,
 )
-from mixle_spark.estimation import best_of, initialize, iterate, optimize, trial_seeds
+from mixle_spark.estimation import FitOptions, best_of, initialize, iterate, optimize, trial_seeds
 from mixle_spark.parallel import LocalEncodedData, encoded_data
 from mixle_spark.stats import (
     CategoricalDistribution,
@@ -253,3 +254,75 @@ def test_recovers_a_mixture_of_mixed_type_records() -> None:
         assert got.fields["n_items"].p == pytest.approx(want.fields["n_items"].p, abs=0.03)
         for label, prob in want.fields["channel"].pmap.items():
             assert got.fields["channel"].pmap[label] == pytest.approx(prob, abs=0.04)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"max_its": -1}, ValueError, r"^max_its must be >= 0, got -1$"),
+        ({"max_its": "10"}, ValueError, r"^max_its must be >= 0, got '10'$"),
+        ({"delta": float("nan")}, ValueError, r"^delta must be >= 0 or None, got nan$"),
+        ({"delta": -1e-3}, ValueError, r"^delta must be >= 0 or None, got -0\.001$"),
+        ({"checkpoint_every": 2.0}, ValueError, r"^checkpoint_every must be an integer >= 1, got 2\.0$"),
+    ],
+)
+def test_each_fit_option_is_refused_naming_it_the_value_and_what_it_expects(
+    kwargs: dict, error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        FitOptions(**kwargs)
+    with pytest.raises(error, match=match):
+        optimize([1.0, 2.0, 3.0], GaussianEstimator(), **kwargs)
+
+
+def test_trials_are_checked_alike_by_best_of_and_select_k() -> None:
+    from mixle_spark.em.options import check_trials
+    from mixle_spark.errors import SpecError
+    from mixle_spark.model_selection import select_k
+
+    est = MixtureEstimator([GaussianEstimator()])
+    with pytest.raises(SpecError, match=r"^trials must be an integer >= 1, got 0$"):
+        best_of([1.0, 2.0, 3.0], est, trials=0)
+    with pytest.raises(SpecError, match=r"^trials must be an integer >= 1, got 1\.5$"):
+        select_k([1.0, 2.0, 3.0], est, ks=[1], trials=1.5)
+    with pytest.raises(SpecError, match=r"^trials must be an integer >= 1, got True$"):
+        best_of([1.0, 2.0, 3.0], est, trials=True)
+    assert check_trials(2.0) == 2 and type(check_trials(2.0)) is int
+
+
+def test_a_restart_has_its_own_seed_checkpoints_and_trace() -> None:
+    base = FitOptions(seed=3, checkpoint_dir="ckpt/", trace_path="out/trace.jsonl", audit=True)
+    trial = base.for_trial(2, 77)
+    assert (trial.seed, trial.checkpoint_dir, str(trial.trace_path)) == (
+        77,
+        "ckpt/trial-2",
+        "out/trace.trial-2.jsonl",
+    )
+    assert base.seed == 3 and base.checkpoint_dir == "ckpt/" and trial.audit is True
+    assert trial.sdc_audit is not None and FitOptions().sdc_audit is None
+    assert FitOptions(audit=False).sdc_audit is None
+    assert FitOptions().for_trial(1, 5).checkpoint_dir is None
+    assert FitOptions(init="random", init_steps=4).seeding == Seeding(mode="random", steps=4)
+
+
+def test_one_fit_is_made_from_the_handle_the_estimator_the_options_and_its_inputs(data: list[float]) -> None:
+    """The loop takes the options object as it is (no argument list of its own)."""
+    import inspect
+
+    from mixle_spark.em._run import EMRun, FitInputs
+
+    assert list(inspect.signature(EMRun).parameters) == ["handle", "estimator", "options", "inputs"]
+    options = FitOptions(max_its=5, delta=None, seed=4, print_iter=0)
+    with encoded_data(data, _est()) as handle:
+        run = EMRun(handle, _est(), options, FitInputs(label="x: ")).run()
+    want = optimize(data, _est(), options=options)
+    assert run.to_dict() == want.to_dict() and run.fit_result.n_iter == 5
+
+
+def test_best_of_and_select_k_tell_on_encoded_the_handle_they_encode(data: list[float]) -> None:
+    from mixle_spark.model_selection import select_k
+
+    seen: list[int] = []
+    best_of(data, _est(), trials=2, max_its=2, delta=None, on_encoded=lambda h: seen.append(len(h)))
+    select_k(data, _est(), ks=[1, 2], max_its=2, delta=None, on_encoded=lambda h: seen.append(len(h)))
+    assert seen == [3000, 3000]

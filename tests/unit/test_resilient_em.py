@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -155,6 +156,35 @@ def test_a_finished_fit_returns_at_once_and_a_larger_max_its_continues_it(tmp_pa
     want = optimize(data, est, max_its=7, delta=None, seed=1)
     assert longer.to_dict() == want.to_dict()
     assert [r.iteration for r in longer.fit_result.history] == list(range(8))
+
+
+def test_a_resumed_fit_says_so_once_and_a_finished_one_is_returned_without_encoding(
+    tmp_path: Path,
+) -> None:
+    """``optimize`` first asks the checkpoint whether the fit had finished (no encoding then), and
+    says it resumes only once, from the run that does; ``on_encoded`` sees each encoding."""
+    data = _gaussian_data()
+    est = MixtureEstimator([GaussianEstimator()] * 2)
+    ckpt, encoded = tmp_path / "ckpt", []
+    optimize(data, est, max_its=3, delta=None, seed=1, checkpoint_dir=ckpt, on_encoded=encoded.append)
+    assert [len(h) for h in encoded] == [3000]
+    out = io.StringIO()
+    longer = optimize(
+        data, est, max_its=5, delta=None, seed=1, checkpoint_dir=ckpt, out=out, on_encoded=encoded.append
+    )
+    said = [line for line in out.getvalue().splitlines() if "checkpoint" in line]
+    assert said == [f"resuming from checkpoint {ckpt} at iteration 3"]
+    assert len(encoded) == 2 and longer.fit_result.resumed_from == 3
+    out = io.StringIO()
+    again = optimize(
+        data, est, max_its=5, delta=None, seed=1, checkpoint_dir=ckpt, out=out, on_encoded=encoded.append
+    )
+    assert len(encoded) == 2  # the finished fit came from its checkpoint: the data was not encoded
+    assert out.getvalue().splitlines() == [
+        f"resuming from checkpoint {ckpt} at iteration 5",
+        f"the fit in {ckpt} had finished; returning its model",
+    ]
+    assert again.to_dict() == longer.to_dict() and again.fit_result.resumed_from == 5
 
 
 def test_a_checkpoint_of_another_fit_is_refused(tmp_path: Path) -> None:

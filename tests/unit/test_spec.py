@@ -122,6 +122,39 @@ def test_unknown_fit_option(tmp_path: Path) -> None:
         load_spec(path)
 
 
+@pytest.mark.parametrize(
+    ("fit", "message"),
+    [
+        ({"max_its": -1}, "max_its must be >= 0, got -1"),
+        ({"delta": "small"}, "delta must be >= 0 or None, got 'small'"),
+        ({"init": "kmeans"}, "unknown init 'kmeans'; valid values: 'kmeans||', 'random' or a Seeding"),
+        ({"init_steps": 0}, "init_steps (initSteps) must be an integer >= 1, got 0"),
+        ({"trials": 0}, "trials must be an integer >= 1, got 0"),
+    ],
+)
+def test_a_bad_fit_option_value_is_refused_when_the_spec_is_read(fit: dict, message: str) -> None:
+    """The fit section is checked by the checks FitOptions declares (and best_of's trials)."""
+    with pytest.raises(SpecError) as caught:
+        load_spec({"estimator": "gaussian", "fit": fit})
+    assert str(caught.value) == f"spec: fit section: {message}"
+
+
+def test_every_fit_option_of_a_spec_is_a_fit_option_of_optimize_a_flag_and_a_param() -> None:
+    import dataclasses
+
+    from mixle_spark.cli._arguments import build_parser
+    from mixle_spark.em.options import FitOptions
+
+    fields = {f.name for f in dataclasses.fields(FitOptions)}
+    assert set(FIT_OPTIONS) - fields == {"trials"}
+    flags = {action.dest for action in build_parser()._actions}
+    assert set(FIT_OPTIONS) <= flags
+    pytest.importorskip("pyspark")
+    from mixle_spark.ml._params import FIT_OPTION_PARAMS
+
+    assert set(FIT_OPTION_PARAMS) <= set(FIT_OPTIONS)
+
+
 def test_misspelt_fit_options_and_spec_keys_suggest_the_closest(tmp_path: Path) -> None:
     path = tmp_path / "spec.json"
     path.write_text(json.dumps({"estimator": "gaussian", "fit": {"max_iter": 3}}))
