@@ -24,12 +24,11 @@ from mixle_spark._frames import frame_engine
 from mixle_spark.errors import EmptyDataError
 from mixle_spark.parallel.backends._handle import (
     bind_estimator,
-    check_engine_and_precision,
     encode_part,
     scan_part,
 )
 from mixle_spark.parallel.backends._scoring import BatchScorer
-from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
+from mixle_spark.parallel.backends.registry import take_controls
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats._tables import as_table
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
@@ -199,9 +198,7 @@ def make_dask(data: Any, estimator: Any = None, model: Any = None, **options: An
     """Registry factory of the ``dask`` backend: honours :data:`DASK_CONTROLS` (``resources``: one
     partition per device, e.g. ``Resources.from_dask(client)``); ``weights=`` (a column name) and
     ``column=`` pass through."""
-    controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
-    refuse_controls("dask", controls, DASK_CONTROLS)
-    check_engine_and_precision("dask", controls.pop("engine", None), controls.pop("precision", None))
+    controls = take_controls("dask", options, DASK_CONTROLS)
     resources = controls.pop("resources", None)
     if resources is not None:  # one partition per device (a Dask worker thread of Resources.from_dask)
         if frame_engine(data) != "dask":

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.parallel.backends._handle import bind_estimator, check_engine_and_precision, machine_memory
+from mixle_spark.parallel.backends._handle import bind_estimator, machine_memory
 from mixle_spark.parallel.backends.model_parallel import EXECUTION_KIND, ModelParallelEstimator, check_workers
-from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
+from mixle_spark.parallel.backends.registry import take_controls
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats._tables import DEFAULT_CHUNK_SIZE, TableRows, chunk_bounds, split
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
@@ -198,9 +198,7 @@ LOCAL_CONTROLS = (
 def make_local(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> LocalEncodedData:
     """Registry factory of the ``local`` backend: honours :data:`LOCAL_CONTROLS` and refuses the
     other controls of ``encoded_data`` (``engine`` only ``"numpy"``, ``precision`` only float64)."""
-    controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
-    refuse_controls("local", controls, LOCAL_CONTROLS)
-    check_engine_and_precision("local", controls.pop("engine", None), controls.pop("precision", None))
+    controls = take_controls("local", options, LOCAL_CONTROLS)
     return LocalEncodedData(data, estimator=estimator, model=model, **controls, **options)
 
 

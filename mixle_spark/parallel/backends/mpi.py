@@ -31,8 +31,8 @@ import pyarrow as pa
 
 from mixle_spark.errors import EmptyDataError, FieldError, SchemaError, did_you_mean
 from mixle_spark.parallel.backends import _mpi_io as io
-from mixle_spark.parallel.backends._handle import bind_estimator, check_engine_and_precision
-from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
+from mixle_spark.parallel.backends._handle import bind_estimator
+from mixle_spark.parallel.backends.registry import take_controls
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats._tables import one_column_error, split
 from mixle_spark.stats._validate import check_weights
@@ -465,7 +465,5 @@ MPI_CONTROLS = (
 def make_mpi(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> MPIEncodedData:
     """Registry factory of the ``mpi`` backend: honours :data:`MPI_CONTROLS` (``num_chunks`` and
     ``sub_chunks`` chunk within each rank) and refuses the other controls of ``encoded_data``."""
-    controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
-    refuse_controls("mpi", controls, MPI_CONTROLS)
-    check_engine_and_precision("mpi", controls.pop("engine", None), controls.pop("precision", None))
+    controls = take_controls("mpi", options, MPI_CONTROLS)
     return MPIEncodedData(data, estimator=estimator, model=model, **controls, **options)

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import MixleError
-from mixle_spark.parallel.backends._handle import bind_estimator, check_engine_and_precision, machine_memory
-from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
+from mixle_spark.parallel.backends._handle import bind_estimator, machine_memory
+from mixle_spark.parallel.backends.registry import take_controls
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats._tables import TableRows, chunk_bounds, located, split
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
@@ -298,9 +298,7 @@ def _tree_merge(factory: Any, payloads: Sequence[Payload | None]) -> Payload | N
 def make_mp(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> MPEncodedData:
     """Registry factory of the ``mp`` backend (alias ``multiprocessing``): honours
     :data:`MP_CONTROLS` (``num_workers`` = processes; ``resources`` = one process per device)."""
-    controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
-    refuse_controls("mp", controls, MP_CONTROLS)
-    check_engine_and_precision("mp", controls.pop("engine", None), controls.pop("precision", None))
+    controls = take_controls("mp", options, MP_CONTROLS)
     resources = controls.pop("resources", None)
     if resources is not None and controls.get("num_workers") is None:
         controls["num_workers"] = len(resources.devices)

@@ -34,12 +34,11 @@ from mixle_spark._frames import frame_engine
 from mixle_spark.errors import EmptyDataError
 from mixle_spark.parallel.backends._handle import (
     bind_estimator,
-    check_engine_and_precision,
     encode_part,
     scan_part,
 )
 from mixle_spark.parallel.backends._scoring import BatchScorer
-from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
+from mixle_spark.parallel.backends.registry import take_controls
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats._tables import as_table, split
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
@@ -365,9 +364,7 @@ def make_ray(data: Any, estimator: Any = None, model: Any = None, **options: Any
     """Registry factory of the ``ray`` backend: honours :data:`RAY_CONTROLS` (``resources``: one actor
     per device, e.g. ``Resources.from_ray()``; ``num_workers``: the number of actors); ``weights=``
     (a column name) and ``column=`` pass through."""
-    controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
-    refuse_controls("ray", controls, RAY_CONTROLS)
-    check_engine_and_precision("ray", controls.pop("engine", None), controls.pop("precision", None))
+    controls = take_controls("ray", options, RAY_CONTROLS)
     resources = controls.pop("resources", None)
     if resources is not None:
         if controls.get("num_workers") is not None:

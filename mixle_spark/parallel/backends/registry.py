@@ -9,9 +9,12 @@ own backend only (and never the planning or training code).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from importlib import import_module
 from typing import Any
+
+import numpy as np
 
 from mixle_spark._frames import frame_engine
 from mixle_spark.errors import did_you_mean
@@ -23,10 +26,12 @@ __all__ = [
     "EncodedDataControlConflictError",
     "UnsupportedControlError",
     "available_encoded_data_backends",
+    "check_engine_and_precision",
     "encoded_data",
     "is_encoded_data_handle",
     "refuse_controls",
     "register_encoded_data_backend",
+    "take_controls",
 ]
 
 _FACTORIES: dict[str, Callable[..., Any]] = {}
@@ -141,29 +146,6 @@ def _resolve(backend: str | None, data: Any) -> str:
     return key
 
 
-# The controls of ``encoded_data`` and the value that means "not asked for".
-CONTROL_DEFAULTS: dict[str, Any] = {
-    "encoder": None,
-    "placement": None,
-    "resources": None,
-    "engine": None,
-    "precision": None,
-    "num_chunks": None,
-    "sub_chunks": 1,
-    "backend": None,
-    "num_workers": None,
-    "client": None,
-    "comm": None,
-    "root": 0,
-    "root_only": False,
-    "parallel_chunks": False,
-    "chunk_workers": None,
-    "batch_size": None,
-    "shuffle": None,
-    "seed": None,
-}
-
-
 class UnsupportedControlError(ValueError):
     """A backend was asked for a control it cannot honour (it is refused, never silently ignored)."""
 
@@ -177,6 +159,28 @@ def refuse_controls(backend: str, controls: dict[str, Any], honoured: Iterable[s
         raise UnsupportedControlError(
             f"the {backend!r} backend cannot honour {asked}; it honours: {', '.join(sorted(honoured))}"
         )
+
+
+def check_engine_and_precision(backend: str, engine: Any, precision: Any) -> None:
+    """Our backends compute with numpy in float64: any other engine or precision is refused."""
+    if engine is not None and str(engine).lower() != "numpy":
+        raise ValueError(f"the {backend!r} backend computes with numpy; engine={engine!r} is not available")
+    if precision is not None and precision not in ("auto", "float64", "fp64", np.float64):
+        raise ValueError(
+            f"the {backend!r} backend computes in float64; precision={precision!r} cannot be honoured "
+            "(results must agree across backends to 1e-9)"
+        )
+
+
+def take_controls(backend: str, options: dict[str, Any], honoured: Iterable[str]) -> dict[str, Any]:
+    """What a backend factory does first: pop :func:`encoded_data`'s controls out of ``options``
+    (what stays there is the backend's own), refuse those ``backend`` does not honour
+    (:func:`refuse_controls`), check ``engine`` and ``precision`` (numpy, float64) and return the
+    other controls asked for."""
+    controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
+    refuse_controls(backend, controls, honoured)
+    check_engine_and_precision(backend, controls.pop("engine", None), controls.pop("precision", None))
+    return controls
 
 
 def encoded_data(
@@ -235,6 +239,15 @@ def encoded_data(
     name = _resolve(backend, data)
     controls.pop("backend", None)
     return _FACTORIES[name](data, estimator=estimator, model=model, **controls, **options)
+
+
+# The controls of ``encoded_data`` and the value that means "not asked for": its keyword defaults,
+# read from its signature so that the two cannot drift apart.
+CONTROL_DEFAULTS: dict[str, Any] = {
+    name: parameter.default
+    for name, parameter in inspect.signature(encoded_data).parameters.items()
+    if parameter.kind is parameter.POSITIONAL_OR_KEYWORD and name not in ("data", "estimator", "model")
+}
 
 
 def _controls(scope: dict[str, Any]) -> dict[str, Any]:

@@ -22,9 +22,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from mixle_spark.parallel.backends._handle import check_engine_and_precision
 from mixle_spark.parallel.backends.mpi import MPIEncodedData
-from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
+from mixle_spark.parallel.backends.registry import take_controls
 from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = [
@@ -160,7 +159,5 @@ class TorchRunEncodedData(MPIEncodedData):
 def make_torchrun(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> TorchRunEncodedData:
     """Registry factory of the ``torchrun`` backend: honours :data:`TORCHRUN_CONTROLS` (``comm`` =
     a process group or :class:`TorchComm`) and refuses the other controls of ``encoded_data``."""
-    controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
-    refuse_controls("torchrun", controls, (*TORCHRUN_CONTROLS, "engine", "precision"))
-    check_engine_and_precision("torchrun", controls.pop("engine", None), controls.pop("precision", None))
+    controls = take_controls("torchrun", options, (*TORCHRUN_CONTROLS, "engine", "precision"))
     return TorchRunEncodedData(data, estimator=estimator, model=model, **controls, **options)
