@@ -34,6 +34,7 @@ def main() -> None:
     est = MixtureEstimator([GaussianEstimator()] * 2)
     with encoded_data(df, est, num_chunks=3) as handle:
         facts = {"handle": type(handle).__name__, "connect": handle.connect, "merge": handle.merge}
+        facts["executor"] = type(handle.executor).__name__  # Connect runs no resident tasks: jobs only
         model = optimize(handle, est, max_its=5, delta=None, seed=4)
     scored = score(model, df)
     facts["columns"] = scored.columns

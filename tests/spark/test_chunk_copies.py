@@ -40,7 +40,7 @@ def _table(n: int = 900) -> pa.Table:
 
 
 def _folder(handle: Any) -> Path:
-    (place,) = handle._copy_places  # one local executor
+    (place,) = handle._copies.places  # one local executor
     return Path(place[1]) / f"mixle-chunks-{handle._token}"
 
 
@@ -69,7 +69,7 @@ def test_job_path_folds_the_copies_and_equals_local(frame: Any, want: Any) -> No
     with encoded_data(frame, EST, weights="w", resident=False, num_chunks=3) as handle:
         assert handle.copies
         files = sorted(_folder(handle).glob("*.chunk"))
-        assert len(files) == sum(len(c) for c in handle._layout.values()) == 3
+        assert len(files) == sum(len(c) for c in handle.chunks.layout.values()) == 3
         assert oct(_folder(handle).stat().st_mode & 0o777) == "0o700"
         _step_equals(handle, want)
         _step_equals(handle, want)
@@ -205,9 +205,9 @@ def test_copies_can_be_turned_off(frame: Any, want: Any, monkeypatch: pytest.Mon
     monkeypatch.setenv(COPIES_ENV, "0")
     with encoded_data(frame, EST, weights="w", resident=False, num_chunks=3) as handle:
         assert not handle.copies
-        assert handle._copy_places  # the places are known, and none holds a copy
+        assert handle._copies.places  # the places are known, and none holds a copy
         assert not any(
-            (Path(root) / f"mixle-chunks-{handle._token}").exists() for _h, root in handle._copy_places
+            (Path(root) / f"mixle-chunks-{handle._token}").exists() for _h, root in handle._copies.places
         )
         _step_equals(handle, want)
         assert handle.copy_parts == 0
@@ -217,13 +217,13 @@ def test_copies_can_be_turned_off(frame: Any, want: Any, monkeypatch: pytest.Mon
 
 
 def test_unbalanced_layouts_are_spread() -> None:
-    from mixle_spark.parallel.backends.spark import _unbalanced
+    from mixle_spark.parallel.backends._spark_encoding import unbalanced
 
-    assert _unbalanced({0: [(0, 65536), (65536, 65536)], 1: []}, 2)  # one slot would idle
-    assert _unbalanced({0: [(0, 65536)] * 4, 1: [(9, 100)]}, 2)  # 2x its share
-    assert not _unbalanced({0: [(0, 65536)] * 2, 1: [(9, 65536)]}, 2)  # within 1.5x
-    assert not _unbalanced({0: [(0, 100)]}, 2)  # one chunk: nothing to move
-    assert not _unbalanced({0: [(0, 65536)] * 3}, 0)  # the user's num_chunks: kept
+    assert unbalanced({0: [(0, 65536), (65536, 65536)], 1: []}, 2)  # one slot would idle
+    assert unbalanced({0: [(0, 65536)] * 4, 1: [(9, 100)]}, 2)  # 2x its share
+    assert not unbalanced({0: [(0, 65536)] * 2, 1: [(9, 65536)]}, 2)  # within 1.5x
+    assert not unbalanced({0: [(0, 100)]}, 2)  # one chunk: nothing to move
+    assert not unbalanced({0: [(0, 65536)] * 3}, 0)  # the user's num_chunks: kept
 
 
 def test_rows_in_one_of_two_partitions_are_spread_over_the_slots(spark: Any) -> None:
@@ -239,7 +239,7 @@ def test_rows_in_one_of_two_partitions_are_spread_over_the_slots(spark: Any) -> 
     start = local.pysp_seq_initialize(est, np.random.default_rng(1), 0.2)
     want = local.pysp_em_step(est, start)
     with encoded_data(df, est, resident=False) as handle:
-        rows = sorted(sum(r for _f, r in chunks) for chunks in handle._layout.values())
+        rows = sorted(sum(r for _f, r in chunks) for chunks in handle.chunks.layout.values())
         assert len(rows) == 2 and rows[0] > 0 and sum(rows) == n
         n_got, ll, model = handle.pysp_em_step(est, start)
         assert sorted(r.rows for r in handle.last_parts) == rows
@@ -251,21 +251,19 @@ def test_rows_in_one_of_two_partitions_are_spread_over_the_slots(spark: Any) -> 
 def test_copies_kept_on_another_host_are_removed_by_a_job(frame: Any) -> None:
     handle = encoded_data(frame, EST, weights="w", resident=False)
     folder = _folder(handle)
-    (place,) = handle._copy_places
-    handle._copy_places = {("another-host", place[1])}  # as if the executor ran elsewhere
+    (place,) = handle._copies.places
+    handle._copies.places = {("another-host", place[1])}  # as if the executor ran elsewhere
     assert folder.is_dir()
     handle.close()  # the driver cannot reach it: a small job over the chunk frame removes it
     assert not folder.exists()
 
 
 def test_closing_a_handle_without_copies_runs_no_job(frame: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mixle_spark.parallel.backends.spark import SparkEncodedData
+    from mixle_spark.parallel.backends._spark_encoding import ChunkFrame
 
     handle = encoded_data(frame, EST, weights="w", num_chunks=3)  # the resident path keeps no copies
-    handle._copy_places = {("another-host", "/nonexistent")}
-    monkeypatch.setattr(
-        SparkEncodedData, "_index", property(lambda self: pytest.fail("close ran a clean-up job"))
-    )
+    handle._copies.places = {("another-host", "/nonexistent")}
+    monkeypatch.setattr(ChunkFrame, "index", property(lambda self: pytest.fail("close ran a clean-up job")))
     handle.close()
 
 
@@ -293,7 +291,7 @@ def test_one_pass_encoding_rebases_chunks_of_partial_vocabularies(
         assert handle.copy_parts == handle.num_partitions  # every copy is read (and checks)
         handle.copies = False
         _step_equals(handle, want)
-        chunks = list(handle._resident_decoder()(handle.frame.toArrow().to_batches()))
+        chunks = list(handle._chunk_reader()(handle.frame.toArrow().to_batches()))
         assert np.sort(np.concatenate([c[2] for c in chunks])).tolist() == list(range(900))  # global ids
         codes = [field for c in chunks for field in c[0] if hasattr(field, "labels")]
         assert len(codes) == len(chunks) and {f.labels for f in codes} == {("a", "b", "c", "d")}
@@ -308,6 +306,6 @@ def test_two_handles_over_one_dataframe_keep_their_own_caches(frame: Any, want: 
         with encoded_data(frame, EST, weights="w", resident=resident) as kept:
             with encoded_data(frame, EST, weights="w", resident=resident) as other:
                 assert other.n == kept.n == 900
-            cached = kept._held if kept._held is not None else kept.frame
+            cached = kept.chunks.held if kept.chunks.held is not None else kept.frame
             assert cached.storageLevel != StorageLevel(False, False, False, False)
             _step_equals(kept, want)

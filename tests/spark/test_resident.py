@@ -42,7 +42,7 @@ def test_resident_equals_per_iteration_jobs_and_local(frame: Any) -> None:
         with SparkEncodedData(df, estimator=EST, num_chunks=2, resident=resident) as handle:
             fits.append(optimize(handle, EST, max_its=6, delta=None, seed=3, init="random"))
             assert handle.resident_steps == (8 if resident else 0)  # init + 6 steps + final score
-            assert handle._resident is None  # released when the fit ended: the session is free
+            assert not handle.executor.holds_slots()  # released when the fit ended: the session is free
             assert handle.frame.sparkSession.range(3).count() == 3
             init = initialize(handle, EST, seed=5)
             np.testing.assert_allclose(_params(init), _params(initialize(x, EST, seed=5)), rtol=1e-12)
@@ -50,6 +50,20 @@ def test_resident_equals_per_iteration_jobs_and_local(frame: Any) -> None:
     for fit in fits:
         np.testing.assert_allclose(_params(fit), _params(local), rtol=1e-10)
         assert fit.fit_result.log_likelihood == pytest.approx(local.fit_result.log_likelihood, rel=1e-12)
+
+
+def test_the_handle_runs_its_passes_through_the_executor_its_session_can_run(frame: Any) -> None:
+    from mixle_spark.parallel.backends._spark_executors import JobExecutor, ResidentExecutor
+
+    df, _x = frame
+    with SparkEncodedData(df, estimator=EST, num_chunks=2) as handle:  # resident tasks, jobs behind them
+        assert isinstance(handle.executor, ResidentExecutor) and handle.executor.jobs is handle.jobs
+    with SparkEncodedData(df, estimator=EST, num_chunks=2, resident=False) as handle:  # jobs only
+        assert isinstance(handle.jobs, JobExecutor) and handle.executor is handle.jobs
+        handle.begin_fit()
+        handle.pysp_seq_log_density_sum(START)
+        handle.end_fit()
+        assert handle.resident_steps == handle.resident_starts == 0 and handle.resident_off is None
 
 
 def test_more_partitions_than_slots(frame: Any) -> None:
@@ -111,7 +125,7 @@ def test_direct_calls_outside_a_fit_use_ordinary_jobs(frame: Any) -> None:
     df, _x = frame
     with SparkEncodedData(df, estimator=EST, num_chunks=2) as handle:
         handle.pysp_em_step(EST, START)
-        assert handle.resident_steps == 0 and handle._resident is None
+        assert handle.resident_steps == 0 and not handle.executor.holds_slots()
         assert df.sparkSession.range(5).count() == 5  # the task slots are free
 
 

@@ -42,6 +42,7 @@ def test_fit_and_score_under_spark_connect() -> None:
     assert (
         facts["handle"] == "SparkEncodedData" and facts["connect"] is True and facts["merge"] == "dataframe"
     )
+    assert facts["executor"] == "JobExecutor"
     assert facts["columns"] == ["x", "log_likelihood", "prediction", "probability"]
     assert facts["rows"] == 1500
     got = model_from_dict(result["model"])

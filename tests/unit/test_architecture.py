@@ -21,8 +21,11 @@ BACKEND_GROUPS = {
     "spark": (
         "spark",
         "_spark_common",
+        "_spark_chunks",
+        "_spark_copies",
+        "_spark_encoding",
+        "_spark_executors",
         "_spark_resident",
-        "_resident_policy",
         "_resident_listener",
         "_resident_wire",
     ),
@@ -121,7 +124,7 @@ def _violations(rule: str) -> list[str]:
                     if target not in ("mixle_spark.parallel", BACKENDS):  # the packages, for a submodule
                         bad.append(f"{module} -> {target}")
             elif rule == "pyspark" and _within(target, ("pyspark",)):
-                allowed = ("spark", "_spark_common", "_spark_resident", "_resident_policy", "_resident_wire")
+                allowed = ("spark", "_spark_common", "_spark_executors", "_spark_resident", "_resident_wire")
                 home = (
                     _within(module, tuple(f"{BACKENDS}.{m}" for m in allowed))
                     or _within(module, ("mixle_spark.ml", "mixle_spark.io", "mixle_spark.cli"))
@@ -183,6 +186,103 @@ def test_the_rules_catch_a_forbidden_import() -> None:
         assert _violations("planning") == [f"mixle_spark.parallel.planning.planner -> {BACKENDS}.spark"]
     finally:
         SOURCES.update(saved)
+
+
+def _class_bases(tree: ast.Module, module: str) -> dict[str, list[str]]:
+    """Each class of ``module`` and its bases' full names, where they are the package's (a name
+    defined in the module or imported from the package; builtins and other libraries are left out)."""
+    names = {n.name: f"{module}.{n.name}" for n in tree.body if isinstance(n, ast.ClassDef)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mixle_spark"):
+            names.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+    return {
+        node.name: [names[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in names]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+    }
+
+
+def _mixin_violations(trees: dict[str, ast.Module]) -> list[str]:
+    """Classes under parallel/backends with more than one base of the package (a mixin beside the
+    class it extends), or extending a class of another backend module than their own backend's."""
+    bad = []
+    for module, tree in sorted(trees.items()):
+        for cls, bases in _class_bases(tree, module).items():
+            if len(bases) > 1:
+                bad.append(f"{module}.{cls} mixes {', '.join(bases)}")
+            for base in bases:
+                home = base.rpartition(".")[0]
+                if home != module and _group_of(home) not in (None, _group_of(module)):
+                    bad.append(f"{module}.{cls} extends {base}")
+    return bad
+
+
+def _backend_trees() -> dict[str, ast.Module]:
+    return {
+        _module_name(p): ast.parse(p.read_text(encoding="utf-8"))
+        for p in sorted((PACKAGE / "parallel" / "backends").glob("*.py"))
+    }
+
+
+def test_backend_classes_compose_rather_than_mix_in() -> None:
+    """A handle extends one class (the fold's PayloadHandle, or its own backend's handle) and holds
+    the rest as components: no class under parallel/backends inherits a second class of the package,
+    nor a class of another backend's module. The check is live: a planted mixin is reported."""
+    trees = _backend_trees()
+    assert _mixin_violations(trees) == []
+    planted = dict(trees)
+    planted[f"{BACKENDS}.spark"] = ast.parse(
+        f"from {BACKENDS}._spark_executors import JobExecutor\n"
+        "from mixle_spark.parallel.fold import PayloadHandle\n"
+        "class SparkEncodedData(JobExecutor, PayloadHandle): ...\n"
+    )
+    planted[f"{BACKENDS}.dask"] = ast.parse(
+        f"from {BACKENDS}.ray import RayEncodedData\nclass DaskEncodedData(RayEncodedData): ...\n"
+    )
+    assert _mixin_violations(planted) == [
+        f"{BACKENDS}.dask.DaskEncodedData extends {BACKENDS}.ray.RayEncodedData",
+        f"{BACKENDS}.spark.SparkEncodedData mixes {BACKENDS}._spark_executors.JobExecutor, "
+        "mixle_spark.parallel.fold.PayloadHandle",
+    ]
+
+
+SPARK_EXECUTORS = f"{BACKENDS}._spark_executors"
+FOLD_ENTRIES = ("mixle_spark.parallel.fold.accumulate_chunks", "mixle_spark.parallel.fold.fold_chunk")
+
+
+def _spark_estep_violations(sources: dict[str, set[str]]) -> list[str]:
+    """Imports that would let the spark E-step run elsewhere than its executors' module: the fold
+    named by another module of the spark backend, or the handle's module importing the resident
+    session itself."""
+    bad = []
+    for module, imports in sorted(sources.items()):
+        if _group_of(module) != "spark" or module == SPARK_EXECUTORS:
+            continue
+        session = module == f"{BACKENDS}.spark"
+        for target in sorted(imports):
+            if target in FOLD_ENTRIES or (session and _within(target, (f"{BACKENDS}._spark_resident",))):
+                bad.append(f"{module} -> {target}")
+    return bad
+
+
+def test_the_spark_estep_is_reached_through_its_executor() -> None:
+    """A Spark fit's E-step is two files from the handle: ``SparkEncodedData._estep`` is one call to
+    the executor it holds, and only the executors' module runs the fold (a job's tasks and the
+    resident tasks alike); the handle's module imports neither the fold nor the resident session."""
+    tree = ast.parse((PACKAGE / "parallel" / "backends" / "spark.py").read_text(encoding="utf-8"))
+    (handle,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SparkEncodedData"]
+    (estep,) = [n for n in handle.body if isinstance(n, ast.FunctionDef) and n.name == "_estep"]
+    assert [ast.unparse(s) for s in estep.body] == ["return self.executor.run(request)"]
+    assert any(FOLD_ENTRIES[0] == t for t in SOURCES[SPARK_EXECUTORS])
+    assert _spark_estep_violations(SOURCES) == []
+    planted = {m: set(i) for m, i in SOURCES.items()}
+    planted[f"{BACKENDS}.spark"] |= {FOLD_ENTRIES[0], f"{BACKENDS}._spark_resident.ResidentSession"}
+    planted[f"{BACKENDS}._spark_resident"] |= {FOLD_ENTRIES[1]}
+    assert _spark_estep_violations(planted) == [
+        f"{BACKENDS}._spark_resident -> {FOLD_ENTRIES[1]}",
+        f"{BACKENDS}.spark -> {BACKENDS}._spark_resident.ResidentSession",
+        f"{BACKENDS}.spark -> {FOLD_ENTRIES[0]}",
+    ]
 
 
 def test_the_contract_is_one_file_every_handle_satisfies() -> None:

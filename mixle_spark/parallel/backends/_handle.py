@@ -1,6 +1,6 @@
 """Pieces the encoded-data backends share beyond the fold (:mod:`mixle_spark.parallel.fold`): binding
 an estimator to the scanned vocabularies, the memory a worker may use, scanning and encoding one
-partition of a distributed frame, the numpy-only engine check."""
+partition of a distributed frame (the numpy-only engine check is the registry's ``take_controls``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from mixle_spark.stats.base import Encoder, Estimator
 
 __all__ = [
     "bind_estimator",
-    "check_engine_and_precision",
     "encode_part",
     "machine_memory",
     "scan_part",
@@ -92,14 +91,3 @@ def encode_part(
         enc = located(encode, rows.piece(source, a, b), start + a, start + b, n, rows.read_column)
         out.append((enc, rows.weights[a:b], np.arange(start + a, start + b, dtype=np.uint64)))
     return out
-
-
-def check_engine_and_precision(backend: str, engine: Any, precision: Any) -> None:
-    """Our backends compute with numpy in float64: any other engine or precision is refused."""
-    if engine is not None and str(engine).lower() != "numpy":
-        raise ValueError(f"the {backend!r} backend computes with numpy; engine={engine!r} is not available")
-    if precision is not None and precision not in ("auto", "float64", "fp64", np.float64):
-        raise ValueError(
-            f"the {backend!r} backend computes in float64; precision={precision!r} cannot be honoured "
-            "(results must agree across backends to 1e-9)"
-        )

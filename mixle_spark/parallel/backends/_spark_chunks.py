@@ -28,7 +28,7 @@ if the file has changed since (:data:`_VERIFIED`). An E-step job then runs over 
 (or, after a miss, over the chunk frame's two small columns, whose tasks Spark places where the cached
 partitions are) and each task folds its partition's files; a task that misses one reports the
 partition missing, and the handle folds those partitions from the cached cells in a second job
-(:meth:`~.spark.SparkEncodedData._estep`). Turn them off with ``MIXLE_SPARK_CHUNK_COPIES=0`` in the
+(:class:`~._spark_executors.JobExecutor`). Turn them off with ``MIXLE_SPARK_CHUNK_COPIES=0`` in the
 driver's environment.
 """
 
@@ -72,6 +72,7 @@ __all__ = [
     "copy_reader",
     "layout_of",
     "load_chunk",
+    "persist_chunks",
     "remove_copies",
     "spread_chunks",
     "stored_chunks",
@@ -519,14 +520,19 @@ def chunk_layout(frame: Any) -> Layout:
     return layout_of(frame.selectExpr("spark_partition_id() AS p", "first", "rows").collect())
 
 
-def spread_chunks(frame: Any, parts: int, level: Any) -> tuple[Any, Layout]:
-    """``frame``'s chunks shuffled into ``parts`` partitions, each in row order, persisted at
-    ``level`` and computed by the one job that collects its layout (the caller releases ``frame``);
+def persist_chunks(frame: Any, level: Any) -> tuple[Any, Layout]:
+    """A chunk frame persisted at ``level`` and computed by the one job that collects its layout;
     nothing is left persisted on failure."""
-    laid = frame.repartition(parts).sortWithinPartitions("first").persist(level)
+    laid = frame.persist(level)
     try:
         layout = chunk_layout(laid)
     except BaseException:
         laid.unpersist()
         raise
     return laid, layout
+
+
+def spread_chunks(frame: Any, parts: int, level: Any) -> tuple[Any, Layout]:
+    """``frame``'s chunks shuffled into ``parts`` partitions, each in row order, persisted at
+    ``level`` (:func:`persist_chunks`; the caller releases ``frame``)."""
+    return persist_chunks(frame.repartition(parts).sortWithinPartitions("first"), level)

@@ -1,12 +1,13 @@
 """Helpers of the ``spark`` backend that run on executors or are shared by its modules: payload
-framing, column selection and schema checks, row ids and weights, the per-partition fold and the
-DataFrame-only payload merge (Spark Connect)."""
+framing, column selection and schema checks, row ids and weights, the DataFrame-only payload merge
+(Spark Connect), and what a session can run (its task slots, whether it runs resident tasks)."""
 
 from __future__ import annotations
 
 import math
 import operator
 import pickle
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from mixle_spark.errors import FieldError, SchemaError
+from mixle_spark.parallel._slots import task_slots
 from mixle_spark.parallel.backends._scoring import reader
 from mixle_spark.parallel.fold import Payload, merge_payloads
 from mixle_spark.stats._validate import unreadable_cells
@@ -146,3 +148,44 @@ def _merge_with_dataframes(payloads: DataFrame, factory: Any, parts: int, depth:
     for row in frame.collect():
         merged = merge_payloads(factory, merged, pickle.loads(row[0]))
     return merged
+
+
+EXECUTOR_WAIT = 30.0
+"""Seconds a new handle waits for a cluster's first executors before laying out its data."""
+
+
+def resident_blocker(data: Any) -> str | None:
+    """Why this DataFrame's session can never run resident tasks, or None."""
+    if is_spark_connect(data):
+        return "Spark Connect has no SparkContext for barrier jobs"
+    conf = data.sparkSession.sparkContext.getConf()
+    if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        return "dynamic allocation is on (barrier stages need a fixed set of executors)"
+    return None
+
+
+def slots_for_layout(sc: Any) -> int:
+    """Task slots to lay the data out for. A cluster application younger than :data:`EXECUTOR_WAIT`
+    seconds may still be registering executors: wait for the first, then until the count has been
+    steady for 2 s (at most until the application is EXECUTOR_WAIT old); 0 if none came."""
+    slots = task_slots(sc)
+    if sc.master.startswith("local"):
+        return slots
+    settle_by = sc.startTime / 1000.0 + EXECUTOR_WAIT
+    steady_since = time.time()
+    while time.time() < settle_by and (slots == 0 or time.time() - steady_since < 2.0):
+        time.sleep(0.2)
+        now = task_slots(sc)
+        if now != slots:
+            slots, steady_since = now, time.time()
+    return slots
+
+
+def session_parallelism(data: DataFrame) -> int:
+    """Tasks the session of ``data`` runs at once: its task slots on a classic session (0 before any
+    executor registered), Spark's default parallelism over Spark Connect (the partitions of a range
+    without a partition count, counted by one small job: Connect has no SparkContext to ask)."""
+    if not is_spark_connect(data):
+        return task_slots(data.sparkSession.sparkContext)
+    probe = data.sparkSession.range(0, 1 << 16).select(F.spark_partition_id().alias("p"))
+    return int(probe.agg(F.countDistinct("p")).collect()[0][0])

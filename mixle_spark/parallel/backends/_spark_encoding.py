@@ -15,6 +15,9 @@ input columns are cached, scanned and validated (:func:`scan_writer`), then enco
 
 Errors are found and reported alike on both ways: the first bad value in the table's order, by a
 batch-local encoder, with the count of bad values.
+
+Either way (:func:`write_chunks`) leaves a :class:`ChunkFrame`: the persisted chunks every later pass
+reads, which the handle's executors share (:mod:`._spark_executors`).
 """
 
 from __future__ import annotations
@@ -29,19 +32,26 @@ import pyarrow as pa
 
 from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
 from mixle_spark.parallel.backends._spark_chunks import (
+    CHUNK_SCHEMA,
     CopyKey,
+    Layout,
     _shared,
     chunk_batches,
     chunk_cell,
     chunk_row,
+    chunk_writer,
     concat_batches,
     copy_place,
     input_ids,
+    layout_of,
     load_chunk,
+    persist_chunks,
+    spread_chunks,
     stored_chunks,
 )
 from mixle_spark.parallel.backends._spark_common import (
     _LOW_BITS,
+    _SCAN_SCHEMA,
     WEIGHT_COLUMN,
     _global_row,
     _payload_batch,
@@ -50,14 +60,18 @@ from mixle_spark.parallel.backends._spark_common import (
 from mixle_spark.stats._validate import check_weights, unreadable_cells
 
 __all__ = [
+    "ChunkFrame",
     "Settled",
     "Validation",
     "one_pass_writer",
+    "rebase_chunks",
     "rebase_writer",
     "report_row",
     "same_scan",
     "scan_writer",
     "settle",
+    "unbalanced",
+    "write_chunks",
 ]
 
 
@@ -307,3 +321,156 @@ def settle(
             state = s if state is None else encoder.merge_scans(state, s)
         chunk_scans.extend(chunks)
     return Settled(state, offsets, n, len(reports), places, chunk_scans)
+
+
+class ChunkFrame:
+    """The persisted DataFrame of encoded chunks (:mod:`._spark_chunks`) every pass of a handle reads.
+
+    ``frame`` has ``num_partitions`` partitions holding the chunks ``layout`` lists; ``held`` is the
+    persisted frame behind it when ``frame`` is a view of one (the one-pass encoding's, whose report
+    rows it leaves out). :meth:`spread` lays the chunks out again in place.
+    """
+
+    def __init__(
+        self, frame: Any, num_partitions: int, layout: Layout, storage_level: Any, held: Any = None
+    ) -> None:
+        self.frame, self.num_partitions, self.layout = frame, num_partitions, layout
+        self.storage_level, self.held = storage_level, held
+
+    @property
+    def index(self) -> Any:
+        """The chunk frame without its cells: what a pass over the local copies reads (Spark runs
+        its tasks where the cached partitions are, and hands them two small columns)."""
+        return self.frame.select("first", "rows")
+
+    def replace(self, frame: Any, layout: Layout, num_partitions: int | None = None) -> None:
+        """Hold ``frame`` (laid out as ``layout``) instead of the current frame, which is released."""
+        self.release()
+        self.frame, self.layout = frame, layout
+        if num_partitions is not None:
+            self.num_partitions = num_partitions
+
+    def spread(self, parts: int) -> None:
+        """The chunks shuffled into ``parts`` partitions (a shuffle of the chunks, not of rows)."""
+        laid, layout = spread_chunks(self.frame, parts, self.storage_level)
+        self.replace(laid, layout, parts)
+
+    def relayout_wanted(self, slots: int) -> bool:
+        """Whether laying the chunks out again would fit ``slots`` task slots better: more partitions
+        than slots (a resident task each), or fewer with chunks to spare (a single chunk, or one
+        per partition, stays where it is: moving it would keep the same slots busy)."""
+        if slots <= 0 or self.num_partitions == slots:
+            return False
+        chunks = sum(len(c) for c in self.layout.values())
+        return self.num_partitions > slots or chunks > self.num_partitions
+
+    def release(self) -> None:
+        """Unpersist the frame (and the cache it filters, when it is a view of one)."""
+        (self.held if self.held is not None else self.frame).unpersist()
+        self.held = None
+
+
+def unbalanced(layout: Layout, tasks: int) -> bool:
+    """Whether spreading the chunks of ``layout`` over ``tasks`` partitions would let more task slots
+    work: the rows sit in fewer partitions than tasks the session runs at once, or one partition
+    holds more than 1.5x its share of the rows (one Parquet row group read as one partition, skewed
+    input partitions), when there are at least two chunks to move."""
+    chunks = sum(len(c) for c in layout.values())
+    slots = min(tasks, chunks)
+    if slots < 2:
+        return False
+    rows = [sum(r for _f, r in c) for c in layout.values()]
+    busy = sum(1 for r in rows if r > 0)
+    return busy < slots or max(rows) > 1.5 * sum(rows) / slots
+
+
+def write_chunks(
+    frame: Any,
+    validation: Validation,
+    schema_error: SchemaError | None,
+    column: str | None,
+    *,
+    one_pass: bool,
+    level: Any,
+    copies: CopyKey | None,
+) -> tuple[Settled, Any, ChunkFrame]:
+    """The encoding pass over ``frame`` (the selected input columns and their row ids), one pass or
+    two: the partitions' reports settled (:func:`settle`), the encoder of the merged scan, and the
+    chunks persisted at ``level`` (each also kept as an executor-local copy under ``copies``).
+    ``column`` names a one-column model's column in errors. A bad value raises, located; nothing
+    stays persisted then."""
+    if not one_pass:
+        return _write_twice(frame, validation, schema_error, column, level, copies)
+    out = frame.mapInArrow(one_pass_writer(validation, copies), CHUNK_SCHEMA).persist(level)
+    layout: Layout = {}
+
+    def run() -> Settled:
+        report = "CASE WHEN rows < 0 THEN chunk END AS r"
+        rows = out.selectExpr("spark_partition_id() AS p", "first", "rows", report).collect()
+        reports = [pickle.loads(r[3]) for r in sorted(rows, key=lambda r: r[0]) if r[2] < 0]
+        layout.update(layout_of((r[0], r[1], r[2]) for r in rows))
+        return settle(reports, validation.encoder, schema_error, column)
+
+    settled = _settled(run, out.unpersist, schema_error)
+    chunks = ChunkFrame(out.where("rows >= 0"), settled.partitions, layout, level, held=out)
+    return settled, validation.encoder_of(settled.scan), chunks
+
+
+def _write_twice(
+    frame: Any,
+    validation: Validation,
+    schema_error: SchemaError | None,
+    column: str | None,
+    level: Any,
+    copies: CopyKey | None,
+) -> tuple[Settled, Any, ChunkFrame]:
+    """The input columns cached and validated (a scan for vocabularies / ranges), then the chunks
+    written from that cache (no second read of the source), which is then released."""
+    cached = frame.persist(level)
+    scan = scan_writer(validation)
+
+    def run() -> Settled:
+        reports = [pickle.loads(r[0]) for r in cached.mapInArrow(scan, _SCAN_SCHEMA).collect()]
+        return settle(reports, validation.encoder, schema_error, column)
+
+    settled = _settled(run, cached.unpersist, schema_error)
+    try:
+        encoder = validation.encoder_of(settled.scan)
+        write = chunk_writer(encoder, validation.read, validation.weight_name is not None, copies)
+        out, layout = persist_chunks(cached.mapInArrow(write, CHUNK_SCHEMA), level)
+    finally:
+        cached.unpersist()
+    return settled, encoder, ChunkFrame(out, settled.partitions, layout, level)
+
+
+def _settled(
+    run: Callable[[], Settled], release: Callable[[], Any], schema_error: SchemaError | None
+) -> Settled:
+    """``run()`` (an encoding pass and :func:`settle`), ``release()`` called when it fails. A bad
+    value raises its located error; any other failure (Spark refusing the column's type before a
+    value reached Python), or none, raises ``schema_error`` when the schema check found one: every
+    value then read, the column's type is still wrong."""
+    try:
+        settled = run()
+    except FieldError:
+        release()
+        raise
+    except BaseException:
+        release()
+        if schema_error is not None:
+            raise schema_error from None
+        raise
+    if schema_error is not None:
+        release()
+        raise schema_error
+    return settled
+
+
+def rebase_chunks(
+    chunks: ChunkFrame, encoder: Any, estimator: Any, todo: dict[int, Any], copies: CopyKey | None
+) -> None:
+    """The chunks of ``todo`` rewritten under ``encoder`` by one pass over the cached chunks
+    (:func:`rebase_writer`); ``chunks`` then holds the result."""
+    write = rebase_writer(encoder, estimator, todo, copies)
+    laid, layout = persist_chunks(chunks.frame.mapInArrow(write, CHUNK_SCHEMA), chunks.storage_level)
+    chunks.replace(laid, layout)

@@ -16,9 +16,10 @@ beside Spark's cached copy; the tasks report those bytes and their workers' resi
 It is an accelerator, not a requirement. :class:`ResidentUnavailable` says why it cannot serve and
 whether a later E-step may try again (``retry``): a lost task or a failed launch may, a session or a
 layout that cannot run it (Spark Connect, dynamic allocation, more partitions than task slots) may not.
-The handle then runs the step as an ordinary Spark job, so nothing is lost and the estimates do not
-change. A barrier stage that cannot get its slots within ``launch_timeout`` is cancelled together with
-Spark's pending resubmissions of it, so nothing keeps retrying behind the fit.
+Its caller (:class:`~._spark_executors.ResidentExecutor`) then runs the step as an ordinary Spark job,
+so nothing is lost and the estimates do not change. A barrier stage that cannot get its slots within
+``launch_timeout`` is cancelled together with Spark's pending resubmissions of it, so nothing keeps
+retrying behind the fit.
 """
 
 from __future__ import annotations

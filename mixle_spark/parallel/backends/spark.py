@@ -11,16 +11,16 @@ in a pass over the cached chunks, which reads no input. (A family that cannot re
 caches the input columns, scans them, then encodes from the cache.) So the data is read from its
 source once, and validated, looked up and converted once.
 
-Each EM iteration is one pass: resident tasks that hold their decoded partition (when the session can
-run them, :mod:`._resident_policy`), else one Spark job that unpickles each chunk and folds it. In the
-job, the model travels as a broadcast (or, under Spark Connect, inside the function's closure);
-``mapInArrow`` yields one small payload per partition (total weight, log-likelihood of the current
-model, statistics); payloads merge with ``treeAggregate`` (``depth``, default 2) or, without RDDs
-(Spark Connect, or ``merge="dataframe"``), with rounds of ``repartition`` + ``mapInArrow`` merges
-whose last few rows are collected. On the job path the encoded data is laid out with at most one
-partition per task the session runs at once (one wave of tasks a pass). Only statistics reach the
-driver. The E-step has no side effects, so task retries and speculative execution do not change the
-result.
+Each EM iteration is one pass, run by the handle's executor (:mod:`._spark_executors`, chosen when
+the handle is built): resident tasks that hold their decoded partition while a fit runs (when the
+session can run them), else one Spark job that unpickles each chunk, or reads its executor-local
+copy, and folds it. ``mapInArrow`` yields one small payload per partition (total weight,
+log-likelihood of the current model, statistics); payloads merge with ``treeAggregate`` (``depth``,
+default 2) or, without RDDs (Spark Connect, or ``merge="dataframe"``), with rounds of ``repartition``
++ ``mapInArrow`` merges whose last few rows are collected. On the job path the encoded data is laid
+out with at most one partition per task the session runs at once (one wave of tasks a pass). Only
+statistics reach the driver. The E-step has no side effects, so task retries and speculative
+execution do not change the result.
 
 Rows keep a stable global id (their index in the input DataFrame's order, from
 ``monotonically_increasing_id`` and per-partition counts), so initialization selects the same rows
@@ -31,11 +31,7 @@ and draws the same random responsibilities as the local backend for one seed, wh
 from __future__ import annotations
 
 import logging
-import math
-import os
 import pickle
-import re
-import socket
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -43,52 +39,46 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.broadcast import Broadcast
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from mixle_spark.errors import EmptyDataError, ExecutorError, FieldError, SchemaError, did_you_mean
-from mixle_spark.parallel._slots import task_slots
-from mixle_spark.parallel.backends._handle import bind_estimator, check_engine_and_precision, machine_memory
-from mixle_spark.parallel.backends._resident_policy import ResidentPolicy, resident_blocker, slots_for_layout
+from mixle_spark.errors import SchemaError, did_you_mean
+from mixle_spark.parallel.backends._handle import bind_estimator, machine_memory
 from mixle_spark.parallel.backends._scoring import BatchScorer, data_columns, reader
 from mixle_spark.parallel.backends._spark_chunks import (
-    CHUNK_SCHEMA,
-    MissingCopy,
     Rebase,
-    chunk_layout,
     chunk_reader,
-    chunk_writer,
     copies_wanted,
-    copy_place,
-    copy_reader,
-    layout_of,
-    remove_copies,
-    spread_chunks,
 )
 from mixle_spark.parallel.backends._spark_common import (
-    _PAYLOAD_SCHEMA,
-    _SCAN_SCHEMA,
     ROW_ID_COLUMN,
     WEIGHT_COLUMN,
     _check_schema,
-    _merge_with_dataframes,
     _payload_batch,
     _vector_columns_to_arrays,
     is_spark_connect,
+    resident_blocker,
+    session_parallelism,
+    slots_for_layout,
     unreadable_cell,
 )
+from mixle_spark.parallel.backends._spark_copies import ChunkCopies
 from mixle_spark.parallel.backends._spark_encoding import (
     Settled,
     Validation,
-    one_pass_writer,
-    rebase_writer,
+    rebase_chunks,
     same_scan,
-    scan_writer,
-    settle,
+    unbalanced,
+    write_chunks,
 )
-from mixle_spark.parallel.backends.registry import CONTROL_DEFAULTS, refuse_controls
-from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
+from mixle_spark.parallel.backends._spark_executors import (
+    Events,
+    Executor,
+    JobExecutor,
+    ResidentExecutor,
+)
+from mixle_spark.parallel.backends.registry import take_controls
+from mixle_spark.parallel.fold import Payload, PayloadHandle, Request
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
 __all__ = [
@@ -108,7 +98,7 @@ pickle to at most this many bytes (they travel in every pass's closure); above i
 that rewrites them."""
 
 
-class SparkEncodedData(ResidentPolicy, PayloadHandle):
+class SparkEncodedData(PayloadHandle):
     """Encoded data held by Spark; implements the encoded-data handle contract.
 
     Parameters
@@ -135,7 +125,7 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         ``treeAggregate`` depth for merging partition payloads (>= 1).
     resident : bool, optional
         Keep decoded partitions in long-lived tasks for the whole fit (one barrier job, E-steps
-        requested over an authenticated socket; see :mod:`mixle_spark.parallel.backends._spark_resident`).
+        requested over an authenticated socket; see :mod:`mixle_spark.parallel.backends._spark_executors`).
         None (default) uses them during fits run by :mod:`mixle_spark.estimation` whenever the session
         can (classic Spark without dynamic allocation, partitions <= task slots); a lost task ends the
         session, the step is recomputed by a Spark job and the next step starts a new session (both
@@ -191,49 +181,17 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             raise ValueError(
                 "resident=True needs a classic Spark session (Spark Connect has no SparkContext)"
             )
-        self._init_resident(resident)
-        self._broadcasts: list[Any] = []
-        self._closed = False
         self._token = uuid.uuid4().hex
-        self._copy_key = os.urandom(32)  # authenticates the copies' contents (see ._spark_chunks)
-        self.copies = copies_wanted() and (
-            resident is False or self.connect or resident_blocker(data) is not None
+        blocker = resident_blocker(data)
+        self._copies = ChunkCopies(
+            self._token, copies_wanted() and (resident is False or self.connect or blocker is not None)
         )
-        """Whether E-step jobs fold executor-local copies of the chunks (:mod:`._spark_chunks`): on the
-        job path (``resident=False``, Spark Connect, dynamic allocation); off again for this handle when
-        a pass finds none of them."""
-        self.copy_parts = 0
-        """Partitions E-step jobs folded from executor-local copies (the rest read the cached cells)."""
-        self._copies_placed = False  # the copies E-step runs over the chunk frame's small columns
-        self._wrote_copies = self.copies  # the encoding pass keeps them (close deletes them)
-        self._copy_places: set[tuple[str, str]] = set()
-        self._copies_moved = False  # copies rewritten by a pass whose tasks' places are unknown
+        """The executor-local copies of the chunks E-step jobs fold (on the job path)."""
+        self._closed = False
         base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
-        if weights is not None and weights not in data.columns:
-            raise SchemaError(
-                f"weight column {weights!r} not found{did_you_mean(weights, data.columns)}; "
-                f"the DataFrame has columns {data.columns}"
-            )
-        self.columns = data_columns(data.columns, base, column, weights)
-        self.reads_table = base.column_names() is not None
-        selected = _vector_columns_to_arrays(data, self.columns)
-        try:
-            _check_schema(selected, base, self.columns)
-            schema_error: SchemaError | None = None
-        except SchemaError as err:  # the encoding pass below finds the first bad value and its row
-            schema_error = err
-        cols = [F.col(c) for c in self.columns]
-        if weights is not None:
-            cols.append(F.col(weights).cast("double").alias(WEIGHT_COLUMN))
-        self.has_weights = weights is not None
-        self.weight_name = weights or ""
-        frame = selected.select(*cols, F.monotonically_increasing_id().alias(ROW_ID_COLUMN))
-        # Spark shares one cache entry between plans that compare equal, so two handles over one
-        # DataFrame would share their caches, and closing one would drop the other's: a filter that
-        # names this handle (always true; the optimizer removes it) keeps every plan its own
-        frame = frame.where(F.lit(self._token).isNotNull())
+        frame, schema_error = self._select(data, base, column, weights)
         self._storage_level = storage_level or StorageLevel.MEMORY_AND_DISK
-        self.auto_layout = num_chunks is None and resident is not False and resident_blocker(data) is None
+        self.auto_layout = num_chunks is None and resident is not False and blocker is None
         """The backend lays the encoded data out for the task slots (one partition each), again
         whenever a resident session starts with another number of slots."""
         self.one_pass = estimator is None or not base.needs_scan or base.rebases
@@ -253,7 +211,6 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
             # rows stay in global order within a partition, so the first bad row a partition reports
             # is its lowest, as without repartitioning
             frame = frame.repartition(num_chunks).sortWithinPartitions(ROW_ID_COLUMN)
-        self._held: DataFrame | None = None  # the persisted frame behind self.frame, when they differ
         self.rebased_chunks = 0
         """Chunks the one-pass encoding wrote under a scan of their own rows that differs from the
         whole data's (a vocabulary the chunk did not see whole, a vector centre), re-expressed
@@ -261,38 +218,74 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         self._rebase_on_read: Rebase | None = None
         validation = Validation(base, estimator, reader(self.columns, self.reads_table), weights)
         column = None if self.reads_table else self.columns[0]
-        if self.one_pass:
-            settled = self._encode_once(frame, validation, schema_error, column)
-        else:
-            settled = self._encode_twice(frame, validation, schema_error, column)
+        settled, self.encoder, self.chunks = write_chunks(
+            frame,
+            validation,
+            schema_error,
+            column,
+            one_pass=self.one_pass,
+            level=self._storage_level,
+            copies=self._copies.pair,
+        )
         self._scan, self.offsets, self.n = settled.scan, settled.offsets, settled.n
-        self.num_partitions = settled.partitions
-        self._copy_places |= settled.places
+        self._copies.places |= settled.places
         if self.one_pass:
             self._rebase(settled, estimator)
-        if _unbalanced(self._layout, tasks) or (self.auto_layout and self._relayout_wanted(tasks)):
-            self._spread(tasks)
+        if unbalanced(self.chunks.layout, tasks) or (self.auto_layout and self.chunks.relayout_wanted(tasks)):
+            self.chunks.spread(tasks)
+        self._events = Events()
+        self.jobs = JobExecutor(
+            self.chunks,
+            self._chunk_reader(),
+            self._copies.reader(self.encoder, self.offsets, self._rebase_on_read),
+            self._events,
+            merge=self.merge,
+            depth=depth,
+        )
+        """Runs every pass as one Spark job, and the passes resident tasks do not serve."""
+        self._resident_executor = None
+        if resident is not False and not self.connect:
+            self._resident_executor = ResidentExecutor(
+                self.chunks,
+                self.jobs,
+                self._chunk_reader(),
+                self._events,
+                required=resident is True,
+                auto_layout=self.auto_layout,
+            )
+        self.executor: Executor = self._resident_executor or self.jobs
+        """What runs each pass (:meth:`_estep`): resident tasks while a fit runs (with the jobs
+        behind them), or jobs only (``resident=False``, Spark Connect)."""
 
-    # -- the encoding pass (see ._spark_encoding) ----------------------------------------------
-    def _encode_once(
-        self, frame: DataFrame, validation: Validation, schema_error: SchemaError | None, column: str | None
-    ) -> Settled:
-        """One pass over the input: every chunk encoded and written as it is validated; the
-        partitions' reports come back with the chunk layout from the job that fills the cache."""
-        write = one_pass_writer(validation, self._copy_pair if self.copies else None)
-        out = frame.mapInArrow(write, CHUNK_SCHEMA).persist(self._storage_level)
-
-        def run() -> Settled:
-            report = F.when(F.col("rows") < 0, F.col("chunk"))
-            rows = out.select(F.spark_partition_id().alias("p"), "first", "rows", report.alias("r")).collect()
-            reports = [pickle.loads(r[3]) for r in sorted(rows, key=lambda r: r[0]) if r[2] < 0]
-            self._layout = layout_of((r[0], r[1], r[2]) for r in rows)
-            return settle(reports, validation.encoder, schema_error, column)
-
-        settled = _settled(run, out.unpersist, schema_error)
-        self.encoder = validation.encoder_of(settled.scan)
-        self.frame, self._held = out.where(F.col("rows") >= 0), out
-        return settled
+    def _select(
+        self, data: DataFrame, base: Encoder, column: str | None, weights: str | None
+    ) -> tuple[DataFrame, SchemaError | None]:
+        """The columns ``base`` reads (and the weights as a double) with each row's input id, and the
+        schema check's error (None when the columns' types read; else the encoding pass finds the
+        first bad value and its row)."""
+        if weights is not None and weights not in data.columns:
+            raise SchemaError(
+                f"weight column {weights!r} not found{did_you_mean(weights, data.columns)}; "
+                f"the DataFrame has columns {data.columns}"
+            )
+        self.columns = data_columns(data.columns, base, column, weights)
+        self.reads_table = base.column_names() is not None
+        self.has_weights = weights is not None
+        self.weight_name = weights or ""
+        selected = _vector_columns_to_arrays(data, self.columns)
+        try:
+            _check_schema(selected, base, self.columns)
+            schema_error: SchemaError | None = None
+        except SchemaError as err:
+            schema_error = err
+        cols = [F.col(c) for c in self.columns]
+        if weights is not None:
+            cols.append(F.col(weights).cast("double").alias(WEIGHT_COLUMN))
+        frame = selected.select(*cols, F.monotonically_increasing_id().alias(ROW_ID_COLUMN))
+        # Spark shares one cache entry between plans that compare equal, so two handles over one
+        # DataFrame would share their caches, and closing one would drop the other's: a filter that
+        # names this handle (always true; the optimizer removes it) keeps every plan its own
+        return frame.where(F.lit(self._token).isNotNull()), schema_error
 
     def _rebase(self, settled: Settled, estimator: Estimator | None) -> None:
         """Chunks encoded under a scan other than the merged one re-expressed by the merged encoder:
@@ -306,114 +299,85 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
         if len(pickle.dumps(todo, protocol=5)) <= REBASE_ON_READ_BYTES:
             self._rebase_on_read = Rebase(self.encoder, estimator, todo)
             return
-        copies = None
-        if self.copies:  # a new key: a first-pass copy of a rebased chunk is never read again
-            self._copy_key = os.urandom(32)
-            copies = (self._token, self._copy_key)
-            self._copies_moved = True
-        write = rebase_writer(self.encoder, estimator, todo, copies)
-        laid = self.frame.mapInArrow(write, CHUNK_SCHEMA).persist(self._storage_level)
-        try:
-            self._layout = chunk_layout(laid)
-        except BaseException:
-            laid.unpersist()
-            raise
-        self._release_frame()
-        self.frame = laid
+        rebase_chunks(self.chunks, self.encoder, estimator, todo, self._copies.renew())
 
-    def _encode_twice(
-        self, frame: DataFrame, validation: Validation, schema_error: SchemaError | None, column: str | None
-    ) -> Settled:
-        """The input columns cached and validated (a scan for vocabularies / ranges), then the chunks
-        written from that cache (no second read of the source), which is then released."""
-        cached = frame.persist(self._storage_level)
-        scan = scan_writer(validation)
+    def _chunk_reader(self) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Any]]:
+        """``read(batches)``: a partition's chunks from the cached cells (what resident tasks decode)."""
+        return chunk_reader(self.encoder, self.offsets, self._rebase_on_read)
 
-        def run() -> Settled:
-            reports = [pickle.loads(r[0]) for r in cached.mapInArrow(scan, _SCAN_SCHEMA).collect()]
-            return settle(reports, validation.encoder, schema_error, column)
-
-        settled = _settled(run, cached.unpersist, schema_error)
-        try:
-            self.encoder = validation.encoder_of(settled.scan)
-            write = chunk_writer(
-                self.encoder, validation.read, self.has_weights, self._copy_pair if self.copies else None
-            )
-            out = cached.mapInArrow(write, CHUNK_SCHEMA).persist(self._storage_level)
-            try:
-                self._layout = chunk_layout(out)
-            except BaseException:
-                out.unpersist()
-                raise
-        finally:
-            cached.unpersist()
-        self.frame = out
-        return settled
-
-    def _release_frame(self) -> None:
-        """Unpersist the encoded frame (and the cache it filters, when it is a view of one)."""
-        (self._held if self._held is not None else self.frame).unpersist()
-        self._held = None
-
-    def _spread(self, tasks: int) -> None:
-        """Rows in fewer partitions than tasks the session runs at once, or some partitions holding
-        far more rows than others (one Parquet row group read as one partition, skewed input
-        partitions), or (resident layout) another number of partitions than task slots: the encoded
-        chunks spread over ``tasks`` partitions by a shuffle of the chunks (not of rows), so every
-        task slot works."""
-        laid, layout = spread_chunks(self.frame, tasks, self._storage_level)
-        self._release_frame()
-        self.frame, self.num_partitions, self._layout = laid, tasks, layout
+    # -- what the executors hold ----------------------------------------------------------------
+    @property
+    def frame(self) -> DataFrame:
+        """The persisted encoded DataFrame: one row per chunk (:mod:`._spark_chunks`)."""
+        frame: DataFrame = self.chunks.frame
+        return frame
 
     @property
-    def _index(self) -> DataFrame:
-        """The chunk frame without its cells: what an E-step over the local copies reads (Spark
-        runs its tasks where the cached partitions are, and hands them two small columns)."""
-        return self.frame.select("first", "rows")
+    def num_partitions(self) -> int:
+        """Partitions of the encoded DataFrame (each folded by one task a pass)."""
+        return self.chunks.num_partitions
+
+    @property
+    def copies(self) -> bool:
+        """Whether E-step jobs fold executor-local copies of the chunks (:mod:`._spark_chunks`): on the
+        job path (``resident=False``, Spark Connect, dynamic allocation); off again for this handle when
+        a pass finds none of them."""
+        return self.jobs.copies
+
+    @copies.setter
+    def copies(self, on: bool) -> None:
+        self.jobs.copies = on and self.jobs.read_copies is not None
+
+    @property
+    def copy_parts(self) -> int:
+        """Partitions E-step jobs folded from executor-local copies (the rest read the cached cells)."""
+        return self.jobs.copy_parts
+
+    @property
+    def resident_steps(self) -> int:
+        """How many E-steps resident tasks served (the rest ran as one Spark job each)."""
+        return 0 if self._resident_executor is None else self._resident_executor.steps
+
+    @property
+    def resident_starts(self) -> int:
+        """How many resident sessions started (more than one per fit after a lost task)."""
+        return 0 if self._resident_executor is None else self._resident_executor.starts
+
+    @property
+    def resident_off(self) -> str | None:
+        """Why resident E-steps are off for the current fit (None while they may run)."""
+        return None if self._resident_executor is None else self._resident_executor.off
 
     # -- the handle contract ------------------------------------------------------------------
+    def _estep(self, request: Request) -> Payload:
+        return self.executor.run(request)
+
+    def begin_fit(self) -> None:
+        """Called by the EM driver when a fit starts: E-steps may now use resident tasks."""
+        self.executor.begin_fit()
+
+    def end_fit(self) -> None:
+        """Called by the EM driver when a fit ends: resident tasks are released."""
+        self.executor.end_fit()
+
+    def release_workers(self) -> None:
+        """End the resident tasks, if any, freeing their task slots for other Spark jobs (they start
+        again on the next E-step). The EM driver calls this when a fit ends; while resident tasks run
+        they hold every task slot, so other jobs on the session would wait."""
+        self.executor.release_workers()
+
+    def take_events(self) -> list[str]:
+        """What happened to the resident engine and the E-step jobs since the last call (for the EM
+        trace), oldest first."""
+        return self._events.take()
+
     def close(self) -> None:
-        """Unpersist the encoded DataFrame and drop broadcasts (idempotent)."""
+        """Release the resident tasks, unpersist the encoded DataFrame and drop broadcasts (idempotent)."""
         if not self._closed:
             self._closed = True
-            self.release_workers()
-            self._release_broadcasts()
-            self._drop_copies()
-            self._release_frame()
-
-    def _drop_copies(self) -> None:
-        """Delete this handle's executor-local copies: directly where the executor's directory is on
-        this machine (a local master, a local Connect server), else by a small job over the chunk
-        frame (its tasks run where the cached partitions are; Spark deletes the directories of
-        executors it stops in any case). Best effort: a session already stopped leaves them to Spark."""
-        if not self._wrote_copies:
-            return
-        here = socket.gethostname()
-        elsewhere = False
-        for host, root in self._copy_places:
-            if host == here:
-                remove_copies(root, self._token)
-            else:
-                elsewhere = True
-        if not elsewhere and not self._copies_moved:
-            return
-        token = self._token
-
-        def remove(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for _batch in batches:
-                pass
-            root = copy_place()
-            yield _payload_batch(root is not None and remove_copies(root, token))
-
-        try:
-            self._index.mapInArrow(remove, _PAYLOAD_SCHEMA).collect()
-        except Exception as err:  # the session may be gone: Spark removes its local directories
-            logger.info("executor-local chunk copies left to Spark's clean-up: %s", err)
-
-    def _release_broadcasts(self) -> None:
-        for bc in self._broadcasts:
-            bc.unpersist()
-        self._broadcasts = []
+            self.executor.close()
+            self._copies.drop(self.chunks)
+            self.chunks.release()
 
     def bind(self, estimator: Estimator) -> Estimator:
         """``estimator`` with this data's scanned vocabularies / ranges fixed (its E-step threaded
@@ -426,161 +390,14 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
 
     def fold_rows(self) -> int:
         """The most rows one chunk of the encoded data holds (each chunk is folded at once)."""
-        return max((rows for chunks in self._layout.values() for _first, rows in chunks), default=0)
+        return max((rows for chunks in self.chunks.layout.values() for _first, rows in chunks), default=0)
 
     def worker_memory(self) -> int | None:
         """This machine's memory under a local master (the tasks run here); unknown on a cluster."""
         if self.connect:
             return None
-        return machine_memory() if self.frame.sparkSession.sparkContext.master.startswith("local") else None
-
-    def _ship(self, model: Any) -> Any:
-        """A reference to ``model`` for executors: a broadcast, or the model itself under Connect."""
-        if self.merge == "dataframe" or self.connect:
-            return model
-        bc = self.frame.sparkSession.sparkContext.broadcast(model)
-        self._broadcasts.append(bc)
-        return bc
-
-    def _run(
-        self,
-        partition_fn: Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]],
-        factory: Any,
-        frame: DataFrame,
-    ) -> Payload | None:
-        """One Spark job: ``partition_fn`` over every partition of ``frame``, payloads merged to the
-        driver (None when every partition yielded None)."""
-        if self._closed:
-            raise ValueError("this encoded-data handle is closed")
-        self._claim_slots()  # a job needs task slots that resident tasks would hold
-        payloads = frame.mapInArrow(partition_fn, _PAYLOAD_SCHEMA)
-        try:
-            if self.merge == "tree" and _one_level(self.num_partitions, self.depth):
-                merged = None  # as treeAggregate would, without a second Python worker per task
-                for row in payloads.collect():
-                    merged = merge_payloads(factory, merged, pickle.loads(row[0]))
-            elif self.merge == "tree":
-                merged = payloads.rdd.map(lambda row: row[0]).treeAggregate(
-                    None,
-                    lambda acc, blob: merge_payloads(factory, acc, pickle.loads(blob)),
-                    lambda a, b: merge_payloads(factory, a, b),
-                    depth=self.depth,
-                )
-            else:
-                merged = _merge_with_dataframes(payloads, factory, self.num_partitions, self.depth)
-        except Exception as err:
-            failed = executor_error(err)
-            if failed is None:
-                raise
-            raise failed from err
-        finally:
-            self._release_broadcasts()
-        return merged  # type: ignore[no-any-return]
-
-    def _estep(self, request: Request) -> Payload:
-        factory, options = request[0], request[3]
-        use_resident = self._resident_mode is True or (self._resident_mode is None and self._fitting > 0)
-        if use_resident and not self.connect:
-            merged = self._resident_estep(request)
-            if merged is not None:
-                return merged
-        wanted = range(self.num_partitions) if options is None or options.only is None else options.only
-        if self.copies:
-            merged, missing = self._estep_from_copies(request, wanted)
-            if missing:
-                read = _cells(self._chunk_reader())
-                rest = self._estep_job(request, self.frame, read, missing)
-                merged = merge_payloads(factory, merged, rest)
-        else:
-            merged = self._estep_job(request, self.frame, _cells(self._chunk_reader()), wanted)
-        if merged is None:
-            raise EmptyDataError("no rows: every partition of the encoded data is empty")
-        return merged
-
-    def _estep_from_copies(self, request: Request, wanted: Iterable[int]) -> tuple[Payload | None, list[int]]:
-        """The E-step job over the executor-local copies of partitions ``wanted``: the merged payload
-        of those found, and the partitions missing. The job runs over a placeholder frame of one row
-        per partition (the tasks learn their chunks from the layout) while the copies have been found
-        where such tasks run; after a miss, over the chunk frame's small columns (Spark runs those
-        tasks where the cached partitions are, beside the copies written there); when that finds
-        none, the copies are off for this handle."""
-        wanted = list(wanted)
-        if self._copies_placed:
-            frame = self._index
-            read = copy_reader(self.encoder, self._copy_pair, self.offsets, rebase=self._rebase_on_read)
-        else:
-            frame = self.frame.sparkSession.range(0, self.num_partitions, 1, self.num_partitions)
-            read = copy_reader(
-                self.encoder, self._copy_pair, self.offsets, self._layout, self._rebase_on_read
-            )
-        merged = self._estep_job(request, frame, read, wanted)
-        done = {r.part for r in merged[3]} if merged is not None else set()
-        missing = [p for p in wanted if p not in done]
-        self.copy_parts += len(wanted) - len(missing)
-        if missing and not self._copies_placed:
-            self._copies_placed = True
-        elif missing and len(missing) == len(wanted):
-            self.copies = False
-            self._event(
-                "E-step jobs read the cached chunks: no executor-local copies found "
-                f"({len(missing)} partitions)"
-            )
-        return merged, missing
-
-    def _estep_job(
-        self,
-        request: Request,
-        frame: DataFrame,
-        read_chunks: Callable[[Iterable[pa.RecordBatch], int], Iterator[Any]],
-        parts: Iterable[int],
-    ) -> Payload | None:
-        """One E-step job over ``frame`` (the chunk frame, or a frame standing for it when the tasks
-        fold the local copies), only partitions ``parts`` folding (the others' rows are filtered out
-        before they reach Python, and every task reads all its input, so Spark reuses its worker). A
-        partition whose copies are missing yields nothing; the merged payload's reports say which
-        partitions folded."""
-        factory, model, initialize, options = request
-        ref = self._ship(model)
-        asked = sorted(set(parts))
-        if len(asked) < self.num_partitions:
-            frame = frame.where(F.spark_partition_id().isin(asked))
-        wanted = frozenset(asked)
-
-        def estep_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            from pyspark import TaskContext
-
-            context = TaskContext.get()
-            part = context.partitionId() if context is not None else 0
-            if part not in wanted:
-                for _batch in batches:  # filtered out: nothing to read, but read to the end
-                    pass
-                yield _payload_batch(None)
-                return
-            current = ref.value if isinstance(ref, Broadcast) else ref
-            try:
-                payload = accumulate_chunks(
-                    read_chunks(batches, part), (factory, current, initialize, options), part
-                )
-            except MissingCopy:
-                payload = None  # the driver folds this partition from the cached chunks
-            except Exception as err:
-                note = getattr(err, "add_note", None)  # Python >= 3.11; the driver names the partition
-                if note is not None:
-                    note(f"{_EXECUTOR_NOTE} {part}")
-                raise
-            yield _payload_batch(payload)
-
-        return self._run(estep_partition, factory, frame)
-
-    def _resident_decoder(self) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Any]]:
-        return self._chunk_reader()
-
-    def _chunk_reader(self) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Any]]:
-        return chunk_reader(self.encoder, self.offsets, self._rebase_on_read)
-
-    @property
-    def _copy_pair(self) -> tuple[str, bytes]:
-        return self._token, self._copy_key
+        local = (self.frame.sparkSession.sparkContext.master or "").startswith("local")
+        return machine_memory() if local else None
 
     def first_nonfinite_row(self, estimate: Distribution) -> tuple[int, float] | None:
         """(global row index, value) of the first row whose log-density is NaN or infinite, if any."""
@@ -598,95 +415,8 @@ class SparkEncodedData(ResidentPolicy, PayloadHandle):
                         best = (int(ids[i]), float(ll[bad][i]))
             yield _payload_batch(best)
 
-        self._claim_slots()
-        found = [pickle.loads(r[0]) for r in self.frame.mapInArrow(find, _PAYLOAD_SCHEMA).collect()]
-        found = [f for f in found if f is not None]
+        found = [f for f in self.jobs.collect(find) if f is not None]
         return min(found) if found else None
-
-
-def _settled(
-    run: Callable[[], Settled], release: Callable[[], Any], schema_error: SchemaError | None
-) -> Settled:
-    """``run()`` (the encoding pass and :func:`._spark_encoding.settle`), ``release()`` called when
-    it fails. A bad value raises its located error; any other failure (Spark refusing the column's
-    type before a value reached Python), or none, raises ``schema_error`` when the schema check
-    found one: every value then read, the column's type is still wrong."""
-    try:
-        settled = run()
-    except FieldError:
-        release()
-        raise
-    except BaseException:
-        release()
-        if schema_error is not None:
-            raise schema_error from None
-        raise
-    if schema_error is not None:
-        release()
-        raise schema_error
-    return settled
-
-
-def _unbalanced(layout: dict[int, list[tuple[int, int]]], tasks: int) -> bool:
-    """Whether spreading the chunks over ``tasks`` partitions would let more task slots work: some
-    slots would get no rows, or one partition holds more than 1.5x its share of the rows (when
-    there are at least two chunks to move)."""
-    chunks = sum(len(c) for c in layout.values())
-    slots = min(tasks, chunks)
-    if slots < 2:
-        return False
-    rows = [sum(r for _f, r in c) for c in layout.values()]
-    busy = sum(1 for r in rows if r > 0)
-    return busy < slots or max(rows) > 1.5 * sum(rows) / slots
-
-
-def _one_level(parts: int, depth: int) -> bool:
-    """Whether ``treeAggregate(depth=depth)`` over ``parts`` partitions merges on the driver at once
-    (its own test): then the payloads are collected instead, which merges them in the same order
-    without handing them to a second Python worker through ``DataFrame.rdd``."""
-    scale = max(math.ceil(parts ** (1.0 / depth)), 2)
-    return parts <= scale + parts / scale
-
-
-def _cells(
-    read: Callable[[Iterable[pa.RecordBatch]], Iterator[Any]],
-) -> Callable[[Iterable[pa.RecordBatch], int], Iterator[Any]]:
-    return lambda batches, _part: read(batches)
-
-
-_EXECUTOR_NOTE = "mixle_spark: E-step failed in partition"
-_REMOTE_ERROR = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Interrupt|Exit)): (.*)$", re.MULTILINE)
-
-
-def session_parallelism(data: DataFrame) -> int:
-    """Tasks the session of ``data`` runs at once: its task slots on a classic session (0 before any
-    executor registered), Spark's default parallelism over Spark Connect (the partitions of a range
-    without a partition count, counted by one small job: Connect has no SparkContext to ask)."""
-    if not is_spark_connect(data):
-        return task_slots(data.sparkSession.sparkContext)
-    probe = data.sparkSession.range(0, 1 << 16).select(F.spark_partition_id().alias("p"))
-    return int(probe.agg(F.countDistinct("p")).collect()[0][0])
-
-
-def executor_error(err: BaseException) -> ExecutorError | None:
-    """An :class:`~mixle_spark.errors.ExecutorError` for a Spark job that failed in our E-step (the
-    partition from the note the task added, the remote error from its traceback), else None."""
-    text = str(err)
-    where = re.search(re.escape(_EXECUTOR_NOTE) + r" (\d+)", text)
-    if where is None:
-        return None
-    before = text[: where.start()]
-    found = _REMOTE_ERROR.findall(before)
-    remote_type, remote_message = found[-1] if found else ("Error", "")
-    remote_type = remote_type.rsplit(".", 1)[-1]
-    part = int(where.group(1))
-    return ExecutorError(
-        f"E-step failed in partition {part} (after Spark's task retries): {remote_type}: "
-        f"{remote_message.strip()}; the fit stopped (checkpoints written before this iteration stay valid)",
-        partition=part,
-        remote_type=remote_type,
-        remote_message=remote_message.strip(),
-    )
 
 
 SPARK_CONTROLS = ("encoder", "num_chunks", "resources", "engine", "precision", "num_workers")
@@ -700,9 +430,7 @@ def make_spark(data: Any, estimator: Any = None, model: Any = None, **options: A
     E-step (:class:`~mixle_spark.parallel.backends.model_parallel.ModelParallelEstimator`). Row placements
     and ``sub_chunks`` are Spark's to decide (Arrow batches split partitions), so they are refused.
     """
-    controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
-    refuse_controls("spark", controls, SPARK_CONTROLS)
-    check_engine_and_precision("spark", controls.pop("engine", None), controls.pop("precision", None))
+    controls = take_controls("spark", options, SPARK_CONTROLS)
     resources = controls.pop("resources", None)
     if resources is not None and controls.get("num_chunks") is None:
         controls["num_chunks"] = len(resources.devices)
