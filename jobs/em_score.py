@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 from mixle_spark._files import delta_layout, table_layout
-from mixle_spark.cli._arguments import positive_int
 from mixle_spark.cli._common import (
     JobArgumentParser,
     atomic_directory,
@@ -67,6 +66,7 @@ from mixle_spark.cli._engines import (
     engine_error,
     open_engine_input,
 )
+from mixle_spark.parallel.backends.registry import CONTROL_CHECKS
 from mixle_spark.spec import load_model
 
 PROG = "em_score"
@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_addresses(parser)
     parser.add_argument(
         "--num-workers",
-        type=positive_int,
+        type=CONTROL_CHECKS["num_workers"].argument("integer"),
         help="dask: the local cluster's processes; ray: the local runtime's CPUs (default: this machine's)",
     )
     parser.add_argument("--master", help="Spark master (default: spark-submit's, $MASTER or local[*])")

@@ -36,6 +36,7 @@ __all__ = [
     "ModelFormatError",
     "ModelSizeWarning",
     "NonFiniteLikelihoodError",
+    "OptionTypeError",
     "SchemaError",
     "SilentCorruptionError",
     "SpecError",
@@ -315,6 +316,12 @@ class TooLargeError(MixleError, ValueError):
 
 class SpecError(MixleError, ValueError):
     """A malformed model or estimator specification (unknown key, bad parameter)."""
+
+
+class OptionTypeError(SpecError, TypeError):
+    """An option given a value of the wrong kind (a string for a number, a float for an integer): a
+    TypeError, and a SpecError (a ValueError) as the API refused such values before each option's
+    check was declared once (``except ValueError`` / ``except SpecError`` keep working)."""
 
 
 class UnknownNameError(SpecError):

@@ -251,7 +251,7 @@ def warn_model_size(model: Distribution, rows: int) -> None:
         warnings.warn(note, ModelSizeWarning, stacklevel=3)
 
 
-def trial_seeds(seed: int | None, trials: int) -> list[int]:
+def trial_seeds(seed: int | str | None, trials: int) -> list[int]:
     """Distinct, reproducible seeds for ``trials`` restarts derived from one seed."""
     bits = RowRandom(seed_to_int(seed), np.arange(trials, dtype=np.uint64)).child("best_of").bits()
     return [int(b) for b in bits]

@@ -9,15 +9,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mixle_spark._checks import field_check
 from mixle_spark.cli._common import EXIT_BAD_INPUT, JobArgumentParser, error_line
 from mixle_spark.cli._engines import ENGINE_BACKENDS, add_engine_addresses, check_engine_addresses
 from mixle_spark.cli._spmd import SPMD_BACKENDS
+from mixle_spark.em.options import option_check
 from mixle_spark.em.sdc_audit import SDCAudit
 from mixle_spark.em.seeding import INIT_MODES
 from mixle_spark.errors import CheckpointStoreError, SpecError
 from mixle_spark.estimation import ON_DEGENERATE, FitOptions
 from mixle_spark.io import check_input_exists, parse_conf
 from mixle_spark.model_selection import parse_ks
+from mixle_spark.parallel.backends.registry import CONTROL_CHECKS
 from mixle_spark.spec import FIT_OPTIONS, ModelSpec
 
 __all__ = [
@@ -44,25 +47,20 @@ class Sample:
     delta_table: Callable[[Any], str]
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
+def _flag(option: str, metavar: str = "integer", expected: str | None = None) -> Any:
+    """The argparse ``type`` of a fit option's flag: the option's declared check
+    (:func:`~mixle_spark.em.options.option_check`)."""
+    return option_check(option).argument(metavar, expected)
 
 
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
-    return value
+def _control(name: str) -> Any:
+    """The argparse ``type`` of a backend control's flag: the registry's declared check."""
+    return CONTROL_CHECKS[name].argument("integer")
 
 
-def _fraction(text: str) -> float:
-    value = _non_negative_float(text)
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
-    return value
+def _audit(name: str) -> Any:
+    """The argparse ``type`` of an audit flag: :class:`SDCAudit`'s declared check."""
+    return field_check(SDCAudit, name).argument()
 
 
 def build_parser(sample: bool = False) -> argparse.ArgumentParser:
@@ -83,20 +81,26 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         "--report", action="store_true", help="also write report.html (figures need mixle-spark[plot])"
     )
     fit = parser.add_argument_group("fit (defaults: the spec's fit section)")
-    fit.add_argument("--max-its", type=positive_int, help="most EM iterations")
     fit.add_argument(
-        "--delta", type=_non_negative_float, help="stop when the log-likelihood gain is below this"
+        "--max-its", type=_flag("max_its"), help="most EM iterations (0: the starting model, not refined)"
     )
-    fit.add_argument("--seed", type=int, help="initialization seed")
+    fit.add_argument(
+        "--delta", type=_flag("delta", "number"), help="stop when the log-likelihood gain is below this"
+    )
+    fit.add_argument("--seed", type=_flag("seed", expected="an integer"), help="initialization seed")
     fit.add_argument(
         "--init",
         choices=INIT_MODES,
         help="how EM starts: kmeans|| seeding (default) or random responsibilities over a row sample",
     )
-    fit.add_argument("--init-steps", type=positive_int, help="k-means|| rounds (default 2)")
-    fit.add_argument("--init-p", type=float, help="fraction of rows used for a random initial model")
-    fit.add_argument("--trials", type=positive_int, help="random restarts (the best log-likelihood wins)")
-    fit.add_argument("--print-iter", type=int, help="print progress every N iterations")
+    fit.add_argument("--init-steps", type=_flag("init_steps"), help="k-means|| rounds (default 2)")
+    fit.add_argument(
+        "--init-p", type=_flag("init_p", "number"), help="fraction of rows used for a random initial model"
+    )
+    fit.add_argument("--trials", type=_flag("trials"), help="random restarts (the best log-likelihood wins)")
+    fit.add_argument(
+        "--print-iter", type=_flag("print_iter"), help="print progress every N iterations (0: never)"
+    )
     fit.add_argument(
         "--k",
         metavar="KS",
@@ -117,13 +121,13 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
     add_engine_addresses(run)
     run.add_argument(
         "--num-workers",
-        type=positive_int,
+        type=_control("num_workers"),
         help="threads per process for the E-step (local, mpi, torchrun); dask: the local cluster's "
         "processes; ray: the local runtime's CPUs",
     )
     run.add_argument(
         "--partitions",
-        type=positive_int,
+        type=_control("num_chunks"),
         help="repartition the encoded data (num_chunks; default: one partition per task slot)",
     )
     run.add_argument(
@@ -132,7 +136,7 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         help="one Spark job per E-step, not resident tasks holding every task slot for the fit "
         "(for a cluster shared with other jobs; keeps the input's partitioning)",
     )
-    run.add_argument("--depth", type=positive_int, help="treeAggregate depth (spark; default 2)")
+    run.add_argument("--depth", type=_control("depth"), help="treeAggregate depth (spark; default 2)")
     run.add_argument("--master", help="Spark master (default: spark-submit's, $MASTER or local[*])")
     run.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)"
@@ -146,7 +150,7 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
     long.add_argument("--checkpoint-dir", metavar="DIR", help="checkpoint the fit here and resume from it")
     long.add_argument(
         "--checkpoint-every",
-        type=positive_int,
+        type=_flag("checkpoint_every"),
         default=FitOptions.checkpoint_every,
         metavar="N",
         help="checkpoint every N iterations",
@@ -167,11 +171,14 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         help="a mixture component whose M-step fails: stop (default), floor or reseed it",
     )
     long.add_argument(
-        "--audit-every", type=positive_int, metavar="N", help="audit partition statistics every N iterations"
+        "--audit-every",
+        type=_audit("every"),
+        metavar="N",
+        help="audit partition statistics every N iterations",
     )
     long.add_argument(
         "--audit-fraction",
-        type=_fraction,
+        type=_audit("fraction"),
         default=SDCAudit.fraction,
         metavar="F",
         help=f"fraction of the partitions recomputed per audit (default {SDCAudit.fraction})",

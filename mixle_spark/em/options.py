@@ -9,33 +9,21 @@ the object's value); keywords that are not fit options go to ``encoded_data`` (`
 from __future__ import annotations
 
 import dataclasses
-import numbers
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from mixle_spark._checks import Check, check_fields, checked, field_check, integer, number, one_of
 from mixle_spark.em._checkpoint_store import checkpoint_key
 from mixle_spark.em._records import ON_DEGENERATE
 from mixle_spark.em._run import EMRun, FitInputs
-from mixle_spark.em.seeding import Seeding
+from mixle_spark.em.seeding import INIT_MODES, Seeding
 from mixle_spark.errors import SpecError
 from mixle_spark.stats.base import Distribution, Estimator
 
-__all__ = ["FitOptions", "check_trials"]
-
-
-def _checked(
-    expected: str, check: Callable[[Any], bool], error: type[Exception] = ValueError
-) -> dict[str, Any]:
-    """The metadata of a checked field of :class:`FitOptions`: the check, what the field expects (a
-    value that fails is refused with ``NAME must be EXPECTED, got VALUE``) and the error's type."""
-    return {"check": check, "expected": expected, "error": error}
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+__all__ = ["TRIALS", "FitOptions", "check_trials", "option_check"]
 
 
 def _is_audit(value: Any) -> bool:
@@ -43,20 +31,34 @@ def _is_audit(value: Any) -> bool:
     return value is None or isinstance(value, bool) or (hasattr(value, "select") and hasattr(value, "check"))
 
 
+def _is_seed(value: Any) -> bool:
+    return value is None or isinstance(value, str) or integer(0).kind(value)
+
+
+def _seed_value(value: Any) -> int | str | None:
+    return value if value is None or isinstance(value, str) else int(value)
+
+
+TRIALS = integer(1)
+"""The check of ``trials``, the restarts of ``best_of`` and ``select_k`` (a spec's fit section, the
+job's ``--trials``; not a :class:`FitOptions` field: a fit runs once)."""
+
+
 def check_trials(trials: Any) -> int:
     """``trials`` (the restarts of ``best_of``, ``select_k``, a spec's fit section) as an int,
-    checked: a whole number >= 1 (``2.0`` is 2)."""
-    whole = isinstance(trials, numbers.Integral) or (isinstance(trials, float) and trials.is_integer())
-    if isinstance(trials, bool) or not whole or trials < 1:
-        raise SpecError(f"trials must be an integer >= 1, got {trials!r}")
+    checked by :data:`TRIALS`: a whole number >= 1 (``2.0`` is 2); refused with a SpecError."""
+    if TRIALS.fault(trials) is not None:
+        raise SpecError(f"trials must be {TRIALS.expected}, got {trials!r}")
     return int(trials)
 
 
 @dataclass(frozen=True)
 class FitOptions:
-    """The options of one EM fit, validated when made: a checked field declares its check beside its
-    default (``metadata``), the one declaration that ``optimize``, ``best_of``, ``select_k`` and a
-    spec's fit section (:func:`~mixle_spark.spec.load_spec`) are checked by.
+    """The options of one EM fit, validated when made: a checked field declares its
+    :class:`~mixle_spark._checks.Check` beside its default, the one declaration that ``optimize``,
+    ``best_of``, ``select_k``, a spec's fit section (:func:`~mixle_spark.spec.load_spec`), the fit
+    job's flags and the ML Params (:func:`option_check`) are checked by. A value is kept as the
+    check normalizes it (``max_its=5.0`` is 5).
 
     Attributes
     ----------
@@ -65,7 +67,9 @@ class FitOptions:
     delta : float or None
         Stop when the log-likelihood gain is in ``[0, delta)``; None runs exactly ``max_its``.
     init_p : float
-        Fraction of rows used for a random initial model (``init="random"``).
+        Fraction of rows used for a random initial model (``init="random"``), in (0, 1]. (The
+        reference read a value <= 0 as 0.1 and one > 1 as 1; both are refused here: ``10`` meant as
+        10% would have fitted every row.)
     seed : int, optional
         Seed of the initialization (None means 0: an unseeded fit is deterministic).
     init_estimator : Estimator, optional
@@ -116,43 +120,30 @@ class FitOptions:
         not tampering (see :mod:`mixle_spark.em._checkpoint_store`).
     """
 
-    max_its: int = field(default=10, metadata=_checked(">= 0", lambda v: _is_number(v) and v >= 0))
-    delta: float | None = field(
-        default=1e-9, metadata=_checked(">= 0 or None", lambda v: v is None or (_is_number(v) and v >= 0))
+    max_its: int = checked(integer(0), 10)
+    delta: float | None = checked(number(0, optional=True), 1e-9)
+    init_p: float = checked(number(0, 1, low_open=True), 0.1)
+    seed: int | str | None = checked(
+        Check("None, an integer or a string", _is_seed, normal=_seed_value, parse=int), None
     )
-    init_p: float = 0.1
-    seed: int | None = None
     init_estimator: Estimator | None = None
     out: IO[str] | None = None
-    print_iter: int = 1
+    print_iter: int = checked(integer(0), 1)
     checkpoint_dir: str | os.PathLike[str] | None = None
-    checkpoint_every: int = field(
-        default=1, metadata=_checked("an integer >= 1", lambda v: type(v) is int and v >= 1)
-    )
-    resume: bool = field(
-        default=True, metadata=_checked("True or False", lambda v: type(v) is bool, TypeError)
-    )
-    on_degenerate: str = field(
-        default="stop",
-        metadata=_checked(f"one of {', '.join(map(repr, ON_DEGENERATE))}", lambda v: v in ON_DEGENERATE),
-    )
-    audit: Any = field(default=None, metadata=_checked("an SDCAudit, True or None", _is_audit, TypeError))
+    checkpoint_every: int = checked(integer(1), 1)
+    resume: bool = checked(Check("True or False", lambda v: type(v) is bool), True)
+    on_degenerate: str = checked(one_of(ON_DEGENERATE), "stop")
+    audit: Any = checked(Check("an SDCAudit, True or None", _is_audit), None)
     trace_path: str | os.PathLike[str] | None = None
-    mlflow: bool | None = field(
-        default=None,
-        metadata=_checked("True, False or None", lambda v: v is None or type(v) is bool, TypeError),
+    mlflow: bool | None = checked(Check("True, False or None", lambda v: v is None or type(v) is bool), None)
+    init: str | Seeding = checked(
+        one_of(INIT_MODES, also=lambda v: isinstance(v, Seeding), also_words="a Seeding"), "kmeans||"
     )
-    init: str | Seeding = "kmeans||"  # init and init_steps: checked together (Seeding.build)
-    init_steps: int | None = None
+    init_steps: int | None = checked(integer(1, optional=True), None)
     checkpoint_key: bytes | str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        for declared in dataclasses.fields(self):
-            check = declared.metadata.get("check")
-            value = getattr(self, declared.name)
-            if check is not None and not check(value):
-                error = declared.metadata["error"]
-                raise error(f"{declared.name} must be {declared.metadata['expected']}, got {value!r}")
+        check_fields(self)
         seeding = Seeding.build(self.init, self.init_steps)
         if self.checkpoint_key is not None:  # None: the environment's key, read when the fit starts
             checkpoint_key(self.checkpoint_key)
@@ -230,6 +221,12 @@ class FitOptions:
         if self.checkpoint_dir is None or not self.resume:
             return None
         return EMRun(_Rows(rows), estimator, self, FitInputs(prev_estimate=prev_estimate)).finished()
+
+
+def option_check(name: str) -> Check:
+    """The declared check of fit option ``name`` (a :class:`FitOptions` field, or ``trials``): what
+    the job's flags and the ML Params that stand for the option run."""
+    return TRIALS if name == "trials" else field_check(FitOptions, name)
 
 
 class _Rows:

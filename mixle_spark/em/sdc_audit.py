@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark._checks import check_fields, checked, integer, number, one_of
 from mixle_spark.errors import SilentCorruptionError
 from mixle_spark.stats._random import RowRandom, seed_to_int
 
@@ -116,24 +117,15 @@ class SDCAudit:
         used); ``warn`` emits :class:`SilentCorruptionWarning` and continues.
     """
 
-    every: int = 1
-    fraction: float = 0.1
-    rtol: float = 1e-9
-    atol: float = 1e-9
+    every: int = checked(integer(1), 1)
+    fraction: float = checked(number(0, 1, low_open=True), 0.1)
+    rtol: float = checked(number(0), 1e-9)
+    atol: float = checked(number(0), 1e-9)
     seed: int = 0
-    on_mismatch: str = "raise"
+    on_mismatch: str = checked(one_of(("raise", "warn")), "raise")
 
     def __post_init__(self) -> None:
-        if type(self.every) is not int or self.every < 1:
-            raise ValueError(f"SDCAudit: every must be an integer >= 1, got {self.every!r}")
-        if not (isinstance(self.fraction, int | float) and 0.0 < self.fraction <= 1.0):
-            raise ValueError(f"SDCAudit: fraction must be in (0, 1], got {self.fraction!r}")
-        for name in ("rtol", "atol"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"SDCAudit: {name} must be a finite number >= 0, got {value!r}")
-        if self.on_mismatch not in ("raise", "warn"):
-            raise ValueError(f"SDCAudit: on_mismatch must be 'raise' or 'warn', got {self.on_mismatch!r}")
+        check_fields(self, "SDCAudit: ")
 
     def due(self, iteration: int) -> bool:
         """Whether ``iteration`` is audited."""

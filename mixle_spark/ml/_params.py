@@ -5,7 +5,9 @@ The names and defaults of ``pyspark.ml.clustering.GaussianMixture`` (``featuresC
 ``aggregationDepth=2``, ``weightCol``), pyspark.ml ``KMeans``'s ``initMode`` and ``initSteps``, plus
 ours (``inputCols``, ``modelSpec``, ``initFraction``, ``numPartitions``, ``logLikelihoodCol``). Every
 Param's type converter also validates, so a bad value is refused when it is set, with a message naming
-the Param and the value.
+the Param and the value. A Param that stands for a fit option (:data:`FIT_OPTION_PARAMS`) or a backend
+control (``numPartitions``, ``aggregationDepth``) runs that option's declared check, the one the
+Python API, a spec's fit section and the fit job's flags run.
 
 ``modelSpec`` accepts a spec file path, a full spec (``{"estimator": ..., "fit": ...}``), an
 estimator spec or a mixle Estimator, and stores canonical JSON; its errors are one line, with any
@@ -20,7 +22,6 @@ default), checking the combinations a single Param cannot (``inputCols`` with ``
 from __future__ import annotations
 
 import json
-import math
 import os
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -40,7 +41,9 @@ from pyspark.ml.param.shared import (
     HasWeightCol,
 )
 
+from mixle_spark._checks import integer
 from mixle_spark._files import read_bytes_bounded
+from mixle_spark.em.options import option_check
 from mixle_spark.errors import (
     SchemaError,
     SpecError,
@@ -49,6 +52,7 @@ from mixle_spark.errors import (
     describe_value,
     did_you_mean,
 )
+from mixle_spark.parallel.backends.registry import CONTROL_CHECKS
 from mixle_spark.spec import MAX_SPEC_BYTES, estimator_from_spec, is_job_spec, load_spec
 from mixle_spark.stats.base import Estimator
 
@@ -66,30 +70,13 @@ DEFAULT_SEED = zlib.crc32(b"mixle_spark.ml.MixleEstimator")
 """The default ``seed``: fixed, unlike pyspark's ``hash(class name)``, which changes per process."""
 
 
-def _int_param(name: str, minimum: int) -> Callable[[Any], int]:
-    expected = f"an integer >= {minimum}"
-
-    def convert(value: Any) -> int:
-        integral = hasattr(value, "__index__") or (isinstance(value, float) and value.is_integer())
-        if isinstance(value, bool) or not integral:
-            raise TypeError(f"param {name!r}: expected {expected}, got {describe_value(value)}")
-        if int(value) < minimum:
-            raise SpecError(f"param {name!r}: expected {expected}, got {int(value)}")
-        return int(value)
-
-    return convert
+def _option(option: str, param: str) -> Callable[[Any], Any]:
+    """The type converter of the Param that stands for fit option ``option``: the option's declared
+    check (:func:`~mixle_spark.em.options.option_check`), worded for the Param."""
+    return option_check(option).param(param)
 
 
-def _float_param(name: str, check: Callable[[float], bool], expected: str) -> Callable[[Any], float]:
-    def convert(value: Any) -> float:
-        if isinstance(value, str | bool) or not hasattr(value, "__float__"):
-            raise TypeError(f"param {name!r}: expected {expected}, got {describe_value(value)}")
-        number = float(value)
-        if not (math.isfinite(number) and check(number)):
-            raise SpecError(f"param {name!r}: expected {expected}, got {number!r}")
-        return number
-
-    return convert
+_K = integer(1).param("k")
 
 
 def _k_param(value: Any) -> int | list[int]:
@@ -97,9 +84,8 @@ def _k_param(value: Any) -> int | list[int]:
     if isinstance(value, list | tuple):
         if not value:
             raise SpecError("param 'k': expected an integer >= 1 or a non-empty list of them, got []")
-        convert = _int_param("k", 1)
-        return sorted({convert(v) for v in value})
-    return _int_param("k", 1)(value)
+        return sorted({_K(v) for v in value})
+    return _K(value)  # type: ignore[no-any-return]
 
 
 SELECTION_CRITERIA = ("bic", "aic")
@@ -116,14 +102,17 @@ def _criterion(value: Any) -> str:
 INIT_MODES = ("k-means||", "random")
 """``initMode`` values, spelled as pyspark.ml ``KMeans`` spells them (``"kmeans||"`` is accepted too)."""
 
+_INIT = option_check("init").param("initMode", "one of " + ", ".join(map(repr, INIT_MODES)))
+
 
 def _init_mode(value: Any) -> str:
-    if value == "kmeans||":
-        value = "k-means||"
-    if not isinstance(value, str) or value not in INIT_MODES:
+    """``initMode``: ``optimize``'s ``init`` check, in pyspark's spelling (a string: a Param holds no
+    Seeding object)."""
+    if not isinstance(value, str):
         valid = ", ".join(map(repr, INIT_MODES))
-        raise SpecError(f"param 'initMode': expected one of {valid}, got {describe_value(value)}")
-    return value
+        raise TypeError(f"param 'initMode': expected one of {valid}, got {describe_value(value)}")
+    mode = _INIT("kmeans||" if value == "k-means||" else value)
+    return "k-means||" if mode == "kmeans||" else str(mode)
 
 
 def _column_param(name: str, allow_empty: bool) -> Callable[[Any], str]:
@@ -207,7 +196,7 @@ def _read_spec_file(path: str) -> Any:
 def _fit_value(option: str, value: Any, where: str = "param 'modelSpec'") -> Any:
     """A fit option's value, checked and converted by the Param it stands for."""
     name = FIT_OPTION_PARAMS.get(option)
-    convert = getattr(MixleParams, name).typeConverter if name else _int_param(option, 1)
+    convert = getattr(MixleParams, name).typeConverter if name else option_check(option).param(option)
     try:
         return convert(value)
     except (SpecError, TypeError) as err:
@@ -329,25 +318,25 @@ class MixleParams(
         Params._dummy(),
         "maxIter",
         "most EM iterations (>= 0).",
-        typeConverter=_int_param("maxIter", 0),
+        typeConverter=_option("max_its", "maxIter"),
     )
     tol: Param[float] = Param(
         Params._dummy(),
         "tol",
         "stop when the gain of the total (weighted) log-likelihood is in [0, tol) (>= 0).",
-        typeConverter=_float_param("tol", lambda v: v >= 0, "a finite number >= 0"),
+        typeConverter=_option("delta", "tol"),
     )
     seed: Param[int] = Param(
         Params._dummy(),
         "seed",
         "seed of the random initial model.",
-        typeConverter=_int_param("seed", -(2**63)),
+        typeConverter=_option("seed", "seed"),
     )
     aggregationDepth: Param[int] = Param(
         Params._dummy(),
         "aggregationDepth",
         "depth of the tree merging partition statistics (>= 1).",
-        typeConverter=_int_param("aggregationDepth", 1),
+        typeConverter=CONTROL_CHECKS["depth"].param("aggregationDepth"),
     )
     inputCols: Param[list[str]] = Param(
         Params._dummy(),
@@ -367,7 +356,7 @@ class MixleParams(
         Params._dummy(),
         "initFraction",
         "fraction of rows the random initial model is drawn from, in (0, 1].",
-        typeConverter=_float_param("initFraction", lambda v: 0 < v <= 1, "a number in (0, 1]"),
+        typeConverter=_option("init_p", "initFraction"),
     )
     initMode: Param[str] = Param(
         Params._dummy(),
@@ -380,13 +369,13 @@ class MixleParams(
         Params._dummy(),
         "initSteps",
         "k-means|| rounds, one pass over the data each (>= 1).",
-        typeConverter=_int_param("initSteps", 1),
+        typeConverter=_option("init_steps", "initSteps"),
     )
     numPartitions: Param[int] = Param(
         Params._dummy(),
         "numPartitions",
         "repartition the encoded training data into this many partitions (>= 1).",
-        typeConverter=_int_param("numPartitions", 1),
+        typeConverter=CONTROL_CHECKS["num_chunks"].param("numPartitions"),
     )
     logLikelihoodCol: Param[str] = Param(
         Params._dummy(),

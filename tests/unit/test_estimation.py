@@ -259,11 +259,17 @@ def test_recovers_a_mixture_of_mixed_type_records() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"max_its": -1}, ValueError, r"^max_its must be >= 0, got -1$"),
-        ({"max_its": "10"}, ValueError, r"^max_its must be >= 0, got '10'$"),
-        ({"delta": float("nan")}, ValueError, r"^delta must be >= 0 or None, got nan$"),
-        ({"delta": -1e-3}, ValueError, r"^delta must be >= 0 or None, got -0\.001$"),
-        ({"checkpoint_every": 2.0}, ValueError, r"^checkpoint_every must be an integer >= 1, got 2\.0$"),
+        ({"max_its": -1}, ValueError, r"^max_its must be an integer >= 0, got -1$"),
+        ({"max_its": "10"}, ValueError, r"^max_its must be an integer >= 0, got '10'$"),
+        ({"max_its": "10"}, TypeError, r"^max_its must be an integer >= 0, got '10'$"),
+        ({"max_its": 2.5}, TypeError, r"^max_its must be an integer >= 0, got 2\.5$"),
+        ({"delta": float("nan")}, ValueError, r"^delta must be None or a finite number >= 0, got nan$"),
+        ({"delta": -1e-3}, ValueError, r"^delta must be None or a finite number >= 0, got -0\.001$"),
+        ({"checkpoint_every": 2.5}, ValueError, r"^checkpoint_every must be an integer >= 1, got 2\.5$"),
+        ({"init_p": 0}, ValueError, r"^init_p must be a number in \(0, 1\], got 0$"),
+        ({"init_p": 10}, ValueError, r"^init_p must be a number in \(0, 1\], got 10$"),
+        ({"print_iter": -1}, ValueError, r"^print_iter must be an integer >= 0, got -1$"),
+        ({"seed": 1.5}, TypeError, r"^seed must be None, an integer or a string, got 1\.5$"),
     ],
 )
 def test_each_fit_option_is_refused_naming_it_the_value_and_what_it_expects(
@@ -273,6 +279,12 @@ def test_each_fit_option_is_refused_naming_it_the_value_and_what_it_expects(
         FitOptions(**kwargs)
     with pytest.raises(error, match=match):
         optimize([1.0, 2.0, 3.0], GaussianEstimator(), **kwargs)
+
+
+def test_a_whole_float_is_kept_as_the_integer_it_is() -> None:
+    options = FitOptions(max_its=5.0, checkpoint_every=2.0, init_steps=3.0, seed=7.0)
+    assert (options.max_its, options.checkpoint_every, options.init_steps, options.seed) == (5, 2, 3, 7)
+    assert all(type(v) is int for v in (options.max_its, options.checkpoint_every, options.init_steps))
 
 
 def test_trials_are_checked_alike_by_best_of_and_select_k() -> None:

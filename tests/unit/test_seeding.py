@@ -255,9 +255,9 @@ def test_local_kmeans_reduces_weighted_candidates_to_the_heavy_clusters() -> Non
 @pytest.mark.parametrize(
     ("init", "steps", "match"),
     [
-        ("kmeans++", None, r"unknown init 'kmeans\+\+'; valid values: 'kmeans\|\|', 'random'"),
-        ("kmeans||", 0, r"init_steps \(initSteps\) must be an integer >= 1, got 0"),
-        ("kmeans||", 1.5, r"init_steps \(initSteps\) must be an integer >= 1, got 1.5"),
+        ("kmeans++", None, r"init must be one of 'kmeans\|\|', 'random' or a Seeding, got 'kmeans\+\+'"),
+        ("kmeans||", 0, r"init_steps must be None or an integer >= 1, got 0"),
+        ("kmeans||", 1.5, r"init_steps must be None or an integer >= 1, got 1.5"),
         (Seeding(oversampling=0.0), None, "oversampling must be a number > 0, got 0.0"),
     ],
 )
@@ -274,7 +274,7 @@ def test_spec_fit_section_takes_init_and_checks_it() -> None:
         "init": "random",
         "init_steps": 3,
     }
-    with pytest.raises(SpecError, match=r"fit section: unknown init 'kmeans'; valid values"):
+    with pytest.raises(SpecError, match=r"fit section: init must be one of 'kmeans\|\|', 'random' or a"):
         load_spec({**spec, "fit": {"init": "kmeans"}})
 
 

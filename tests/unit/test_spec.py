@@ -125,10 +125,12 @@ def test_unknown_fit_option(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("fit", "message"),
     [
-        ({"max_its": -1}, "max_its must be >= 0, got -1"),
-        ({"delta": "small"}, "delta must be >= 0 or None, got 'small'"),
-        ({"init": "kmeans"}, "unknown init 'kmeans'; valid values: 'kmeans||', 'random' or a Seeding"),
-        ({"init_steps": 0}, "init_steps (initSteps) must be an integer >= 1, got 0"),
+        ({"max_its": -1}, "max_its must be an integer >= 0, got -1"),
+        ({"delta": "small"}, "delta must be None or a finite number >= 0, got 'small'"),
+        ({"init": "kmeans"}, "init must be one of 'kmeans||', 'random' or a Seeding, got 'kmeans'"),
+        ({"init_steps": 0}, "init_steps must be None or an integer >= 1, got 0"),
+        ({"init_p": 1.5}, "init_p must be a number in (0, 1], got 1.5"),
+        ({"print_iter": -2}, "print_iter must be an integer >= 0, got -2"),
         ({"trials": 0}, "trials must be an integer >= 1, got 0"),
     ],
 )

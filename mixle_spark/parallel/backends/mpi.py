@@ -32,7 +32,7 @@ import pyarrow as pa
 from mixle_spark.errors import EmptyDataError, FieldError, SchemaError, did_you_mean
 from mixle_spark.parallel.backends import _mpi_io as io
 from mixle_spark.parallel.backends._handle import bind_estimator
-from mixle_spark.parallel.backends.registry import take_controls
+from mixle_spark.parallel.backends.registry import check_control, take_controls
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats._tables import one_column_error, split
 from mixle_spark.stats._validate import check_weights
@@ -196,15 +196,11 @@ class MPIEncodedData(PayloadHandle):
         mpi = require_mpi() if comm is None else None  # any mpi4py-style communicator works
         if estimator is None and model is None and encoder is None:
             raise TypeError("MPIEncodedData needs an estimator, a model or an encoder")
-        for name, value in (
-            ("chunk_size", chunk_size),
-            ("num_chunks", num_chunks),
-            ("num_workers", num_workers),
-        ):
-            if value is not None and (type(value) is not int or value < 1):
-                raise ValueError(f"{name} must be None or an integer >= 1, got {value!r}")
-        if type(sub_chunks) is not int or sub_chunks < 1:
-            raise ValueError(f"sub_chunks must be an integer >= 1, got {sub_chunks!r}")
+        if chunk_size is not None and (type(chunk_size) is not int or chunk_size < 1):
+            raise ValueError(f"chunk_size must be None or an integer >= 1, got {chunk_size!r}")
+        num_chunks = check_control("num_chunks", num_chunks)
+        num_workers = check_control("num_workers", num_workers)
+        sub_chunks = check_control("sub_chunks", sub_chunks)
         if chunk_size is not None and num_chunks is not None:
             raise ValueError("pass chunk_size or num_chunks, not both")
         if type(root_only) is not bool:

@@ -26,7 +26,7 @@ import numpy as np
 
 from mixle_spark.errors import MixleError
 from mixle_spark.parallel.backends._handle import bind_estimator, machine_memory
-from mixle_spark.parallel.backends.registry import take_controls
+from mixle_spark.parallel.backends.registry import check_control, take_controls
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats._tables import TableRows, chunk_bounds, located, split
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
@@ -125,9 +125,8 @@ class MPEncodedData(PayloadHandle):
         start_method: str = "spawn",
         timeout: float = 3600.0,
     ) -> None:
+        num_workers = check_control("num_workers", num_workers)
         workers = os.cpu_count() or 1 if num_workers is None else num_workers
-        if type(workers) is not int or workers < 1:
-            raise ValueError(f"num_workers must be None or an integer >= 1, got {num_workers!r}")
         # The driver checks the weights and runs the scan (vocabularies); the workers encode.
         if estimator is None and model is None and encoder is None:
             raise TypeError("MPEncodedData needs an estimator, a model or an encoder")

@@ -38,7 +38,7 @@ from mixle_spark.parallel.backends._handle import (
     scan_part,
 )
 from mixle_spark.parallel.backends._scoring import BatchScorer
-from mixle_spark.parallel.backends.registry import take_controls
+from mixle_spark.parallel.backends.registry import check_control, take_controls
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats._tables import as_table, split
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
@@ -190,8 +190,7 @@ class RayEncodedData(PayloadHandle):
             raise TypeError(
                 f"weights must be the name of a weight column for the ray backend, got {weights!r}"
             )
-        if num_workers is not None and (type(num_workers) is not int or num_workers < 1):
-            raise ValueError(f"num_workers must be an integer >= 1 (actors), got {num_workers!r}")
+        num_workers = check_control("num_workers", num_workers)  # the actors
         self._ray = ray
         self._closed = True
         self._blocks = _block_refs(data if frame_engine(data) == "ray" else _as_dataset(ray, data))

@@ -16,16 +16,19 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark._checks import Check, integer
 from mixle_spark._frames import frame_engine
 from mixle_spark.errors import did_you_mean
 from mixle_spark.parallel.backends.contract import EncodedData
 
 __all__ = [
     "BUILTIN_BACKENDS",
+    "CONTROL_CHECKS",
     "CONTROL_DEFAULTS",
     "EncodedDataControlConflictError",
     "UnsupportedControlError",
     "available_encoded_data_backends",
+    "check_control",
     "check_engine_and_precision",
     "encoded_data",
     "is_encoded_data_handle",
@@ -248,6 +251,22 @@ CONTROL_DEFAULTS: dict[str, Any] = {
     for name, parameter in inspect.signature(encoded_data).parameters.items()
     if parameter.kind is parameter.POSITIONAL_OR_KEYWORD and name not in ("data", "estimator", "model")
 }
+
+
+CONTROL_CHECKS: dict[str, Check] = {
+    "num_chunks": integer(1, optional=True),
+    "sub_chunks": integer(1),
+    "num_workers": integer(1, optional=True),
+    "depth": integer(1),
+}
+"""The declared checks of the controls that the fit job's flags (``--partitions``, ``--num-workers``,
+``--depth``) and the ML Params (``numPartitions``, ``aggregationDepth``) stand for, run by the backends
+that take them (``depth``: the tree-merge depth of the Spark backend's statistics)."""
+
+
+def check_control(name: str, value: Any) -> Any:
+    """``value`` of control ``name`` checked by :data:`CONTROL_CHECKS` (and normalized)."""
+    return CONTROL_CHECKS[name](value, name)
 
 
 def _controls(scope: dict[str, Any]) -> dict[str, Any]:

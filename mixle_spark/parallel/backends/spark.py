@@ -77,7 +77,7 @@ from mixle_spark.parallel.backends._spark_executors import (
     JobExecutor,
     ResidentExecutor,
 )
-from mixle_spark.parallel.backends.registry import take_controls
+from mixle_spark.parallel.backends.registry import check_control, take_controls
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
@@ -163,14 +163,11 @@ class SparkEncodedData(PayloadHandle):
     ) -> None:
         if estimator is None and model is None and encoder is None:
             raise TypeError("SparkEncodedData needs an estimator, a model or an encoder")
-        if not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+        depth = check_control("depth", depth)
         if merge not in ("auto", "tree", "dataframe"):
             raise ValueError(f"merge must be 'auto', 'tree' or 'dataframe', got {merge!r}")
-        if num_chunks is not None and (not isinstance(num_chunks, int) or num_chunks < 1):
-            raise ValueError(f"num_chunks must be a positive integer, got {num_chunks!r}")
-        if num_workers is not None and (type(num_workers) is not int or num_workers < 1):
-            raise ValueError(f"num_workers must be None or an integer >= 1, got {num_workers!r}")
+        num_chunks = check_control("num_chunks", num_chunks)
+        num_workers = check_control("num_workers", num_workers)
         self.connect = is_spark_connect(data)
         if merge == "tree" and self.connect:
             raise ValueError("merge='tree' needs RDDs, which Spark Connect does not have; use 'dataframe'")
