@@ -1,20 +1,33 @@
 """The accumulator contract: weighted sufficient statistics that merge by ``combine``, each accumulator
-its own factory, and parameter tying by ``keys``."""
+its own factory, and parameter tying by ``keys``; for incremental EM, statistics that scale
+(``scale``, old rows decayed) and move into a wider vocabulary (``widened``)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import numpy as np
 
+from mixle_spark._checks import number
+from mixle_spark.errors import SpecError
 from mixle_spark.stats._encoder import Encoded, Encoder
 from mixle_spark.stats._random import RowRandom
 
 if TYPE_CHECKING:
     from mixle_spark.stats.base import Distribution
 
-__all__ = ["Accumulator", "AccumulatorFactory", "seq_update_with_ll"]
+__all__ = [
+    "SCALE_FACTOR",
+    "Accumulator",
+    "AccumulatorFactory",
+    "seq_update_with_ll",
+    "widened_parts",
+    "widening_target",
+]
+
+SCALE_FACTOR = number(0.0)
+"""What :meth:`Accumulator.scale` takes: a finite number >= 0."""
 
 
 class AccumulatorFactory(ABC):
@@ -74,6 +87,45 @@ class Accumulator(AccumulatorFactory):
     def from_value(self, value: Any) -> Accumulator:
         """Replace this accumulator's statistics by ``value`` (copied); returns self."""
 
+    def scale(self, factor: float) -> Accumulator:
+        """Multiply every weighted sum of the statistics by ``factor``, in place; returns self.
+
+        Afterwards the statistics equal (to rounding) those of the same rows with every weight
+        multiplied by ``factor``: incremental EM decays the statistics of older rows this way.
+        What is not a weighted sum (a centre, a range, a vocabulary, ``keys``) is kept.
+
+        Parameters
+        ----------
+        factor : float
+            A finite number >= 0 (0 zeroes the sums and keeps their shape).
+        """
+        self._scale(SCALE_FACTOR(factor, "scale factor"))
+        return self
+
+    def _scale(self, factor: float) -> None:
+        """:meth:`scale` after the check of ``factor``: multiply this accumulator's weighted sums and
+        call its parts' ``_scale``."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement _scale(factor) (multiply its weighted sums by "
+            "factor in place), so its statistics cannot be scaled or decayed"
+        )
+
+    def widened(self, target: Accumulator) -> Any:
+        """This accumulator's statistics (a :meth:`value`) over the vocabularies of ``target``.
+
+        ``target`` is an accumulator of the same structure whose label vocabularies contain this
+        one's (made by the same estimator after ``with_scan`` added labels); new labels get zero
+        statistics, so ``target.make().from_value(acc.widened(target))`` merges with ``target``'s own
+        statistics. The default, for accumulators without a vocabulary, is :meth:`value`.
+
+        Raises
+        ------
+        SpecError
+            ``target`` has another structure, or lacks a label of this accumulator's vocabulary.
+        """
+        widening_target(self, target)
+        return self.value()
+
     encoder_class: ClassVar[type[Encoder] | None] = None
 
     def make_encoder(self) -> Encoder:
@@ -127,3 +179,27 @@ def seq_update_with_ll(
     """
     ll = acc.seq_update(enc, weights, estimate)
     return estimate.seq_log_density(enc) if ll is None else ll
+
+
+AccumulatorT = TypeVar("AccumulatorT", bound=Accumulator)
+
+
+def widening_target(acc: AccumulatorT, target: Accumulator) -> AccumulatorT:
+    """``target`` of ``acc.widened(target)``, checked to be of ``acc``'s class (else a SpecError)."""
+    if type(target) is not type(acc):
+        raise SpecError(
+            f"{type(acc).__name__}.widened: the target must be a {type(acc).__name__} of the same "
+            f"structure, got {type(target).__name__}"
+        )
+    return cast(AccumulatorT, target)
+
+
+def widened_parts(acc: Accumulator, parts: Any, targets: Any) -> tuple[Any, ...]:
+    """Each of ``acc``'s ``parts`` widened to the matching part of the target's ``targets``."""
+    parts, targets = list(parts), list(targets)
+    if len(parts) != len(targets):
+        raise SpecError(
+            f"{type(acc).__name__}.widened: the target has {len(targets)} parts, this accumulator "
+            f"{len(parts)}"
+        )
+    return tuple(part.widened(target) for part, target in zip(parts, targets, strict=True))

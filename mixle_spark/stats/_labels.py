@@ -47,6 +47,7 @@ __all__ = [
     "readable_label_type",
     "sorted_labels",
     "unseen_label_error",
+    "widened_counts",
 ]
 
 EXPECTED_LABEL = "expected a label for CategoricalEstimator"
@@ -178,6 +179,32 @@ def label_positions(source: tuple[Any, ...], target: tuple[Any, ...]) -> np.ndar
     index = {k: i for i, k in enumerate(target)}
     pos = np.fromiter((index.get(k, -1) for k in source), dtype=np.int64, count=len(source))
     return np.append(pos, -1)
+
+
+def widened_counts(
+    counts: np.ndarray, labels: tuple[Any, ...] | None, vocab: tuple[Any, ...] | None, owner: str
+) -> np.ndarray:
+    """``counts`` indexed by ``labels`` along every axis (a count vector, a transition matrix)
+    re-expressed over ``vocab``, a superset: zeros for the labels ``labels`` lacks. A SpecError
+    names ``owner`` and the first label of ``labels`` that ``vocab`` lacks."""
+    source, target = labels or (), vocab or ()
+    counts = np.array(counts, dtype=np.float64)
+    if source == target:
+        return counts
+    # Typed keys: True and 1 are one dict key but two labels.
+    index = {(type(k).__name__, k): i for i, k in enumerate(target)}
+    pos = np.fromiter(
+        (index.get((type(k).__name__, k), -1) for k in source), dtype=np.int64, count=len(source)
+    )
+    if (pos < 0).any():
+        label = source[first_true(pos < 0)]
+        raise SpecError(
+            f"{owner}: cannot widen statistics to a vocabulary without label {label!r}: the target's "
+            f"{len(target)} labels {_preview(target)} must contain this accumulator's {len(source)}"
+        )
+    out = np.zeros((len(target),) * counts.ndim)
+    out[np.ix_(*([pos] * counts.ndim))] = counts
+    return out
 
 
 class VocabularyCache:
@@ -324,7 +351,8 @@ class LabelListOptions(LabelOptions, LengthEstimation):
         if scan is None:
             return self
         label_scan, len_scan = scan
-        labels = self.labels if label_scan is None else (*(self.labels or ()), *label_scan)
+        # One copy of a label both had: a scan may add labels to a vocabulary it overlaps.
+        labels = self.labels if label_scan is None else sorted_labels((*(self.labels or ()), *label_scan))
         return dataclasses.replace(
             cast(Any, self), labels=labels, len_estimator=self.length_with_scan(len_scan)
         )

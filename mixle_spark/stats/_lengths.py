@@ -183,6 +183,22 @@ class LengthAccumulation:
     def length_parts(self) -> list[Accumulator]:
         return [] if self.len_acc is None else [self.len_acc]
 
+    def scale_lengths(self, factor: float) -> None:
+        if self.len_acc is not None:
+            self.len_acc._scale(factor)
+
+    def widened_lengths(self, target: LengthAccumulation) -> Any:
+        """The length statistics over ``target``'s length vocabulary (None without a length model)."""
+        mine, theirs = self.len_acc, target.len_acc
+        if mine is not None and theirs is not None:
+            return mine.widened(theirs)
+        if mine is None and theirs is None:
+            return None
+        raise SpecError(
+            f"{type(self).__name__}.widened: the target {'lacks' if theirs is None else 'has'} a length "
+            f"model that this accumulator {'has' if theirs is None else 'lacks'}"
+        )
+
     def fresh_lengths(self) -> Accumulator | None:
         return None if self.len_acc is None else self.len_acc.make()
 

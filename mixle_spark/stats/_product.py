@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from mixle_spark.errors import FieldError, SchemaError
+from mixle_spark.stats._accumulator import widened_parts, widening_target
 from mixle_spark.stats._encoder import any_unseen
 from mixle_spark.stats._validate import as_arrow_array
 from mixle_spark.stats.base import (
@@ -250,6 +251,13 @@ class ProductAccumulator(Accumulator):
 
     def value(self) -> tuple[Any, ...]:
         return tuple(acc.value() for acc in self.children)
+
+    def _scale(self, factor: float) -> None:
+        for acc in self.children:
+            acc._scale(factor)
+
+    def widened(self, target: Accumulator) -> tuple[Any, ...]:
+        return widened_parts(self, self.children, widening_target(self, target).children)
 
     def from_value(self, value: Any) -> ProductAccumulator:
         for acc, v in zip(self.children, value, strict=True):

@@ -247,6 +247,10 @@ class SumAccumulator(Accumulator):
     def value(self) -> tuple[float, float]:
         return (self.sw, self.sx)
 
+    def _scale(self, factor: float) -> None:
+        self.sw *= factor
+        self.sx *= factor
+
     def from_value(self, value: Any) -> SumAccumulator:
         self.sw, self.sx = (float(v) for v in value)
         return self
@@ -283,6 +287,9 @@ class FeatureSumAccumulator(Accumulator):
 
     def value(self) -> tuple[float, ...]:
         return tuple(self.sums)
+
+    def _scale(self, factor: float) -> None:
+        self.sums = [factor * s for s in self.sums]
 
     def from_value(self, value: Any) -> FeatureSumAccumulator:
         self.sums = [float(v) for v in value]

@@ -491,6 +491,12 @@ class MomentAccumulator(Accumulator):
     def value(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         return (self.sw, self.s1.copy(), self.s2.copy(), self.center.copy())
 
+    def _scale(self, factor: float) -> None:
+        # The centre is where the sums are taken, not a sum: it stays.
+        self.sw *= factor
+        self.s1 = factor * self.s1
+        self.s2 = factor * self.s2
+
     def from_value(self, value: Any) -> MomentAccumulator:
         sw, s1, s2, center = value
         self.sw = float(sw)

@@ -325,6 +325,11 @@ class Distribution(ABC):
     """The constructor's keyword arguments, which are also the attributes and the JSON keys."""
     fit_result: Any = None
     """Set by :func:`mixle_spark.estimation.optimize` on the model it returns (not part of equality)."""
+    statistics: Any = None
+    """The sufficient statistics the model was estimated from, when kept
+    (:class:`~mixle_spark.em.statistics.Statistics`: ``keep_statistics=True``, :func:`update`)."""
+    update_result: Any = None
+    """Set by :func:`mixle_spark.em.incremental.update` on the model it returns."""
 
     @abstractmethod
     def log_density(self, x: Any) -> float:

@@ -34,6 +34,7 @@ from mixle_spark.errors import (
     SchemaError,
     SpecError,
 )
+from mixle_spark.stats._accumulator import widening_target
 from mixle_spark.stats._embed import label_width, one_hot, scales
 from mixle_spark.stats._labels import (
     CODES_FIELD,
@@ -59,6 +60,7 @@ from mixle_spark.stats._labels import (
     readable_label_type,
     sorted_labels,
     unseen_label_error,
+    widened_counts,
 )
 from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import (
@@ -340,6 +342,13 @@ class CategoricalAccumulator(Accumulator):
 
     def value(self) -> np.ndarray:
         return self.counts.copy()
+
+    def _scale(self, factor: float) -> None:
+        self.counts = factor * self.counts
+
+    def widened(self, target: Accumulator) -> np.ndarray:
+        vocabulary = widening_target(self, target).labels
+        return widened_counts(self.counts, self.labels, vocabulary, type(self).__name__)
 
     def from_value(self, value: Any) -> CategoricalAccumulator:
         self.counts = np.array(value, dtype=np.float64)

@@ -153,6 +153,12 @@ class GaussianAccumulator(Accumulator):
     def value(self) -> tuple[float, float, float, float]:
         return (self.sw, self.s1, self.s2, self.shift)
 
+    def _scale(self, factor: float) -> None:
+        # The shift is where the sums are taken, not a sum: it stays.
+        self.sw *= factor
+        self.s1 *= factor
+        self.s2 *= factor
+
     def from_value(self, value: Any) -> GaussianAccumulator:
         self.sw, self.s1, self.s2, self.shift = (float(v) for v in value)
         return self

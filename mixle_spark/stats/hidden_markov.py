@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import SpecError
+from mixle_spark.stats._accumulator import widened_parts, widening_target
 from mixle_spark.stats._hmm_kernels import Layout, baum_welch, forward, viterbi
 from mixle_spark.stats._lengths import LengthAccumulation, LengthEstimation, LengthModel, check_length_model
 from mixle_spark.stats._product import as_record_list
@@ -324,6 +325,26 @@ class HiddenMarkovAccumulator(LengthAccumulation, Accumulator):
             self.state_weights.copy(),
             tuple(acc.value() for acc in self.emissions),
             self.length_value(),
+            self.row_weight,
+        )
+
+    def _scale(self, factor: float) -> None:
+        self.initial = factor * self.initial
+        self.transitions = factor * self.transitions
+        self.state_weights = factor * self.state_weights
+        self.row_weight *= factor
+        for acc in self.emissions:
+            acc._scale(factor)
+        self.scale_lengths(factor)
+
+    def widened(self, target: Accumulator) -> tuple[Any, ...]:
+        other = widening_target(self, target)
+        return (
+            self.initial.copy(),
+            self.transitions.copy(),
+            self.state_weights.copy(),
+            widened_parts(self, self.emissions, other.emissions),
+            self.widened_lengths(other),
             self.row_weight,
         )
 

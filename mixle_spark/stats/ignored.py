@@ -111,6 +111,9 @@ class IgnoredAccumulator(Accumulator):
     def value(self) -> None:
         return None
 
+    def _scale(self, factor: float) -> None:
+        return None  # no statistics
+
     def from_value(self, value: Any) -> IgnoredAccumulator:
         return self
 

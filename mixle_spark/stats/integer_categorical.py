@@ -274,7 +274,10 @@ def _align(min_val: int, counts: np.ndarray, lo: int, hi: int) -> np.ndarray:
 
 
 class IntegerCategoricalAccumulator(Accumulator):
-    """Weighted counts over ``min_val .. min_val + len(counts) - 1``; value ``(min_val, counts)``."""
+    """Weighted counts over ``min_val .. min_val + len(counts) - 1``; value ``(min_val, counts)``.
+
+    ``widened`` is the default (``value()``): a range is not a vocabulary, ``combine`` re-bases it.
+    """
 
     def __init__(self, min_val: int | None = None, max_val: int | None = None, keys: Any = None) -> None:
         self.keys = keys
@@ -313,6 +316,9 @@ class IntegerCategoricalAccumulator(Accumulator):
 
     def value(self) -> tuple[int, np.ndarray]:
         return (self.min_val, self.counts.copy())
+
+    def _scale(self, factor: float) -> None:
+        self.counts = factor * self.counts  # min_val stays
 
     def from_value(self, value: Any) -> IntegerCategoricalAccumulator:
         self.min_val = int(value[0])

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import EmptyDataError, SpecError
+from mixle_spark.stats._accumulator import widening_target
 from mixle_spark.stats._labels import (
     LabelListOptions,
     VocabularyCache,
@@ -55,6 +56,7 @@ from mixle_spark.stats._labels import (
     no_vocabulary_error,
     normalize_label,
     sorted_labels,
+    widened_counts,
 )
 from mixle_spark.stats._lengths import LengthAccumulation, LengthModel, check_length_model
 from mixle_spark.stats._markov_kernels import (
@@ -375,6 +377,19 @@ class MarkovChainAccumulator(LengthAccumulation, Accumulator):
 
     def value(self) -> tuple[np.ndarray, np.ndarray, Any, float]:
         return (self.initial.copy(), self.transitions.copy(), self.length_value(), self.row_weight)
+
+    def _scale(self, factor: float) -> None:
+        self.initial = factor * self.initial
+        self.transitions = factor * self.transitions
+        self.row_weight *= factor
+        self.scale_lengths(factor)
+
+    def widened(self, target: Accumulator) -> tuple[np.ndarray, np.ndarray, Any, float]:
+        other = widening_target(self, target)
+        owner = type(self).__name__
+        initial = widened_counts(self.initial, self.labels, other.labels, owner)
+        transitions = widened_counts(self.transitions, self.labels, other.labels, owner)
+        return (initial, transitions, self.widened_lengths(other), self.row_weight)
 
     def from_value(self, value: Any) -> MarkovChainAccumulator:
         self.initial, self.transitions, len_value, self.row_weight = self._arrays(value)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import DegenerateComponentError, NonFiniteLikelihoodError, SpecError
+from mixle_spark.stats._accumulator import widened_parts, widening_target
 from mixle_spark.stats._mixture_encoder import MixtureEncoder, unwrap
 from mixle_spark.stats._mixture_kernels import (
     exp_normalize,
@@ -350,6 +351,15 @@ class MixtureAccumulator(Accumulator):
 
     def value(self) -> tuple[np.ndarray, tuple[Any, ...]]:
         return (self.counts.copy(), tuple(acc.value() for acc in self.accumulators))
+
+    def _scale(self, factor: float) -> None:
+        self.counts = factor * self.counts
+        for acc in self.accumulators:
+            acc._scale(factor)
+
+    def widened(self, target: Accumulator) -> tuple[np.ndarray, tuple[Any, ...]]:
+        other = widening_target(self, target)
+        return (self.counts.copy(), widened_parts(self, self.accumulators, other.accumulators))
 
     def from_value(self, value: Any) -> MixtureAccumulator:
         counts, comp_values = value

@@ -46,6 +46,7 @@ from mixle_spark.errors import (
     EmptyDataError,
     SpecError,
 )
+from mixle_spark.stats._accumulator import widening_target
 from mixle_spark.stats._bag_of_words import (
     MultinomialBatch,
     MultinomialEncoder,
@@ -66,6 +67,7 @@ from mixle_spark.stats._labels import (
     pmap_from_spec,
     sorted_labels,
     unseen_label_error,
+    widened_counts,
 )
 from mixle_spark.stats._lengths import LengthAccumulation, LengthModel, check_length_model, draw_lengths
 from mixle_spark.stats._special import log_factorial
@@ -264,6 +266,16 @@ class MultinomialAccumulator(LengthAccumulation, Accumulator):
 
     def value(self) -> tuple[float, np.ndarray, Any]:
         return (self.row_weight, self.counts.copy(), self.length_value())
+
+    def _scale(self, factor: float) -> None:
+        self.row_weight *= factor
+        self.counts = factor * self.counts
+        self.scale_lengths(factor)
+
+    def widened(self, target: Accumulator) -> tuple[float, np.ndarray, Any]:
+        other = widening_target(self, target)
+        counts = widened_counts(self.counts, self.labels, other.labels, type(self).__name__)
+        return (self.row_weight, counts, self.widened_lengths(other))
 
     def from_value(self, value: Any) -> MultinomialAccumulator:
         row_weight, counts, len_value = value

@@ -231,6 +231,9 @@ class NegativeBinomialAccumulator(Accumulator):
     def value(self) -> tuple[np.ndarray, np.ndarray]:
         return (self.values.copy(), self.weights.copy())
 
+    def _scale(self, factor: float) -> None:
+        self.weights = factor * self.weights  # the distinct counts (values) stay
+
     def from_value(self, value: Any) -> NegativeBinomialAccumulator:
         values, weights = value
         self.values = np.array(values, dtype=np.float64)

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mixle_spark.errors import FieldError
+from mixle_spark.stats._accumulator import widening_target
 from mixle_spark.stats._embed import scatter_rows
 from mixle_spark.stats._product import as_record_list
 from mixle_spark.stats._validate import as_arrow_array
@@ -323,6 +324,14 @@ class OptionalAccumulator(Accumulator):
 
     def value(self) -> tuple[float, float, Any]:
         return (self.missing, self.present, self.child.value())
+
+    def _scale(self, factor: float) -> None:
+        self.missing *= factor
+        self.present *= factor
+        self.child._scale(factor)
+
+    def widened(self, target: Accumulator) -> tuple[float, float, Any]:
+        return (self.missing, self.present, self.child.widened(widening_target(self, target).child))
 
     def from_value(self, value: Any) -> OptionalAccumulator:
         missing, present, child_value = value

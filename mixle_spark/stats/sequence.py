@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from mixle_spark.errors import DataTypeError, DataValueError, FieldError, SchemaError
+from mixle_spark.stats._accumulator import widening_target
 from mixle_spark.stats._embed import length_scales, segment_mean, with_length
 from mixle_spark.stats._encoder import any_unseen, unseen_owners
 from mixle_spark.stats._lengths import (
@@ -359,6 +360,17 @@ class SequenceAccumulator(LengthAccumulation, Accumulator):
 
     def value(self) -> tuple[float, float, Any, Any]:
         return (self.row_weight, self.element_weight, self.child.value(), self.length_value())
+
+    def _scale(self, factor: float) -> None:
+        self.row_weight *= factor
+        self.element_weight *= factor
+        self.child._scale(factor)
+        self.scale_lengths(factor)
+
+    def widened(self, target: Accumulator) -> tuple[float, float, Any, Any]:
+        other = widening_target(self, target)
+        child = self.child.widened(other.child)
+        return (self.row_weight, self.element_weight, child, self.widened_lengths(other))
 
     def from_value(self, value: Any) -> SequenceAccumulator:
         row_weight, element_weight, child_value, len_value = value

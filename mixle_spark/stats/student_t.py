@@ -272,6 +272,16 @@ class StudentTAccumulator(Accumulator):
     def value(self) -> tuple[float, float, float, float, float, float, float]:
         return (self.sw, self.su, self.s1, self.s2, self.shift, self.sw_dof, self.s_dof)
 
+    def _scale(self, factor: float) -> None:
+        # Every field but the shift (where s1 and s2 are taken) is a sum over rows of w times a
+        # per-row term, s_dof included: all scale.
+        self.sw *= factor
+        self.su *= factor
+        self.s1 *= factor
+        self.s2 *= factor
+        self.sw_dof *= factor
+        self.s_dof *= factor
+
     def from_value(self, value: Any) -> StudentTAccumulator:
         self.sw, self.su, self.s1, self.s2, self.shift, self.sw_dof, self.s_dof = (float(v) for v in value)
         return self

@@ -37,16 +37,29 @@ def machine_memory() -> int | None:
     return total
 
 
+def reads(bound: Encoder, encoder: Encoder) -> bool:
+    """Whether an estimator with encoder ``bound`` reads data encoded by ``encoder``: the same encoder,
+    or one whose vocabularies hold more labels (an update's, after new labels arrived; batches are
+    re-aligned by label)."""
+    if bound == encoder:
+        return True
+    try:
+        return bound.union(encoder) == bound
+    except TypeError:  # another structure: nothing to unite
+        return False
+
+
 def bind_estimator(
     estimator: Estimator, scan: Any, encoder: Encoder, num_workers: int | None = None
 ) -> Estimator:
-    """``estimator`` with the data's scanned vocabularies / ranges fixed; it must encode like ``encoder``.
+    """``estimator`` with the data's scanned vocabularies / ranges fixed; it must read what ``encoder``
+    encoded (:func:`reads`).
 
     With ``num_workers``, its E-step is threaded over that many threads
     (:class:`~mixle_spark.parallel.backends.model_parallel.ModelParallelEstimator`, bit-identical results).
     """
     bound = estimator.with_scan(scan) if scan is not None else estimator
-    if bound.encoder() != encoder:
+    if not reads(bound.encoder(), encoder):
         raise ValueError(
             f"{type(estimator).__name__} encodes data differently from the estimator this handle "
             "was built for; build a new handle with encoded_data(data, estimator)"

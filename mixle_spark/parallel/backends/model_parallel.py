@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.parallel._model_tree import threaded_nodes
+from mixle_spark.stats._accumulator import widening_target
 from mixle_spark.stats._product import ProductAccumulator
 from mixle_spark.stats.base import (
     Accumulator,
@@ -207,6 +208,12 @@ class ModelParallelAccumulator(Accumulator):
 
     def value(self) -> Any:
         return self.inner.value()
+
+    def _scale(self, factor: float) -> None:
+        self.inner._scale(factor)
+
+    def widened(self, target: Accumulator) -> Any:
+        return self.inner.widened(widening_target(self, target).inner)
 
     def from_value(self, value: Any) -> ModelParallelAccumulator:
         self.inner.from_value(value)
