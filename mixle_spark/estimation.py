@@ -45,6 +45,7 @@ from mixle_spark.em._records import (
 from mixle_spark.em._run import start_model
 from mixle_spark.em.options import FitOptions, check_trials
 from mixle_spark.em.seeding import Seeding
+from mixle_spark.em.statistics import collect_statistics
 from mixle_spark.errors import ConvergenceWarning, ModelSizeWarning
 from mixle_spark.parallel.backends.contract import FitSession
 from mixle_spark.parallel.backends.registry import encoded_data, is_encoded_data_handle
@@ -313,6 +314,8 @@ def best_of(
             warnings.warn(
                 f"trial {chosen} (the best of {trials}): {message}", ConvergenceWarning, stacklevel=2
             )
+        if fit.keep_statistics:
+            best[1].statistics = collect_statistics(handle, estimator, best[1])
         warn_model_size(best[1], len(handle))
     finally:
         _release(handle, owned)

@@ -95,6 +95,18 @@ class KSelection:
         return "\n".join(lines)
 
 
+def _chosen(table: list[CandidateFit], criterion: str) -> int:
+    """The k the criterion picks (the smaller k on a tie)."""
+    scores = [_score(r, criterion) for r in table]
+    if criterion == "validation":
+        best = max(range(len(table)), key=lambda i: (scores[i], -table[i].k))
+    else:
+        best = min(
+            range(len(table)), key=lambda i: (scores[i] if math.isfinite(scores[i]) else math.inf, table[i].k)
+        )
+    return table[best].k
+
+
 def _score(row: CandidateFit, criterion: str) -> float:
     if criterion == "validation":
         return float(row.validation_log_likelihood)  # type: ignore[arg-type]
@@ -217,6 +229,7 @@ def select_k(
         One per candidate that stopped at ``max_its`` before its gain fell below ``delta``, naming
         its ``k``, the iterations and the last gain (its table row says ``converged=False``).
     """
+    from mixle_spark.em.statistics import collect_statistics
     from mixle_spark.estimation import _handle, _release, fit_together, trial_seeds, warn_model_size
     from mixle_spark.stats._random import seed_to_int
     from mixle_spark.summary import count_free_parameters, information_criteria
@@ -233,7 +246,7 @@ def select_k(
     if single:
         raise SpecError(f"select_k fits several models; {' and '.join(single)} apply to a single fit")
     out = fit.out
-    quiet = dataclasses.replace(fit, out=out if fit.print_iter else None)
+    quiet = dataclasses.replace(fit, out=out if fit.print_iter else None, keep_statistics=False)
     estimators = {k: with_components(estimator, k) for k in candidates}
 
     handle, owned = _handle(data, estimators[candidates[-1]], backend_options, on_encoded)
@@ -285,17 +298,12 @@ def select_k(
                     f"k={k}: log-likelihood {row.log_likelihood:.6f}  BIC {row.bic:.3f}  AIC {row.aic:.3f}"
                     f"{extra}  {row.iterations} iterations{'' if row.converged else ' (not converged)'}\n"
                 )
+        best_k = _chosen(table, criterion)
+        if fit.keep_statistics:  # of the model returned only: one more pass over the data
+            models[best_k].statistics = collect_statistics(handle, estimators[best_k], models[best_k])
     finally:
         _release(handle, owned)
         _release(vhandle, vowned)
-    scores = [_score(r, criterion) for r in table]
-    if criterion == "validation":
-        best = max(range(len(table)), key=lambda i: (scores[i], -table[i].k))
-    else:
-        best = min(
-            range(len(table)), key=lambda i: (scores[i] if math.isfinite(scores[i]) else math.inf, table[i].k)
-        )
-    best_k = table[best].k
     _warn_not_converged(models)
     warn_model_size(models[best_k], n)
     return KSelection(criterion, best_k, models[best_k], table, models)

@@ -256,13 +256,18 @@ def _json_default(value: Any) -> Any:
 
 
 def model_to_dict(model: Distribution) -> dict[str, Any]:
-    """The model with its format header, as JSON-able data."""
-    return {
+    """The model with its format header, as JSON-able data; with the sufficient statistics it was
+    estimated from when it keeps them (``statistics``: :class:`~mixle_spark.em.statistics.Statistics`;
+    a reader that predates them ignores the entry)."""
+    out = {
         "format": MODEL_FORMAT,
         "format_version": MODEL_FORMAT_VERSION,
         "mixle_spark_version": __version__,
         "model": model.to_dict(),
     }
+    if model.statistics is not None:
+        out["statistics"] = model.statistics.to_dict()
+    return out
 
 
 def model_to_json(model: Distribution, indent: int | None = None) -> str:
@@ -292,9 +297,15 @@ def model_from_dict(payload: Mapping[str, Any]) -> Distribution:
         raise ModelFormatError("model file has no 'model' entry")
     _check_nesting(payload["model"], "the model", TooLargeError)
     try:
-        return distribution_from_dict(payload["model"])
+        model = distribution_from_dict(payload["model"])
     except SpecError as err:
         raise ModelFormatError(f"invalid model: {err}") from err
+    if payload.get("statistics") is not None:
+        from mixle_spark.em.statistics import Statistics
+
+        _check_nesting(payload["statistics"], "the model's statistics", TooLargeError)
+        model.statistics = Statistics.from_dict(payload["statistics"])
+    return model
 
 
 def model_from_json(text: str | bytes, source: str = "model") -> Distribution:

@@ -20,6 +20,7 @@ from mixle_spark.em._checkpoint_store import checkpoint_key
 from mixle_spark.em._records import ON_DEGENERATE
 from mixle_spark.em._run import EMRun, FitInputs
 from mixle_spark.em.seeding import INIT_MODES, Seeding
+from mixle_spark.em.statistics import collect_statistics
 from mixle_spark.errors import SpecError
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -113,6 +114,10 @@ class FitOptions:
         either way.
     init_steps : int, optional
         k-means|| rounds (pyspark.ml ``initSteps``; default 2).
+    keep_statistics : bool
+        Attach to the model the sufficient statistics of its E-step over the data
+        (``model.statistics``, saved inside its JSON; one more pass over the data), so that
+        :func:`~mixle_spark.em.incremental.update` can fold new rows into it later.
     checkpoint_key : bytes or str, optional
         Authenticate the checkpoints with this key (HMAC-SHA256, at least 16 bytes): only checkpoints
         written with it are resumed from. Default: the environment variable
@@ -140,6 +145,7 @@ class FitOptions:
         one_of(INIT_MODES, also=lambda v: isinstance(v, Seeding), also_words="a Seeding"), "kmeans||"
     )
     init_steps: int | None = checked(integer(1, optional=True), None)
+    keep_statistics: bool = checked(Check("True or False", lambda v: type(v) is bool), False)
     checkpoint_key: bytes | str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -189,7 +195,9 @@ class FitOptions:
         if self.trace_path is not None:
             path = Path(self.trace_path)
             trace = path.with_name(f"{path.stem}.trial-{k}{path.suffix or '.jsonl'}")
-        return dataclasses.replace(self, seed=seed, checkpoint_dir=checkpoints, trace_path=trace)
+        return dataclasses.replace(
+            self, seed=seed, checkpoint_dir=checkpoints, trace_path=trace, keep_statistics=False
+        )  # best_of keeps the statistics of the trial it returns only
 
     def fit(
         self,
@@ -209,7 +217,10 @@ class FitOptions:
         inputs = FitInputs(prev_estimate=prev_estimate, vhandle=vhandle, label=label, started=started)
 
         def run(handle: Any) -> Distribution:
-            return EMRun(handle, estimator, options, inputs).run()
+            model = EMRun(handle, estimator, options, inputs).run()
+            if options.keep_statistics:
+                model.statistics = collect_statistics(handle, estimator, model)
+            return model
 
         return run
 
@@ -218,8 +229,8 @@ class FitOptions:
     ) -> Distribution | None:
         """The model of this fit when ``checkpoint_dir`` holds its final checkpoint (same estimator,
         options and row count), without reading the data; None when the fit has to run."""
-        if self.checkpoint_dir is None or not self.resume:
-            return None
+        if self.checkpoint_dir is None or not self.resume or self.keep_statistics:
+            return None  # keep_statistics: the statistics are a pass over the data
         return EMRun(_Rows(rows), estimator, self, FitInputs(prev_estimate=prev_estimate)).finished()
 
 

@@ -372,6 +372,14 @@ class PayloadHandle:
         factory = self.bind(estimator).accumulator_factory()
         return self._finish((factory, model, None, None), lambda p: (p[0], self._statistics(factory, p[2])))
 
+    def pysp_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, float, Any]:
+        """The E-step fold under ``model`` without the M-step: (total weight, log-likelihood of
+        ``model``, merged statistics value after the tying passes), in one pass (an update's pass)."""
+        factory = self.bind(estimator).accumulator_factory()
+        return self._finish(
+            (factory, model, None, None), lambda p: (p[0], p[1], self._statistics(factory, p[2]))
+        )
+
     def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
         """(total weight, weighted total log-likelihood of ``estimate``)."""
         return self._finish((None, estimate, None, None), lambda p: (p[0], p[1]))

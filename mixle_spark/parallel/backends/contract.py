@@ -7,6 +7,7 @@ back when it does not; each is a small :class:`typing.Protocol` checked with ``i
 
 ============================  =======================================================================
 :class:`EMStep`               one pass gives the previous model's log-likelihood and the next model
+:class:`Accumulate`           one pass gives the model's log-likelihood and the statistics (updates)
                               (else two passes an iteration: a score and an estimate)
 :class:`RowPasses`            row tasks over the data (the k-means|| seeding; fits sharing passes)
 :class:`PartitionAudit`       recompute chosen partitions alone (the silent-corruption audit)
@@ -21,9 +22,9 @@ back when it does not; each is a small :class:`typing.Protocol` checked with ``i
 ============================  =======================================================================
 
 :class:`~mixle_spark.parallel.fold.PayloadHandle` implements :class:`EncodedData`,
-:class:`EMStep`, :class:`RowPasses`, :class:`PartitionAudit` and :class:`PartReports` over one
-method a backend writes (``_estep``: fold each partition's chunks, merge the payloads); see
-``docs/architecture.md`` for adding a backend.
+:class:`EMStep`, :class:`Accumulate`, :class:`RowPasses`, :class:`PartitionAudit` and
+:class:`PartReports` over one method a backend writes (``_estep``: fold each partition's chunks,
+merge the payloads); see ``docs/architecture.md`` for adding a backend.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = [
+    "Accumulate",
     "EMStep",
     "EncodedData",
     "FitSession",
@@ -81,6 +83,14 @@ class EncodedData(Protocol):
     def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
         """The E-step fold without the M-step: ``(total weight, merged statistics value)``."""
         ...
+
+
+@runtime_checkable
+class Accumulate(Protocol):
+    """One E-step pass that keeps the statistics: ``(total weight, log-likelihood of model, merged
+    statistics value)``; an incremental update adds them to the statistics it holds."""
+
+    def pysp_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, float, Any]: ...
 
 
 @runtime_checkable

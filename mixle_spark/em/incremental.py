@@ -1,0 +1,421 @@
+"""Models that keep learning: fold new rows into a fitted model without reading the old ones.
+
+A model fitted with ``keep_statistics=True`` carries the sufficient statistics it was estimated from
+(``model.statistics``, a :class:`~mixle_spark.em.statistics.Statistics`, saved inside its JSON).
+:func:`update` runs E-steps over the new rows only, adds their statistics to the kept ones and
+re-estimates. Two methods, as the literature gives them:
+
+``"incremental"`` (Neal & Hinton 1998, incremental EM)
+    The old statistics are held fixed (decayed once); up to ``max_its`` passes over the new rows each
+    re-run their E-step under the current model and re-estimate from ``old + new``. Converges to what a
+    batch fit over the old rows (frozen at their last E-step) and the new ones gives. Use it for a
+    pipeline stage that adds a day to a year: the result is within a fraction of a percent of a refit.
+``"stepwise"`` (Cappé & Moulines 2009, online EM; Liang & Klein 2009, stepwise EM)
+    One pass per batch; the kept statistics per row move towards the batch's by a step
+    ``eta_k = (k + 2) ** -alpha`` (``k`` the update's number, ``alpha`` in (0.5, 1], default 0.7).
+    Use it for a stream learned from scratch in small batches, where each batch should be read once.
+
+Decay down-weights the past as MLlib's ``StreamingKMeans`` spells it: a ``decay`` factor per batch
+(``time_unit="batches"``) or per row (``"points"``: the factor to the power of the batch's rows), or a
+``half_life`` in those units (``decay = 0.5 ** (1 / half_life)``). ``decay=1`` (default) forgets
+nothing.
+
+Each update reports drift (:class:`UpdateResult`): the new rows' mean log-likelihood under the model
+before the update against the kept statistics' own, and how far the mixture weights moved.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mixle_spark._checks import Check, integer, number, one_of
+from mixle_spark.em.statistics import Statistics, collect_statistics
+from mixle_spark.errors import MixleError, SpecError
+from mixle_spark.parallel.backends.contract import Accumulate, RowPasses
+from mixle_spark.parallel.backends.registry import encoded_data, is_encoded_data_handle
+from mixle_spark.stats.base import Distribution, Estimator
+
+__all__ = [
+    "METHODS",
+    "TIME_UNITS",
+    "DriftError",
+    "UpdateResult",
+    "collect_statistics",
+    "decay_factor",
+    "update",
+]
+
+METHODS = ("incremental", "stepwise")
+TIME_UNITS = ("batches", "points")
+
+_DECAY = number(0, 1, low_open=True)
+_HALF_LIFE = number(0, low_open=True, optional=True)
+_ALPHA = number(0.5, 1, low_open=True)
+_METHOD = one_of(METHODS)
+_TIME_UNIT = one_of(TIME_UNITS)
+_MAX_ITS = integer(1)
+_DELTA = number(0)
+_MAX_DROP = number(0, optional=True)
+_ON_DRIFT = one_of(("warn", "raise", "refit"))
+_BATCH = Check("None or an integer", lambda v: v is None or integer(0).kind(v), normal=lambda v: v)
+
+
+class DriftError(MixleError, ValueError):
+    """New rows fit the model worse than ``max_drop`` allows (``update(..., on_drift="raise")``)."""
+
+    def __init__(self, message: str, result: UpdateResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What one :func:`update` did; attached to the returned model as ``model.update_result``.
+
+    Attributes
+    ----------
+    rows, weight : the new rows and their total weight.
+    method : "incremental" or "stepwise"; ``passes`` over the new rows it made.
+    decay : the factor the kept statistics were multiplied by.
+    mean_log_likelihood_before : the new rows' mean log-likelihood under the model before the update.
+    reference_mean_log_likelihood : the kept statistics' rows' mean log-likelihood (under the models
+        that folded them): what ``before`` is compared with; None when unknown.
+    drift : ``reference - before`` in nats per row (positive: the new rows fit worse); None when
+        the reference is unknown.
+    weights_before, weights_after : mixture weights (None for a model that is not a mixture).
+    weight_shift : total-variation distance between them (half the L1 distance; 0..1).
+    unseen_rows : weight of new rows that scored -inf under the old model (a label it had not seen);
+        they count in the statistics, not in ``before``.
+    seconds : wall time of the update.
+    refitted : True when ``on_drift="refit"`` fitted the new rows from scratch.
+    """
+
+    rows: int
+    weight: float
+    method: str
+    passes: int
+    decay: float
+    mean_log_likelihood_before: float
+    reference_mean_log_likelihood: float | None
+    drift: float | None
+    weights_before: list[float] | None
+    weights_after: list[float] | None
+    weight_shift: float | None
+    unseen_rows: float
+    seconds: float
+    refitted: bool = False
+    history: list[float] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line for a log or stderr."""
+        parts = [
+            f"update ({self.method}, {self.passes} pass{'es' if self.passes != 1 else ''}): "
+            f"{self.rows} rows, decay {self.decay:.6g}",
+            f"mean log-likelihood before {self.mean_log_likelihood_before:.6g}",
+        ]
+        if self.drift is not None:
+            parts.append(f"drift {self.drift:+.4g} nats/row")
+        if self.weight_shift is not None:
+            parts.append(f"weights moved {self.weight_shift:.4g} (total variation)")
+        if self.unseen_rows:
+            parts.append(f"{self.unseen_rows:g} rows with labels the model had not seen")
+        return ", ".join(parts)
+
+
+def decay_factor(
+    decay: float = 1.0, half_life: float | None = None, time_unit: str = "batches", rows: int = 0
+) -> float:
+    """The factor the kept statistics are multiplied by for one batch of ``rows`` rows."""
+    unit = _TIME_UNIT(time_unit, "time_unit")
+    if half_life is not None:
+        if decay != 1.0:
+            raise SpecError("give decay or half_life, not both")
+        base = 0.5 ** (1.0 / _HALF_LIFE(half_life, "half_life"))
+    else:
+        base = _DECAY(decay, "decay")
+    return base if unit == "batches" else base**rows
+
+
+def _weights(model: Distribution) -> np.ndarray | None:
+    w = getattr(model, "w", None)
+    return None if w is None else np.asarray(w, dtype=np.float64)
+
+
+class _ScoreSums:
+    """A row task's statistics: (weight of rows with a finite log-density, their weighted
+    log-likelihood, weight of the other rows)."""
+
+    def __init__(self, sums: np.ndarray | None = None) -> None:
+        self.sums = np.zeros(3) if sums is None else np.array(sums, dtype=np.float64)
+
+    def make(self) -> _ScoreSums:
+        return _ScoreSums()
+
+    def combine(self, value: Any) -> _ScoreSums:
+        self.sums += np.asarray(value, dtype=np.float64)
+        return self
+
+    def value(self) -> np.ndarray:
+        return self.sums.copy()
+
+    def from_value(self, value: Any) -> _ScoreSums:
+        self.sums = np.array(value, dtype=np.float64)
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ScoreSums)
+
+    def __hash__(self) -> int:
+        return hash("_ScoreSums")
+
+
+@dataclass(frozen=True, eq=False)
+class _FiniteScore:
+    """The row task scoring the rows under ``model``, finite and not apart."""
+
+    model: Distribution
+
+    def fold(self, acc: _ScoreSums, enc: Any, w: np.ndarray, ids: np.ndarray) -> None:
+        ll = self.model.seq_log_density(enc)
+        ok = np.isfinite(ll)
+        acc.sums += (float(w[ok].sum()), float(np.dot(w[ok], ll[ok])), float(w[~ok].sum()))
+
+
+def _widened(kept: Statistics, bound: Estimator) -> Any:
+    """The kept statistics laid out over ``bound``'s vocabularies (new labels at 0)."""
+    if bound.to_dict() == kept.estimator.to_dict():
+        return kept.value
+    old = kept.estimator.accumulator_factory().make().from_value(kept.value)
+    return old.widened(bound.accumulator_factory().make())
+
+
+def _scaled(bound: Estimator, value: Any, factor: float) -> Any:
+    return bound.accumulator_factory().make().from_value(value).scale(factor).value()
+
+
+def _added(bound: Estimator, a: Any, b: Any) -> Any:
+    return bound.accumulator_factory().make().from_value(a).combine(b).value()
+
+
+def update(
+    model: Distribution,
+    data: Any,
+    estimator: Estimator | None = None,
+    *,
+    statistics: Statistics | None = None,
+    method: str = "incremental",
+    decay: float = 1.0,
+    half_life: float | None = None,
+    time_unit: str = "batches",
+    max_its: int = 5,
+    delta: float = 1e-9,
+    alpha: float = 0.7,
+    batch_id: int | None = None,
+    max_drop: float | None = None,
+    on_drift: str = "warn",
+    out: Callable[[str], None] | None = None,
+    **backend: Any,
+) -> Distribution:
+    """Fold ``data`` (new rows) into ``model`` and return the updated model.
+
+    Parameters
+    ----------
+    model : Distribution
+        A model with ``model.statistics`` (fitted with ``keep_statistics=True``, or loaded from a
+        file saved so), or pass ``statistics``.
+    data : the new rows (anything ``encoded_data`` reads, or an encoded-data handle).
+    estimator : Estimator, optional
+        What the new rows are read with; default: the estimator the fit was given (kept with the
+        statistics). A label the fit did not see extends the vocabularies: it is not an error in an
+        update. The rows that carry it score -inf under the old model (``unseen_rows``; the mean
+        log-likelihood before the update leaves them out), and the label gets the probability the
+        new rows give it. (A vocabulary fixed by ``labels=`` in the estimator stays fixed: a label
+        outside it is refused, naming it, as in a fit.)
+    method : {"incremental", "stepwise"}
+        See the module docstring.
+    decay, half_life, time_unit : how the kept statistics are down-weighted first (module docstring).
+    max_its, delta : passes over the new rows (incremental): at most ``max_its``, stopping when the
+        new rows' log-likelihood gains less than ``delta`` (relative).
+    alpha : stepwise step-size exponent, in (0.5, 1].
+    batch_id : int, optional
+        The micro-batch's id: recorded as ``statistics.last_batch``; a batch id at or below the
+        model's ``last_batch`` has been folded already and is skipped (the model returned as is).
+    max_drop, on_drift : when the new rows' mean log-likelihood is more than ``max_drop`` nats per
+        row below the kept statistics' (``UpdateResult.drift``): ``"warn"`` (one line to ``out`` and
+        the log), ``"raise"`` (:class:`DriftError`, nothing updated) or ``"refit"`` (the new rows are
+        fitted from scratch by ``optimize``, with statistics kept).
+    out : callable, optional
+        Gets the one-line summary of the update (and of drift).
+    **backend : ``encoded_data`` keywords (``backend``, ``num_chunks``, ...).
+    """
+    started = time.perf_counter()
+    kept = statistics if statistics is not None else getattr(model, "statistics", None)
+    if not isinstance(kept, Statistics):
+        raise SpecError(
+            "update needs the statistics the model was estimated from: fit it with "
+            "keep_statistics=True (or load a model file saved from such a fit), or pass statistics="
+        )
+    method = _METHOD(method, "method")
+    max_its = _MAX_ITS(max_its, "max_its")
+    delta = _DELTA(delta, "delta")
+    alpha = _ALPHA(alpha, "alpha")
+    max_drop = _MAX_DROP(max_drop, "max_drop")
+    on_drift = _ON_DRIFT(on_drift, "on_drift")
+    batch_id = _BATCH(batch_id, "batch_id")
+    if batch_id is not None and kept.last_batch is not None and batch_id <= kept.last_batch:
+        return model  # folded already (a replayed micro-batch)
+    template = estimator if estimator is not None else kept.template or kept.estimator
+    est = kept.estimator  # its vocabularies, with the new rows' labels added by the handle's bind
+    owned = not is_encoded_data_handle(data)
+    handle = encoded_data(data, template, **backend) if owned else data
+    try:
+        if not isinstance(handle, Accumulate):
+            raise TypeError(f"{type(handle).__name__} cannot run an update (it has no pysp_accumulate pass)")
+        bound = handle.bind(est) if hasattr(handle, "bind") else est
+        rows = len(handle)  # type: ignore[arg-type]
+        gamma = decay_factor(decay, half_life, time_unit, rows)
+        old = _widened(kept, bound)
+        history: list[float] = []
+        nobs, ll, value = handle.pysp_accumulate(est, model)
+        first_ll, first_nobs = float(ll), float(nobs)
+        unseen, scored, scored_ll = 0.0, first_nobs, first_ll
+        if not math.isfinite(first_ll) and isinstance(handle, RowPasses):
+            # rows the old model gives zero density (new labels): counted apart, one more pass
+            _total, sums = handle.pysp_row_pass(_ScoreSums(), _FiniteScore(model))
+            scored, scored_ll, unseen = (float(v) for v in sums)
+        before = scored_ll / scored if scored > 0 else -math.inf
+        reference = kept.mean_log_likelihood
+        drift = None if reference is None else reference - before
+        result_base = dict(
+            rows=rows,
+            weight=first_nobs,
+            method=method,
+            decay=gamma,
+            mean_log_likelihood_before=before,
+            reference_mean_log_likelihood=reference,
+            drift=drift,
+            unseen_rows=unseen,
+        )
+        if max_drop is not None and drift is not None and drift > max_drop:
+            line = f"drift {drift:.4g} nats/row exceeds max_drop {max_drop:g}"
+            if on_drift == "raise":
+                raise DriftError(
+                    f"update: the new rows' mean log-likelihood {before:.6g} is {drift:.4g} nats/row "
+                    f"below the model's {reference:.6g} (max_drop {max_drop:g}); nothing was updated",
+                    _result(result_base, 0, model, model, started, history),
+                )
+            if on_drift == "refit":
+                return _refit(handle, est, model, result_base, started, batch_id, out, line)
+            if out is not None:
+                out(f"warning: {line}")
+        base_weight = gamma * kept.weight
+        if method == "stepwise":
+            k = kept.updates
+            eta = (k + 2.0) ** -alpha
+            total = base_weight + first_nobs
+            old_factor = (1.0 - eta) * total / kept.weight if kept.weight > 0 else 0.0
+            new_value = _added(
+                bound,
+                _scaled(bound, old, old_factor),
+                _scaled(bound, value, eta * total / max(first_nobs, 1e-300)),
+            )
+            history.append(float(ll))
+            merged, weight, passes = new_value, total, 1
+            new_model = bound.estimate(weight, merged)
+        else:
+            fixed = _scaled(bound, old, gamma)
+            weight = base_weight + first_nobs
+            merged = _added(bound, fixed, value)
+            new_model = bound.estimate(weight, merged)
+            history.append(float(ll))
+            passes = 1
+            while passes < max_its:
+                nobs, ll, value = handle.pysp_accumulate(est, new_model)
+                passes += 1
+                previous = history[-1]
+                history.append(float(ll))
+                merged = _added(bound, fixed, value)
+                weight = base_weight + float(nobs)
+                last, new_model = new_model, bound.estimate(weight, merged)
+                gain = float(ll) - previous
+                if new_model.to_dict() == last.to_dict():
+                    break  # a fixed point (a model without latent variables gets there at once)
+                if math.isfinite(previous) and 0 <= gain < delta * max(abs(previous), 1.0):
+                    break
+        new_ll_total = None if kept.log_likelihood is None else gamma * kept.log_likelihood + scored_ll
+        new_model.statistics = Statistics(
+            bound,
+            merged,
+            float(weight),
+            kept.rows + rows,
+            kept.updates + 1,
+            batch_id if batch_id is not None else kept.last_batch,
+            log_likelihood=new_ll_total,
+            scored_weight=None if kept.scored_weight is None else gamma * kept.scored_weight + scored,
+        )
+        result = _result(result_base, passes, model, new_model, started, history)
+        new_model.update_result = result
+        if out is not None:
+            out(result.summary())
+        return new_model
+    finally:
+        if owned:
+            handle.close()
+
+
+def _result(
+    base: dict[str, Any],
+    passes: int,
+    before: Distribution,
+    after: Distribution,
+    started: float,
+    history: list[float],
+) -> UpdateResult:
+    w0, w1 = _weights(before), _weights(after)
+    shift = None if w0 is None or w1 is None or w0.shape != w1.shape else 0.5 * float(np.abs(w1 - w0).sum())
+    return UpdateResult(
+        passes=passes,
+        weights_before=None if w0 is None else w0.tolist(),
+        weights_after=None if w1 is None else w1.tolist(),
+        weight_shift=shift,
+        seconds=time.perf_counter() - started,
+        history=history,
+        **base,
+    )
+
+
+def _refit(
+    handle: Any,
+    estimator: Estimator,
+    model: Distribution,
+    base: dict[str, Any],
+    started: float,
+    batch_id: int | None,
+    out: Callable[[str], None] | None,
+    line: str,
+) -> Distribution:
+    from mixle_spark.estimation import optimize
+
+    if out is not None:
+        out(f"{line}: refitting the new rows from scratch")
+    fresh = optimize(handle, estimator, keep_statistics=True, print_iter=0)
+    if batch_id is not None:
+        fresh.statistics = fresh.statistics.with_value(
+            fresh.statistics.value, fresh.statistics.weight, fresh.statistics.rows, last_batch=batch_id
+        )
+    fresh.update_result = UpdateResult(
+        passes=fresh.fit_result.n_iter,
+        weights_before=None if _weights(model) is None else _weights(model).tolist(),  # type: ignore[union-attr]
+        weights_after=None if _weights(fresh) is None else _weights(fresh).tolist(),  # type: ignore[union-attr]
+        weight_shift=None,
+        seconds=time.perf_counter() - started,
+        refitted=True,
+        **base,
+    )
+    return fresh

@@ -1,0 +1,140 @@
+"""Structured Streaming: every micro-batch folded into the model once, versions published atomically,
+the same model after the driver is killed mid-stream and restarted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mixle_spark.em.incremental import update
+from mixle_spark.em.model_versions import ModelVersions
+from mixle_spark.estimation import optimize
+from mixle_spark.stats import GaussianEstimator, MixtureEstimator, RecordEstimator
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "x double, y double"
+ESTIMATOR = MixtureEstimator([RecordEstimator({"x": GaussianEstimator(), "y": GaussianEstimator()})] * 3)
+FIT_OPTIONS: dict[str, Any] = {"seed": 3, "max_its": 30, "delta": None}
+UPDATE_OPTIONS: dict[str, Any] = {"max_its": 3, "decay": 0.9}
+FILES, ROWS = 6, 1500
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _write_batches(directory: Path) -> list[pa.Table]:
+    directory.mkdir()
+    rng = np.random.default_rng(17)
+    centres = np.array([[0.0, 0.0], [5.0, 1.0], [1.0, 6.0]])
+    tables = []
+    for i in range(FILES):
+        points = centres[rng.integers(0, 3, ROWS)] + rng.normal(size=(ROWS, 2)) + 0.1 * i
+        table = pa.table({"x": points[:, 0], "y": points[:, 1]})
+        path = directory / f"part-{i:03d}.parquet"
+        pq.write_table(table, path)
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))  # the file source orders by mtime
+        tables.append(table)
+    return tables
+
+
+def _by_hand(tables: list[pa.Table]) -> Any:
+    """The model the stream should end with: the first batch fitted, each later one folded in."""
+    model = optimize(tables[0], ESTIMATOR, keep_statistics=True, print_iter=0, **FIT_OPTIONS)
+    for table in tables[1:]:
+        model = update(model, table, **UPDATE_OPTIONS)
+    return model
+
+
+def _run(source: Path, output: Path, checkpoint: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("_stream_fit.py")),
+            str(source),
+            str(output),
+            str(checkpoint),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a kill of its group takes the JVM with it, as a driver crash does
+    )
+
+
+def test_a_stream_folds_every_batch_once_into_published_versions(spark: Any, tmp_path: Path) -> None:
+    from mixle_spark.streaming import fit_stream
+
+    tables = _write_batches(tmp_path / "in")
+    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(tmp_path / "in"))
+    query = fit_stream(
+        stream,
+        ESTIMATOR,
+        output=tmp_path / "models",
+        checkpoint=str(tmp_path / "ckpt"),
+        fit_options=FIT_OPTIONS,
+        trigger={"availableNow": True},
+        quiet=True,
+        **UPDATE_OPTIONS,
+    )
+    query.awaitTermination()
+    versions = ModelVersions(tmp_path / "models")
+    assert versions.versions() == list(range(1, FILES + 1))
+    _version, model = versions.latest()
+    stats = model.statistics
+    assert (stats.rows, stats.updates, stats.last_batch) == (FILES * ROWS, FILES - 1, FILES - 1)
+    _assert_close(model, _by_hand(tables))  # the local backend batch by batch: the same model
+    # started again on the same checkpoint: nothing new, nothing folded twice
+    again = fit_stream(
+        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(tmp_path / "in")),
+        ESTIMATOR,
+        output=tmp_path / "models",
+        checkpoint=str(tmp_path / "ckpt"),
+        trigger={"availableNow": True},
+        quiet=True,
+        **UPDATE_OPTIONS,
+    )
+    again.awaitTermination()
+    assert versions.versions() == list(range(1, FILES + 1))
+
+
+def test_a_driver_killed_mid_stream_and_restarted_ends_with_the_same_model(tmp_path: Path) -> None:
+    tables = _write_batches(tmp_path / "in")
+    want = _by_hand(tables)
+    output, checkpoint = tmp_path / "models", tmp_path / "ckpt"
+    versions = ModelVersions(output)
+    proc = _run(tmp_path / "in", output, checkpoint)
+    deadline = time.monotonic() + 300
+    while len(versions.versions()) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM, mid-way through the stream
+    proc.wait(timeout=60)
+    killed_at = versions.versions()
+    assert 3 <= len(killed_at) < FILES
+    restarted = _run(tmp_path / "in", output, checkpoint)
+    _out, err = restarted.communicate(timeout=600)
+    assert restarted.returncode == 0, err[-3000:]
+    assert versions.versions() == list(range(1, FILES + 1))  # no batch folded twice: one version each
+    _version, model = versions.latest()
+    assert (model.statistics.rows, model.statistics.updates) == (FILES * ROWS, FILES - 1)
+    _assert_close(model, want)
+
+
+def _assert_close(model: Any, want: Any) -> None:
+    np.testing.assert_allclose(model.w, want.w, rtol=1e-9)
+    for got, exp in zip(model.components, want.components, strict=True):
+        for name in ("x", "y"):
+            assert got.fields[name].mu == pytest.approx(exp.fields[name].mu, rel=1e-9)
+            assert got.fields[name].sigma2 == pytest.approx(exp.fields[name].sigma2, rel=1e-9)
