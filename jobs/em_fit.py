@@ -13,8 +13,12 @@ result replaces ``output/sample_fit/`` (``$MIXLE_SPARK_OUTPUT`` moves ``output/`
 (``--output``, ``--master``, ``--backend local``, ``--max-its``, ...) still apply; ``--input`` and
 ``--model`` go together.
 
-Exit codes: 0 success; 2 bad arguments or bad input; 1 any other failure. A failure prints one line
-on stderr (``MIXLE_SPARK_TRACEBACK=1`` adds the traceback).
+``--update-from DIR --input NEW --output OUT`` folds new rows into the model an earlier run wrote to
+DIR, without its training rows (:mod:`mixle_spark.cli.update`).
+
+Exit codes: 0 success; 2 bad arguments or bad input; 3 new rows that drifted past ``--max-drop`` with
+``--on-drift fail`` (``--update-from``; nothing written); 1 any other failure. A failure prints one
+line on stderr (``MIXLE_SPARK_TRACEBACK=1`` adds the traceback).
 """
 
 from __future__ import annotations

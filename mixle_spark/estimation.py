@@ -43,6 +43,7 @@ from mixle_spark.em._records import (
     unconverged_message,
 )
 from mixle_spark.em._run import start_model
+from mixle_spark.em.incremental import update
 from mixle_spark.em.options import FitOptions, check_trials
 from mixle_spark.em.seeding import Seeding
 from mixle_spark.em.statistics import collect_statistics
@@ -66,6 +67,7 @@ __all__ = [
     "initialize",
     "iterate",
     "optimize",
+    "update",
 ]
 
 logger = logging.getLogger("mixle_spark.estimation")

@@ -257,8 +257,9 @@ def _json_default(value: Any) -> Any:
 
 def model_to_dict(model: Distribution) -> dict[str, Any]:
     """The model with its format header, as JSON-able data; with the sufficient statistics it was
-    estimated from when it keeps them (``statistics``: :class:`~mixle_spark.em.statistics.Statistics`;
-    a reader that predates them ignores the entry)."""
+    estimated from when it keeps them (``statistics``: :class:`~mixle_spark.em.statistics.Statistics`)
+    and what the update that made it did (``update``: an ``UpdateResult``); a reader that predates
+    them ignores those entries."""
     out = {
         "format": MODEL_FORMAT,
         "format_version": MODEL_FORMAT_VERSION,
@@ -267,6 +268,8 @@ def model_to_dict(model: Distribution) -> dict[str, Any]:
     }
     if model.statistics is not None:
         out["statistics"] = model.statistics.to_dict()
+    if model.update_result is not None:
+        out["update"] = model.update_result.to_dict()
     return out
 
 
@@ -305,6 +308,13 @@ def model_from_dict(payload: Mapping[str, Any]) -> Distribution:
 
         _check_nesting(payload["statistics"], "the model's statistics", TooLargeError)
         model.statistics = Statistics.from_dict(payload["statistics"])
+    if isinstance(payload.get("update"), Mapping):
+        from mixle_spark.em.incremental import UpdateResult
+
+        try:
+            model.update_result = UpdateResult.from_dict(payload["update"])
+        except (TypeError, ValueError) as err:
+            raise ModelFormatError(f"the model's update record: {err}") from None
     return model
 
 

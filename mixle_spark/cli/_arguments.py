@@ -1,5 +1,6 @@
 """The fit job's command line: its options, their checks, and the fit, reliability and backend
-options they become (:mod:`mixle_spark.cli.fit` runs the job)."""
+options they become (:mod:`mixle_spark.cli.fit` runs the job; its ``--update-from`` mode's flags are
+:mod:`~mixle_spark.cli._update_arguments`'s)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from mixle_spark._checks import field_check
 from mixle_spark.cli._common import EXIT_BAD_INPUT, JobArgumentParser, error_line
 from mixle_spark.cli._engines import ENGINE_BACKENDS, add_engine_addresses, check_engine_addresses
 from mixle_spark.cli._spmd import SPMD_BACKENDS
+from mixle_spark.cli._update_arguments import add_update_arguments, check_update_arguments
 from mixle_spark.em.options import option_check
 from mixle_spark.em.sdc_audit import SDCAudit
 from mixle_spark.em.seeding import INIT_MODES
@@ -80,9 +82,19 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
     io.add_argument(
         "--report", action="store_true", help="also write report.html (figures need mixle-spark[plot])"
     )
+    io.add_argument(
+        "--no-statistics",
+        dest="statistics",
+        action="store_false",
+        help="do not keep the sufficient statistics in model.json (kept by default, at the cost of one "
+        "more pass over the data, so that --update-from can fold new rows into the model later)",
+    )
     fit = parser.add_argument_group("fit (defaults: the spec's fit section)")
     fit.add_argument(
-        "--max-its", type=_flag("max_its"), help="most EM iterations (0: the starting model, not refined)"
+        "--max-its",
+        type=_flag("max_its"),
+        help="most EM iterations (0: the starting model, not refined); with --update-from, most passes "
+        "over the new rows (>= 1, default 5)",
     )
     fit.add_argument(
         "--delta", type=_flag("delta", "number"), help="stop when the log-likelihood gain is below this"
@@ -183,6 +195,7 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         metavar="F",
         help=f"fraction of the partitions recomputed per audit (default {SDCAudit.fraction})",
     )
+    add_update_arguments(parser)
     return parser
 
 
@@ -192,10 +205,12 @@ def resolve_args(
     """Parse ``argv`` and fill in the sample defaults; argument conflicts, and a local ``--input``
     that does not exist (but under mpi / torchrun), exit with code 2 (one line on stderr)."""
     args = parser.parse_args(argv)
-    if sample is None and (args.input is None or args.model is None):
-        parser.error("--input and --model are required")
-    if (args.input is None) != (args.model is None):
-        parser.error("--input and --model go together (give neither to fit the bundled sample)")
+    check_update_arguments(parser, args, argv)
+    if args.update_from is None:
+        if sample is None and (args.input is None or args.model is None):
+            parser.error("--input and --model are required")
+        if (args.input is None) != (args.model is None):
+            parser.error("--input and --model go together (give neither to fit the bundled sample)")
     args.sample = args.input is None
     if args.sample:
         assert sample is not None

@@ -2,8 +2,9 @@
 
 Exit codes: 0 success; 2 bad arguments or bad input (an unknown option, a missing input, an output
 that exists without ``--overwrite``, an output the job did not write or a path through a symbolic
-link, a spec or data error from :mod:`mixle_spark.errors`); 1 any other failure. A failure prints one
-line on stderr, ``PROG: error: MESSAGE``.
+link, a spec or data error from :mod:`mixle_spark.errors`); 3 new rows that drifted past
+``--max-drop`` with ``--on-drift fail`` (em_fit ``--update-from``); 1 any other failure. A failure
+prints one line on stderr, ``PROG: error: MESSAGE``.
 
 The atomic output directory and the rule of what an overwrite may replace live in
 :mod:`mixle_spark._files` (the library's table writer uses them too); the fit job's layout is
@@ -42,10 +43,12 @@ from mixle_spark.io import DELTA_CONFLICT
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_DRIFT",
     "EXIT_FAILURE",
     "EXIT_OK",
     "FIT_OUTPUT",
     "JobArgumentParser",
+    "UpdateDriftError",
     "atomic_directory",
     "check_output_free",
     "error_line",
@@ -61,6 +64,14 @@ __all__ = [
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
+EXIT_DRIFT = 3
+
+
+class UpdateDriftError(MixleError, ValueError):
+    """New rows drifted past ``--max-drop`` with ``--on-drift fail``: exit code :data:`EXIT_DRIFT`,
+    nothing written. The job's form of :class:`~mixle_spark.em.incremental.DriftError`: a message
+    naming the flags, and nothing else, so that SPMD processes can pass it on (pickled)."""
+
 
 # Bad input that reached the driver from a Spark task shows up as text inside another exception.
 _REMOTE_INPUT_ERROR = re.compile(
@@ -197,7 +208,9 @@ def translate_spark_error(err: BaseException) -> tuple[str, int] | None:
 
 
 def exit_code(err: BaseException) -> int:
-    """2 for bad arguments or input, 1 for any other failure."""
+    """2 for bad arguments or input, 3 for drift that stops an update, 1 for any other failure."""
+    if isinstance(err, UpdateDriftError):
+        return EXIT_DRIFT
     if isinstance(err, ExecutorError):
         return EXIT_BAD_INPUT if _REMOTE_INPUT_ERROR.search(f"{err.remote_type}: x") else EXIT_FAILURE
     translated = translate_spark_error(err)

@@ -35,6 +35,15 @@ goes to stdout. ``--trace PATH`` also writes the trace live, one line per iterat
 (``tail -f`` it), for a long fit; it replaces only an EM trace (a file whose first line is the
 trace's header), never another file nor through a symbolic link.
 
+``model.json`` keeps the sufficient statistics of the fitted model's E-step over the data (one more
+pass at the end of the fit; ``--no-statistics`` leaves them out), so that ``--update-from`` can fold
+new rows into it later without reading these again: ``--update-from DIR --input NEW --output OUT``
+(:mod:`mixle_spark.cli.update`) writes the updated model and a summary with an ``update`` section;
+``--method``, ``--decay`` / ``--half-life`` with ``--time-unit``, ``--alpha``, ``--max-its`` (passes,
+default 5), ``--max-drop`` with ``--on-drift warn|fail|refit`` (fail: exit code 3). The spec and the
+fit's options come from DIR: ``--model``, ``--k``, ``--trials``, ``--checkpoint-dir`` and the other
+fit-only flags are refused with it.
+
 How EM starts: ``--init kmeans||`` (default; k-means|| seeding, ``--init-steps`` rounds) or ``--init
 random`` (see ``mixle_spark.em.seeding``). ``--k 2:12`` (or ``--k 2,4,8``) fits every candidate number of
 components of the spec's mixture (its component, or a hidden Markov model's state, repeated k times)
@@ -78,8 +87,9 @@ JSON-lines inputs only).
 Exit codes: 0 success; 2 bad arguments or bad input (an unknown option, a missing input or spec, a
 spec or data error such as a string in a numeric column or an empty table, an output that exists
 without ``--overwrite``, an output, checkpoint directory or trace the job did not write or that is
-reached through a symbolic link); 1 any other failure. A failure prints one line on stderr
-(``MIXLE_SPARK_TRACEBACK=1`` adds the traceback).
+reached through a symbolic link, a model to update without statistics); 3 new rows that drifted
+past ``--max-drop`` with ``--on-drift fail`` (nothing written); 1 any other failure. A failure prints
+one line on stderr (``MIXLE_SPARK_TRACEBACK=1`` adds the traceback).
 """
 
 from __future__ import annotations
@@ -109,20 +119,18 @@ from mixle_spark.cli._common import (
     FIT_OUTPUT,
     atomic_directory,
     check_output_free,
-    job_spark_session,
-    malformed_row_message,
     run_job,
 )
-from mixle_spark.cli._engines import ENGINE_BACKENDS, open_engine_input
+from mixle_spark.cli._inputs import open_input, report_warnings
 from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, run_spmd, solo
-from mixle_spark.cli._summary import SUMMARY_FORMAT, build_summary, long_fit_summary
+from mixle_spark.cli._summary import SUMMARY_FORMAT, build_summary, long_fit_summary, statistics_summary
+from mixle_spark.cli.update import run_update
 from mixle_spark.em._checkpoint_store import CheckpointStore
 from mixle_spark.em.observability import check_trace_path
 from mixle_spark.em.seeding import SeedingFallbackWarning
 from mixle_spark.errors import (
     CheckpointMismatchError,
     ConvergenceWarning,
-    MalformedRowError,
     ModelSizeWarning,
 )
 from mixle_spark.estimation import best_of, optimize
@@ -135,109 +143,6 @@ from mixle_spark.summary import describe_model, timings_line
 __all__ = ["PROG", "SUMMARY_FORMAT", "Sample", "build_parser", "main", "resolve_args", "run"]
 
 REPORT_SAMPLE_ROWS = 2000
-
-
-def read_local_input(source: str) -> Any:
-    """A pyarrow Table from a Parquet file/directory, CSV or JSON-lines file (``--backend local``)."""
-    path = Path(source)
-    if not path.exists():
-        raise FileNotFoundError(f"no such file or directory: {source!r}")
-    if (path / "_delta_log").is_dir():
-        raise FileNotFoundError(f"{source} is a Delta table; read it with --backend spark")
-    suffix = path.suffix.lower()
-    if suffix == ".csv":
-        import pyarrow.csv as pacsv
-
-        bad: list[Any] = []
-
-        def refuse(row: Any) -> str:  # a row with more or fewer fields than the header
-            bad.append(row)
-            return "error"
-
-        try:
-            options = pacsv.ParseOptions(invalid_row_handler=refuse)
-            serial = pacsv.ReadOptions(use_threads=False)  # so that a bad row knows its line
-            return pacsv.read_csv(path, read_options=serial, parse_options=options)
-        except Exception:
-            if not bad:
-                raise
-            raise MalformedRowError(malformed_row_message(source, bad[0].number, bad[0].text)) from None
-    if suffix in (".json", ".jsonl", ".ndjson"):
-        import pyarrow.json as pajson
-
-        return pajson.read_json(path)
-    import pyarrow.parquet as pq
-
-    return pq.read_table(path)
-
-
-def _report_warnings(caught: list[warnings.WarningMessage], coord: Coordination = solo) -> list[str]:
-    ours = []
-    for w in caught:
-        if issubclass(
-            w.category, (ConvergenceWarning, SeedingFallbackWarning, ModelSizeWarning)
-        ) or "mixle_spark" in str(w.filename):
-            ours.append(str(w.message))
-            coord.say(f"{PROG}: warning: {w.message}")
-        elif coord.is_root:
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-    return ours
-
-
-def open_input(
-    args: argparse.Namespace, extra: dict[str, Any], sample: Sample | None, timings: dict[str, float]
-) -> tuple[Any, Any, bool]:
-    """``(data, spark session or None, whether this job owns the session)`` for ``args.input``: a
-    Spark DataFrame, a pyarrow Table (``--backend local``) or the path each SPMD process reads.
-    ``timings`` gets ``startup`` (starting Spark, a Dask or Ray cluster) and ``read``."""
-    t0 = time.perf_counter()
-    if args.backend in SPMD_BACKENDS:
-        return args.input, None, False
-    if args.backend in ENGINE_BACKENDS:
-        if args.sample:
-            assert sample is not None
-            args.input = str(sample.data)
-        opened = open_engine_input(args, extra)
-        timings["startup"] = time.perf_counter() - t0
-        return opened
-    if args.backend != "spark":
-        if args.sample:
-            assert sample is not None
-            args.input = str(sample.data)
-        table = read_local_input(args.input)
-        timings["read"] = time.perf_counter() - t0
-        return table, None, False
-    from pyspark import SparkContext
-
-    from mixle_spark.io import read_table
-
-    # never stop a Spark that was running (a notebook's, a caller's in another thread)
-    owned = SparkContext._active_spark_context is None
-    spark = job_spark_session(PROG, args.master, args.spark_conf, args.verbose)
-    timings["startup"] = time.perf_counter() - t0
-    try:
-        extra["spark"] = {"master": spark.conf.get("spark.master"), "version": spark.version}
-        t1 = time.perf_counter()
-        if args.sample:
-            assert sample is not None
-            args.input = sample.delta_table(spark)
-        data = read_table(spark, args.input)
-        _plan_read(data)
-        timings["read"] = time.perf_counter() - t1
-        return data, spark, owned
-    except BaseException:
-        if owned:
-            spark.stop()
-        raise
-
-
-def _plan_read(data: Any) -> None:
-    """Plan the read now (a Delta table's snapshot, a directory's listing: seconds on a first read in a
-    new JVM), so that its cost is timed as reading rather than inside the first pass that encodes."""
-    try:
-        data.inputFiles()
-    except Exception:  # a source that lists no files: the first pass plans it instead
-        pass
 
 
 def path_dataset(path: str) -> Any:
@@ -301,6 +206,8 @@ def fit_model(
     criterion: str = "bic",
     coord: Coordination = solo,
     label: str = "",
+    *,
+    keep_statistics: bool = False,
 ) -> tuple[Any, float, dict[str, float], list[str], Any]:
     """Run EM with one call of the public API, which encodes ``data`` (``optimize``; ``trials``
     restarts: ``best_of``; ``ks``: ``select_k``); ``(model, ll, timings, warnings, selection)``.
@@ -311,9 +218,12 @@ def fit_model(
     the processes of an SPMD run (the root prints). ``label`` (what is fitted to what) starts the
     first progress line, printed once the data is encoded: a failure before that is the only line. A
     fit whose final checkpoint is in ``--checkpoint-dir`` returns without reading the data
-    (``optimize`` finds it from the row count), and its timings say so (``encode`` 0).
+    (``optimize`` finds it from the row count), and its timings say so (``encode`` 0), unless
+    ``keep_statistics``: the model then gets its statistics (``model.statistics``, saved in
+    model.json) from one more pass over the data.
     """
     keywords = {**options, **(reliability or {}), **backend_options, **coord.handle_options()}
+    keywords["keep_statistics"] = keep_statistics
     progress = _Progress(out, label, coord)
     keywords["on_encoded"] = progress.encoded
     stream = progress if out is not None else None
@@ -349,7 +259,7 @@ def fit_model(
             "seeding": seeding,
             "em": elapsed - progress.encode_seconds - seeding,
         }
-    return model, ll, timings, _report_warnings(caught, coord), found
+    return model, ll, timings, report_warnings(caught, coord), found
 
 
 def _say_resumed(model: Any, out: Any, reliability: dict[str, Any], coord: Coordination) -> None:
@@ -434,11 +344,13 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
             args.criterion,
             coord,
             f"{args.model} to {args.input} (backend {args.backend})",
+            keep_statistics=args.statistics,
         )
         if found is not None:
             extra["model_selection"] = found.to_dict()
         extra["warnings"] = caught
         extra["long_fit"] = long_fit_summary(args, model.fit_result)
+        extra["statistics"] = statistics_summary(model.statistics)
         summary = build_summary(args, model, ll, {**options, "trials": trials}, extra)
 
         def write() -> None:
@@ -508,6 +420,10 @@ def write_outputs(
 def main(argv: list[str] | None = None, sample: Sample | None = None) -> int:
     """Entry point: parse, run, map failures to exit codes (see the module docstring)."""
     args = resolve_args(build_parser(sample is not None), argv, sample)
+    if args.update_from is not None:
+        if args.backend in SPMD_BACKENDS:
+            return run_spmd(PROG, args.backend, lambda coord: run_update(args, coord))
+        return run_job(PROG, lambda: run_update(args), verbose=args.verbose)
     if args.backend in SPMD_BACKENDS:
         return run_spmd(PROG, args.backend, lambda coord: run(args, sample, coord))
     return run_job(PROG, lambda: run(args, sample), verbose=args.verbose)

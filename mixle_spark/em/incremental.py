@@ -28,22 +28,23 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
 from mixle_spark._checks import Check, integer, number, one_of
-from mixle_spark.em.statistics import Statistics, collect_statistics
+from mixle_spark.em.statistics import Statistics, collect_statistics, value_from_json, value_to_json
 from mixle_spark.errors import MixleError, SpecError
-from mixle_spark.parallel.backends.contract import Accumulate, RowPasses
+from mixle_spark.parallel.backends.contract import Accumulate, FitSession, RowPasses
 from mixle_spark.parallel.backends.registry import encoded_data, is_encoded_data_handle
 from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = [
     "METHODS",
     "TIME_UNITS",
+    "UPDATE_CHECKS",
     "DriftError",
     "UpdateResult",
     "collect_statistics",
@@ -54,16 +55,23 @@ __all__ = [
 METHODS = ("incremental", "stepwise")
 TIME_UNITS = ("batches", "points")
 
-_DECAY = number(0, 1, low_open=True)
-_HALF_LIFE = number(0, low_open=True, optional=True)
-_ALPHA = number(0.5, 1, low_open=True)
-_METHOD = one_of(METHODS)
-_TIME_UNIT = one_of(TIME_UNITS)
-_MAX_ITS = integer(1)
-_DELTA = number(0)
-_MAX_DROP = number(0, optional=True)
-_ON_DRIFT = one_of(("warn", "raise", "refit"))
-_BATCH = Check("None or an integer", lambda v: v is None or integer(0).kind(v), normal=lambda v: v)
+UPDATE_CHECKS: dict[str, Check] = {
+    "decay": number(0, 1, low_open=True),
+    "half_life": number(0, low_open=True, optional=True),
+    "alpha": number(0.5, 1, low_open=True),
+    "method": one_of(METHODS),
+    "time_unit": one_of(TIME_UNITS),
+    "max_its": integer(1),
+    "delta": number(0),
+    "max_drop": number(0, optional=True),
+    "on_drift": one_of(("warn", "raise", "refit")),
+    "batch_id": Check("None or an integer", lambda v: v is None or integer(0).kind(v), normal=lambda v: v),
+}
+"""The declared check of each :func:`update` option (the fit job's update flags run them too)."""
+_DECAY, _HALF_LIFE, _ALPHA = UPDATE_CHECKS["decay"], UPDATE_CHECKS["half_life"], UPDATE_CHECKS["alpha"]
+_METHOD, _TIME_UNIT, _MAX_ITS = UPDATE_CHECKS["method"], UPDATE_CHECKS["time_unit"], UPDATE_CHECKS["max_its"]
+_DELTA, _MAX_DROP, _ON_DRIFT = UPDATE_CHECKS["delta"], UPDATE_CHECKS["max_drop"], UPDATE_CHECKS["on_drift"]
+_BATCH = UPDATE_CHECKS["batch_id"]
 
 
 class DriftError(MixleError, ValueError):
@@ -111,6 +119,15 @@ class UpdateResult:
     seconds: float
     refitted: bool = False
     history: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Strict-JSON data (saved in the model file beside the statistics)."""
+        return {name: value_to_json(value) for name, value in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> UpdateResult:
+        known = {f.name for f in fields(cls)}
+        return cls(**{name: value_from_json(value) for name, value in data.items() if name in known})
 
     def summary(self) -> str:
         """One line for a log or stderr."""
@@ -214,11 +231,12 @@ def update(
     half_life: float | None = None,
     time_unit: str = "batches",
     max_its: int = 5,
-    delta: float = 1e-9,
+    delta: float = 1e-6,
     alpha: float = 0.7,
     batch_id: int | None = None,
     max_drop: float | None = None,
     on_drift: str = "warn",
+    refit_options: Mapping[str, Any] | None = None,
     out: Callable[[str], None] | None = None,
     **backend: Any,
 ) -> Distribution:
@@ -241,7 +259,8 @@ def update(
         See the module docstring.
     decay, half_life, time_unit : how the kept statistics are down-weighted first (module docstring).
     max_its, delta : passes over the new rows (incremental): at most ``max_its``, stopping when the
-        new rows' log-likelihood gains less than ``delta`` (relative).
+        new rows' log-likelihood gains less than ``delta`` times its size (default 1e-6: the kept
+        statistics hold the model in place, so a few passes settle the new rows' responsibilities).
     alpha : stepwise step-size exponent, in (0.5, 1].
     batch_id : int, optional
         The micro-batch's id: recorded as ``statistics.last_batch``; a batch id at or below the
@@ -249,7 +268,8 @@ def update(
     max_drop, on_drift : when the new rows' mean log-likelihood is more than ``max_drop`` nats per
         row below the kept statistics' (``UpdateResult.drift``): ``"warn"`` (one line to ``out`` and
         the log), ``"raise"`` (:class:`DriftError`, nothing updated) or ``"refit"`` (the new rows are
-        fitted from scratch by ``optimize``, with statistics kept).
+        fitted from scratch by ``optimize``, with statistics kept, and ``refit_options``: its
+        keywords, e.g. ``{"max_its": 200, "seed": 1}``).
     out : callable, optional
         Gets the one-line summary of the update (and of drift).
     **backend : ``encoded_data`` keywords (``backend``, ``num_chunks``, ...).
@@ -274,6 +294,8 @@ def update(
     est = kept.estimator  # its vocabularies, with the new rows' labels added by the handle's bind
     owned = not is_encoded_data_handle(data)
     handle = encoded_data(data, template, **backend) if owned else data
+    if isinstance(handle, FitSession):
+        handle.begin_fit()  # a few passes in a row: the backend may keep its workers (resident tasks)
     try:
         if not isinstance(handle, Accumulate):
             raise TypeError(f"{type(handle).__name__} cannot run an update (it has no pysp_accumulate pass)")
@@ -311,7 +333,8 @@ def update(
                     _result(result_base, 0, model, model, started, history),
                 )
             if on_drift == "refit":
-                return _refit(handle, est, model, result_base, started, batch_id, out, line)
+                refit = dict(refit_options or {})
+                return _refit(handle, template, model, result_base, started, batch_id, out, line, refit)
             if out is not None:
                 out(f"warning: {line}")
         base_weight = gamma * kept.weight
@@ -365,6 +388,8 @@ def update(
             out(result.summary())
         return new_model
     finally:
+        if isinstance(handle, FitSession):
+            handle.end_fit()
         if owned:
             handle.close()
 
@@ -399,12 +424,13 @@ def _refit(
     batch_id: int | None,
     out: Callable[[str], None] | None,
     line: str,
+    options: dict[str, Any],
 ) -> Distribution:
     from mixle_spark.estimation import optimize
 
     if out is not None:
         out(f"{line}: refitting the new rows from scratch")
-    fresh = optimize(handle, estimator, keep_statistics=True, print_iter=0)
+    fresh = optimize(handle, estimator, **{"print_iter": 0, **options, "keep_statistics": True})
     if batch_id is not None:
         fresh.statistics = fresh.statistics.with_value(
             fresh.statistics.value, fresh.statistics.weight, fresh.statistics.rows, last_batch=batch_id

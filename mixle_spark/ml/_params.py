@@ -377,6 +377,13 @@ class MixleParams(
         "repartition the encoded training data into this many partitions (>= 1).",
         typeConverter=CONTROL_CHECKS["num_chunks"].param("numPartitions"),
     )
+    keepStatistics: Param[bool] = Param(
+        Params._dummy(),
+        "keepStatistics",
+        "keep the sufficient statistics with the model (one more pass at the end of the fit), so "
+        "that MixleModel.update(df) can fold new rows in later (default true).",
+        typeConverter=option_check("keep_statistics").param("keepStatistics"),
+    )
     logLikelihoodCol: Param[str] = Param(
         Params._dummy(),
         "logLikelihoodCol",
@@ -399,6 +406,7 @@ class MixleParams(
             initMode="k-means||",
             selectionCriterion="bic",
             initSteps=2,
+            keepStatistics=True,
             logLikelihoodCol="logLikelihood",
         )
 
@@ -429,6 +437,10 @@ class MixleParams(
     def getInitFraction(self) -> float:
         """Gets the value of ``initFraction`` or its default value."""
         return self.getOrDefault(self.initFraction)
+
+    def getKeepStatistics(self) -> bool:
+        """Gets the value of ``keepStatistics`` or its default value."""
+        return self.getOrDefault(self.keepStatistics)
 
     def getNumPartitions(self) -> int:
         """Gets the value of ``numPartitions`` (raises KeyError when unset)."""

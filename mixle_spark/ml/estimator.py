@@ -174,6 +174,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         selectionCriterion: str = "bic",
         numPartitions: int | None = None,
         logLikelihoodCol: str = "logLikelihood",
+        keepStatistics: bool = True,
     ) -> None:
         super().__init__()
         self.setParams(**self._input_kwargs)
@@ -199,6 +200,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         selectionCriterion: str = "bic",
         numPartitions: int | None = None,
         logLikelihoodCol: str = "logLikelihood",
+        keepStatistics: bool = True,
     ) -> MixleEstimator:
         """Set the given Params (None values are left unset)."""
         return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
@@ -251,6 +253,9 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
     def setSelectionCriterion(self, value: str) -> MixleEstimator:
         return self._set(selectionCriterion=value)
 
+    def setKeepStatistics(self, value: bool) -> MixleEstimator:
+        return self._set(keepStatistics=value)
+
     def setNumPartitions(self, value: int) -> MixleEstimator:
         return self._set(numPartitions=value)
 
@@ -273,6 +278,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
             raise SchemaError(f"param 'featuresCol' ({plan.column!r}): {err}") from err
         encoded = time.perf_counter()
         selection = None
+        plan.options["keep_statistics"] = self.getKeepStatistics()
         try:
             if isinstance(self.getK(), list):
                 from mixle_spark.model_selection import select_k
@@ -349,6 +355,54 @@ class MixleModel(Model, MixleParams, MLReadable["MixleModel"], MLWritable):
         if self._distribution is None:
             raise ValueError("this MixleModel holds no fitted model")
         return self._distribution
+
+    def update(
+        self,
+        dataset: DataFrame,
+        *,
+        method: str = "incremental",
+        decay: float = 1.0,
+        half_life: float | None = None,
+        time_unit: str = "batches",
+        max_its: int = 5,
+        max_drop: float | None = None,
+        on_drift: str = "warn",
+    ) -> MixleModel:
+        """A new MixleModel with the rows of ``dataset`` folded into this one without the training
+        rows (:func:`mixle_spark.em.incremental.update`: incremental or stepwise EM, with decay and
+        drift); ``model.updateResult`` says what it did. Needs a model fitted with
+        ``keepStatistics`` (the default) or loaded from one."""
+        from mixle_spark.em.incremental import update
+
+        plan = fit_plan(self, dataset.columns)
+        options: dict[str, Any] = {
+            "backend": "spark",
+            "num_chunks": self._optional(self.numPartitions),
+            "weights": self._optional(self.weightCol),
+            "depth": self.getAggregationDepth(),
+        }
+        if plan.column is not None:
+            options["column"] = plan.column
+        updated = update(
+            self.distribution,
+            dataset,
+            method=method,
+            decay=decay,
+            half_life=half_life,
+            time_unit=time_unit,
+            max_its=max_its,
+            max_drop=max_drop,
+            on_drift=on_drift,
+            **options,
+        )
+        model = self._copyValues(MixleModel(updated))
+        model._resetUid(self.uid)
+        return model
+
+    @property
+    def updateResult(self) -> Any:
+        """What the :meth:`update` that made this model did (an ``UpdateResult``), else None."""
+        return getattr(self._distribution, "update_result", None)
 
     @property
     def fitResult(self) -> FitResult | None:

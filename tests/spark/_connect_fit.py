@@ -1,6 +1,7 @@
-"""Fit (optimize, best_of, select_k), score and count assignments through a real Spark Connect
-session (a local Connect server), print the results as JSON. Run by tests/spark/test_spark_connect.py
-in a subprocess: a process holds either a classic session (the shared test fixture) or a Connect one."""
+"""Fit (optimize, best_of, select_k), score, count assignments, keep statistics and update through a
+real Spark Connect session (a local Connect server), print the results as JSON. Run by
+tests/spark/test_spark_connect.py in a subprocess: a process holds either a classic session (the shared
+test fixture) or a Connect one."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from mixle_spark.parallel import encoded_data
 from mixle_spark.scoring import assignment_counts, score
 from mixle_spark.spec import model_to_dict
 from mixle_spark.stats import GaussianEstimator, MixtureEstimator
+from tests.spark.test_incremental_spark import connect_updates
 
 
 def main() -> None:
@@ -56,7 +58,11 @@ def main() -> None:
         ll, best = best_of(handle, est, trials=3, max_its=4, delta=None, seed=7)
         chosen = select_k(handle, est, ks=[1, 2, 3], max_its=4, delta=None, seed=11)
     facts["best_of_ll"] = ll
+    incremental = connect_updates(
+        spark
+    )  # kept statistics and updates (tests/spark/test_incremental_spark.py)
     result = {
+        "incremental": incremental,
         "facts": facts,
         "model": model_to_dict(model),
         "best_of": model_to_dict(best),

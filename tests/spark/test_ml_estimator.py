@@ -289,6 +289,33 @@ def test_pipeline_fit_transform_save_load_round_trip(spark: Any, points: Any, tm
     assert MixleModel.load(str(tmp_path / "alone")).getPredictionCol() == "cluster"
 
 
+def test_a_fitted_model_learns_new_rows_with_update(spark: Any, fitted: Any, tmp_path: Path) -> None:
+    """The fit keeps its statistics (keepStatistics, default true), saved with the model; update(df)
+    folds new rows in as mixle_spark.em.incremental.update does on the local backend."""
+    import pandas as pd
+    from pyspark.ml.feature import VectorAssembler
+
+    from mixle_spark.em.incremental import update
+    from mixle_spark.ml import MixleModel
+
+    new = _blobs(seed=5)[:600] + np.array([0.5, 0.0])
+    frame = spark.createDataFrame(pd.DataFrame({"x": new[:, 0], "y": new[:, 1]}))
+    df = VectorAssembler(inputCols=["x", "y"], outputCol="features").transform(frame)
+    assert fitted.distribution.statistics.rows == N
+    fitted.write().overwrite().save(str(tmp_path / "m"))
+    loaded = MixleModel.load(str(tmp_path / "m"))
+    updated = loaded.update(df, decay=0.5)
+    want = update(fitted.distribution, [row for row in new], decay=0.5)
+    np.testing.assert_allclose(updated.weights, want.w, rtol=1e-9)
+    for got, exp in zip(updated.distribution.components, want.components, strict=True):
+        np.testing.assert_allclose(got.mu, exp.mu, rtol=1e-9)
+        np.testing.assert_allclose(got.covar, exp.covar, rtol=1e-9)
+    result = updated.updateResult
+    assert result.rows == 600 and result.decay == 0.5 and updated.distribution.statistics.rows == N + 600
+    assert updated.uid == fitted.uid and updated.getK() == 3
+    assert updated.transform(df).count() == 600
+
+
 def test_input_cols_with_string_indexer_and_model_spec(spark: Any, tmp_path: Path) -> None:
     import pandas as pd
     from pyspark.ml import Pipeline, PipelineModel

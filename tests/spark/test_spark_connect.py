@@ -1,6 +1,6 @@
 """The spark backend under a real Spark Connect session (no RDDs or broadcasts, DataFrame merges):
-optimize, best_of, select_k, score and the segment profile's assignment counts, each equal to the local
-backend's result."""
+optimize, best_of, select_k, score, the segment profile's assignment counts, kept statistics and
+updates, each equal to the local backend's result."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from mixle_spark.estimation import best_of, optimize
 from mixle_spark.model_selection import select_k
 from mixle_spark.spec import model_from_dict
 from mixle_spark.stats import GaussianDistribution, GaussianEstimator, MixtureDistribution, MixtureEstimator
+from tests.spark.test_incremental_spark import check_connect_updates
 
 pytestmark = pytest.mark.spark
 
@@ -66,6 +67,8 @@ def test_fit_and_score_under_spark_connect() -> None:
     assert sorted(result["select_k"]) == ["1", "2", "3"]
     for k, dumped in result["select_k"].items():
         _same_mixture(model_from_dict(dumped), chosen.models[int(k)])
+    # kept statistics and updates (incremental, stepwise, a new label) equal the local backend's
+    check_connect_updates(result["incremental"])
 
 
 def _same_mixture(got: Any, want: Any) -> None:

@@ -410,7 +410,9 @@ def test_em_fit_local_names_the_bad_cell_not_the_first_one(tmp_path: Path) -> No
 
 
 def test_em_fit_resumed_runs_say_so_and_a_finished_fit_needs_no_pass_over_the_data(tmp_path: Path) -> None:
-    base = ("--input", str(SAMPLE), "--model", str(SPEC), *FAST, "--delta", "1e-12", "--print-iter", "50")
+    # --no-statistics: kept statistics are one pass over the data (the next test)
+    base = ("--input", str(SAMPLE), "--model", str(SPEC), *FAST, "--delta", "1e-12", "--print-iter", "50",
+            "--no-statistics")  # fmt: skip
     ckpt = ("--checkpoint-dir", str(tmp_path / "ckpt"))
     first = _run(*base, *ckpt, "--max-its", "3", "--output", str(tmp_path / "a"))
     assert first.returncode == 0, first.stderr
@@ -435,6 +437,27 @@ def test_em_fit_resumed_runs_say_so_and_a_finished_fit_needs_no_pass_over_the_da
     assert quiet.returncode == 0, quiet.stderr
     notes = [line for line in quiet.stderr.splitlines() if "checkpoint" in line]
     assert notes == [f"em_fit: resumed from checkpoint {tmp_path / 'ckpt'} at iteration 5"], quiet.stderr
+
+
+def test_em_fit_keeps_statistics_by_default_even_from_a_finished_checkpoint(tmp_path: Path) -> None:
+    """Statistics are the final model's E-step over the data: a fit returned from its final checkpoint
+    makes that one pass (and no EM iteration), and writes the model.json of the run it resumes."""
+    base = ("--input", str(SAMPLE), "--model", str(SPEC), *FAST, "--max-its", "3", "--delta", "0",
+            "--print-iter", "50", "--checkpoint-dir", str(tmp_path / "ckpt"))  # fmt: skip
+    first = _run(*base, "--output", str(tmp_path / "a"))
+    assert first.returncode == 0, first.stderr
+    written = json.loads((tmp_path / "a" / "model.json").read_text())
+    kept = load_model(tmp_path / "a" / "model.json").statistics
+    assert kept is not None and (kept.rows, kept.updates, kept.weight) == (5000, 0, 5000.0)
+    assert written["statistics"]["format"] == "mixle_spark.statistics"
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["statistics"] == {"rows": 5000, "updates": 0, "weight": 5000, "last_batch": None}
+
+    again = _run(*base, "--output", str(tmp_path / "b"))
+    assert again.returncode == 0, again.stderr
+    assert "encoded 5000 rows" in again.stderr  # the statistics' pass
+    assert not [line for line in again.stderr.splitlines() if line.startswith("iteration ")]
+    assert json.loads((tmp_path / "b" / "model.json").read_text()) == written
 
 
 @pytest.mark.parametrize(

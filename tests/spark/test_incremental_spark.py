@@ -1,0 +1,165 @@
+"""Kept statistics and incremental updates on Spark equal the local backend's (1e-9 relative): a fit
+with ``keep_statistics=True`` over a DataFrame, then ``update`` (incremental and stepwise, with decay,
+a label the fit did not see arriving), on a classic session and under Spark Connect.
+
+The scenario and its comparisons (``tables``, ``updates``, ``assert_same_*``) are shared with the
+mpi, dask and ray suites (tests/mpi/test_mpi_incremental.py, tests/dask/test_incremental_dask.py,
+tests/ray/test_incremental_ray.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from mixle_spark.em.incremental import update
+from mixle_spark.estimation import optimize
+from mixle_spark.stats import CategoricalEstimator, GaussianEstimator, MixtureEstimator, RecordEstimator
+
+pytestmark = pytest.mark.spark
+
+RTOL = 1e-9
+EST = MixtureEstimator(
+    [RecordEstimator({"x": GaussianEstimator(), "c": CategoricalEstimator(pseudo_count=0.5)})] * 2
+)
+FIT: dict[str, Any] = {"seed": 3, "max_its": 15, "delta": None, "keep_statistics": True, "print_iter": 0}
+# delta=0: every update makes max_its passes, so the pass count cannot hinge on a rounding
+UPDATES: dict[str, dict[str, Any]] = {
+    "incremental": {"method": "incremental", "decay": 0.8, "max_its": 3, "delta": 0.0},
+    "stepwise": {"method": "stepwise", "half_life": 400.0, "time_unit": "points"},
+}
+
+
+def _table(n: int, seed: int, labels: tuple[list[str], list[str]]) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    z = rng.integers(0, 2, n)
+    c = np.where(z == 0, rng.choice(labels[0], n), rng.choice(labels[1], n))
+    order = np.argsort(c, kind="stable")  # partitions see different vocabularies, "z" in the last
+    return pa.table({"x": rng.normal(np.where(z == 0, -2.0, 2.0))[order], "c": c[order]})
+
+
+def tables() -> tuple[pa.Table, pa.Table]:
+    """2000 rows to fit, then 600 new ones of which about half carry the unseen label "z"."""
+    return _table(2000, 1, (["a", "b"], ["b", "c"])), _table(600, 2, (["a", "z"], ["c", "z"]))
+
+
+def _leaves(value: Any) -> list[float]:
+    """The numbers of a statistics value tree, in order (dict entries by key)."""
+    if isinstance(value, dict):
+        return [x for key in sorted(value, key=str) for x in _leaves(value[key])]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _leaves(v)]
+    if isinstance(value, np.ndarray):
+        return [float(v) for v in value.ravel()]
+    return [float(value)] if isinstance(value, (int, float, np.number)) else []
+
+
+def assert_same_model(got: Any, want: Any) -> None:
+    """Weights, means, variances, pmaps (labels in the same order) and kept statistics to RTOL."""
+    np.testing.assert_allclose(got.w, want.w, rtol=RTOL)
+    for a, b in zip(got.components, want.components, strict=True):
+        ax, bx = a.fields["x"], b.fields["x"]
+        np.testing.assert_allclose([ax.mu, ax.sigma2], [bx.mu, bx.sigma2], rtol=RTOL)
+        ac, bc = a.fields["c"].pmap, b.fields["c"].pmap
+        assert list(ac) == list(bc)
+        np.testing.assert_allclose(list(ac.values()), list(bc.values()), rtol=RTOL)
+    s, t = got.statistics, want.statistics
+    assert (s.rows, s.updates, s.last_batch) == (t.rows, t.updates, t.last_batch)
+    assert s.estimator.to_dict() == t.estimator.to_dict()  # the vocabularies, in the same order
+    totals = ("weight", "log_likelihood", "scored_weight")
+    np.testing.assert_allclose([getattr(s, k) for k in totals], [getattr(t, k) for k in totals], rtol=RTOL)
+    np.testing.assert_allclose(_leaves(s.value), _leaves(t.value), rtol=RTOL)
+
+
+def assert_same_update(got: Any, want: Any) -> None:
+    """The models and what the updates report."""
+    assert_same_model(got, want)
+    r, s = got.update_result, want.update_result
+    assert (r.rows, r.method, r.passes, r.unseen_rows) == (s.rows, s.method, s.passes, s.unseen_rows)
+    numbers = ("weight", "decay", "mean_log_likelihood_before", "reference_mean_log_likelihood", "drift")
+    np.testing.assert_allclose([getattr(r, k) for k in numbers], [getattr(s, k) for k in numbers], rtol=RTOL)
+    np.testing.assert_allclose(r.history, s.history, rtol=RTOL)
+
+
+def updates(model: Any, new: Any, **backend: Any) -> dict[str, Any]:
+    """``model`` updated with ``new`` by each method (the same ``model`` each time), by method."""
+    return {method: update(model, new, **options, **backend) for method, options in UPDATES.items()}
+
+
+@pytest.fixture(scope="module")
+def local() -> tuple[Any, dict[str, Any]]:
+    old, new = tables()
+    model = optimize(old, EST, **FIT)
+    return model, updates(model, new)
+
+
+def test_the_local_updates_see_the_new_label(local: tuple[Any, dict[str, Any]]) -> None:
+    model, updated = local
+    unseen = tables()[1].column("c").to_pylist().count("z")
+    assert model.statistics.rows == 2000 and 250 < unseen < 350
+    for method, result in updated.items():
+        r = result.update_result
+        assert (r.rows, r.unseen_rows, r.passes) == (600, unseen, 3 if method == "incremental" else 1)
+        assert np.isfinite(r.mean_log_likelihood_before) and r.history[0] == -np.inf
+        assert result.statistics.rows == 2600 and result.statistics.updates == 1
+        assert all(list(c.fields["c"].pmap) == ["a", "b", "c", "z"] for c in result.components)
+
+
+# -- classic Spark ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def spark_fit(spark: Any) -> Any:
+    old, _new = tables()
+    return optimize(spark.createDataFrame(old), EST, **FIT)  # the default layout: resident E-steps
+
+
+def test_a_fit_keeps_the_local_statistics(spark_fit: Any, local: tuple[Any, dict[str, Any]]) -> None:
+    assert spark_fit.statistics.rows == 2000
+    assert_same_model(spark_fit, local[0])
+
+
+@pytest.mark.parametrize("method", list(UPDATES))
+def test_an_update_equals_the_local_one(
+    spark: Any, spark_fit: Any, local: tuple[Any, dict[str, Any]], method: str
+) -> None:
+    _old, new = tables()  # outside a fit: one Spark job a pass (no resident tasks)
+    got = update(spark_fit, spark.createDataFrame(new), num_chunks=3, **UPDATES[method])
+    assert_same_update(got, local[1][method])
+
+
+# -- Spark Connect ------------------------------------------------------------------------------------
+# Run inside tests/spark/test_spark_connect.py's Connect subprocess (one server for every Connect check).
+# Each pass is a Spark job or two under Connect: the fit starts from the local fit's model and makes
+# CONNECT_ITS EM passes (then its statistics pass) instead of seeding and fitting from scratch.
+CONNECT_ITS = 2
+
+
+def connect_updates(spark: Any) -> dict[str, Any]:
+    """In the Connect child: the fit and one update per method over ``spark`` (a Connect session), as
+    JSON-able data for :func:`check_connect_updates`."""
+    from mixle_spark.spec import model_to_dict
+
+    old, new = tables()
+    start = optimize(old, EST, **FIT)  # the local fit, made again in the child (deterministic)
+    model = optimize(spark.createDataFrame(old), EST, prev_estimate=start, **{**FIT, "max_its": CONNECT_ITS})
+    out: dict[str, Any] = {"fit": model_to_dict(model)}
+    for method, updated in updates(model, spark.createDataFrame(new), num_chunks=3).items():
+        out[method] = {"model": model_to_dict(updated), "result": dataclasses.asdict(updated.update_result)}
+    return out
+
+
+def check_connect_updates(out: dict[str, Any]) -> None:
+    """What :func:`connect_updates` printed equals the local backend's."""
+    from mixle_spark.em.incremental import UpdateResult
+    from mixle_spark.spec import model_from_dict
+
+    old, new = tables()
+    start = optimize(old, EST, **FIT)
+    want = optimize(old, EST, prev_estimate=start, **{**FIT, "max_its": CONNECT_ITS})
+    assert_same_model(model_from_dict(out["fit"]), want)
+    for method, want_updated in updates(want, new).items():
+        got = model_from_dict(out[method]["model"])
+        got.update_result = UpdateResult(**out[method]["result"])
+        assert_same_update(got, want_updated)
