@@ -12,7 +12,12 @@ from tests.spark.test_streaming import ESTIMATOR, FIT_OPTIONS, SCHEMA, UPDATE_OP
 
 def main() -> None:
     source, output, checkpoint = sys.argv[1:4]
-    spark = spark_session("stream-test", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    spark = spark_session(
+        "stream-test",
+        master="local[2]",
+        conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
+        delta=False,  # a Parquet stream: no Delta jar to resolve
+    )
     spark.sparkContext.setLogLevel("ERROR")
     stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(source)
     query = fit_stream(

@@ -25,9 +25,9 @@ pytestmark = pytest.mark.spark
 
 SCHEMA = "x double, y double"
 ESTIMATOR = MixtureEstimator([RecordEstimator({"x": GaussianEstimator(), "y": GaussianEstimator()})] * 3)
-FIT_OPTIONS: dict[str, Any] = {"seed": 3, "max_its": 30, "delta": None}
+FIT_OPTIONS: dict[str, Any] = {"seed": 3, "max_its": 15, "delta": None}
 UPDATE_OPTIONS: dict[str, Any] = {"max_its": 3, "decay": 0.9}
-FILES, ROWS = 6, 1500
+FILES, ROWS = 4, 1000
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -116,13 +116,13 @@ def test_a_driver_killed_mid_stream_and_restarted_ends_with_the_same_model(tmp_p
     versions = ModelVersions(output)
     proc = _run(tmp_path / "in", output, checkpoint)
     deadline = time.monotonic() + 300
-    while len(versions.versions()) < 3 and proc.poll() is None and time.monotonic() < deadline:
+    while len(versions.versions()) < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()[1][-3000:]
     os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM, mid-way through the stream
     proc.wait(timeout=60)
     killed_at = versions.versions()
-    assert 3 <= len(killed_at) < FILES
+    assert 2 <= len(killed_at) < FILES
     restarted = _run(tmp_path / "in", output, checkpoint)
     _out, err = restarted.communicate(timeout=600)
     assert restarted.returncode == 0, err[-3000:]
