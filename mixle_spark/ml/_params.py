@@ -468,6 +468,19 @@ class FitPlan:
     trials: int = 1
     from_spec: dict[str, Any] = field(default_factory=dict)
 
+    def backend_options(self, params: MixleParams) -> dict[str, Any]:
+        """``encoded_data``'s keywords for a fit or an update with ``params``: the spark backend,
+        ``numPartitions``, ``weightCol``, ``aggregationDepth`` and the column a non-record model reads."""
+        options: dict[str, Any] = {
+            "backend": "spark",
+            "num_chunks": params._optional(params.numPartitions),
+            "weights": params._optional(params.weightCol),
+            "depth": params.getAggregationDepth(),
+        }
+        if self.column is not None:
+            options["column"] = self.column
+        return options
+
 
 def spec_parts(spec_text: str | None) -> tuple[Any, dict[str, Any]]:
     """The estimator part (None without a spec) and the fit section of a stored ``modelSpec``."""

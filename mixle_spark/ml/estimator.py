@@ -262,14 +262,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
     def _fit(self, dataset: DataFrame) -> MixleModel:
         plan = fit_plan(self, dataset.columns)
         started = time.perf_counter()
-        options: dict[str, Any] = {
-            "backend": "spark",
-            "num_chunks": self._optional(self.numPartitions),
-            "weights": self._optional(self.weightCol),
-            "depth": self.getAggregationDepth(),
-        }
-        if plan.column is not None:
-            options["column"] = plan.column
+        options = plan.backend_options(self)
         try:
             handle = encoded_data(dataset, plan.estimator, **options)
         except SchemaError as err:
@@ -374,15 +367,7 @@ class MixleModel(Model, MixleParams, MLReadable["MixleModel"], MLWritable):
         ``keepStatistics`` (the default) or loaded from one."""
         from mixle_spark.em.incremental import update
 
-        plan = fit_plan(self, dataset.columns)
-        options: dict[str, Any] = {
-            "backend": "spark",
-            "num_chunks": self._optional(self.numPartitions),
-            "weights": self._optional(self.weightCol),
-            "depth": self.getAggregationDepth(),
-        }
-        if plan.column is not None:
-            options["column"] = plan.column
+        options = fit_plan(self, dataset.columns).backend_options(self)
         updated = update(
             self.distribution,
             dataset,

@@ -4,8 +4,6 @@ and ``widened`` (statistics moved into a vocabulary that a later scan widened)."
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +13,6 @@ import numpy as np
 import pytest
 
 import mixle_spark.stats  # noqa: F401  (registers every family)
-import tests.unit as unit_tests
 from mixle_spark.errors import OptionTypeError, SpecError
 from mixle_spark.parallel.backends.model_parallel import ModelParallelAccumulator, ModelParallelEstimator
 from mixle_spark.stats.base import Accumulator, Distribution, Estimator
@@ -28,17 +25,9 @@ from mixle_spark.stats.multinomial import MultinomialDistribution, MultinomialEs
 from mixle_spark.stats.record import RecordEstimator
 from mixle_spark.stats.sequence import SequenceEstimator
 from tests.unit._cases import FamilyCase, assert_models_close
+from tests.unit.test_contracts import _all_cases
 
-
-def _all_cases() -> list[FamilyCase]:
-    cases: list[FamilyCase] = []
-    for info in pkgutil.iter_modules(unit_tests.__path__):
-        if info.name.startswith("cases_"):
-            cases += importlib.import_module(f"tests.unit.{info.name}").CASES
-    return cases
-
-
-CASES = _all_cases()
+CASES = _all_cases()  # every family's contract cases (tests/unit/cases_*.py)
 IDS = [c.id for c in CASES]
 FACTORS = [0.37, 3.0]
 
