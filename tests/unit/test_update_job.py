@@ -6,8 +6,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -21,22 +19,9 @@ from mixle_spark.cli._update_arguments import REFIT_OPTIONS, update_options
 from mixle_spark.em.incremental import DriftError, update
 from mixle_spark.errors import ConvergenceWarning
 from mixle_spark.spec import load_model, model_to_json
+from tests.unit.test_jobs import FAST, SAMPLE, SPEC, _run
 
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT / "data" / "customers_sample.parquet"
-SPEC = ROOT / "conf" / "models" / "sample.json"
 TRUTH = SAMPLE.with_suffix(".truth.json")  # a model file without statistics
-FAST = ("--trials", "1", "--seed", "7")
-
-
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "em_fit.py"), "--backend", "local", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
 
 
 @pytest.fixture(scope="module")
