@@ -26,3 +26,32 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_spark_job_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Warn, naming the test, when a test leaves a Spark job running in the shared session: its tasks
+    would hold task slots for the rest of the suite (once an uncancellable MLlib task did, and every
+    later resident fit found its slots busy)."""
+    yield
+    if "spark" not in request.fixturenames:
+        return
+    import time
+    import warnings
+
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        return
+    tracker = sc.statusTracker()
+    deadline = time.monotonic() + 10.0  # a cancelled job's tasks take a moment to go
+    while (stages := tracker.getActiveStageIds()) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    if stages:
+        names = [getattr(tracker.getStageInfo(s), "name", "?") for s in stages]
+        warnings.warn(
+            f"{request.node.nodeid} left Spark stages {list(stages)} running ({names}): they hold task slots",
+            pytest.PytestWarning,
+            stacklevel=1,
+        )

@@ -13,8 +13,10 @@ formats and ``--backend``) and folded in by :func:`mixle_spark.em.incremental.up
 incremental`` (up to ``--max-its`` passes, default 5, the kept statistics fixed) or ``stepwise`` (one
 pass), the kept statistics first decayed by ``--decay`` or ``--half-life`` (per update, or per new
 row with ``--time-unit points``). ``--output`` gets ``model.json`` (the updated model with its new
-statistics: the next update's ``--update-from``) and ``summary.json`` (the fit summary's format with
-an ``update`` section: :func:`~mixle_spark.cli._summary.build_update_summary`), written as a fit
+statistics: the next update's ``--update-from``), ``summary.json`` (the fit summary's format with
+an ``update`` section: :func:`~mixle_spark.cli._summary.build_update_summary`) and ``trace.jsonl``
+(:meth:`~mixle_spark.em.incremental.UpdateResult.trace`: a header with the drift, a line per pass;
+a refit's is the fresh fit's trace), written as a fit
 writes them: staged and renamed into place, replacing only an em_fit output and only with
 ``--overwrite`` (``--output`` may be ``DIR`` itself: the model is read before anything is written).
 
@@ -100,7 +102,7 @@ def run_update(args: argparse.Namespace, coord: Coordination = solo) -> dict[str
             f"folded {summary['rows']} rows into {source}: its statistics now hold {stats.rows} rows "
             f"and {stats.updates} update{'s' if stats.updates != 1 else ''}, {timings['total']:.1f}s"
         )
-        print(f"wrote {output / 'model.json'} and {output / 'summary.json'}")
+        print(f"wrote {output / 'model.json'}, {output / 'summary.json'} and {output / 'trace.jsonl'}")
     return summary
 
 
@@ -193,3 +195,6 @@ def _write(
         summary["started_at"] = started_at
         summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         (staging / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+        result = model.update_result
+        trace = model.fit_result.trace if result.refitted else result.trace()
+        trace.to_jsonl(staging / "trace.jsonl")

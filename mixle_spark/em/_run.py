@@ -38,8 +38,10 @@ from mixle_spark.em._records import (
 )
 from mixle_spark.em.resilient import Checkpointer, Finished, Snapshot
 from mixle_spark.em.seeding import Seeding, kmeans_parallel
+from mixle_spark.em.statistics import Statistics, collect_statistics, statistics_of_pass
 from mixle_spark.errors import ConvergenceWarning
 from mixle_spark.parallel.backends.contract import (
+    Accumulate,
     PartitionAudit,
     PartReports,
     SingleWriter,
@@ -148,6 +150,9 @@ class EMRun:
             }
         )
         self.checkpoints: Checkpointer | None = None
+        self.kept: tuple[Distribution, float, float, Any] | None = None
+        """(model, weight, log-likelihood, statistics) of the pass that scored the last model, when
+        ``keep_statistics`` (what :meth:`statistics` returns when that model is the fit's)."""
         self.sinks: list[Any] = []
 
     # -- the loop ----------------------------------------------------------------------------
@@ -217,7 +222,12 @@ class EMRun:
         if self.stopped != "decrease":
             t0 = time.perf_counter()
             self._reset_parts()
-            nobs, ll = self.handle.pysp_seq_log_density_sum(self.model)
+            if self.options.keep_statistics and isinstance(self.handle, Accumulate):
+                # the pass that scores the last model also keeps its statistics (no pass more)
+                nobs, ll, value = self.handle.pysp_accumulate(self.estimator, self.model)
+                self.kept = (self.model, nobs, ll, value)
+            else:
+                nobs, ll = self.handle.pysp_seq_log_density_sum(self.model)
             if not self._score(ll, nobs, time.perf_counter() - t0, self.model, self._backend_events()):
                 self.stopped = "decrease"
             elif not self.converged and delta is not None:
@@ -240,6 +250,15 @@ class EMRun:
         if self.checkpoints is not None:
             self._save(done)
         return final
+
+    def statistics(self, model: Distribution) -> Statistics:
+        """The statistics of ``model``'s E-step (``keep_statistics``): those of the pass that scored
+        the last model when ``model`` is it, else one more pass (a fit that returns an earlier,
+        better model)."""
+        if self.kept is not None and self.kept[0] is model:
+            _model, nobs, ll, value = self.kept
+            return statistics_of_pass(self.handle, self.estimator, nobs, ll, value)
+        return collect_statistics(self.handle, self.estimator, model)
 
     def _result(self, done: Finished) -> FitResult:
         """The FitResult of the fit that returns ``done.model``."""

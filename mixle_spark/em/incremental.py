@@ -30,7 +30,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from mixle_spark.errors import MixleError, SpecError
 from mixle_spark.parallel.backends.contract import Accumulate, FitSession, RowPasses
 from mixle_spark.parallel.backends.registry import encoded_data, is_encoded_data_handle
 from mixle_spark.stats.base import Distribution, Estimator
+
+if TYPE_CHECKING:
+    from mixle_spark.em.observability import EMTrace
 
 __all__ = [
     "METHODS",
@@ -102,6 +105,8 @@ class UpdateResult:
         they count in the statistics, not in ``before``.
     seconds : wall time of the update.
     refitted : True when ``on_drift="refit"`` fitted the new rows from scratch.
+    history : the new rows' log-likelihood under the model each pass started from.
+    pass_seconds : each pass's wall time (E-step, merge, M-step).
     """
 
     rows: int
@@ -119,6 +124,7 @@ class UpdateResult:
     seconds: float
     refitted: bool = False
     history: list[float] = field(default_factory=list)
+    pass_seconds: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Strict-JSON data (saved in the model file beside the statistics)."""
@@ -128,6 +134,41 @@ class UpdateResult:
     def from_dict(cls, data: Mapping[str, Any]) -> UpdateResult:
         known = {f.name for f in fields(cls)}
         return cls(**{name: value_from_json(value) for name, value in data.items() if name in known})
+
+    def trace(self) -> EMTrace:
+        """The update as an EM trace (what ``em_fit --update-from`` writes to ``trace.jsonl``): the
+        header's metadata holds ``"kind": "update"`` and the drift fields, then one record per pass
+        (the new rows' log-likelihood under the model the pass started from, its gain, its time; the
+        last carries the weights after the update). A refit's trace is the fresh fit's
+        (``model.fit_result.trace``)."""
+        from mixle_spark.em.observability import EMTrace, IterationTrace
+
+        meta = {k: v for k, v in self.to_dict().items() if k not in ("history", "pass_seconds")}
+        trace = EMTrace(metadata={"kind": "update", **meta})
+        after = None if self.weights_after is None else tuple(self.weights_after)
+        for i, ll in enumerate(self.history):
+            secs = self.pass_seconds[i] if i < len(self.pass_seconds) else 0.0
+            gain = None if i == 0 or not math.isfinite(self.history[i - 1]) else ll - self.history[i - 1]
+            events = [self.summary()] if i == 0 else []
+            trace.append(
+                IterationTrace(
+                    iteration=i,
+                    log_likelihood=ll,
+                    delta=gain,
+                    rows=self.rows,
+                    weight=self.weight,
+                    seconds=secs,
+                    rows_per_second=self.rows / secs if secs > 0 else 0.0,
+                    stat_bytes=0,
+                    partitions=0,
+                    partition_seconds=(0.0, 0.0, 0.0),
+                    skew=1.0,
+                    stragglers=(),
+                    component_weights=after if i == len(self.history) - 1 else None,
+                    events=tuple(events),
+                )
+            )
+        return trace
 
     def summary(self) -> str:
         """One line for a log or stderr."""
@@ -304,6 +345,8 @@ def update(
         gamma = decay_factor(decay, half_life, time_unit, rows)
         old = _widened(kept, bound)
         history: list[float] = []
+        seconds: list[float] = []  # each pass's wall time (E-step, merge, M-step)
+        clock = time.perf_counter()
         nobs, ll, value = handle.pysp_accumulate(est, model)
         first_ll, first_nobs = float(ll), float(nobs)
         unseen, scored, scored_ll = 0.0, first_nobs, first_ll
@@ -330,7 +373,7 @@ def update(
                 raise DriftError(
                     f"update: the new rows' mean log-likelihood {before:.6g} is {drift:.4g} nats/row "
                     f"below the model's {reference:.6g} (max_drop {max_drop:g}); nothing was updated",
-                    _result(result_base, 0, model, model, started, history),
+                    _result(result_base, 0, model, model, started, history, seconds),
                 )
             if on_drift == "refit":
                 refit = dict(refit_options or {})
@@ -351,14 +394,17 @@ def update(
             history.append(float(ll))
             merged, weight, passes = new_value, total, 1
             new_model = bound.estimate(weight, merged)
+            seconds.append(time.perf_counter() - clock)
         else:
             fixed = _scaled(bound, old, gamma)
             weight = base_weight + first_nobs
             merged = _added(bound, fixed, value)
             new_model = bound.estimate(weight, merged)
             history.append(float(ll))
+            seconds.append(time.perf_counter() - clock)
             passes = 1
             while passes < max_its:
+                clock = time.perf_counter()
                 nobs, ll, value = handle.pysp_accumulate(est, new_model)
                 passes += 1
                 previous = history[-1]
@@ -366,6 +412,7 @@ def update(
                 merged = _added(bound, fixed, value)
                 weight = base_weight + float(nobs)
                 last, new_model = new_model, bound.estimate(weight, merged)
+                seconds.append(time.perf_counter() - clock)
                 gain = float(ll) - previous
                 if new_model.to_dict() == last.to_dict():
                     break  # a fixed point (a model without latent variables gets there at once)
@@ -382,7 +429,7 @@ def update(
             log_likelihood=new_ll_total,
             scored_weight=None if kept.scored_weight is None else gamma * kept.scored_weight + scored,
         )
-        result = _result(result_base, passes, model, new_model, started, history)
+        result = _result(result_base, passes, model, new_model, started, history, seconds)
         new_model.update_result = result
         if out is not None:
             out(result.summary())
@@ -401,6 +448,7 @@ def _result(
     after: Distribution,
     started: float,
     history: list[float],
+    pass_seconds: list[float],
 ) -> UpdateResult:
     w0, w1 = _weights(before), _weights(after)
     shift = None if w0 is None or w1 is None or w0.shape != w1.shape else 0.5 * float(np.abs(w1 - w0).sum())
@@ -411,6 +459,7 @@ def _result(
         weight_shift=shift,
         seconds=time.perf_counter() - started,
         history=history,
+        pass_seconds=pass_seconds,
         **base,
     )
 

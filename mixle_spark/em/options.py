@@ -20,7 +20,6 @@ from mixle_spark.em._checkpoint_store import checkpoint_key
 from mixle_spark.em._records import ON_DEGENERATE
 from mixle_spark.em._run import EMRun, FitInputs
 from mixle_spark.em.seeding import INIT_MODES, Seeding
-from mixle_spark.em.statistics import collect_statistics
 from mixle_spark.errors import SpecError
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -116,7 +115,8 @@ class FitOptions:
         k-means|| rounds (pyspark.ml ``initSteps``; default 2).
     keep_statistics : bool
         Attach to the model the sufficient statistics of its E-step over the data
-        (``model.statistics``, saved inside its JSON; one more pass over the data), so that
+        (``model.statistics``, saved inside its JSON; taken from the pass that scores the last
+        model, so one more pass only when an earlier, better model is returned), so that
         :func:`~mixle_spark.em.incremental.update` can fold new rows into it later.
     checkpoint_key : bytes or str, optional
         Authenticate the checkpoints with this key (HMAC-SHA256, at least 16 bytes): only checkpoints
@@ -217,9 +217,10 @@ class FitOptions:
         inputs = FitInputs(prev_estimate=prev_estimate, vhandle=vhandle, label=label, started=started)
 
         def run(handle: Any) -> Distribution:
-            model = EMRun(handle, estimator, options, inputs).run()
+            fit = EMRun(handle, estimator, options, inputs)
+            model = fit.run()
             if options.keep_statistics:
-                model.statistics = collect_statistics(handle, estimator, model)
+                model.statistics = fit.statistics(model)
             return model
 
         return run

@@ -203,8 +203,14 @@ def collect_statistics(handle: Any, estimator: Estimator, model: Distribution) -
     ``keep_statistics=True`` attaches to a fitted model."""
     if not isinstance(handle, Accumulate):
         raise TypeError(f"{type(handle).__name__} cannot keep statistics (it has no pysp_accumulate pass)")
-    bound = handle.bind(estimator) if hasattr(handle, "bind") else estimator
     nobs, ll, value = handle.pysp_accumulate(estimator, model)
+    return statistics_of_pass(handle, estimator, nobs, ll, value)
+
+
+def statistics_of_pass(handle: Any, estimator: Estimator, nobs: float, ll: float, value: Any) -> Statistics:
+    """The :class:`Statistics` of one ``pysp_accumulate`` pass over ``handle`` (its weight,
+    log-likelihood and value), e.g. the pass that scored a fit's last model."""
+    bound = handle.bind(estimator) if hasattr(handle, "bind") else estimator
     finite = math.isfinite(ll)
     return Statistics(
         bound,

@@ -380,7 +380,7 @@ class MixleParams(
     keepStatistics: Param[bool] = Param(
         Params._dummy(),
         "keepStatistics",
-        "keep the sufficient statistics with the model (one more pass at the end of the fit), so "
+        "keep the sufficient statistics with the model (taken from the fit's last pass), so "
         "that MixleModel.update(df) can fold new rows in later (default true).",
         typeConverter=option_check("keep_statistics").param("keepStatistics"),
     )

@@ -369,8 +369,8 @@ class PayloadHandle:
 
     def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
         """The E-step fold without the M-step: (total weight, merged statistics value)."""
-        factory = self.bind(estimator).accumulator_factory()
-        return self._finish((factory, model, None, None), lambda p: (p[0], self._statistics(factory, p[2])))
+        nobs, _ll, value = self.pysp_accumulate(estimator, model)
+        return nobs, value
 
     def pysp_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, float, Any]:
         """The E-step fold under ``model`` without the M-step: (total weight, log-likelihood of

@@ -3,6 +3,7 @@ and the spec readers that dispatch on a spec's ``"type"``."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,6 +27,15 @@ E = TypeVar("E", bound="type[Estimator]")
 
 _DISTRIBUTIONS: dict[str, type[Distribution]] = {}
 _ESTIMATORS: dict[str, type[Estimator]] = {}
+_PROVIDERS = {"model_parallel": "mixle_spark.parallel.backends.model_parallel"}
+"""Built-in estimator families registered by a module outside ``stats`` (imported when first named or
+listed, so a spec reads, and an error lists, the same families whatever the caller imported)."""
+
+
+def _load_providers() -> None:
+    for name, module in _PROVIDERS.items():
+        if name not in _ESTIMATORS:
+            importlib.import_module(module)
 
 
 def _register(table: dict[str, Any], kind: str, name: str) -> Callable[[Any], Any]:
@@ -59,6 +69,7 @@ def registered_distributions() -> dict[str, type[Distribution]]:
 
 def registered_estimators() -> dict[str, type[Estimator]]:
     """Family name -> Estimator class, for every registered family."""
+    _load_providers()
     return dict(_ESTIMATORS)
 
 
@@ -77,6 +88,8 @@ def _spec_type(spec: Any, what: str) -> tuple[str, Mapping[str, Any]]:
 def _from_dict(table: dict[str, Any], what: str, spec: Any) -> Any:
     """The ``from_dict`` of the class ``table`` registers under the spec's ``"type"``."""
     name, spec = _spec_type(spec, what)
+    if table is _ESTIMATORS and name not in table:
+        _load_providers()
     cls = table.get(name)
     if cls is None:
         raise UnknownNameError(f"{what} family", name, table)

@@ -21,6 +21,7 @@ from mixle_spark.scoring import assignment_counts, score
 from mixle_spark.spec import model_to_dict
 from mixle_spark.stats import GaussianEstimator, MixtureEstimator
 from tests.spark.test_incremental_spark import connect_updates
+from tests.spark.test_streaming import connect_stream
 
 
 def main() -> None:
@@ -58,11 +59,11 @@ def main() -> None:
         ll, best = best_of(handle, est, trials=3, max_its=4, delta=None, seed=7)
         chosen = select_k(handle, est, ks=[1, 2, 3], max_its=4, delta=None, seed=11)
     facts["best_of_ll"] = ll
-    incremental = connect_updates(
-        spark
-    )  # kept statistics and updates (tests/spark/test_incremental_spark.py)
+    incremental = connect_updates(spark)  # kept statistics, updates: tests/spark/test_incremental_spark.py
+    stream = connect_stream(spark)  # fit_stream's foreachBatch in the server: tests/spark/test_streaming.py
     result = {
         "incremental": incremental,
+        "stream": stream,
         "facts": facts,
         "model": model_to_dict(model),
         "best_of": model_to_dict(best),

@@ -182,7 +182,7 @@ def test_the_trace_reports_every_partition(spark: Any, tmp_path: Path) -> None:
         assert t.skew >= 1.0 and t.rows_per_second > 0
         assert t.partition_seconds[0] <= t.partition_seconds[1] <= t.partition_seconds[2]
     # every EM pass merges statistics; the last record is the final model's scoring pass, which ships
-    # none (as on the local backend: tests/unit/test_jobs.py)
+    # none without keep_statistics (em_fit keeps them: tests/unit/test_jobs.py)
     assert all(t.stat_bytes > 0 for t in trace[:-1]) and trace[-1].stat_bytes == 0
     assert trace[1].component_weights == pytest.approx(tuple(model.fit_result.trace[1].component_weights))
     from mixle_spark.em.observability import EMTrace

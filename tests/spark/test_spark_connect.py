@@ -19,11 +19,12 @@ from mixle_spark.model_selection import select_k
 from mixle_spark.spec import model_from_dict
 from mixle_spark.stats import GaussianDistribution, GaussianEstimator, MixtureDistribution, MixtureEstimator
 from tests.spark.test_incremental_spark import check_connect_updates
+from tests.spark.test_streaming import check_connect_stream
 
 pytestmark = pytest.mark.spark
 
 
-def test_fit_and_score_under_spark_connect() -> None:
+def test_fit_and_score_under_spark_connect(tmp_path: Path) -> None:
     pytest.importorskip("grpc", reason="Spark Connect needs the pyspark[connect] client dependencies")
     truth = MixtureDistribution([GaussianDistribution(-3.0, 1.0), GaussianDistribution(2.0, 0.5)], [0.4, 0.6])
     x = np.asarray(truth.sampler(3).sample(1500))
@@ -69,6 +70,8 @@ def test_fit_and_score_under_spark_connect() -> None:
         _same_mixture(model_from_dict(dumped), chosen.models[int(k)])
     # kept statistics and updates (incremental, stepwise, a new label) equal the local backend's
     check_connect_updates(result["incremental"])
+    # a stream folded by fit_stream under Connect equals the local backend batch by batch
+    check_connect_stream(result["stream"], tmp_path)
 
 
 def _same_mixture(got: Any, want: Any) -> None:

@@ -138,3 +138,43 @@ def _assert_close(model: Any, want: Any) -> None:
         for name in ("x", "y"):
             assert got.fields[name].mu == pytest.approx(exp.fields[name].mu, rel=1e-9)
             assert got.fields[name].sigma2 == pytest.approx(exp.fields[name].sigma2, rel=1e-9)
+
+
+def connect_stream(spark: Any) -> dict[str, Any]:
+    """In the Spark Connect child (tests/spark/_connect_fit.py): the stream of
+    :func:`test_a_stream_folds_every_batch_once_into_published_versions` through a Connect session,
+    whose ``foreachBatch`` runs in a Python process of the server (the model is passed on through the
+    versions directory, not the client's memory); the last version as JSON-able data."""
+    import shutil
+    import tempfile
+
+    from mixle_spark.spec import model_to_dict
+    from mixle_spark.streaming import fit_stream
+
+    root = Path(tempfile.mkdtemp(prefix="mixle-connect-stream-"))
+    try:
+        _write_batches(root / "in")
+        query = fit_stream(
+            spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(root / "in")),
+            ESTIMATOR,
+            output=root / "models",
+            checkpoint=str(root / "ckpt"),
+            fit_options=FIT_OPTIONS,
+            trigger={"availableNow": True},
+            quiet=True,
+            **UPDATE_OPTIONS,
+        )
+        query.awaitTermination()
+        versions = ModelVersions(root / "models")
+        _version, model = versions.latest()
+        return {"versions": versions.versions(), "model": model_to_dict(model), "rows": model.statistics.rows}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def check_connect_stream(out: dict[str, Any], tmp_path: Path) -> None:
+    """What :func:`connect_stream` printed equals the local backend batch by batch."""
+    from mixle_spark.spec import model_from_dict
+
+    assert out["versions"] == list(range(1, FILES + 1)) and out["rows"] == FILES * ROWS
+    _assert_close(model_from_dict(out["model"]), _by_hand(_write_batches(tmp_path / "stream")))

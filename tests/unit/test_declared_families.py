@@ -142,3 +142,20 @@ def test_every_registered_estimator_round_trips_its_default_spec() -> None:
         est = cls()
         assert est.to_dict() == {"type": family}, family
         assert estimator_from_dict(est.to_dict()) == est
+
+
+def test_a_family_registered_outside_stats_reads_without_importing_its_module() -> None:
+    """model_parallel is registered by mixle_spark.parallel: a spec naming it, and the list an unknown
+    family's error gives, do not depend on whether the caller imported that package."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from mixle_spark.stats import estimator_from_dict, registered_estimators\n"
+        "assert 'mixle_spark.parallel.backends.model_parallel' not in sys.modules\n"
+        "est = estimator_from_dict({'type': 'model_parallel', 'estimator': 'gaussian', 'num_workers': 2})\n"
+        "print(type(est).__name__, est.num_workers, 'model_parallel' in registered_estimators())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["ModelParallelEstimator", "2", "True"]

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from mixle_spark.em.incremental import DriftError, decay_factor, update
-from mixle_spark.em.statistics import Statistics, value_from_json, value_to_json
+from mixle_spark.em.statistics import Statistics, collect_statistics, value_from_json, value_to_json
 from mixle_spark.errors import ModelFormatError, SpecError
 from mixle_spark.estimation import best_of, optimize
+from mixle_spark.parallel import encoded_data
 from mixle_spark.spec import load_model, model_from_json, model_to_json, save_model
 from mixle_spark.stats import (
     CategoricalEstimator,
@@ -190,6 +191,47 @@ def test_the_value_codec_keeps_arrays_tuples_and_non_finite_numbers() -> None:
     assert back[2][("t", 1)] is None and back[3:] == ("label", True)
     with pytest.raises(TypeError, match="dtype object"):
         value_to_json(np.array([object()]))
+
+
+class _CountedPasses:
+    """The local backend's handle, counting the passes a fit makes over it."""
+
+    def __init__(self, data: Any, estimator: Any) -> None:
+        from mixle_spark.parallel import encoded_data
+
+        self.inner, self.passes = encoded_data(data, estimator, backend="local"), 0
+        self._finish = self.inner._finish
+
+        def counted(*args: Any) -> Any:
+            self.passes += 1
+            return self._finish(*args)
+
+        self.inner._finish = counted
+
+
+@pytest.mark.parametrize("delta", [None, 1e-5])
+def test_keeping_the_statistics_costs_no_pass_when_the_last_model_is_returned(delta: float | None) -> None:
+    data = _blobs(1200, 16)
+    counts, models = [], []
+    for keep in (False, True):
+        counted = _CountedPasses(data, MIX)
+        fit = optimize(counted.inner, MIX, seed=2, max_its=8, delta=delta, keep_statistics=keep, **QUIET)
+        models.append(fit)
+        counts.append(counted.passes)
+    assert counts[0] == counts[1]  # the pass that scored the last model kept its statistics
+    assert models[1].to_dict() == models[0].to_dict()
+    kept = models[1].statistics
+    again = collect_statistics(encoded_data(data, MIX, backend="local"), MIX, models[1])
+    assert kept.weight == again.weight == 1200
+    assert kept.log_likelihood == pytest.approx(again.log_likelihood, rel=1e-12)
+    ours, theirs = (json.dumps(s.estimator.estimate(s.weight, s.value).to_dict()) for s in (kept, again))
+    assert np.allclose(_numbers(ours), _numbers(theirs), rtol=1e-12, atol=0)
+
+
+def _numbers(text: str) -> list[float]:
+    import re
+
+    return [float(v) for v in re.findall(r"-?\d+\.?\d*(?:e[-+]?\d+)?", text)]
 
 
 def test_best_of_keeps_the_statistics_of_the_model_it_returns() -> None:

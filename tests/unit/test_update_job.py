@@ -17,6 +17,7 @@ import pytest
 from mixle_spark.cli._arguments import build_parser, resolve_args
 from mixle_spark.cli._update_arguments import REFIT_OPTIONS, update_options
 from mixle_spark.em.incremental import DriftError, update
+from mixle_spark.em.observability import EMTrace
 from mixle_spark.errors import ConvergenceWarning
 from mixle_spark.spec import load_model, model_to_json
 from tests.unit.test_jobs import FAST, SAMPLE, SPEC, _run
@@ -42,9 +43,13 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _model_json(path: Path) -> dict[str, Any]:
-    """model.json without the update's wall time (the only entry two runs of an update differ in)."""
-    found = json.loads(path.read_text())
-    found.get("update", {}).pop("seconds", None)
+    """model.json without the update's wall times (the only entries two runs of an update differ in)."""
+    return _timeless(json.loads(path.read_text()))
+
+
+def _timeless(found: dict[str, Any]) -> dict[str, Any]:
+    for name in ("seconds", "pass_seconds"):
+        found.get("update", {}).pop(name, None)
     return found
 
 
@@ -53,9 +58,7 @@ def _python_update(fit: Path, data: Path, **options: Any) -> Any:
 
 
 def _as_json(model: Any) -> dict[str, Any]:
-    found = json.loads(model_to_json(model))
-    found.get("update", {}).pop("seconds", None)
-    return found
+    return _timeless(json.loads(model_to_json(model)))
 
 
 def test_the_fit_keeps_its_statistics_in_model_json(fitted: dict[str, Path]) -> None:
@@ -72,9 +75,19 @@ def test_an_update_writes_what_update_gives_in_python(fitted: dict[str, Path], t
     assert done.returncode == 0, done.stderr
     want = _python_update(fitted["fit"], fitted["new"])
     assert done.stderr.splitlines() == [f"em_fit: {want.update_result.summary()}"]
-    assert f"wrote {out / 'model.json'} and {out / 'summary.json'}" in done.stdout
+    assert f"wrote {out / 'model.json'}, {out / 'summary.json'} and {out / 'trace.jsonl'}" in done.stdout
     assert _model_json(out / "model.json") == _as_json(want)
-    assert sorted(p.name for p in out.iterdir()) == ["model.json", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.json", "summary.json", "trace.jsonl"]
+    trace = EMTrace.from_jsonl(out / "trace.jsonl")  # the drift in the header, a line per pass
+    assert trace.metadata["kind"] == "update" and trace.metadata["drift"] == want.update_result.drift
+    assert trace.metadata["weights_after"] == want.update_result.weights_after
+    assert [r.log_likelihood for r in trace] == want.update_result.history
+    assert len(trace) == want.update_result.passes
+    assert trace[0].delta is None
+    assert trace[1].delta == pytest.approx(trace[1].log_likelihood - trace[0].log_likelihood)
+    assert trace[0].events == (want.update_result.summary(),) and trace[-1].component_weights == tuple(
+        want.update_result.weights_after
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["day1"]  # no staging directory left behind
 
     summary = json.loads((out / "summary.json").read_text())
@@ -161,6 +174,8 @@ def test_drift_with_on_drift_refit_fits_the_new_rows_from_scratch(
     assert kept.rows == 2500 and kept.updates == 0  # the old rows are gone: a fit of the new ones
     amounts = sorted(c.fields["amount"].mu for c in want.components)
     assert amounts[0] > 2.4 + 6.5  # log(1000) ~ 6.9 above the sample's segments
+    trace = EMTrace.from_jsonl(out / "trace.jsonl")  # the fresh fit's
+    assert len(trace) == want.fit_result.n_iter + 1 and trace.metadata["rows"] == 2500
     summary = json.loads((out / "summary.json").read_text())
     assert summary["update"]["refitted"] is True and summary["update"]["on_drift"] == "refit"
     assert summary["refit"]["iterations"] == want.fit_result.n_iter
