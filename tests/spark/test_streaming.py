@@ -73,23 +73,30 @@ def _run(source: Path, output: Path, checkpoint: Path) -> subprocess.Popen[str]:
     )
 
 
-def test_a_stream_folds_every_batch_once_into_published_versions(spark: Any, tmp_path: Path) -> None:
+def _stream_all(spark: Any, root: Path) -> ModelVersions:
+    """fit_stream over the Parquet files in ``root/in`` (one a micro-batch) until every one is folded
+    in; the versions it published in ``root/models``."""
     from mixle_spark.streaming import fit_stream
 
-    tables = _write_batches(tmp_path / "in")
-    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(tmp_path / "in"))
     query = fit_stream(
-        stream,
+        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(root / "in")),
         ESTIMATOR,
-        output=tmp_path / "models",
-        checkpoint=str(tmp_path / "ckpt"),
+        output=root / "models",
+        checkpoint=str(root / "ckpt"),
         fit_options=FIT_OPTIONS,
         trigger={"availableNow": True},
         quiet=True,
         **UPDATE_OPTIONS,
     )
     query.awaitTermination()
-    versions = ModelVersions(tmp_path / "models")
+    return ModelVersions(root / "models")
+
+
+def test_a_stream_folds_every_batch_once_into_published_versions(spark: Any, tmp_path: Path) -> None:
+    from mixle_spark.streaming import fit_stream
+
+    tables = _write_batches(tmp_path / "in")
+    versions = _stream_all(spark, tmp_path)
     assert versions.versions() == list(range(1, FILES + 1))
     _version, model = versions.latest()
     stats = model.statistics
@@ -149,23 +156,11 @@ def connect_stream(spark: Any) -> dict[str, Any]:
     import tempfile
 
     from mixle_spark.spec import model_to_dict
-    from mixle_spark.streaming import fit_stream
 
     root = Path(tempfile.mkdtemp(prefix="mixle-connect-stream-"))
     try:
         _write_batches(root / "in")
-        query = fit_stream(
-            spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(root / "in")),
-            ESTIMATOR,
-            output=root / "models",
-            checkpoint=str(root / "ckpt"),
-            fit_options=FIT_OPTIONS,
-            trigger={"availableNow": True},
-            quiet=True,
-            **UPDATE_OPTIONS,
-        )
-        query.awaitTermination()
-        versions = ModelVersions(root / "models")
+        versions = _stream_all(spark, root)
         _version, model = versions.latest()
         return {"versions": versions.versions(), "model": model_to_dict(model), "rows": model.statistics.rows}
     finally:
