@@ -334,20 +334,21 @@ def update(
     template = estimator if estimator is not None else kept.template or kept.estimator
     est = kept.estimator  # its vocabularies, with the new rows' labels added by the handle's bind
     owned = not is_encoded_data_handle(data)
-    handle = encoded_data(data, template, **backend) if owned else data
+    # a few passes at once: a backend may encode the rows in the first (Spark: in the resident session)
+    handle = encoded_data(data, template, **{"defer_encoding": True, **backend}) if owned else data
     if isinstance(handle, FitSession):
         handle.begin_fit()  # a few passes in a row: the backend may keep its workers (resident tasks)
     try:
         if not isinstance(handle, Accumulate):
             raise TypeError(f"{type(handle).__name__} cannot run an update (it has no pysp_accumulate pass)")
         bound = handle.bind(est) if hasattr(handle, "bind") else est
-        rows = len(handle)  # type: ignore[arg-type]
-        gamma = decay_factor(decay, half_life, time_unit, rows)
         old = _widened(kept, bound)
         history: list[float] = []
         seconds: list[float] = []  # each pass's wall time (E-step, merge, M-step)
         clock = time.perf_counter()
         nobs, ll, value = handle.pysp_accumulate(est, model)
+        rows = len(handle)  # type: ignore[arg-type]  # after the first pass, which may encode them
+        gamma = decay_factor(decay, half_life, time_unit, rows)
         first_ll, first_nobs = float(ll), float(nobs)
         unseen, scored, scored_ll = 0.0, first_nobs, first_ll
         if not math.isfinite(first_ll) and isinstance(handle, RowPasses):

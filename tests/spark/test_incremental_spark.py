@@ -9,6 +9,7 @@ tests/ray/test_incremental_ray.py)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import numpy as np
@@ -124,9 +125,27 @@ def test_a_fit_keeps_the_local_statistics(spark_fit: Any, local: tuple[Any, dict
 def test_an_update_equals_the_local_one(
     spark: Any, spark_fit: Any, local: tuple[Any, dict[str, Any]], method: str
 ) -> None:
-    _old, new = tables()  # outside a fit: one Spark job a pass (no resident tasks)
+    _old, new = tables()  # three partitions for two task slots: one Spark job a pass
     got = update(spark_fit, spark.createDataFrame(new), num_chunks=3, **UPDATES[method])
     assert_same_update(got, local[1][method])
+
+
+@pytest.mark.parametrize("method", list(UPDATES))
+def test_an_update_encodes_the_new_rows_in_its_resident_session(
+    spark: Any,
+    spark_fit: Any,
+    local: tuple[Any, dict[str, Any]],
+    method: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Default options: the new rows are encoded by the barrier job that then serves the update's
+    passes (one Spark job; the chunks with the unseen label rebased as they are read)."""
+    _old, new = tables()
+    with caplog.at_level(logging.INFO, logger="mixle_spark.parallel.backends.spark"):
+        got = update(spark_fit, spark.createDataFrame(new), **UPDATES[method])
+    assert_same_update(got, local[1][method])
+    said = [r.getMessage() for r in caplog.records]
+    assert any("resident E-steps started (encoding the data in the same job)" in line for line in said), said
 
 
 # -- Spark Connect ------------------------------------------------------------------------------------

@@ -229,3 +229,79 @@ def test_a_barrier_stage_without_free_slots_is_cancelled_and_the_fit_goes_on(
     other.join()
     time.sleep(1.0)
     assert list(sc.statusTracker().getActiveJobsIds()) == []  # the barrier job was not resubmitted
+
+
+# -- the encoding inside the first resident session (defer_encoding) ----------------------------------
+def test_deferred_encoding_runs_in_the_first_resident_session_and_equals_the_eager_fit(
+    spark: Any, frame: Any
+) -> None:
+    df, _x = frame
+    fits, events = [], []
+    for defer in (False, True):
+        with SparkEncodedData(df, estimator=EST, defer_encoding=defer) as handle:
+            fits.append(optimize(handle, EST, max_its=5, delta=None, seed=3, init="random"))
+            assert handle.resident_starts == 1 and len(handle) == 3000
+            events.append(" ".join(fits[-1].fit_result.trace[0].events))
+    np.testing.assert_allclose(_params(fits[1]), _params(fits[0]), rtol=1e-12)
+    assert "encoding the data in the same job" in events[1]
+    assert "encoding the data in the same job" not in events[0]
+    # a vector column (its encoder learns a centre: the chunks are rebased as they are read)
+    from pyspark.ml.functions import array_to_vector
+
+    from mixle_spark.stats import MultivariateGaussianEstimator
+
+    rng = np.random.default_rng(5)
+    points = rng.normal(size=(2000, 3)) + np.where(rng.random(2000) < 0.5, 4.0, -4.0)[:, None]
+    vectors = spark.createDataFrame(pa.table({"v": [list(p) for p in points]}))
+    vectors = vectors.select(array_to_vector("v").alias("v"))
+    mvn = MixtureEstimator([MultivariateGaussianEstimator()] * 2)
+    want = optimize(points, mvn, max_its=4, delta=None, seed=2, init="random", print_iter=0)
+    with SparkEncodedData(vectors, estimator=mvn, defer_encoding=True) as handle:
+        got = optimize(handle, mvn, max_its=4, delta=None, seed=2, init="random", print_iter=0)
+        assert handle.rebased_chunks > 0  # each partition's chunk encoded under its own centre
+        assert "encoding the data in the same job" in " ".join(got.fit_result.trace[0].events)
+    np.testing.assert_allclose(got.w, want.w, rtol=1e-9)
+    for a, b in zip(got.components, want.components, strict=True):
+        np.testing.assert_allclose(a.mu, b.mu, rtol=1e-9)
+        np.testing.assert_allclose(a.covar, b.covar, rtol=1e-9)
+
+
+def test_deferred_encoding_raises_a_bad_value_at_the_first_pass_and_releases_the_slots(spark: Any) -> None:
+    from mixle_spark.errors import DataValueError
+
+    bad = spark.createDataFrame(pa.table({"x": [0.5, 1.0, float("nan"), 2.0] * 50}))
+    with pytest.raises(DataValueError) as eager:
+        SparkEncodedData(bad, estimator=EST)
+    handle = SparkEncodedData(bad, estimator=EST, defer_encoding=True)  # nothing read yet
+    with pytest.raises(DataValueError) as deferred:
+        optimize(handle, EST, max_its=2, delta=None, seed=1, init="random", print_iter=0)
+    assert str(deferred.value) == str(eager.value)  # the same row, value and count
+    handle.close()
+    # the slots are free again: a resident fit starts at once
+    good = spark.createDataFrame(pa.table({"x": [0.5, 1.0, 1.5, 2.0] * 50}))
+    with SparkEncodedData(good, estimator=EST, defer_encoding=True) as again:
+        optimize(again, EST, max_its=2, delta=None, seed=1, init="random", print_iter=0)
+        assert again.resident_starts == 1
+
+
+def test_deferred_encoding_falls_back_to_a_job_when_resident_tasks_cannot_encode(
+    frame: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mixle_spark.parallel.backends._spark_executors import FusedEncoding
+
+    def refuse(_self: Any) -> str:
+        return "no slots (test)"
+
+    df, _x = frame
+    with SparkEncodedData(df, estimator=EST) as handle:
+        want = optimize(handle, EST, max_its=3, delta=None, seed=4, init="random", print_iter=0)
+    monkeypatch.setattr(FusedEncoding, "start", refuse)
+    with SparkEncodedData(df, estimator=EST, defer_encoding=True) as handle:
+        got = optimize(handle, EST, max_its=3, delta=None, seed=4, init="random", print_iter=0)
+        assert handle.resident_starts == 1  # the fit's own session, over the cached chunks
+    events = " ".join(got.fit_result.trace[0].events)
+    assert "the data encoded by a job: resident tasks could not encode it (no slots (test))" in events
+    np.testing.assert_allclose(_params(got), _params(want), rtol=1e-12)
+    # outside a fit the data is encoded by a job when first needed
+    with SparkEncodedData(df, estimator=EST, defer_encoding=True) as handle:
+        assert len(handle) == 3000 and handle.resident_starts == 0

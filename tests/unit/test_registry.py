@@ -32,7 +32,10 @@ def clean_registry() -> Iterator[None]:
     factories = dict(registry_module._FACTORIES)
     canonical = dict(registry_module._CANONICAL)
     defaults = list(registry_module._DEFAULT_FOR_DATA)
+    hinted = dict(registry_module._HINTED)
     yield
+    registry_module._HINTED.clear()
+    registry_module._HINTED.update(hinted)
     registry_module._FACTORIES.clear()
     registry_module._FACTORIES.update(factories)
     registry_module._CANONICAL.clear()
@@ -136,6 +139,24 @@ def test_local_refuses_controls_it_cannot_honour() -> None:
         encoded_data(X, GaussianEstimator(), engine="torch")
     with pytest.raises(TypeError, match="parallel_chunks must be True or False, got 1"):
         encoded_data(X, GaussianEstimator(), parallel_chunks=1)
+
+
+def test_a_hint_is_dropped_by_the_backends_that_do_not_take_it(clean_registry: None) -> None:
+    """defer_encoding is a hint (registry.HINTS): it reaches only the backends registered as taking it
+    (Spark); the others encode at once, and a custom factory never sees it, where any other control
+    they cannot honour is refused."""
+    for backend in ("local", "model_parallel"):
+        with encoded_data(X, GaussianEstimator(), backend=backend, defer_encoding=True) as handle:
+            assert len(handle) == len(X)
+    with pytest.raises(UnsupportedControlError, match=r"batch_size=64"):
+        encoded_data(X, GaussianEstimator(), batch_size=64, defer_encoding=True)
+    assert registry_module._HINTED["spark"] == {"defer_encoding"} and not registry_module._HINTED["mp"]
+    seen: list[dict[str, Any]] = []
+    registry_module.register_encoded_data_backend("hint_test", lambda data, **options: seen.append(options))
+    encoded_data(X, GaussianEstimator(), backend="hint_test", defer_encoding=True, num_chunks=2)
+    assert seen == [{"estimator": seen[0]["estimator"], "model": None, "num_chunks": 2}]
+    with pytest.raises(ValueError, match=r"unknown hint\(s\) \['eager'\]"):
+        registry_module.register_encoded_data_backend("hint_test2", lambda d, **o: d, hints=("eager",))
 
 
 def test_local_honours_chunking_controls_with_identical_results() -> None:

@@ -70,6 +70,7 @@ __all__ = [
     "copies_wanted",
     "copy_place",
     "copy_reader",
+    "decode_chunks",
     "layout_of",
     "load_chunk",
     "persist_chunks",
@@ -438,19 +439,27 @@ def chunk_reader(
     their input row ids)."""
 
     def read(batches: Iterable[pa.RecordBatch]) -> Iterator[Chunk]:
-        shared = None
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            shared = _shared(encoder) if shared is None else shared
-            for first, _rows, blob in stored_chunks(batch):
-                if rebase is None:
-                    yield _weighted(load_chunk(blob, shared), offsets)
-                else:
-                    stored = load_chunk(blob, rebase.shared(first, shared))
-                    yield _weighted(rebase.apply(first, stored), offsets)
+        stored = (chunk for batch in batches if batch.num_rows for chunk in stored_chunks(batch))
+        return decode_chunks(stored, encoder, offsets, rebase)
 
     return read
+
+
+def decode_chunks(
+    stored: Iterable[tuple[int, int, bytes]],
+    encoder: Any,
+    offsets: Offsets = None,
+    rebase: Rebase | None = None,
+) -> Iterator[Chunk]:
+    """The chunks of ``(first, rows, pickled chunk)`` triples, as :func:`chunk_reader` reads them."""
+    shared = None
+    for first, _rows, blob in stored:
+        shared = _shared(encoder) if shared is None else shared
+        if rebase is None:
+            yield _weighted(load_chunk(blob, shared), offsets)
+        else:
+            chunk = load_chunk(blob, rebase.shared(first, shared))
+            yield _weighted(rebase.apply(first, chunk), offsets)
 
 
 def load_chunk(blob: bytes, shared: list[Any]) -> Any:

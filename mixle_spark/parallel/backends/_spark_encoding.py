@@ -61,6 +61,7 @@ from mixle_spark.stats._validate import check_weights, unreadable_cells
 
 __all__ = [
     "ChunkFrame",
+    "PendingChunks",
     "Settled",
     "Validation",
     "one_pass_writer",
@@ -401,19 +402,60 @@ def write_chunks(
     stays persisted then."""
     if not one_pass:
         return _write_twice(frame, validation, schema_error, column, level, copies)
-    out = frame.mapInArrow(one_pass_writer(validation, copies), CHUNK_SCHEMA).persist(level)
-    layout: Layout = {}
-
-    def run() -> Settled:
-        report = "CASE WHEN rows < 0 THEN chunk END AS r"
-        rows = out.selectExpr("spark_partition_id() AS p", "first", "rows", report).collect()
-        reports = [pickle.loads(r[3]) for r in sorted(rows, key=lambda r: r[0]) if r[2] < 0]
-        layout.update(layout_of((r[0], r[1], r[2]) for r in rows))
-        return settle(reports, validation.encoder, schema_error, column)
-
-    settled = _settled(run, out.unpersist, schema_error)
-    chunks = ChunkFrame(out.where("rows >= 0"), settled.partitions, layout, level, held=out)
+    pending = PendingChunks(frame, validation, schema_error, column, level, copies)
+    settled, chunks = pending.settle_by_job()
     return settled, validation.encoder_of(settled.scan), chunks
+
+
+class PendingChunks:
+    """The one-pass encoding planned (its output persisted, not yet computed): settled either by a
+    job of its own (:meth:`settle_by_job`, what :func:`write_chunks` does) or from the reports the
+    tasks that computed it sent (:meth:`settle_reports`: the encoding inside a resident session,
+    :mod:`._spark_fused`)."""
+
+    def __init__(
+        self,
+        frame: Any,
+        validation: Validation,
+        schema_error: SchemaError | None,
+        column: str | None,
+        level: Any,
+        copies: CopyKey | None,
+    ) -> None:
+        self.validation, self.schema_error, self.column, self.level = validation, schema_error, column, level
+        self.out = frame.mapInArrow(one_pass_writer(validation, copies), CHUNK_SCHEMA).persist(level)
+        """The persisted output: every chunk row, then each partition's report row (``rows`` -1)."""
+
+    def settle_by_job(self) -> tuple[Settled, ChunkFrame]:
+        """One job computes the output (caching it) and brings its reports and layout to the driver."""
+        layout: Layout = {}
+
+        def run() -> Settled:
+            report = "CASE WHEN rows < 0 THEN chunk END AS r"
+            rows = self.out.selectExpr("spark_partition_id() AS p", "first", "rows", report).collect()
+            reports = [pickle.loads(r[3]) for r in sorted(rows, key=lambda r: r[0]) if r[2] < 0]
+            layout.update(layout_of((r[0], r[1], r[2]) for r in rows))
+            return settle(reports, self.validation.encoder, self.schema_error, self.column)
+
+        settled = _settled(run, self.out.unpersist, self.schema_error)
+        return settled, self.chunks(settled, layout)
+
+    def settle_reports(self, replies: list[tuple[Any, list[tuple[int, int]]]]) -> tuple[Settled, ChunkFrame]:
+        """Settled from each partition's ``(report, [(first, rows) per chunk])``, in partition order
+        (a bad value raises, located, and the output is unpersisted)."""
+        layout = layout_of(
+            (p, first, rows) for p, (_r, chunks) in enumerate(replies) for first, rows in chunks
+        )
+
+        def run() -> Settled:
+            reports = [report for report, _chunks in replies]
+            return settle(reports, self.validation.encoder, self.schema_error, self.column)
+
+        settled = _settled(run, self.out.unpersist, self.schema_error)
+        return settled, self.chunks(settled, layout)
+
+    def chunks(self, settled: Settled, layout: Layout) -> ChunkFrame:
+        return ChunkFrame(self.out.where("rows >= 0"), settled.partitions, layout, self.level, held=self.out)
 
 
 def _write_twice(

@@ -49,13 +49,16 @@ from mixle_spark.parallel.backends._spark_common import (
     resident_blocker,
 )
 from mixle_spark.parallel.backends._spark_encoding import ChunkFrame
+from mixle_spark.parallel.backends._spark_fused import REPORT, FusedChunks, Settle
 from mixle_spark.parallel.backends._spark_resident import ResidentSession, ResidentUnavailable
 from mixle_spark.parallel.fold import Payload, Request, accumulate_chunks, merge_payloads
 
 __all__ = [
     "MAX_RESIDENT_RESTARTS",
+    "DeferredExecutor",
     "Events",
     "Executor",
+    "FusedEncoding",
     "JobExecutor",
     "ResidentExecutor",
     "claim_slots",
@@ -444,6 +447,14 @@ class ResidentExecutor:
             self._announce = "resident E-steps started"
         return session
 
+    def adopt(self, session: ResidentSession, how: str) -> None:
+        """Serve the passes of the current fit with ``session``, started elsewhere (the encoding
+        inside resident tasks: :class:`FusedEncoding`); ``how`` says so in the EM trace."""
+        self.session = session
+        _HOLDERS.add(self)
+        self.starts += 1
+        self._announce = f"resident E-steps started ({how})"
+
     def _relayout(self, parts: int) -> None:
         """The cached chunks spread over ``parts`` partitions (row ids travel with the rows)."""
         before = self.chunks.num_partitions
@@ -497,7 +508,7 @@ _HOLDERS: weakref.WeakSet[ResidentExecutor] = weakref.WeakSet()
 _SHARED_SLOTS = "another encoded-data handle (e.g. validation data) runs Spark jobs in this fit"
 
 
-def claim_slots(chunks: ChunkFrame) -> bool:
+def claim_slots(chunks: ChunkFrame | None) -> bool:
     """Before a job over ``chunks`` or a resident session of them starts: the resident tasks holding
     the session's task slots stop (those of ``chunks`` itself quietly; another handle's stay off for
     the rest of its fit). True when slots were taken from another handle's running fit."""
@@ -545,3 +556,105 @@ def executor_error(err: BaseException) -> ExecutorError | None:
         remote_type=remote_type,
         remote_message=remote_message.strip(),
     )
+
+
+class FusedEncoding:
+    """The one-pass encoding computed by the barrier tasks of a resident session (:mod:`._spark_fused`):
+    :meth:`start` launches it over ``frame`` (the encoding's persisted output, ``parts`` partitions)
+    and returns the partitions' reports, :meth:`settle` has the tasks decode their chunks, and
+    ``session`` then serves the fit (:meth:`ResidentExecutor.adopt`)."""
+
+    def __init__(self, frame: Any, parts: int) -> None:
+        self.frame, self.parts = frame, parts
+        self.session: ResidentSession | None = None
+
+    def start(self) -> list[Any] | str:
+        """Each partition's ``(report, chunk layout)`` in partition order, or why resident tasks could
+        not encode the data (another handle's fit holds the slots: it keeps them)."""
+        blocker = resident_blocker(self.frame)
+        if blocker is not None:
+            return blocker
+        if claim_slots(None):
+            return _SHARED_SLOTS
+        slots = task_slots(self.frame.sparkSession.sparkContext)
+        if self.parts > slots:
+            return f"{self.parts} partitions but {slots} task slots"
+        holder = FusedChunks(_fold)  # decode and compute share it in each task
+        session = ResidentSession(self.frame, self.parts, holder.decode, holder.compute, setup_requests=2)
+        try:
+            session.start()
+            replies = session.request(REPORT)
+        except ResidentUnavailable as err:
+            return str(err)
+        self.session = session
+        return replies
+
+    def settle(self, encoder: Any, offsets: Any, rebase: Any) -> str | None:
+        """The tasks decode their chunks (:class:`Settle`); None, or why the session was lost."""
+        assert self.session is not None
+        try:
+            self.session.request(Settle(encoder, offsets, rebase))
+        except ResidentUnavailable as err:  # the session is stopped: the fit starts another
+            self.session = None
+            return str(err)
+        return None
+
+    def stop(self, cancel: bool = False) -> None:
+        if self.session is not None:
+            self.session.stop(cancel=cancel)
+            self.session = None
+
+
+def _fold(chunks: list[Any], request: Any, part: int) -> Payload:
+    return accumulate_chunks(chunks, request, part)
+
+
+class DeferredExecutor:
+    """The executor of a handle whose encoding waits for its first pass (``defer_encoding``).
+
+    ``settle(fused)`` encodes the data and returns the handle's real executor: with ``fused`` (the
+    first pass comes during a fit) inside the resident session that then serves the fit, else by a
+    job of its own. Fit bookkeeping (``begin_fit`` / ``end_fit``) before then is handed on.
+    """
+
+    def __init__(self, settle: Callable[[bool], Executor]) -> None:
+        self._settle = settle
+        self._fitting = 0
+        self.real: Executor | None = None
+
+    def settled(self, fused: bool = False) -> Executor:
+        """The real executor (encoding the data first, if not yet)."""
+        if self.real is None:
+            self.real = self._settle(fused and self._fitting > 0)
+        return self.real
+
+    def run(self, request: Request) -> Payload:
+        return self.settled(fused=True).run(request)
+
+    def begin_fit(self) -> None:
+        if self.real is None:
+            self._fitting += 1
+        else:
+            self.real.begin_fit()
+
+    def end_fit(self) -> None:
+        if self.real is None:
+            self._fitting = max(self._fitting - 1, 0)
+        else:
+            self.real.end_fit()
+
+    @property
+    def fitting(self) -> int:
+        """Fits begun and not ended before the data was encoded (handed on to the real executor)."""
+        return self._fitting
+
+    def holds_slots(self) -> bool:
+        return self.real is not None and self.real.holds_slots()
+
+    def release_workers(self) -> None:
+        if self.real is not None:
+            self.real.release_workers()
+
+    def close(self) -> None:
+        if self.real is not None:
+            self.real.close()

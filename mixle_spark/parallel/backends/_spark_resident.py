@@ -87,8 +87,10 @@ def resident_task(
     secret: bytes,
     decode: Callable[[Iterable[pa.RecordBatch]], Iterable[Any]],
     compute: Callable[..., Any],
+    measure_at: int = 1,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The barrier task: authenticate to the driver, decode the partition once, serve E-step requests."""
+    """The barrier task: authenticate to the driver, decode the partition once, serve E-step requests
+    (the memory its chunks hold is measured after request ``measure_at``: the first E-step)."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import BarrierTaskContext
@@ -109,7 +111,7 @@ def resident_task(
                 rows = sum(len(c[1]) for c in chunks)
                 seconds = time.perf_counter() - started
                 channel.send(("ready", rows, stat_nbytes(chunks), _rss_bytes(), seconds))
-                measured = False
+                served = 0
                 while True:
                     try:
                         request = channel.recv()
@@ -120,8 +122,8 @@ def resident_task(
                     try:
                         payload = compute(chunks, request[1], part)
                         # the first step caches the E-step's features in the chunks: measure once
-                        held = -1 if measured else stat_nbytes(chunks)
-                        measured = True
+                        served += 1
+                        held = stat_nbytes(chunks) if served == measure_at else -1
                         reply: Any = ("ok", payload, held, _rss_bytes())
                     except Exception as err:  # reported to the driver, which falls back
                         reply = ("error", f"{type(err).__name__}: {err}")
@@ -146,6 +148,9 @@ class ResidentSession:
     launch_timeout : float, optional
         Seconds for every task to start and authenticate (default :data:`LAUNCH_TIMEOUT`); then the
         stage is cancelled.
+    setup_requests : int
+        Requests the caller sends before the first E-step (the memory the chunks hold is measured
+        after that step).
     """
 
     def __init__(
@@ -155,8 +160,10 @@ class ResidentSession:
         decode: Callable[..., Any],
         compute: Callable[..., Any],
         launch_timeout: float | None = None,
+        setup_requests: int = 0,
     ) -> None:
         self.frame = frame
+        self.setup_requests = setup_requests
         self.num_partitions = num_partitions
         self.launch_timeout = LAUNCH_TIMEOUT if launch_timeout is None else launch_timeout
         self._decode = decode
@@ -188,7 +195,7 @@ class ResidentSession:
         secret = wire.new_secret()
         listener = _Listener(server, secret, expected=self.num_partitions)
         self._listening(address)
-        task = resident_task(address, secret, self._decode, self._compute)
+        task = resident_task(address, secret, self._decode, self._compute, 1 + self.setup_requests)
         job = self.frame.mapInArrow(task, "payload binary", barrier=True)
 
         def run_job() -> None:

@@ -25,6 +25,7 @@ __all__ = [
     "BUILTIN_BACKENDS",
     "CONTROL_CHECKS",
     "CONTROL_DEFAULTS",
+    "HINTS",
     "EncodedDataControlConflictError",
     "UnsupportedControlError",
     "available_encoded_data_backends",
@@ -39,6 +40,11 @@ __all__ = [
 
 _FACTORIES: dict[str, Callable[..., Any]] = {}
 _CANONICAL: dict[str, str] = {}
+_HINTED: dict[str, frozenset[str]] = {}  # backend -> the hints its factory takes
+
+HINTS = frozenset({"defer_encoding"})
+"""Controls a backend may ignore: :func:`encoded_data` hands them only to the backends registered as
+taking them (``hints=``), and drops them for the others (any other control not honoured is refused)."""
 # Data types that pick a backend when backend=None: (predicate, backend name), first match wins.
 _DEFAULT_FOR_DATA: list[tuple[Callable[[Any], bool], str]] = []
 
@@ -60,13 +66,18 @@ def register_encoded_data_backend(
     *,
     override: bool = False,
     default_for: Callable[[Any], bool] | None = None,
+    hints: Iterable[str] = (),
 ) -> None:
     """Register ``factory(data, **options)`` under ``name`` and ``aliases``.
 
     Re-registering the same factory is a no-op; a different factory under a taken name raises
     ValueError naming the owner unless ``override=True``. ``default_for(data)`` (optional) makes this
-    backend the default for data it accepts when ``backend=None``.
+    backend the default for data it accepts when ``backend=None``. ``hints``: the :data:`HINTS` the
+    factory takes (the others never reach it).
     """
+    hints = frozenset(hints)
+    if not hints <= HINTS:
+        raise ValueError(f"unknown hint(s) {sorted(hints - HINTS)}; hints are: {', '.join(sorted(HINTS))}")
     if not callable(factory):
         raise TypeError(f"backend factory must be callable, got {factory!r}")
     if not isinstance(name, str) or not name.strip():
@@ -84,6 +95,7 @@ def register_encoded_data_backend(
     for key in names:
         _FACTORIES[key] = factory
         _CANONICAL[key] = canonical
+    _HINTED[canonical] = hints
     if default_for is not None:
         _DEFAULT_FOR_DATA[:] = [(p, n) for p, n in _DEFAULT_FOR_DATA if n != canonical]
         _DEFAULT_FOR_DATA.append((default_for, canonical))
@@ -208,6 +220,7 @@ def encoded_data(
     batch_size: int | None = None,
     shuffle: bool | None = None,
     seed: int | None = None,
+    defer_encoding: bool = False,
     **options: Any,
 ) -> Any:
     """Encode ``data`` for ``estimator`` (or for scoring with ``model``) with the chosen backend.
@@ -223,6 +236,11 @@ def encoded_data(
         data (``spark`` for a Spark DataFrame, else ``local``).
     num_workers, client, comm, root, root_only, parallel_chunks, chunk_workers, batch_size,
     shuffle, seed : backend controls, as in the reference API.
+    defer_encoding : bool
+        A hint that the handle serves a few passes right away (an update, a micro-batch): a backend
+        may then encode the data in its first pass instead of now (Spark: inside the first resident
+        session of a fit, one Spark job fewer; a bad value then raises at that pass). It reaches
+        only the backends registered as taking it (:data:`HINTS`); the others encode at once.
     **options : backend-specific options (e.g. ``column``, ``weights``, ``depth`` for Spark).
 
     Only the controls that differ from their defaults reach the backend's factory, which honours
@@ -241,6 +259,8 @@ def encoded_data(
         return data
     name = _resolve(backend, data)
     controls.pop("backend", None)
+    for hint in HINTS - _HINTED.get(_CANONICAL.get(name, name), frozenset()):
+        controls.pop(hint, None)  # a hint this backend does not take
     return _FACTORIES[name](data, estimator=estimator, model=model, **controls, **options)
 
 
@@ -286,4 +306,5 @@ for _name, _where, _aliases, _engine in BUILTIN_BACKENDS:
         _Lazy(*_where.split(":")),
         aliases=_aliases,
         default_for=None if _engine is None else _engine_is(_engine),
+        hints=("defer_encoding",) if _name == "spark" else (),
     )

@@ -64,6 +64,8 @@ from mixle_spark.parallel.backends._spark_common import (
 )
 from mixle_spark.parallel.backends._spark_copies import ChunkCopies
 from mixle_spark.parallel.backends._spark_encoding import (
+    ChunkFrame,
+    PendingChunks,
     Settled,
     Validation,
     rebase_chunks,
@@ -72,8 +74,10 @@ from mixle_spark.parallel.backends._spark_encoding import (
     write_chunks,
 )
 from mixle_spark.parallel.backends._spark_executors import (
+    DeferredExecutor,
     Events,
     Executor,
+    FusedEncoding,
     JobExecutor,
     ResidentExecutor,
 )
@@ -143,6 +147,14 @@ class SparkEncodedData(PayloadHandle):
     num_workers : int, optional
         Thread each task's E-step over this many threads (a mixture's components or row blocks, a
         record's fields; see :mod:`mixle_spark.parallel.backends.model_parallel`), e.g. ``spark.task.cpus``.
+    defer_encoding : bool
+        Encode the data in its first pass instead of now, where it can run inside the resident
+        session of a fit (:mod:`._spark_fused`: a classic session with resident tasks, the layout
+        left to the backend, one encoding pass with nothing to learn such as numeric columns, no
+        more input partitions than task slots): the encoding and the session's start are one Spark
+        job, for a handle that serves a few passes at once (``update``, a streaming micro-batch).
+        A bad value then raises at that pass. Where the encoding cannot run there, a job encodes
+        the data when it is first needed. Default False: encoded (and checked) now.
     """
 
     def __init__(
@@ -160,6 +172,7 @@ class SparkEncodedData(PayloadHandle):
         encoder: Encoder | None = None,
         resident: bool | None = None,
         num_workers: int | None = None,
+        defer_encoding: bool = False,
     ) -> None:
         if estimator is None and model is None and encoder is None:
             raise TypeError("SparkEncodedData needs an estimator, a model or an encoder")
@@ -215,6 +228,22 @@ class SparkEncodedData(PayloadHandle):
         self._rebase_on_read: Rebase | None = None
         validation = Validation(base, estimator, reader(self.columns, self.reads_table), weights)
         column = None if self.reads_table else self.columns[0]
+        self._events = Events()
+        self._resident = resident
+        self._resident_executor: ResidentExecutor | None = None
+        self._pending: PendingChunks | None = None
+        self._broken: tuple[BaseException, PendingChunks] | None = None
+        if defer_encoding and self._can_defer(frame, validation, blocker, tasks):
+            # encoded by the first pass: inside the resident session of a fit, else by a job
+            self._pending = PendingChunks(
+                frame, validation, schema_error, column, self._storage_level, self._copies.pair
+            )
+            self.encoder = base  # the merged scan's when it is settled
+            self._scan = None
+            self._slots, self._estimator = tasks, estimator
+            self._deferred = DeferredExecutor(self._settle_deferred)
+            self.executor: Executor = self._deferred
+            return
         settled, self.encoder, self.chunks = write_chunks(
             frame,
             validation,
@@ -224,33 +253,127 @@ class SparkEncodedData(PayloadHandle):
             level=self._storage_level,
             copies=self._copies.pair,
         )
-        self._scan, self.offsets, self.n = settled.scan, settled.offsets, settled.n
+        self._encoded(settled, estimator, tasks)
+
+    def _can_defer(self, frame: DataFrame, validation: Validation, blocker: str | None, slots: int) -> bool:
+        """Whether the encoding can run inside the first resident session (``defer_encoding``): a
+        classic session that runs resident tasks, the layout left to the backend, a one-pass encoding
+        (:mod:`._spark_encoding`), no more input partitions than task slots."""
+        if self.connect or self._resident is False or blocker is not None or not self.auto_layout:
+            return False
+        if not self.one_pass or slots <= 0:
+            return False
+        self._input_parts = frame.rdd.getNumPartitions()
+        return 0 < self._input_parts <= slots
+
+    def _settle_deferred(self, fused: bool) -> Executor:
+        """Encode the deferred data (inside a resident session when ``fused``: a fit runs; else by a
+        job) and return the executor that runs the passes from then on."""
+        pending, self._pending = self._pending, None
+        assert pending is not None
+        try:
+            return self._settle_pending(pending, fused)
+        except BaseException as err:  # a bad value (located), a failed job: raised again if asked again
+            self._broken = (err, pending)
+            raise
+
+    def _settle_pending(self, pending: PendingChunks, fused: bool) -> Executor:
+        fusing, settled = None, None
+        if fused:  # the encoding's output has the input's partitions
+            fusing = FusedEncoding(pending.out, self._input_parts)
+            replies = fusing.start()
+            if isinstance(replies, str):
+                self._events.add(f"the data encoded by a job: resident tasks could not encode it ({replies})")
+                fusing = None
+            else:
+                try:
+                    settled, self.chunks = pending.settle_reports(replies)
+                    rewrite = self._rebase_plan(settled)[1]  # rewriting chunks is a job: it needs the slots
+                except BaseException:
+                    fusing.stop(cancel=True)
+                    raise
+                if rewrite:
+                    fusing.stop()
+                    fusing = None
+        if settled is None:
+            settled, self.chunks = pending.settle_by_job()
+        self.encoder = pending.validation.encoder_of(settled.scan)
+        self._encoded(settled, self._estimator, 0 if fusing is not None else self._slots)
+        if fusing is not None:
+            lost = fusing.settle(self.encoder, settled.offsets, self._rebase_on_read)
+            if lost is not None:
+                self._events.add(f"resident tasks lost while decoding the data they encoded ({lost})")
+        executor = self.executor
+        for _ in range(self._deferred.fitting):
+            executor.begin_fit()
+        if fusing is not None and fusing.session is not None:
+            assert self._resident_executor is not None
+            self._resident_executor.adopt(fusing.session, "encoding the data in the same job")
+        return executor
+
+    def _settle(self) -> None:
+        """Encode the deferred data now, when something needs what the encoding learns (inside a
+        resident session during a fit, else by a job)."""
+        if self._broken is not None:
+            raise self._broken[0]
+        if self._pending is not None:
+            self._deferred.settled(fused=True)
+
+    @property
+    def n(self) -> int:  # type: ignore[override]
+        """Rows of the encoded data."""
+        self._settle()
+        return self._n
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Each input partition's first global row."""
+        self._settle()
+        return self._offsets
+
+    @property
+    def chunks(self) -> ChunkFrame:
+        """The persisted encoded chunks every pass reads."""
+        self._settle()
+        return self._chunks
+
+    @chunks.setter
+    def chunks(self, value: ChunkFrame) -> None:
+        self._chunks = value
+
+    @property
+    def jobs(self) -> JobExecutor:
+        """Runs every pass as one Spark job, and the passes resident tasks do not serve."""
+        self._settle()
+        return self._jobs
+
+    def _encoded(self, settled: Settled, estimator: Estimator | None, tasks: int) -> None:
+        """The encoding pass's results kept, and the executors made."""
+        self._scan, self._offsets, self._n = settled.scan, settled.offsets, settled.n
         self._copies.places |= settled.places
         if self.one_pass:
             self._rebase(settled, estimator)
-        if unbalanced(self.chunks.layout, tasks) or (self.auto_layout and self.chunks.relayout_wanted(tasks)):
-            self.chunks.spread(tasks)
-        self._events = Events()
-        self.jobs = JobExecutor(
-            self.chunks,
+        chunks = self._chunks
+        if unbalanced(chunks.layout, tasks) or (self.auto_layout and chunks.relayout_wanted(tasks)):
+            chunks.spread(tasks)
+        self._jobs = JobExecutor(
+            chunks,
             self._chunk_reader(),
-            self._copies.reader(self.encoder, self.offsets, self._rebase_on_read),
+            self._copies.reader(self.encoder, self._offsets, self._rebase_on_read),
             self._events,
             merge=self.merge,
-            depth=depth,
+            depth=self.depth,
         )
-        """Runs every pass as one Spark job, and the passes resident tasks do not serve."""
-        self._resident_executor = None
-        if resident is not False and not self.connect:
+        if self._resident is not False and not self.connect:
             self._resident_executor = ResidentExecutor(
-                self.chunks,
-                self.jobs,
+                chunks,
+                self._jobs,
                 self._chunk_reader(),
                 self._events,
-                required=resident is True,
+                required=self._resident is True,
                 auto_layout=self.auto_layout,
             )
-        self.executor: Executor = self._resident_executor or self.jobs
+        self.executor = self._resident_executor or self._jobs
         """What runs each pass (:meth:`_estep`): resident tasks while a fit runs (with the jobs
         behind them), or jobs only (``resident=False``, Spark Connect)."""
 
@@ -284,23 +407,30 @@ class SparkEncodedData(PayloadHandle):
         # names this handle (always true; the optimizer removes it) keeps every plan its own
         return frame.where(F.lit(self._token).isNotNull()), schema_error
 
+    @staticmethod
+    def _rebase_plan(settled: Settled) -> tuple[dict[int, Any], bool]:
+        """The chunks encoded under a scan other than the merged one (first input row id -> scan),
+        and whether they are rewritten by a pass (else rebased as they are read)."""
+        todo = {first: scan for first, scan in settled.chunk_scans if not same_scan(scan, settled.scan)}
+        return todo, bool(todo) and len(pickle.dumps(todo, protocol=5)) > REBASE_ON_READ_BYTES
+
     def _rebase(self, settled: Settled, estimator: Estimator | None) -> None:
         """Chunks encoded under a scan other than the merged one re-expressed by the merged encoder:
         as they are read, when their scans are small enough to ship in every pass's closure (a
         vector column's centre, a few labels), else in one pass over the cached chunks (a
         vocabulary of many labels: that pass builds each chunk's encoder once)."""
-        todo = {first: scan for first, scan in settled.chunk_scans if not same_scan(scan, settled.scan)}
+        todo, rewrite = self._rebase_plan(settled)
         self.rebased_chunks = len(todo)
         if not todo:
             return
-        if len(pickle.dumps(todo, protocol=5)) <= REBASE_ON_READ_BYTES:
+        if not rewrite:
             self._rebase_on_read = Rebase(self.encoder, estimator, todo)
             return
-        rebase_chunks(self.chunks, self.encoder, estimator, todo, self._copies.renew())
+        rebase_chunks(self._chunks, self.encoder, estimator, todo, self._copies.renew())
 
     def _chunk_reader(self) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Any]]:
         """``read(batches)``: a partition's chunks from the cached cells (what resident tasks decode)."""
-        return chunk_reader(self.encoder, self.offsets, self._rebase_on_read)
+        return chunk_reader(self.encoder, self._offsets, self._rebase_on_read)
 
     # -- what the executors hold ----------------------------------------------------------------
     @property
@@ -373,12 +503,18 @@ class SparkEncodedData(PayloadHandle):
         if not self._closed:
             self._closed = True
             self.executor.close()
-            self._copies.drop(self.chunks)
-            self.chunks.release()
+            pending = self._pending or (self._broken[1] if self._broken is not None else None)
+            if pending is not None and not hasattr(self, "_chunks"):  # never encoded (or it failed)
+                pending.out.unpersist()
+                self._pending = None
+                return
+            self._copies.drop(self._chunks)
+            self._chunks.release()
 
     def bind(self, estimator: Estimator) -> Estimator:
         """``estimator`` with this data's scanned vocabularies / ranges fixed (its E-step threaded
         over ``num_workers`` threads per task when that was asked for)."""
+        self._settle()
         return bind_estimator(estimator, self._scan, self.encoder, self.num_workers)
 
     def partition_ids(self) -> range:
@@ -416,7 +552,15 @@ class SparkEncodedData(PayloadHandle):
         return min(found) if found else None
 
 
-SPARK_CONTROLS = ("encoder", "num_chunks", "resources", "engine", "precision", "num_workers")
+SPARK_CONTROLS = (
+    "encoder",
+    "num_chunks",
+    "resources",
+    "engine",
+    "precision",
+    "num_workers",
+    "defer_encoding",
+)
 
 
 def make_spark(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> SparkEncodedData:
