@@ -146,6 +146,10 @@ def test_an_update_encodes_the_new_rows_in_its_resident_session(
     assert_same_update(got, local[1][method])
     said = [r.getMessage() for r in caplog.records]
     assert any("resident E-steps started (encoding the data in the same job)" in line for line in said), said
+    # resident tasks off: the rows encoded by a job, one job a pass, the same update
+    assert_same_update(
+        update(spark_fit, spark.createDataFrame(new), resident=False, **UPDATES[method]), local[1][method]
+    )
 
 
 # -- Spark Connect ------------------------------------------------------------------------------------

@@ -420,11 +420,9 @@ class ResidentExecutor:
     def _start(self) -> ResidentSession:
         """Start a session, laying the encoded data out for the slots first (auto layout)."""
         chunks = self.chunks
-        blocker = resident_blocker(chunks.frame)
-        if blocker is not None:
-            raise ResidentUnavailable(blocker)
-        if claim_slots(chunks):
-            raise ResidentUnavailable(_SHARED_SLOTS)
+        refused = _slots_refused(chunks.frame, chunks)
+        if refused is not None:
+            raise ResidentUnavailable(refused)
         slots = task_slots(chunks.frame.sparkSession.sparkContext)
         if self.auto_layout and chunks.relayout_wanted(slots):
             self._relayout(slots)
@@ -508,6 +506,16 @@ _HOLDERS: weakref.WeakSet[ResidentExecutor] = weakref.WeakSet()
 _SHARED_SLOTS = "another encoded-data handle (e.g. validation data) runs Spark jobs in this fit"
 
 
+def _slots_refused(frame: Any, chunks: ChunkFrame | None) -> str | None:
+    """Why a resident session over ``frame`` may not take the task slots (the session cannot run
+    them, or another handle's fit holds them: it keeps them), else None once other holders are
+    stopped (:func:`claim_slots`)."""
+    blocker = resident_blocker(frame)
+    if blocker is not None:
+        return blocker
+    return _SHARED_SLOTS if claim_slots(chunks) else None
+
+
 def claim_slots(chunks: ChunkFrame | None) -> bool:
     """Before a job over ``chunks`` or a resident session of them starts: the resident tasks holding
     the session's task slots stop (those of ``chunks`` itself quietly; another handle's stay off for
@@ -571,11 +579,9 @@ class FusedEncoding:
     def start(self) -> list[Any] | str:
         """Each partition's ``(report, chunk layout)`` in partition order, or why resident tasks could
         not encode the data (another handle's fit holds the slots: it keeps them)."""
-        blocker = resident_blocker(self.frame)
-        if blocker is not None:
-            return blocker
-        if claim_slots(None):
-            return _SHARED_SLOTS
+        refused = _slots_refused(self.frame, None)
+        if refused is not None:
+            return refused
         slots = task_slots(self.frame.sparkSession.sparkContext)
         if self.parts > slots:
             return f"{self.parts} partitions but {slots} task slots"

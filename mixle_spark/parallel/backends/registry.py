@@ -23,6 +23,7 @@ from mixle_spark.parallel.backends.contract import EncodedData
 
 __all__ = [
     "BUILTIN_BACKENDS",
+    "BUILTIN_HINTS",
     "CONTROL_CHECKS",
     "CONTROL_DEFAULTS",
     "HINTS",
@@ -38,13 +39,13 @@ __all__ = [
     "take_controls",
 ]
 
-_FACTORIES: dict[str, Callable[..., Any]] = {}
-_CANONICAL: dict[str, str] = {}
-_HINTED: dict[str, frozenset[str]] = {}  # backend -> the hints its factory takes
-
 HINTS = frozenset({"defer_encoding"})
 """Controls a backend may ignore: :func:`encoded_data` hands them only to the backends registered as
 taking them (``hints=``), and drops them for the others (any other control not honoured is refused)."""
+
+_FACTORIES: dict[str, Callable[..., Any]] = {}
+_CANONICAL: dict[str, str] = {}
+_HINTED: dict[str, frozenset[str]] = {}  # backend -> the hints its factory takes
 # Data types that pick a backend when backend=None: (predicate, backend name), first match wins.
 _DEFAULT_FOR_DATA: list[tuple[Callable[[Any], bool], str]] = []
 
@@ -128,6 +129,9 @@ BUILTIN_BACKENDS: tuple[tuple[str, str, tuple[str, ...], str | None], ...] = (
     ("ray", f"{_BACKENDS}.ray:make_ray", (), "ray"),
 )
 """The built-in backends: ``(name, "module:factory", aliases, the frame engine it is the default for)``."""
+
+BUILTIN_HINTS: dict[str, tuple[str, ...]] = {"spark": ("defer_encoding",)}
+"""The :data:`HINTS` each built-in backend takes (the others take none)."""
 
 
 def _engine_is(engine: str) -> Callable[[Any], bool]:
@@ -306,5 +310,5 @@ for _name, _where, _aliases, _engine in BUILTIN_BACKENDS:
         _Lazy(*_where.split(":")),
         aliases=_aliases,
         default_for=None if _engine is None else _engine_is(_engine),
-        hints=("defer_encoding",) if _name == "spark" else (),
+        hints=BUILTIN_HINTS.get(_name, ()),
     )

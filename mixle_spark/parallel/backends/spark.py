@@ -150,11 +150,11 @@ class SparkEncodedData(PayloadHandle):
     defer_encoding : bool
         Encode the data in its first pass instead of now, where it can run inside the resident
         session of a fit (:mod:`._spark_fused`: a classic session with resident tasks, the layout
-        left to the backend, one encoding pass with nothing to learn such as numeric columns, no
-        more input partitions than task slots): the encoding and the session's start are one Spark
-        job, for a handle that serves a few passes at once (``update``, a streaming micro-batch).
-        A bad value then raises at that pass. Where the encoding cannot run there, a job encodes
-        the data when it is first needed. Default False: encoded (and checked) now.
+        left to the backend, a one-pass encoding, no more input partitions than task slots): the
+        encoding and the session's start are one Spark job, for a handle that serves a few passes
+        at once (``update``, a streaming micro-batch). A bad value then raises at that pass. Where
+        the encoding cannot run there, a job encodes the data when it is first needed. Default
+        False: encoded (and checked) now.
     """
 
     def __init__(
@@ -233,7 +233,8 @@ class SparkEncodedData(PayloadHandle):
         self._resident_executor: ResidentExecutor | None = None
         self._pending: PendingChunks | None = None
         self._broken: tuple[BaseException, PendingChunks] | None = None
-        if defer_encoding and self._can_defer(frame, validation, blocker, tasks):
+        self._input_parts = self._deferrable_parts(frame, blocker, tasks) if defer_encoding else 0
+        if self._input_parts:
             # encoded by the first pass: inside the resident session of a fit, else by a job
             self._pending = PendingChunks(
                 frame, validation, schema_error, column, self._storage_level, self._copies.pair
@@ -255,16 +256,17 @@ class SparkEncodedData(PayloadHandle):
         )
         self._encoded(settled, estimator, tasks)
 
-    def _can_defer(self, frame: DataFrame, validation: Validation, blocker: str | None, slots: int) -> bool:
-        """Whether the encoding can run inside the first resident session (``defer_encoding``): a
-        classic session that runs resident tasks, the layout left to the backend, a one-pass encoding
-        (:mod:`._spark_encoding`), no more input partitions than task slots."""
+    def _deferrable_parts(self, frame: DataFrame, blocker: str | None, slots: int) -> int:
+        """The input's partitions when the encoding can run inside the first resident session
+        (``defer_encoding``: a classic session that runs resident tasks, the layout left to the
+        backend, a one-pass encoding (:mod:`._spark_encoding`), no more input partitions than task
+        slots), else 0."""
         if self.connect or self._resident is False or blocker is not None or not self.auto_layout:
-            return False
+            return 0
         if not self.one_pass or slots <= 0:
-            return False
-        self._input_parts = frame.rdd.getNumPartitions()
-        return 0 < self._input_parts <= slots
+            return 0
+        parts = frame.rdd.getNumPartitions()
+        return parts if parts <= slots else 0
 
     def _settle_deferred(self, fused: bool) -> Executor:
         """Encode the deferred data (inside a resident session when ``fused``: a fit runs; else by a
