@@ -32,6 +32,7 @@ __all__ = [
     "EmptyDataError",
     "ExecutorError",
     "FieldError",
+    "InputChangedError",
     "MixleError",
     "ModelFormatError",
     "ModelSizeWarning",
@@ -383,6 +384,12 @@ class ExecutorError(MixleError, RuntimeError):
         self.partition = partition
         self.remote_type = remote_type
         self.remote_message = remote_message
+
+
+class InputChangedError(MixleError, RuntimeError):
+    """A DataFrame gave other rows when it was read a second time (a non-deterministic plan: an
+    unseeded ``rand()`` or ``sample``, a source that changed), where a result needs the same rows:
+    persist the DataFrame before passing it."""
 
 
 class SilentCorruptionError(MixleError, RuntimeError):

@@ -116,11 +116,17 @@ def _update(
 ) -> tuple[Distribution, list[str]]:
     """``(updated model, warnings)``: the new rows encoded as ``update`` reads them (with the
     estimator the fit was given, so that new labels extend the vocabularies), then folded in.
-    ``timings`` gets ``encode`` and ``em`` (the update's passes, or the refit)."""
+    ``timings`` gets ``encode`` and ``em`` (the update's passes, or the refit). On classic Spark
+    the rows are encoded by the job that starts the first pass's resident tasks
+    (``defer_encoding``): ``encode`` is then the planning only, and ``em`` includes the encoding."""
     kept = model.statistics
     t0 = time.perf_counter()
     handle = encoded_data(
-        data, kept.template or kept.estimator, **backend_options(args), **coord.handle_options()
+        data,
+        kept.template or kept.estimator,
+        defer_encoding=True,
+        **backend_options(args),
+        **coord.handle_options(),
     )
     timings["encode"] = time.perf_counter() - t0
     t1 = time.perf_counter()

@@ -22,6 +22,12 @@ nothing.
 
 Each update reports drift (:class:`UpdateResult`): the new rows' mean log-likelihood under the model
 before the update against the kept statistics' own, and how far the mixture weights moved.
+
+No component is lost in an update: ``decay`` is above 0, so every component keeps a share of its
+kept weight and statistics, and a component the new rows pull onto a few identical values gets the
+estimators' variance floor, as in a fit. (A fit's ``on_degenerate`` does not apply.) An M-step that
+still fails (a custom estimator's :class:`~mixle_spark.errors.DegenerateComponentError`) stops the
+update: nothing is updated, and the error names the pass and carries the model as ``last_model``.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import numpy as np
 
 from mixle_spark._checks import Check, integer, number, one_of
 from mixle_spark.em.statistics import Statistics, collect_statistics, value_from_json, value_to_json
-from mixle_spark.errors import MixleError, SpecError
+from mixle_spark.errors import DegenerateComponentError, MixleError, SpecError
 from mixle_spark.parallel.backends.contract import Accumulate, FitSession, RowPasses
 from mixle_spark.parallel.backends.registry import encoded_data, is_encoded_data_handle
 from mixle_spark.stats.base import Distribution, Estimator
@@ -394,13 +400,13 @@ def update(
             )
             history.append(float(ll))
             merged, weight, passes = new_value, total, 1
-            new_model = bound.estimate(weight, merged)
+            new_model = _estimate(bound, weight, merged, 1, model)
             seconds.append(time.perf_counter() - clock)
         else:
             fixed = _scaled(bound, old, gamma)
             weight = base_weight + first_nobs
             merged = _added(bound, fixed, value)
-            new_model = bound.estimate(weight, merged)
+            new_model = _estimate(bound, weight, merged, 1, model)
             history.append(float(ll))
             seconds.append(time.perf_counter() - clock)
             passes = 1
@@ -412,7 +418,7 @@ def update(
                 history.append(float(ll))
                 merged = _added(bound, fixed, value)
                 weight = base_weight + float(nobs)
-                last, new_model = new_model, bound.estimate(weight, merged)
+                last, new_model = new_model, _estimate(bound, weight, merged, passes, model)
                 seconds.append(time.perf_counter() - clock)
                 gain = float(ll) - previous
                 if new_model.to_dict() == last.to_dict():
@@ -440,6 +446,25 @@ def update(
             handle.end_fit()
         if owned:
             handle.close()
+
+
+def _estimate(
+    estimator: Estimator, weight: float, merged: Any, passes: int, model: Distribution
+) -> Distribution:
+    """The M-step of pass ``passes``; a degenerate component stops the update (``model`` unchanged)."""
+    try:
+        return estimator.estimate(weight, merged)
+    except DegenerateComponentError as err:
+        which = ", ".join(f"component {j} ({why})" for j, why in err.failures)
+        raised = DegenerateComponentError(
+            err.failures,
+            err.components,
+            err.weights,
+            message=f"update, pass {passes}: the M-step could not build {which}; nothing was updated "
+            "(err.last_model is the model as it was)",
+        )
+        raised.last_model = model
+        raise raised from err
 
 
 def _result(

@@ -292,6 +292,36 @@ def test_em_fit_keeps_an_existing_output(
         assert (out / "model.json").read_text() == "keep me"
 
 
+def test_em_fit_update_from_on_spark_equals_the_local_update(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pyarrow.parquet as pq
+
+    from mixle_spark.em.incremental import update
+
+    table = pq.read_table(SAMPLE)
+    old, new = tmp_path / "old.parquet", tmp_path / "new.parquet"
+    pq.write_table(table.slice(0, 2500), old)
+    pq.write_table(table.slice(2500), new)
+    fit, day = tmp_path / "fit", tmp_path / "day1"
+    code, err = _fit_in_process(
+        capsys, "--input", str(old), "--model", str(SPEC), "--output", str(fit), "--seed", "3"
+    )
+    assert code == 0, err
+    code, err = _fit_in_process(capsys, "--update-from", str(fit), "--input", str(new), "--output", str(day))
+    assert code == 0, err
+    want = update(load_model(fit / "model.json"), new_rows := pq.read_table(new), backend="local")
+    got = load_model(day / "model.json")
+    np.testing.assert_allclose(got.w, want.w, rtol=1e-9)
+    for a, b in zip(got.components, want.components, strict=True):
+        assert a.fields["amount"].mu == pytest.approx(b.fields["amount"].mu, rel=1e-9)
+        assert a.fields["amount"].sigma2 == pytest.approx(b.fields["amount"].sigma2, rel=1e-9)
+    summary = json.loads((day / "summary.json").read_text())
+    assert summary["backend"] == "spark" and summary["rows"] == new_rows.num_rows == 2500
+    assert summary["update"]["passes"] == want.update_result.passes
+    assert summary["statistics"] == {"rows": 5000, "updates": 1, "weight": 5000, "last_batch": None}
+
+
 def _score_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
     capsys.readouterr()
     code = _job("em_score").main(list(args))

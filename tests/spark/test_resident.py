@@ -242,6 +242,10 @@ def test_deferred_encoding_runs_in_the_first_resident_session_and_equals_the_eag
             fits.append(optimize(handle, EST, max_its=5, delta=None, seed=3, init="random"))
             assert handle.resident_starts == 1 and len(handle) == 3000
             events.append(" ".join(fits[-1].fit_result.trace[0].events))
+        if defer:  # the chunks lived in the first session's tasks: this one reads the input again
+            again = optimize(handle, EST, max_its=5, delta=None, seed=3, init="random")
+            assert handle.resident_starts == 2
+            np.testing.assert_allclose(_params(again), _params(fits[-1]), rtol=1e-12)
     np.testing.assert_allclose(_params(fits[1]), _params(fits[0]), rtol=1e-12)
     assert "encoding the data in the same job" in events[1]
     assert "encoding the data in the same job" not in events[0]
@@ -264,6 +268,25 @@ def test_deferred_encoding_runs_in_the_first_resident_session_and_equals_the_eag
     for a, b in zip(got.components, want.components, strict=True):
         np.testing.assert_allclose(a.mu, b.mu, rtol=1e-9)
         np.testing.assert_allclose(a.covar, b.covar, rtol=1e-9)
+
+
+def test_deferred_encoding_refuses_an_input_that_gives_other_rows_when_read_again(spark: Any) -> None:
+    import random
+
+    from pyspark.sql import functions as F
+
+    from mixle_spark.errors import InputChangedError
+
+    noise = F.udf(lambda: random.gauss(0.0, 1.0), "double").asNondeterministic()
+    df = spark.range(0, 400, 1, 2).select(noise().alias("x"))
+    with SparkEncodedData(df, estimator=EST, defer_encoding=True) as handle:
+        first = optimize(handle, EST, max_its=2, delta=None, seed=1, init="random", print_iter=0)
+        assert "encoding the data in the same job" in " ".join(first.fit_result.trace[0].events)
+        for _ in range(2):  # and again at the next use: the handle is not read with other rows
+            with pytest.raises(
+                InputChangedError, match=r"gave other rows when read a second time \(partition 0, 1 of 2;"
+            ):
+                optimize(handle, EST, max_its=2, delta=None, seed=1, init="random", print_iter=0)
 
 
 def test_deferred_encoding_raises_a_bad_value_at_the_first_pass_and_releases_the_slots(spark: Any) -> None:

@@ -25,6 +25,7 @@ BACKEND_GROUPS = {
         "_spark_copies",
         "_spark_encoding",
         "_spark_executors",
+        "_spark_fused",
         "_spark_resident",
         "_resident_listener",
         "_resident_wire",
@@ -124,7 +125,8 @@ def _violations(rule: str) -> list[str]:
                     if target not in ("mixle_spark.parallel", BACKENDS):  # the packages, for a submodule
                         bad.append(f"{module} -> {target}")
             elif rule == "pyspark" and _within(target, ("pyspark",)):
-                allowed = ("spark", "_spark_common", "_spark_executors", "_spark_resident", "_resident_wire")
+                allowed = ("spark", "_spark_common", "_spark_executors", "_spark_fused", "_spark_resident")
+                allowed += ("_resident_wire",)
                 home = (
                     _within(module, tuple(f"{BACKENDS}.{m}" for m in allowed))
                     or _within(module, ("mixle_spark.ml", "mixle_spark.io", "mixle_spark.cli"))

@@ -134,6 +134,39 @@ def test_a_replayed_batch_id_is_skipped() -> None:
     assert second.statistics.last_batch == 1 and second.statistics.updates == 2
 
 
+def test_no_component_is_lost_when_new_rows_pull_one_onto_a_single_value() -> None:
+    rng = np.random.default_rng(0)
+    x = np.r_[rng.normal(0.0, 1.0, 500), rng.normal(10.0, 1.0, 500)]
+    est = MixtureEstimator([GaussianEstimator()] * 2)
+    model = optimize(x, est, seed=1, max_its=50, keep_statistics=True, **QUIET)
+    far = int(np.argmax([c.mu for c in model.components]))
+    new = np.r_[rng.normal(0.0, 1.0, 100), [10.0] * 5]  # the far component sees only one value
+    got = update(model, new, decay=1e-300)  # the past all but forgotten
+    collapsed = got.components[far]
+    assert collapsed.mu == pytest.approx(10.0, abs=1e-9)
+    assert collapsed.sigma2 == GaussianEstimator().min_var  # the floor, as in a fit
+    np.testing.assert_allclose(got.w[far], 5 / 105, rtol=1e-9)
+    assert np.isfinite(got.statistics.weight)
+
+
+def test_a_failed_m_step_stops_the_update_and_keeps_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mixle_spark.errors import DegenerateComponentError
+
+    model = optimize(_blobs(600, 21), MIX, seed=3, max_its=10, keep_statistics=True, **QUIET)
+
+    def fail(self: Any, nobs: float, value: Any) -> Any:
+        raise DegenerateComponentError([(1, "covariance not positive definite")], [None] * 3, [0.3] * 3)
+
+    monkeypatch.setattr(type(model.statistics.estimator), "estimate", fail)
+    with pytest.raises(DegenerateComponentError) as raised:
+        update(model, _blobs(100, 22))
+    assert str(raised.value) == (
+        "update, pass 1: the M-step could not build component 1 (covariance not positive definite); "
+        "nothing was updated (err.last_model is the model as it was)"
+    )
+    assert raised.value.last_model is model and model.statistics.updates == 0
+
+
 def test_update_needs_statistics_and_checks_its_options() -> None:
     plain = optimize(_gaussian_rows(100, 0, 1, 1), GaussianEstimator(), **QUIET)
     assert plain.statistics is None

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.errors import EmptyDataError, FieldError, SchemaError
+from mixle_spark.errors import EmptyDataError, FieldError, InputChangedError, SchemaError
 from mixle_spark.parallel.backends._spark_chunks import (
     CHUNK_SCHEMA,
     CopyKey,
@@ -57,6 +57,7 @@ from mixle_spark.parallel.backends._spark_common import (
     _payload_batch,
     _weights,
 )
+from mixle_spark.parallel.backends._spark_fused import DIGEST_SCHEMA, chunk_digests
 from mixle_spark.stats._validate import check_weights, unreadable_cells
 
 __all__ = [
@@ -329,14 +330,44 @@ class ChunkFrame:
 
     ``frame`` has ``num_partitions`` partitions holding the chunks ``layout`` lists; ``held`` is the
     persisted frame behind it when ``frame`` is a view of one (the one-pass encoding's, whose report
-    rows it leaves out). :meth:`spread` lays the chunks out again in place.
+    rows it leaves out). :meth:`spread` lays the chunks out again in place. ``check`` runs (once)
+    before ``frame`` is first handed out: a job that computes and verifies it, when resident tasks
+    encoded the chunks themselves and the persisted frame has not been computed
+    (:meth:`PendingChunks.check_replay`); its error is raised again at every later use.
     """
 
     def __init__(
-        self, frame: Any, num_partitions: int, layout: Layout, storage_level: Any, held: Any = None
+        self,
+        frame: Any,
+        num_partitions: int,
+        layout: Layout,
+        storage_level: Any,
+        held: Any = None,
+        check: Callable[[], None] | None = None,
     ) -> None:
-        self.frame, self.num_partitions, self.layout = frame, num_partitions, layout
+        self._frame, self.num_partitions, self.layout = frame, num_partitions, layout
         self.storage_level, self.held = storage_level, held
+        self._check = check
+        self._error: Exception | None = None
+
+    @property
+    def plan(self) -> Any:
+        """The chunk DataFrame for its session and settings, never read: no ``check`` runs."""
+        return self._frame
+
+    @property
+    def frame(self) -> Any:
+        """The chunk DataFrame to read (checked first, the first time, when ``check`` was given)."""
+        if self._error is not None:
+            raise self._error
+        if self._check is not None:
+            check, self._check = self._check, None
+            try:
+                check()
+            except Exception as err:
+                self._error = err
+                raise
+        return self._frame
 
     @property
     def index(self) -> Any:
@@ -347,7 +378,7 @@ class ChunkFrame:
     def replace(self, frame: Any, layout: Layout, num_partitions: int | None = None) -> None:
         """Hold ``frame`` (laid out as ``layout``) instead of the current frame, which is released."""
         self.release()
-        self.frame, self.layout = frame, layout
+        self._frame, self.layout, self._check = frame, layout, None
         if num_partitions is not None:
             self.num_partitions = num_partitions
 
@@ -367,7 +398,7 @@ class ChunkFrame:
 
     def release(self) -> None:
         """Unpersist the frame (and the cache it filters, when it is a view of one)."""
-        (self.held if self.held is not None else self.frame).unpersist()
+        (self.held if self.held is not None else self._frame).unpersist()
         self.held = None
 
 
@@ -423,8 +454,12 @@ class PendingChunks:
         copies: CopyKey | None,
     ) -> None:
         self.validation, self.schema_error, self.column, self.level = validation, schema_error, column, level
-        self.out = frame.mapInArrow(one_pass_writer(validation, copies), CHUNK_SCHEMA).persist(level)
-        """The persisted output: every chunk row, then each partition's report row (``rows`` -1)."""
+        self.input, self.write = frame, one_pass_writer(validation, copies)
+        """The input (the selected columns with their row ids) and the encoding of one partition."""
+        self.out = frame.mapInArrow(self.write, CHUNK_SCHEMA)
+        """The output: every chunk row, then each partition's report row (``rows`` -1); persisted
+        by the first job that computes it (views made before still read the cache: Spark swaps in
+        cached plans when a query runs)."""
 
     def settle_by_job(self) -> tuple[Settled, ChunkFrame]:
         """One job computes the output (caching it) and brings its reports and layout to the driver."""
@@ -432,6 +467,7 @@ class PendingChunks:
 
         def run() -> Settled:
             report = "CASE WHEN rows < 0 THEN chunk END AS r"
+            self.out.persist(self.level)
             rows = self.out.selectExpr("spark_partition_id() AS p", "first", "rows", report).collect()
             reports = [pickle.loads(r[3]) for r in sorted(rows, key=lambda r: r[0]) if r[2] < 0]
             layout.update(layout_of((r[0], r[1], r[2]) for r in rows))
@@ -440,22 +476,49 @@ class PendingChunks:
         settled = _settled(run, self.out.unpersist, self.schema_error)
         return settled, self.chunks(settled, layout)
 
-    def settle_reports(self, replies: list[tuple[Any, list[tuple[int, int]]]]) -> tuple[Settled, ChunkFrame]:
-        """Settled from each partition's ``(report, [(first, rows) per chunk])``, in partition order
-        (a bad value raises, located, and the output is unpersisted)."""
+    def settle_reports(
+        self, replies: list[tuple[Any, list[tuple[int, int]], bytes]], claim: Callable[[], Any]
+    ) -> tuple[Settled, ChunkFrame]:
+        """Settled from each partition's ``(report, [(first, rows) per chunk], digest)``, in partition
+        order, sent by the tasks that encoded the input themselves (:mod:`._spark_fused`); a bad value
+        raises, located. The persisted output stays uncomputed: the first job that needs it computes
+        it from the input again, and it is checked against the digests first (:meth:`check_replay`,
+        after ``claim()`` has stopped the resident tasks holding the task slots)."""
         layout = layout_of(
-            (p, first, rows) for p, (_r, chunks) in enumerate(replies) for first, rows in chunks
+            (p, first, rows) for p, (_r, chunks, _d) in enumerate(replies) for first, rows in chunks
         )
 
         def run() -> Settled:
-            reports = [report for report, _chunks in replies]
+            reports = [report for report, _chunks, _digest in replies]
             return settle(reports, self.validation.encoder, self.schema_error, self.column)
 
         settled = _settled(run, self.out.unpersist, self.schema_error)
-        return settled, self.chunks(settled, layout)
+        digests = [digest for _r, _c, digest in replies]
 
-    def chunks(self, settled: Settled, layout: Layout) -> ChunkFrame:
-        return ChunkFrame(self.out.where("rows >= 0"), settled.partitions, layout, self.level, held=self.out)
+        def check() -> None:
+            claim()
+            self.check_replay(digests)
+
+        return settled, self.chunks(settled, layout, check=check)
+
+    def check_replay(self, digests: list[bytes]) -> None:
+        """Compute the persisted output (reading the input a second time) and check each partition's
+        chunks are those its resident task encoded (``digests``); else :class:`InputChangedError`."""
+        got = dict(self.out.persist(self.level).mapInArrow(chunk_digests, DIGEST_SCHEMA).collect())
+        changed = [p for p, digest in enumerate(digests) if got.get(p) != digest]
+        if changed:
+            self.out.unpersist()
+            raise InputChangedError(
+                f"the input DataFrame gave other rows when read a second time (partition "
+                f"{', '.join(map(str, changed[:5]))}{' ...' if len(changed) > 5 else ''} of {len(digests)}; "
+                f"a non-deterministic plan such as an unseeded rand() or sample, or a source that "
+                f"changed): persist it before passing it, or encode it with defer_encoding=False"
+            )
+
+    def chunks(self, settled: Settled, layout: Layout, check: Callable[[], None] | None = None) -> ChunkFrame:
+        return ChunkFrame(
+            self.out.where("rows >= 0"), settled.partitions, layout, self.level, held=self.out, check=check
+        )
 
 
 def _write_twice(

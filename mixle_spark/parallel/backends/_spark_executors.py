@@ -194,7 +194,7 @@ class JobExecutor:
         if self._copies_placed:
             frame, read = self.chunks.index, self.read_copies(None)
         else:
-            frame = self.chunks.frame.sparkSession.range(0, parts, 1, parts)
+            frame = self.chunks.plan.sparkSession.range(0, parts, 1, parts)
             read = self.read_copies(self.chunks.layout)
         merged = self._job(request, frame, read, wanted)
         done = {r.part for r in merged[3]} if merged is not None else set()
@@ -255,7 +255,7 @@ class JobExecutor:
         """A reference to ``model`` for the tasks: a broadcast, or the model itself (DataFrame merges)."""
         if self.merge == "dataframe":
             return model
-        bc = self.chunks.frame.sparkSession.sparkContext.broadcast(model)
+        bc = self.chunks.plan.sparkSession.sparkContext.broadcast(model)
         self._broadcasts.append(bc)
         return bc
 
@@ -420,10 +420,10 @@ class ResidentExecutor:
     def _start(self) -> ResidentSession:
         """Start a session, laying the encoded data out for the slots first (auto layout)."""
         chunks = self.chunks
-        refused = _slots_refused(chunks.frame, chunks)
+        refused = _slots_refused(chunks.plan, chunks)
         if refused is not None:
             raise ResidentUnavailable(refused)
-        slots = task_slots(chunks.frame.sparkSession.sparkContext)
+        slots = task_slots(chunks.plan.sparkSession.sparkContext)
         if self.auto_layout and chunks.relayout_wanted(slots):
             self._relayout(slots)
         parts = chunks.num_partitions
@@ -567,25 +567,25 @@ def executor_error(err: BaseException) -> ExecutorError | None:
 
 
 class FusedEncoding:
-    """The one-pass encoding computed by the barrier tasks of a resident session (:mod:`._spark_fused`):
-    :meth:`start` launches it over ``frame`` (the encoding's persisted output, ``parts`` partitions)
+    """The one-pass encoding run by the barrier tasks of a resident session (:mod:`._spark_fused`):
+    :meth:`start` launches it over ``frame`` (the input, ``parts`` partitions; ``write`` encodes one)
     and returns the partitions' reports, :meth:`settle` has the tasks decode their chunks, and
     ``session`` then serves the fit (:meth:`ResidentExecutor.adopt`)."""
 
-    def __init__(self, frame: Any, parts: int) -> None:
-        self.frame, self.parts = frame, parts
+    def __init__(self, frame: Any, parts: int, write: Callable[..., Iterator[pa.RecordBatch]]) -> None:
+        self.frame, self.parts, self.write = frame, parts, write
         self.session: ResidentSession | None = None
 
     def start(self) -> list[Any] | str:
-        """Each partition's ``(report, chunk layout)`` in partition order, or why resident tasks could
-        not encode the data (another handle's fit holds the slots: it keeps them)."""
+        """Each partition's ``(report, chunk layout, digest)`` in partition order, or why resident
+        tasks could not encode the data (another handle's fit holds the slots: it keeps them)."""
         refused = _slots_refused(self.frame, None)
         if refused is not None:
             return refused
         slots = task_slots(self.frame.sparkSession.sparkContext)
         if self.parts > slots:
             return f"{self.parts} partitions but {slots} task slots"
-        holder = FusedChunks(_fold)  # decode and compute share it in each task
+        holder = FusedChunks(self.write, _fold)  # decode and compute share it in each task
         session = ResidentSession(self.frame, self.parts, holder.decode, holder.compute, setup_requests=2)
         try:
             session.start()

@@ -80,6 +80,7 @@ from mixle_spark.parallel.backends._spark_executors import (
     FusedEncoding,
     JobExecutor,
     ResidentExecutor,
+    claim_slots,
 )
 from mixle_spark.parallel.backends.registry import check_control, take_controls
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request
@@ -153,8 +154,11 @@ class SparkEncodedData(PayloadHandle):
         left to the backend, a one-pass encoding, no more input partitions than task slots): the
         encoding and the session's start are one Spark job, for a handle that serves a few passes
         at once (``update``, a streaming micro-batch). A bad value then raises at that pass. Where
-        the encoding cannot run there, a job encodes the data when it is first needed. Default
-        False: encoded (and checked) now.
+        the encoding cannot run there, a job encodes the data when it is first needed. The encoded
+        chunks live in the resident tasks only: if a job needs them later (a lost task, a second
+        fit), it reads the input again, and raises :class:`~mixle_spark.errors.InputChangedError` if
+        that gives other rows (persist a non-deterministic DataFrame first). Default False: encoded
+        (and checked) now.
     """
 
     def __init__(
@@ -265,7 +269,7 @@ class SparkEncodedData(PayloadHandle):
             return 0
         if not self.one_pass or slots <= 0:
             return 0
-        parts = frame.rdd.getNumPartitions()
+        parts = int(frame._jdf.rdd().getNumPartitions())  # two calls: .rdd converts the rows for Python
         return parts if parts <= slots else 0
 
     def _settle_deferred(self, fused: bool) -> Executor:
@@ -281,15 +285,15 @@ class SparkEncodedData(PayloadHandle):
 
     def _settle_pending(self, pending: PendingChunks, fused: bool) -> Executor:
         fusing, settled = None, None
-        if fused:  # the encoding's output has the input's partitions
-            fusing = FusedEncoding(pending.out, self._input_parts)
+        if fused:  # the tasks encode their input partitions
+            fusing = FusedEncoding(pending.input, self._input_parts, pending.write)
             replies = fusing.start()
             if isinstance(replies, str):
                 self._events.add(f"the data encoded by a job: resident tasks could not encode it ({replies})")
                 fusing = None
             else:
                 try:
-                    settled, self.chunks = pending.settle_reports(replies)
+                    settled, self.chunks = pending.settle_reports(replies, lambda: claim_slots(self._chunks))
                     rewrite = self._rebase_plan(settled)[1]  # rewriting chunks is a job: it needs the slots
                 except BaseException:
                     fusing.stop(cancel=True)
@@ -531,7 +535,7 @@ class SparkEncodedData(PayloadHandle):
         """This machine's memory under a local master (the tasks run here); unknown on a cluster."""
         if self.connect:
             return None
-        local = (self.frame.sparkSession.sparkContext.master or "").startswith("local")
+        local = (self.chunks.plan.sparkSession.sparkContext.master or "").startswith("local")
         return machine_memory() if local else None
 
     def first_nonfinite_row(self, estimate: Distribution) -> tuple[int, float] | None:
