@@ -23,6 +23,13 @@ nothing.
 Each update reports drift (:class:`UpdateResult`): the new rows' mean log-likelihood under the model
 before the update against the kept statistics' own, and how far the mixture weights moved.
 
+Where the new rows live decides how the passes run. A backend that can hand small rows whole to one
+function where they are (:class:`~mixle_spark.parallel.backends.contract.OneTask`: Spark, for rows
+its optimizer sizes at most ``ONE_TASK_BYTES`` and no ``num_chunks``) runs the whole update there,
+with the local backend, in one job: the same model the local backend gives on those rows, and the
+rows never reach the driver. Otherwise each pass is a pass of the backend (on classic Spark the
+encoding and the passes share one barrier job; see ``defer_encoding``).
+
 No component is lost in an update: ``decay`` is above 0, so every component keeps a share of its
 kept weight and statistics, and a component the new rows pull onto a few identical values gets the
 estimators' variance floor, as in a fit. (A fit's ``on_degenerate`` does not apply.) An M-step that
@@ -35,7 +42,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,7 +50,7 @@ import numpy as np
 from mixle_spark._checks import Check, integer, number, one_of
 from mixle_spark.em.statistics import Statistics, collect_statistics, value_from_json, value_to_json
 from mixle_spark.errors import DegenerateComponentError, MixleError, SpecError
-from mixle_spark.parallel.backends.contract import Accumulate, FitSession, RowPasses
+from mixle_spark.parallel.backends.contract import Accumulate, FitSession, OneTask, RowPasses
 from mixle_spark.parallel.backends.registry import encoded_data, is_encoded_data_handle
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -342,6 +349,21 @@ def update(
     owned = not is_encoded_data_handle(data)
     # a few passes at once: a backend may encode the rows in the first (Spark: in the resident session)
     handle = encoded_data(data, template, **{"defer_encoding": True, **backend}) if owned else data
+    whole = handle if owned and isinstance(handle, OneTask) else None
+    if whole is not None:  # small new rows: the whole update where they are, in one task
+        options = dict(
+            statistics=statistics, method=method, decay=decay, half_life=half_life, time_unit=time_unit,
+            max_its=max_its, delta=delta, alpha=alpha, batch_id=batch_id, max_drop=max_drop,
+            on_drift=on_drift, refit_options=refit_options,
+        )  # fmt: skip
+        try:
+            folded = _in_one_task(whole, model, estimator, options, out, started)
+        except BaseException:
+            handle.close()
+            raise
+        if folded is not None:
+            handle.close()
+            return folded
     if isinstance(handle, FitSession):
         handle.begin_fit()  # a few passes in a row: the backend may keep its workers (resident tasks)
     try:
@@ -446,6 +468,37 @@ def update(
             handle.end_fit()
         if owned:
             handle.close()
+
+
+def _in_one_task(
+    handle: OneTask,
+    model: Distribution,
+    estimator: Estimator | None,
+    options: dict[str, Any],
+    out: Callable[[str], None] | None,
+    started: float,
+) -> Distribution | None:
+    """The update run whole by the local backend inside one task of ``handle``'s backend (new rows
+    small and not yet encoded: :class:`~mixle_spark.parallel.backends.contract.OneTask`): one job
+    instead of the encoding and a job or request per pass, and the same model as the local backend
+    on those rows. Its lines for ``out`` are said here; None when the backend did not take it (or
+    the update raised there: the passes then run as usual and raise it here)."""
+
+    def fold(table: Any, read: dict[str, Any]) -> tuple[Distribution, list[str]]:
+        lines: list[str] = []
+        new = update(model, table, estimator, out=lines.append, backend="local", **options, **read)
+        return new, lines
+
+    done, result = handle.in_one_task(fold)
+    if not done or result is None:
+        return None
+    new, lines = result
+    if getattr(new, "update_result", None) is not None:
+        new.update_result = replace(new.update_result, seconds=time.perf_counter() - started)
+    if out is not None:
+        for line in lines:
+            out(line)
+    return new
 
 
 def _estimate(

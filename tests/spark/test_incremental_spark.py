@@ -131,15 +131,61 @@ def test_an_update_equals_the_local_one(
 
 
 @pytest.mark.parametrize("method", list(UPDATES))
+def test_a_small_update_runs_whole_in_one_task(
+    spark: Any,
+    spark_fit: Any,
+    local: tuple[Any, dict[str, Any]],
+    method: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Default options, new rows the optimizer sizes small: one job whose one task runs the local
+    backend's update over them; the same update, and the lines ``out`` gets are the local ones."""
+    from mixle_spark.parallel.backends.spark import SparkEncodedData
+
+    taken: list[bool] = []
+    whole = SparkEncodedData.in_one_task
+
+    def spy(self: Any, fn: Any) -> Any:
+        done = whole(self, fn)
+        taken.append(done[0])
+        return done
+
+    monkeypatch.setattr(SparkEncodedData, "in_one_task", spy)
+    _old, new = tables()
+    sc = spark.sparkContext
+    sc.setJobGroup(f"one-task-update-{method}", "a small update")
+    said: list[str] = []
+    got = update(spark_fit, spark.createDataFrame(new), out=said.append, **UPDATES[method])
+    jobs = sc.statusTracker().getJobIdsForGroup(f"one-task-update-{method}")
+    sc.setLocalProperty("spark.jobGroup.id", None)
+    assert taken == [True] and len(jobs) == 1
+    assert_same_update(got, local[1][method])
+    assert said == [local[1][method].update_result.summary()]
+    assert got.update_result.seconds > 0
+    # a drift the update refuses raises here, as on the passes' path (the one task's failure is not
+    # the answer: the rows are encoded and read as usual, and DriftError carries the result)
+    from mixle_spark.em.incremental import DriftError
+
+    with pytest.raises(DriftError, match="nothing was updated") as refused:
+        update(spark_fit, spark.createDataFrame(new), max_drop=0.0, on_drift="raise", **UPDATES[method])
+    assert taken[-1] is False and refused.value.result.rows == 600
+
+
+@pytest.mark.parametrize("method", list(UPDATES))
 def test_an_update_encodes_the_new_rows_in_its_resident_session(
     spark: Any,
     spark_fit: Any,
     local: tuple[Any, dict[str, Any]],
     method: str,
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Default options: the new rows are encoded by the barrier job that then serves the update's
-    passes (one Spark job; the chunks with the unseen label rebased as they are read)."""
+    """Default options, new rows not small enough for one task: they are encoded by the barrier job
+    that then serves the update's passes (one Spark job; the chunks with the unseen label rebased as
+    they are read)."""
+    import mixle_spark.parallel.backends.spark as spark_backend
+
+    monkeypatch.setattr(spark_backend, "ONE_TASK_BYTES", 0)
     _old, new = tables()
     with caplog.at_level(logging.INFO, logger="mixle_spark.parallel.backends.spark"):
         got = update(spark_fit, spark.createDataFrame(new), **UPDATES[method])
@@ -170,6 +216,10 @@ def connect_updates(spark: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"fit": model_to_dict(model)}
     for method, updated in updates(model, spark.createDataFrame(new), num_chunks=3).items():
         out[method] = {"model": model_to_dict(updated), "result": dataclasses.asdict(updated.update_result)}
+    # default options: the small update runs whole in one task
+    for method, updated in updates(model, spark.createDataFrame(new)).items():
+        result = dataclasses.asdict(updated.update_result)
+        out[f"{method}, one task"] = {"model": model_to_dict(updated), "result": result}
     return out
 
 
@@ -183,6 +233,7 @@ def check_connect_updates(out: dict[str, Any]) -> None:
     want = optimize(old, EST, prev_estimate=start, **{**FIT, "max_its": CONNECT_ITS})
     assert_same_model(model_from_dict(out["fit"]), want)
     for method, want_updated in updates(want, new).items():
-        got = model_from_dict(out[method]["model"])
-        got.update_result = UpdateResult(**out[method]["result"])
-        assert_same_update(got, want_updated)
+        for key in (method, f"{method}, one task"):
+            got = model_from_dict(out[key]["model"])
+            got.update_result = UpdateResult(**out[key]["result"])
+            assert_same_update(got, want_updated)

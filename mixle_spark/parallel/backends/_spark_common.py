@@ -9,7 +9,7 @@ import operator
 import pickle
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -201,3 +201,44 @@ def session_parallelism(data: DataFrame) -> int:
 
 
 _RANGE_SPLITS = re.compile(r"\bRange \(0, 65536, step=1, splits=(\d+)\)")
+
+
+_SIZE_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50, "EiB": 2**60}
+_COST_SIZE = re.compile(r"sizeInBytes=([0-9.E+]+) ?(B|KiB|MiB|GiB|TiB|PiB|EiB)")
+
+
+def plan_bytes(frame: DataFrame) -> int | None:
+    """The optimizer's estimate of ``frame``'s size in bytes (its plan statistics: a local relation's
+    rows, a cached relation's measured size, a file source's bytes, ``spark.sql.defaultSizeInBytes``
+    when unknown), or None when it cannot be read. A classic session asks the JVM; under Spark
+    Connect the ``cost`` explain string carries it (one analyze call, no job)."""
+    try:
+        if not is_spark_connect(frame):
+            return int(str(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+        explain = getattr(frame, "_explain_string", None)
+        found = _COST_SIZE.search(explain(mode="cost")) if callable(explain) else None
+        return None if found is None else int(float(found.group(1)) * _SIZE_UNITS[found.group(2)])
+    except Exception:  # another client, a plan without statistics: unknown
+        return None
+
+
+def whole_table_task(
+    fn: Callable[[pa.Table, dict[str, Any]], Any], options: dict[str, Any]
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``mapInArrow`` over one partition holding all the rows (the selected input columns, with
+    their ids): ``fn(table, options)`` over them, the ids dropped, as one pickled payload row,
+    ``("ok", result)`` or ``("failed", why)``."""
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        got = [b for b in batches if b.num_rows > 0]
+        if not got:
+            result: Any = ("failed", "no rows")
+        else:
+            table = pa.Table.from_batches(got).drop_columns([ROW_ID_COLUMN])
+            try:
+                result = ("ok", fn(table, options))
+            except Exception as err:  # the caller runs its passes as usual and meets it there
+                result = ("failed", f"{type(err).__name__}: {err}")
+        yield _payload_batch(result)
+
+    return run

@@ -41,6 +41,7 @@ __all__ = [
     "FitSession",
     "FoldSize",
     "Named",
+    "OneTask",
     "PartReports",
     "PartitionAudit",
     "RowDiagnosis",
@@ -138,6 +139,20 @@ class PartitionAudit(Protocol):
     def pysp_partition_payloads(
         self, estimator: Estimator, model: Distribution, parts: Iterable[int], *, reference: bool = True
     ) -> dict[int, tuple[float, float, Any]]: ...
+
+
+@runtime_checkable
+class OneTask(Protocol):
+    """A handle whose rows, while they are small and not yet encoded, can be handed whole to one
+    function where they live (Spark: one task of one job; the rows never reach the driver).
+
+    ``in_one_task(fn)`` calls ``fn(table, options)`` there, with the rows as a ``pyarrow.Table`` in
+    their order and ``options`` the local backend's keywords that read it (``column``, ``weights``),
+    and returns ``(True, its result)``; ``(False, None)`` when the rows are not small or already
+    encoded, or when ``fn`` raised (the caller then runs its passes as usual, which meets the same
+    error where it can report it)."""
+
+    def in_one_task(self, fn: Callable[[Any, dict[str, Any]], _T]) -> tuple[bool, _T | None]: ...
 
 
 @runtime_checkable

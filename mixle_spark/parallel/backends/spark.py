@@ -34,7 +34,7 @@ import logging
 import pickle
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -57,10 +57,12 @@ from mixle_spark.parallel.backends._spark_common import (
     _payload_batch,
     _vector_columns_to_arrays,
     is_spark_connect,
+    plan_bytes,
     resident_blocker,
     session_parallelism,
     slots_for_layout,
     unreadable_cell,
+    whole_table_task,
 )
 from mixle_spark.parallel.backends._spark_copies import ChunkCopies
 from mixle_spark.parallel.backends._spark_encoding import (
@@ -96,6 +98,12 @@ __all__ = [
 ]
 
 logger = logging.getLogger("mixle_spark.parallel.backends.spark")
+
+_T = TypeVar("_T")
+
+ONE_TASK_BYTES = 32 * 2**20
+"""Data still to be encoded whose plan is estimated at most this many bytes may be handed whole to
+one task (``in_one_task``: an update of a small batch runs there, in one job)."""
 
 REBASE_ON_READ_BYTES = 256 * 1024
 """Chunks encoded under their own scan are rebased as they are read while the scans of all of them
@@ -184,6 +192,7 @@ class SparkEncodedData(PayloadHandle):
         if merge not in ("auto", "tree", "dataframe"):
             raise ValueError(f"merge must be 'auto', 'tree' or 'dataframe', got {merge!r}")
         num_chunks = check_control("num_chunks", num_chunks)
+        self._whole_ok = num_chunks is None  # in_one_task: no layout was asked for
         num_workers = check_control("num_workers", num_workers)
         self.connect = is_spark_connect(data)
         if merge == "tree" and self.connect:
@@ -238,8 +247,9 @@ class SparkEncodedData(PayloadHandle):
         self._pending: PendingChunks | None = None
         self._broken: tuple[BaseException, PendingChunks] | None = None
         self._input_parts = self._deferrable_parts(frame, blocker, tasks) if defer_encoding else 0
-        if self._input_parts:
-            # encoded by the first pass: inside the resident session of a fit, else by a job
+        if defer_encoding and self.one_pass:
+            # encoded by the first pass: inside the resident session of a fit (``_input_parts``
+            # partitions), else by a job; or, small, handed whole to one task (``in_one_task``)
             self._pending = PendingChunks(
                 frame, validation, schema_error, column, self._storage_level, self._copies.pair
             )
@@ -285,7 +295,7 @@ class SparkEncodedData(PayloadHandle):
 
     def _settle_pending(self, pending: PendingChunks, fused: bool) -> Executor:
         fusing, settled = None, None
-        if fused:  # the tasks encode their input partitions
+        if fused and self._input_parts:  # the tasks encode their input partitions
             fusing = FusedEncoding(pending.input, self._input_parts, pending.write)
             replies = fusing.start()
             if isinstance(replies, str):
@@ -316,6 +326,32 @@ class SparkEncodedData(PayloadHandle):
             assert self._resident_executor is not None
             self._resident_executor.adopt(fusing.session, "encoding the data in the same job")
         return executor
+
+    def in_one_task(self, fn: Callable[[pa.Table, dict[str, Any]], _T]) -> tuple[bool, _T | None]:
+        """``fn(table, options)`` over all the rows in one Spark task (:class:`~.contract.OneTask`):
+        when the data is still to be encoded (``defer_encoding``), no ``num_chunks`` was asked for
+        and the optimizer estimates it at most :data:`ONE_TASK_BYTES`. One job: the rows are read
+        into the task in their order (``coalesce(1)``), and only ``fn``'s pickled result comes
+        back. ``(False, None)`` otherwise, or when ``fn`` raised there (the first pass then encodes
+        the data as usual)."""
+        pending = self._pending
+        if pending is None or self._broken is not None or not self._whole_ok:
+            return False, None
+        size = plan_bytes(pending.input)
+        if size is None or size > ONE_TASK_BYTES:
+            return False, None
+        options: dict[str, Any] = {}
+        if not self.reads_table:
+            options["column"] = self.columns[0]
+        if self.has_weights:
+            options["weights"] = WEIGHT_COLUMN
+        task = whole_table_task(fn, options)
+        rows = pending.input.coalesce(1).mapInArrow(task, "payload binary").collect()
+        reply: tuple[str, Any] = pickle.loads(rows[0][0]) if rows else ("failed", "no rows")
+        if reply[0] != "ok":
+            logger.debug("in_one_task: %s; the data is encoded as usual", reply[1])
+            return False, None
+        return True, reply[1]
 
     def _settle(self) -> None:
         """Encode the deferred data now, when something needs what the encoding learns (inside a
