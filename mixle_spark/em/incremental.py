@@ -350,23 +350,20 @@ def update(
     # a few passes at once: a backend may encode the rows in the first (Spark: in the resident session)
     handle = encoded_data(data, template, **{"defer_encoding": True, **backend}) if owned else data
     whole = handle if owned and isinstance(handle, OneTask) else None
-    if whole is not None:  # small new rows: the whole update where they are, in one task
-        options = dict(
-            statistics=statistics, method=method, decay=decay, half_life=half_life, time_unit=time_unit,
-            max_its=max_its, delta=delta, alpha=alpha, batch_id=batch_id, max_drop=max_drop,
-            on_drift=on_drift, refit_options=refit_options,
-        )  # fmt: skip
-        try:
-            folded = _in_one_task(whole, model, estimator, options, out, started)
-        except BaseException:
-            handle.close()
-            raise
-        if folded is not None:
-            handle.close()
-            return folded
-    if isinstance(handle, FitSession):
-        handle.begin_fit()  # a few passes in a row: the backend may keep its workers (resident tasks)
+    fitting = False
     try:
+        if whole is not None:  # small new rows: the whole update where they are, in one task
+            options = dict(
+                statistics=statistics, method=method, decay=decay, half_life=half_life, time_unit=time_unit,
+                max_its=max_its, delta=delta, alpha=alpha, batch_id=batch_id, max_drop=max_drop,
+                on_drift=on_drift, refit_options=refit_options,
+            )  # fmt: skip
+            folded = _in_one_task(whole, model, estimator, options, out, started)
+            if folded is not None:
+                return folded
+        if isinstance(handle, FitSession):
+            handle.begin_fit()  # a few passes in a row: the backend may keep its workers (resident tasks)
+            fitting = True
         if not isinstance(handle, Accumulate):
             raise TypeError(f"{type(handle).__name__} cannot run an update (it has no pysp_accumulate pass)")
         bound = handle.bind(est) if hasattr(handle, "bind") else est
@@ -464,7 +461,7 @@ def update(
             out(result.summary())
         return new_model
     finally:
-        if isinstance(handle, FitSession):
+        if fitting:
             handle.end_fit()
         if owned:
             handle.close()
@@ -490,7 +487,7 @@ def _in_one_task(
         return new, lines
 
     done, result = handle.in_one_task(fold)
-    if not done or result is None:
+    if not done or result is None:  # None only when not done (fold returns a pair)
         return None
     new, lines = result
     if getattr(new, "update_result", None) is not None:

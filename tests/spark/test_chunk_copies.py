@@ -309,3 +309,49 @@ def test_two_handles_over_one_dataframe_keep_their_own_caches(frame: Any, want: 
             cached = kept.chunks.held if kept.chunks.held is not None else kept.frame
             assert cached.storageLevel != StorageLevel(False, False, False, False)
             _step_equals(kept, want)
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["check-passes", "check-fails"])
+def test_chunk_frame_readers_wait_for_the_one_check(fails: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the frame's first readers race: the check runs once, and no reader gets the frame before it ends
+    import sys
+    import threading
+    import time
+
+    from mixle_spark.parallel.backends._spark_encoding import ChunkFrame
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(20):
+            runs: list[int] = []
+            done = threading.Event()
+
+            def check(runs: list[int] = runs, done: threading.Event = done) -> None:
+                runs.append(1)
+                time.sleep(0.005)  # the job that verifies the chunks
+                done.set()
+                if fails:
+                    raise RuntimeError("partition 1 gave other rows")
+
+            chunks = ChunkFrame("the frame", 2, {}, None, check=check)
+            got: list[object] = []
+
+            def read(
+                chunks: ChunkFrame = chunks, got: list[object] = got, done: threading.Event = done
+            ) -> None:
+                try:
+                    frame = chunks.frame
+                    got.append(frame if done.is_set() else "read before the check ended")
+                except RuntimeError as err:
+                    got.append(str(err) if done.is_set() else "raised before the check ended")
+
+            readers = [threading.Thread(target=read) for _ in range(4)]
+            for t in readers:
+                t.start()
+            for t in readers:
+                t.join()
+            assert runs == [1]
+            assert got == ["partition 1 gave other rows" if fails else "the frame"] * 4
+    finally:
+        sys.setswitchinterval(old)

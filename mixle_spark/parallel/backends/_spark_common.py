@@ -188,7 +188,7 @@ def session_parallelism(data: DataFrame) -> int:
     without a partition count, counted by one small job: Connect has no SparkContext to ask)."""
     if not is_spark_connect(data):
         return task_slots(data.sparkSession.sparkContext)
-    spread = data.sparkSession.range(0, 1 << 16)
+    spread = data.sparkSession.range(0, _RANGE_ROWS)
     explain = getattr(spread, "_explain_string", None)  # pyspark's Connect client, no public API
     try:  # the physical plan names the range's splits: one analyze call (~20 ms) instead of a job
         splits = _RANGE_SPLITS.search(explain(mode="simple")) if callable(explain) else None
@@ -200,7 +200,8 @@ def session_parallelism(data: DataFrame) -> int:
     return int(probe.agg(F.countDistinct("p")).collect()[0][0])
 
 
-_RANGE_SPLITS = re.compile(r"\bRange \(0, 65536, step=1, splits=(\d+)\)")
+_RANGE_ROWS = 1 << 16
+_RANGE_SPLITS = re.compile(rf"\bRange \(0, {_RANGE_ROWS}, step=1, splits=(\d+)\)")
 
 
 _SIZE_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50, "EiB": 2**60}

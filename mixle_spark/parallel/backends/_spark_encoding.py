@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import pickle
 import socket
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -349,6 +350,7 @@ class ChunkFrame:
         self.storage_level, self.held = storage_level, held
         self._check = check
         self._error: Exception | None = None
+        self._checking = threading.Lock()  # a second reader waits for the check the first one runs
 
     @property
     def plan(self) -> Any:
@@ -358,15 +360,16 @@ class ChunkFrame:
     @property
     def frame(self) -> Any:
         """The chunk DataFrame to read (checked first, the first time, when ``check`` was given)."""
+        if self._check is not None:
+            with self._checking:
+                if self._check is not None and self._error is None:
+                    try:
+                        self._check()
+                    except Exception as err:
+                        self._error = err
+                    self._check = None
         if self._error is not None:
             raise self._error
-        if self._check is not None:
-            check, self._check = self._check, None
-            try:
-                check()
-            except Exception as err:
-                self._error = err
-                raise
         return self._frame
 
     @property

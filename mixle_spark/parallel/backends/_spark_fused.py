@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.parallel.backends._spark_chunks import Rebase, decode_chunks
+from mixle_spark.parallel.backends._spark_chunks import Rebase, decode_chunks, stored_chunks
 
 __all__ = ["REPORT", "FusedChunks", "Settle", "chunk_digests"]
 
@@ -116,12 +116,8 @@ def chunk_digests(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
 
     digest = _digest()
     for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        cells = zip(batch.column("rows").to_pylist(), batch.column("chunk").to_pylist(), strict=True)
-        for rows, blob in cells:
-            if rows >= 0:
-                digest.update(blob)
+        for _first, _rows, blob in stored_chunks(batch):
+            digest.update(blob)
     ctx = TaskContext.get()
     part = ctx.partitionId() if ctx is not None else -1
     yield pa.RecordBatch.from_pydict({"part": pa.array([part], pa.int32()), "digest": [digest.digest()]})

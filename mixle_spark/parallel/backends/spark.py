@@ -246,10 +246,9 @@ class SparkEncodedData(PayloadHandle):
         self._resident_executor: ResidentExecutor | None = None
         self._pending: PendingChunks | None = None
         self._broken: tuple[BaseException, PendingChunks] | None = None
-        self._input_parts = self._deferrable_parts(frame, blocker, tasks) if defer_encoding else 0
         if defer_encoding and self.one_pass:
-            # encoded by the first pass: inside the resident session of a fit (``_input_parts``
-            # partitions), else by a job; or, small, handed whole to one task (``in_one_task``)
+            # encoded by the first pass: inside the resident session of a fit (``_deferrable_parts``
+            # decides then), else by a job; or, small, handed whole to one task (``in_one_task``)
             self._pending = PendingChunks(
                 frame, validation, schema_error, column, self._storage_level, self._copies.pair
             )
@@ -270,12 +269,12 @@ class SparkEncodedData(PayloadHandle):
         )
         self._encoded(settled, estimator, tasks)
 
-    def _deferrable_parts(self, frame: DataFrame, blocker: str | None, slots: int) -> int:
+    def _deferrable_parts(self, frame: DataFrame, slots: int) -> int:
         """The input's partitions when the encoding can run inside the first resident session
         (``defer_encoding``: a classic session that runs resident tasks, the layout left to the
         backend, a one-pass encoding (:mod:`._spark_encoding`), no more input partitions than task
         slots), else 0."""
-        if self.connect or self._resident is False or blocker is not None or not self.auto_layout:
+        if self.connect or not self.auto_layout:  # auto_layout: resident tasks can run, no num_chunks
             return 0
         if not self.one_pass or slots <= 0:
             return 0
@@ -295,8 +294,9 @@ class SparkEncodedData(PayloadHandle):
 
     def _settle_pending(self, pending: PendingChunks, fused: bool) -> Executor:
         fusing, settled = None, None
-        if fused and self._input_parts:  # the tasks encode their input partitions
-            fusing = FusedEncoding(pending.input, self._input_parts, pending.write)
+        parts = self._deferrable_parts(pending.input, self._slots) if fused else 0
+        if parts:  # the tasks encode their input partitions
+            fusing = FusedEncoding(pending.input, parts, pending.write)
             replies = fusing.start()
             if isinstance(replies, str):
                 self._events.add(f"the data encoded by a job: resident tasks could not encode it ({replies})")
