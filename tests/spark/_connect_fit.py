@@ -1,7 +1,7 @@
-"""Fit (optimize, best_of, select_k), score, count assignments, keep statistics and update through a
-real Spark Connect session (a local Connect server), print the results as JSON. Run by
-tests/spark/test_spark_connect.py in a subprocess: a process holds either a classic session (the shared
-test fixture) or a Connect one."""
+"""Fit (optimize, best_of, select_k), score, count assignments, keep statistics and update, and fit a
+Pipeline with MixleEstimator through a real Spark Connect session (a local Connect server); print the
+results as JSON. Run by tests/spark/test_spark_connect.py in a subprocess: a process holds either a
+classic session (the shared test fixture) or a Connect one."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from mixle_spark.scoring import assignment_counts, score
 from mixle_spark.spec import model_to_dict
 from mixle_spark.stats import GaussianEstimator, MixtureEstimator
 from tests.spark.test_incremental_spark import connect_updates
+from tests.spark.test_ml_estimator import connect_pipeline
 from tests.spark.test_streaming import connect_stream
 
 
@@ -61,7 +62,9 @@ def main() -> None:
     facts["best_of_ll"] = ll
     incremental = connect_updates(spark)  # kept statistics, updates: tests/spark/test_incremental_spark.py
     stream = connect_stream(spark)  # fit_stream's foreachBatch in the server: tests/spark/test_streaming.py
+    pipeline = connect_pipeline(spark, sys.argv[2])  # MixleEstimator: tests/spark/test_ml_estimator.py
     result = {
+        "pipeline": pipeline,
         "incremental": incremental,
         "stream": stream,
         "facts": facts,

@@ -546,25 +546,19 @@ def test_a_spec_files_trials_run_best_of(points: Any, tmp_path: Path) -> None:
 
 
 # -- Spark Connect ---------------------------------------------------------------------------------
-def _connect_child(data: str) -> None:
-    """Run in a subprocess (a process holds either a classic or a Connect session): fit, transform,
-    save and load a Pipeline through a local Spark Connect server; print the facts as JSON."""
+def connect_pipeline(spark: Any, folder: str) -> dict[str, Any]:
+    """Fit, transform, save and load a Pipeline through ``spark``, a Spark Connect session; the facts
+    as JSON-able values. Run by tests/spark/_connect_fit.py, the Connect child of
+    tests/spark/test_spark_connect.py (one Connect server for every Connect test; checked by
+    :func:`check_connect_pipeline`)."""
     import pandas as pd
     from pyspark.ml import Pipeline, PipelineModel
     from pyspark.ml.feature import VectorAssembler
-    from pyspark.sql import SparkSession
 
     from mixle_spark.ml import MixleEstimator
     from mixle_spark.spec import model_to_dict
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    x = np.asarray(json.loads(data))
-    # the local Connect server authenticates with a token pyspark makes; it also listens on loopback only
-    spark = (
-        SparkSession.builder.remote("local[2]")
-        .config("spark.connect.grpc.binding.address", "127.0.0.1")
-        .getOrCreate()
-    )
+    x = _blobs()
     df = spark.createDataFrame(pd.DataFrame({"x": x[:, 0], "y": x[:, 1]}))
     # default layout, as a Databricks user fits: the job path coalesces the input to the session's tasks
     estimator = MixleEstimator(k=3, seed=3, maxIter=3)
@@ -572,13 +566,13 @@ def _connect_child(data: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 3 iterations do not converge
         fitted = pipeline.fit(df)
-    path = os.path.join(sys.argv[2], "pipeline_model")
+    path = os.path.join(folder, "pipeline_model")
     fitted.write().save(path)
     fitted.write().overwrite().save(path)
     before = fitted.transform(df).toPandas()
     after = PipelineModel.load(path).transform(df).toPandas()
     summary = fitted.stages[1].summary
-    facts = {
+    return {
         "session": type(spark).__module__,
         "columns": list(before.columns),
         "same": bool(
@@ -593,45 +587,26 @@ def _connect_child(data: str) -> None:
         "ll_sum": float(before["logLikelihood"].sum()),
         "model": model_to_dict(fitted.stages[1].distribution),
     }
-    print("RESULT " + json.dumps(facts))
-    spark.stop()
 
 
-@pytest.mark.slow
-def test_pipeline_under_spark_connect(tmp_path: Path) -> None:
-    pytest.importorskip("grpc", reason="Spark Connect needs the pyspark[connect] client dependencies")
+def check_connect_pipeline(facts: dict[str, Any]) -> None:
+    """The Pipeline fitted under Spark Connect (:func:`connect_pipeline`) saves, loads and transforms to
+    the same rows, and its model is the local backend's from the same rows and seed."""
     from mixle_spark.estimation import optimize
     from mixle_spark.spec import estimator_from_spec, model_from_dict
 
-    x = _blobs()
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(
-        [sys.executable, __file__, json.dumps(x.tolist()), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": str(root)},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    facts = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))[7:])
     assert facts["session"].startswith("pyspark.sql.connect")
     assert facts["columns"] == ["x", "y", "features", "logLikelihood", "prediction", "probability"]
     assert facts["same"] and facts["num_iter"] == 2 and sum(facts["cluster_sizes"]) == N
     assert facts["ll_sum"] == pytest.approx(facts["ll"], rel=1e-9)
-    # The same model as the local backend from the same rows and seed.
     estimator = estimator_from_spec({"type": "mixture", "k": 3, "component": "multivariate_gaussian"})
-    want = optimize(list(x), estimator, max_its=3, delta=0.01, seed=3)
+    want = optimize(list(_blobs()), estimator, max_its=3, delta=0.01, seed=3)
     assert want.fit_result.converged and want.fit_result.n_iter == 2  # k-means|| seeding: close at once
     got = model_from_dict(facts["model"])
     np.testing.assert_allclose(got.w, want.w, rtol=1e-9)
     for a, b in zip(got.components, want.components, strict=True):
         np.testing.assert_allclose(a.mu, b.mu, rtol=1e-9, atol=1e-9)  # data scale ~5: a mean near 0
         np.testing.assert_allclose(a.covar, b.covar, rtol=1e-9, atol=1e-12)
-
-
-if __name__ == "__main__":
-    _connect_child(sys.argv[1])
 
 
 def test_summary_writes_the_fit_report(points: Any, tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """The spark backend under a real Spark Connect session (no RDDs or broadcasts, DataFrame merges):
 optimize, best_of, select_k, score, the segment profile's assignment counts, kept statistics and
-updates, each equal to the local backend's result."""
+updates, a Pipeline with MixleEstimator, each equal to the local backend's result."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from mixle_spark.model_selection import select_k
 from mixle_spark.spec import model_from_dict
 from mixle_spark.stats import GaussianDistribution, GaussianEstimator, MixtureDistribution, MixtureEstimator
 from tests.spark.test_incremental_spark import check_connect_updates
+from tests.spark.test_ml_estimator import check_connect_pipeline
 from tests.spark.test_streaming import check_connect_stream
 
 pytestmark = pytest.mark.spark
@@ -29,8 +30,9 @@ def test_fit_and_score_under_spark_connect(tmp_path: Path) -> None:
     truth = MixtureDistribution([GaussianDistribution(-3.0, 1.0), GaussianDistribution(2.0, 0.5)], [0.4, 0.6])
     x = np.asarray(truth.sampler(3).sample(1500))
     root = Path(__file__).resolve().parents[2]
+    child = Path(__file__).with_name("_connect_fit.py")
     proc = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("_connect_fit.py")), json.dumps(x.tolist())],
+        [sys.executable, str(child), json.dumps(x.tolist()), str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -72,6 +74,8 @@ def test_fit_and_score_under_spark_connect(tmp_path: Path) -> None:
     check_connect_updates(result["incremental"])
     # a stream folded by fit_stream under Connect equals the local backend batch by batch
     check_connect_stream(result["stream"], tmp_path)
+    # a Pipeline with MixleEstimator fits, saves, loads and transforms under Connect
+    check_connect_pipeline(result["pipeline"])
 
 
 def _same_mixture(got: Any, want: Any) -> None:
