@@ -36,7 +36,15 @@ from mixle_spark.em.options import FitOptions, check_trials
 from mixle_spark.errors import ConvergenceWarning, SpecError, TooFewRowsError
 from mixle_spark.stats.base import Distribution, Estimator
 
-__all__ = ["CRITERIA", "CandidateFit", "KSelection", "parse_ks", "select_k", "with_components"]
+__all__ = [
+    "CRITERIA",
+    "CandidateFit",
+    "KSelection",
+    "parse_forms",
+    "parse_ks",
+    "select_k",
+    "with_components",
+]
 
 CRITERIA = ("bic", "aic", "validation")
 """How ``select_k`` ranks the candidates: BIC and AIC (lowest wins) or the validation log-likelihood
@@ -45,7 +53,8 @@ CRITERIA = ("bic", "aic", "validation")
 
 @dataclass(frozen=True)
 class CandidateFit:
-    """One candidate of :func:`select_k`: ``k`` components and how its fit went."""
+    """One candidate of :func:`select_k`: ``k`` components (under covariance ``form``, when
+    ``select_k`` varied it) and how its fit went."""
 
     k: int
     log_likelihood: float
@@ -57,17 +66,29 @@ class CandidateFit:
     converged: bool
     seconds: float
     """Wall-clock seconds from the fit's start to its end (candidates advance together, so they overlap)."""
+    form: str | None = None
+    """The covariance form (mclust's name: :mod:`mixle_spark.stats._covariance`); None when
+    ``select_k`` was given no ``forms``."""
+
+    @property
+    def k_form(self) -> tuple[int, str | None]:
+        """``(k, form)``: the candidate's key in :attr:`KSelection.fits`."""
+        return self.k, self.form
 
 
 @dataclass
 class KSelection:
-    """What :func:`select_k` found: the best ``k`` under ``criterion``, its model and the whole table."""
+    """What :func:`select_k` found: the best ``k`` (and covariance form, ``best_form``, when it varied
+    forms) under ``criterion``, its model and the whole table. ``models`` holds the best fit of each
+    ``k`` (over the forms), ``fits`` every candidate's by ``(k, form)`` (form None without ``forms``)."""
 
     criterion: str
     best_k: int
     model: Distribution
     table: list[CandidateFit]
     models: dict[int, Distribution] = field(repr=False, default_factory=dict)
+    best_form: str | None = None
+    fits: dict[tuple[int, str | None], Distribution] = field(repr=False, default_factory=dict)
 
     def scores(self) -> list[float]:
         """The criterion of every candidate, in table order (BIC / AIC: lower wins; validation: higher)."""
@@ -75,7 +96,10 @@ class KSelection:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (the fit summary's ``model_selection`` entry)."""
-        return {"criterion": self.criterion, "best_k": self.best_k, "table": [asdict(r) for r in self.table]}
+        out = {"criterion": self.criterion, "best_k": self.best_k, "table": [asdict(r) for r in self.table]}
+        if self.best_form is not None:
+            out["best_form"] = self.best_form
+        return out
 
     def to_pandas(self) -> Any:
         """The table as a pandas DataFrame, one row per candidate."""
@@ -84,27 +108,35 @@ class KSelection:
         return pd.DataFrame([asdict(r) for r in self.table])
 
     def __str__(self) -> str:
+        forms = self.best_form is not None
         head = f"{'k':>4} {'log-likelihood':>16} {'params':>7} {'BIC':>14} {'AIC':>14} {'its':>5}  converged"
-        lines = [f"select_k by {self.criterion}: best k = {self.best_k}", head]
+        best = f"best k = {self.best_k}" + (f", form {self.best_form}" if forms else "")
+        lines = [f"select_k by {self.criterion}: {best}", ("form " if forms else "") + head]
         for r in self.table:
-            mark = " <" if r.k == self.best_k else ""
+            mark = " <" if (r.k, r.form) == (self.best_k, self.best_form) else ""
             lines.append(
-                f"{r.k:>4} {r.log_likelihood:>16.6f} {r.free_parameters:>7} {r.bic:>14.3f} {r.aic:>14.3f} "
+                (f"{r.form:<4} " if forms else "")
+                + f"{r.k:>4} {r.log_likelihood:>16.6f} {r.free_parameters:>7} {r.bic:>14.3f} {r.aic:>14.3f} "
                 f"{r.iterations:>5}  {r.converged}{mark}"
             )
         return "\n".join(lines)
 
 
-def _chosen(table: list[CandidateFit], criterion: str) -> int:
-    """The k the criterion picks (the smaller k on a tie)."""
+def _chosen(table: list[CandidateFit], criterion: str) -> CandidateFit:
+    """The row the criterion picks (on a tie, the one with fewer free parameters, then the smaller k)."""
     scores = [_score(r, criterion) for r in table]
     if criterion == "validation":
-        best = max(range(len(table)), key=lambda i: (scores[i], -table[i].k))
+        best = max(range(len(table)), key=lambda i: (scores[i], -table[i].free_parameters, -table[i].k))
     else:
         best = min(
-            range(len(table)), key=lambda i: (scores[i] if math.isfinite(scores[i]) else math.inf, table[i].k)
+            range(len(table)),
+            key=lambda i: (
+                scores[i] if math.isfinite(scores[i]) else math.inf,
+                table[i].free_parameters,
+                table[i].k,
+            ),
         )
-    return table[best].k
+    return table[best]
 
 
 def _score(row: CandidateFit, criterion: str) -> float:
@@ -140,16 +172,37 @@ def parse_ks(ks: Any) -> list[int]:
     return sorted(set(values))
 
 
-def with_components(estimator: Estimator | Mapping[str, Any] | str, k: int) -> Estimator:
+def parse_forms(forms: Any) -> list[str]:
+    """Covariance forms to try, as mclust names, in :data:`~mixle_spark.stats._covariance.FORMS` order
+    (fewest free parameters first), from ``"all"``, a comma-separated string (``"EII,VVV"``,
+    ``"tied,full"``) or an iterable of names; SpecError naming anything else."""
+    from mixle_spark.stats._covariance import FORMS, covariance_form
+
+    if isinstance(forms, str):
+        names: list[Any] = list(FORMS) if forms.strip().lower() == "all" else forms.split(",")
+    elif isinstance(forms, Iterable):
+        names = list(forms)
+    else:
+        raise SpecError(f"forms: expected 'all', 'EII,VVV' or a list of covariance forms, got {forms!r}")
+    chosen = {covariance_form(name, "forms: every form") for name in names}
+    if not chosen:
+        raise SpecError(f"forms: no covariance form in {forms!r}")
+    return [f for f in FORMS if f in chosen]
+
+
+def with_components(
+    estimator: Estimator | Mapping[str, Any] | str, k: int, form: str | None = None
+) -> Estimator:
     """``estimator`` (a mixture of identical components or a hidden Markov model, possibly threaded by
-    ``ModelParallelEstimator``, or its spec) with ``k`` components / states, its other options kept."""
+    ``ModelParallelEstimator``, or its spec) with ``k`` components / states, its other options kept
+    (and, given a ``form``, the mixture's covariance form set to it)."""
     from mixle_spark.spec import estimator_from_spec
 
     if not isinstance(estimator, Estimator):
         estimator = estimator_from_spec(estimator)  # type: ignore[arg-type]
     inner = getattr(estimator, "inner", None)
     if inner is not None:  # a wrapper (ModelParallelEstimator) rebuilds itself around the new inner one
-        return estimator.with_inner(with_components(inner, k))  # type: ignore[attr-defined]
+        return estimator.with_inner(with_components(inner, k, form))  # type: ignore[attr-defined]
     spec = estimator.to_dict()
     key = {"mixture": "components", "hidden_markov": "estimators"}.get(str(spec.get("type")))
     if key is None:
@@ -165,16 +218,28 @@ def with_components(estimator: Estimator | Mapping[str, Any] | str, k: int) -> E
         )
     if spec.get("keys") is not None and k != len(parts):
         raise SpecError(f"select_k cannot vary the components of a {spec['type']} with tied keys")
+    if form is not None:
+        if key != "components":
+            raise SpecError(
+                f"select_k varies the covariance forms of Gaussian mixtures, not of a {spec['type']}"
+            )
+        spec = {**spec, "covariance": form}
     return type(estimator).from_dict({**spec, key: [parts[0]] * k})
 
 
-def _warn_not_converged(models: Mapping[int, Distribution]) -> None:
-    """A ConvergenceWarning for every candidate that stopped at ``max_its``, naming its ``k`` (the
-    fits' own warnings, raised while they advance together, cannot say which candidate they are)."""
-    for k, model in sorted(models.items()):
+def _label(k: int, form: str | None) -> str:
+    """How a candidate is named in lines and warnings: ``k=3`` or ``k=3 EEE``."""
+    return f"k={k}" if form is None else f"k={k} {form}"
+
+
+def _warn_not_converged(fits: Mapping[tuple[int, str | None], Distribution]) -> None:
+    """A ConvergenceWarning for every candidate that stopped at ``max_its``, naming its ``k`` (and
+    form) (the fits' own warnings, raised while they advance together, cannot say which candidate
+    they are)."""
+    for (k, form), model in fits.items():
         message = unconverged_message(model.fit_result)
         if message is not None:
-            warnings.warn(f"k={k}: {message}", ConvergenceWarning, stacklevel=3)
+            warnings.warn(f"{_label(k, form)}: {message}", ConvergenceWarning, stacklevel=3)
 
 
 def select_k(
@@ -183,6 +248,7 @@ def select_k(
     ks: Any = range(1, 13),
     criterion: str = "bic",
     *,
+    forms: Any = None,
     vdata: Any = None,
     trials: int = 1,
     options: FitOptions | None = None,
@@ -201,7 +267,14 @@ def select_k(
     ks : iterable of int or str
         Candidate numbers of components (``range(1, 13)``, ``[2, 4, 8]``, ``"2:12"``).
     criterion : {"bic", "aic", "validation"}
-        Lowest BIC / AIC, or highest log-likelihood on ``vdata``.
+        Lowest BIC / AIC, or highest log-likelihood on ``vdata`` (on a tie, the candidate with fewer
+        free parameters).
+    forms : str or iterable of str, optional
+        Covariance forms to try with every ``k`` (``"all"``, ``"EII,VVV"``, ``["tied", "full"]``;
+        :mod:`mixle_spark.stats._covariance`), as mclust chooses form and k together; the estimator
+        must be a mixture of ``multivariate_gaussian`` components (or ``diagonal_gaussian`` ones for
+        diagonal forms only). Every (k, form) candidate advances in the same data passes. None: the
+        estimator's own form.
     vdata : optional
         Validation data (required by ``criterion="validation"``; scored for every candidate).
     trials : int
@@ -220,14 +293,15 @@ def select_k(
     Returns
     -------
     KSelection
-        ``best_k``, ``model`` (the best fit, with its ``fit_result``), ``table`` (a
-        :class:`CandidateFit` per k) and ``models`` (every candidate's fit).
+        ``best_k`` (and ``best_form`` with ``forms``), ``model`` (the best fit, with its
+        ``fit_result``), ``table`` (a :class:`CandidateFit` per candidate), ``models`` (the best fit
+        of each k) and ``fits`` (every candidate's, by ``(k, form)``).
 
     Warns
     -----
     ConvergenceWarning
         One per candidate that stopped at ``max_its`` before its gain fell below ``delta``, naming
-        its ``k``, the iterations and the last gain (its table row says ``converged=False``).
+        its ``k`` (and form), the iterations and the last gain (its table row says ``converged=False``).
     """
     from mixle_spark.em.statistics import collect_statistics
     from mixle_spark.estimation import _handle, _release, fit_together, trial_seeds, warn_model_size
@@ -235,6 +309,7 @@ def select_k(
     from mixle_spark.summary import count_free_parameters, information_criteria
 
     candidates = parse_ks(ks)
+    form_list: list[str | None] = [None] if forms is None else list(parse_forms(forms))
     if criterion not in CRITERIA:
         raise SpecError(f"unknown criterion {criterion!r}; valid criteria: {', '.join(map(repr, CRITERIA))}")
     if criterion == "validation" and vdata is None:
@@ -247,9 +322,10 @@ def select_k(
         raise SpecError(f"select_k fits several models; {' and '.join(single)} apply to a single fit")
     out = fit.out
     quiet = dataclasses.replace(fit, out=out if fit.print_iter else None, keep_statistics=False)
-    estimators = {k: with_components(estimator, k) for k in candidates}
+    pairs = [(k, form) for k in candidates for form in form_list]
+    estimators = {(k, form): with_components(estimator, k, form) for k, form in pairs}
 
-    handle, owned = _handle(data, estimators[candidates[-1]], backend_options, on_encoded)
+    handle, owned = _handle(data, estimators[pairs[-1]], backend_options, on_encoded)
     vhandle, vowned = None, False
     try:
         n = len(handle)
@@ -258,24 +334,24 @@ def select_k(
                 f"ks: k={candidates[-1]} components need at least as many rows, but the data has {n}"
             )
         if vdata is not None:
-            vhandle, vowned = _handle(vdata, estimators[candidates[-1]], {})
+            vhandle, vowned = _handle(vdata, estimators[pairs[-1]], {})
         seeds = trial_seeds(fit.seed, trials) if trials > 1 else [seed_to_int(fit.seed)]
         runs, owners = [], []
-        for k in candidates:
+        for k, form in pairs:
             for t, trial_seed in enumerate(seeds):
-                label = f"k={k}: " if trials == 1 else f"k={k} trial {t}: "
-                runs.append(quiet.fit(estimators[k], seed=trial_seed, label=label))
-                owners.append(k)
+                label = _label(k, form) + ("" if trials == 1 else f" trial {t}") + ": "
+                runs.append(quiet.fit(estimators[k, form], seed=trial_seed, label=label))
+                owners.append((k, form))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             fitted = fit_together(handle, runs, shared=fit.sdc_audit is None)
-        models: dict[int, Distribution] = {}
-        for k, model in zip(owners, fitted, strict=True):
-            if k not in models or model.fit_result.log_likelihood > models[k].fit_result.log_likelihood:
-                models[k] = model
+        fits: dict[tuple[int, str | None], Distribution] = {}
+        for pair, model in zip(owners, fitted, strict=True):
+            if pair not in fits or model.fit_result.log_likelihood > fits[pair].fit_result.log_likelihood:
+                fits[pair] = model
         table: list[CandidateFit] = []
-        for k in candidates:
-            model = models[k]
+        for k, form in pairs:
+            model = fits[k, form]
             result = model.fit_result
             params = count_free_parameters(model)
             ic = information_criteria(result.log_likelihood, params, float(n))
@@ -290,20 +366,25 @@ def select_k(
                 iterations=int(result.n_iter),
                 converged=bool(result.converged),
                 seconds=float(result.seconds),
+                form=form,
             )
             table.append(row)
             if out is not None:
                 extra = "" if vll is None else f"  validation {vll:.6f}"
                 out.write(
-                    f"k={k}: log-likelihood {row.log_likelihood:.6f}  BIC {row.bic:.3f}  AIC {row.aic:.3f}"
-                    f"{extra}  {row.iterations} iterations{'' if row.converged else ' (not converged)'}\n"
+                    f"{_label(k, form)}: log-likelihood {row.log_likelihood:.6f}  BIC {row.bic:.3f}  "
+                    f"AIC {row.aic:.3f}{extra}  {row.iterations} iterations"
+                    f"{'' if row.converged else ' (not converged)'}\n"
                 )
-        best_k = _chosen(table, criterion)
+        chosen = _chosen(table, criterion)
+        best_k, best_form = chosen.k, chosen.form
+        models = {k: fits[_chosen([r for r in table if r.k == k], criterion).k_form] for k in candidates}
         if fit.keep_statistics:  # of the model returned only: one more pass over the data
-            models[best_k].statistics = collect_statistics(handle, estimators[best_k], models[best_k])
+            best = fits[best_k, best_form]
+            best.statistics = collect_statistics(handle, estimators[best_k, best_form], best)
     finally:
         _release(handle, owned)
         _release(vhandle, vowned)
-    _warn_not_converged(models)
-    warn_model_size(models[best_k], n)
-    return KSelection(criterion, best_k, models[best_k], table, models)
+    _warn_not_converged(fits)
+    warn_model_size(fits[best_k, best_form], n)
+    return KSelection(criterion, best_k, fits[best_k, best_form], table, models, best_form, fits)

@@ -233,24 +233,32 @@ def _overview(
 
 
 def _model_selection(info: Mapping[str, Any], figure_class: Any) -> str:
-    """The criterion per number of components (``select_k``; em_fit ``--k``), when there was a choice."""
+    """The criterion per number of components (``select_k``; em_fit ``--k``), when there was a choice:
+    one curve, or one per covariance form (``--forms``) as mclust plots BIC."""
     found = info.get("model_selection")
     if not found:
         return ""
     criterion, table = str(found["criterion"]), list(found["table"])
     key = "validation_log_likelihood" if criterion == "validation" else criterion
     label = "validation log-likelihood" if criterion == "validation" else criterion.upper()
-    points = [(row["k"], row[key]) for row in table if row.get(key) is not None]
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    if not points:
+    forms = any(row.get("form") for row in table)
+    curves: dict[str, tuple[list[int], list[float]]] = {}
+    for row in table:
+        if row.get(key) is not None:
+            xs, ys = curves.setdefault(str(row.get("form") or label), ([], []))
+            xs.append(row["k"])
+            ys.append(row[key])
+    if not curves:
         chart = ""
     elif figure_class is not None:
-        chart = figures.log_likelihood_png(figure_class, xs, ys, xlabel="components (k)", ylabel=label)
+        chart = figures.curves_png(figure_class, curves, xlabel="components (k)", ylabel=label)
     else:
-        chart = figures.log_likelihood_svg(xs, ys, xlabel="components (k)", ylabel=label)
+        chart = figures.curves_svg(curves, xlabel="components (k)", ylabel=label)
+    chosen = (found["best_k"], found.get("best_form"))
     rows = [
         [
-            f"{row['k']}{' (chosen)' if row['k'] == found['best_k'] else ''}",
+            *([row.get("form")] if forms else []),
+            f"{row['k']}{' (chosen)' if (row['k'], row.get('form')) == chosen else ''}",
             _num(row["log_likelihood"]),
             row["free_parameters"],
             _num(row["bic"]),
@@ -260,9 +268,11 @@ def _model_selection(info: Mapping[str, Any], figure_class: Any) -> str:
         ]
         for row in table
     ]
-    header = ["k", "log-likelihood", "free parameters", "BIC", "AIC", "iterations", "converged"]
-    body = _table(header, rows, numeric=range(1, 6))
-    heading = f"Model selection: k = {found['best_k']} by {label}"
+    header = [*(["form"] if forms else []), "k", "log-likelihood", "free parameters", "BIC", "AIC"]
+    header += ["iterations", "converged"]
+    body = _table(header, rows, numeric=range(1 + forms, 6 + forms))
+    best = f"k = {found['best_k']}" + (f", covariance {found['best_form']}" if found.get("best_form") else "")
+    heading = f"Model selection: {best} by {label}"
     return _section("model-selection", heading, f'{chart}<div class="scroll">{body}</div>')
 
 

@@ -21,7 +21,7 @@ from mixle_spark.em.seeding import INIT_MODES
 from mixle_spark.errors import CheckpointStoreError, SpecError
 from mixle_spark.estimation import ON_DEGENERATE, FitOptions
 from mixle_spark.io import check_input_exists, parse_conf
-from mixle_spark.model_selection import parse_ks
+from mixle_spark.model_selection import parse_forms, parse_ks
 from mixle_spark.parallel.backends.registry import CONTROL_CHECKS
 from mixle_spark.spec import FIT_OPTIONS, ModelSpec
 
@@ -120,7 +120,13 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         "by --criterion (the spec's mixture component, or hidden Markov state, is repeated k times)",
     )
     fit.add_argument(
-        "--criterion", choices=("bic", "aic"), default="bic", help="how --k chooses (default: bic)"
+        "--forms",
+        metavar="FORMS",
+        help="also choose the covariance form of a Gaussian mixture: fit each of these forms (all, or "
+        "e.g. EII,VVI,EEE,VVV or tied,full) with every --k (default: the spec's k) and keep the best",
+    )
+    fit.add_argument(
+        "--criterion", choices=("bic", "aic"), default="bic", help="how --k and --forms choose (default: bic)"
     )
     run = parser.add_argument_group("execution")
     run.add_argument(
@@ -249,6 +255,17 @@ def resolve_args(
         ]
         if clash:
             parser.error(f"--k fits several models; {', '.join(clash)} apply to a single fit")
+    args.form_list = None
+    if args.forms is not None:
+        try:
+            args.form_list = parse_forms(args.forms)
+        except SpecError as err:
+            parser.error(f"--forms: {err}")
+        clash = [
+            f"--{n.replace('_', '-')}" for n in ("checkpoint_dir", "trace") if getattr(args, n) is not None
+        ]
+        if clash:
+            parser.error(f"--forms fits several models; {', '.join(clash)} apply to a single fit")
     try:
         args.spark_conf = parse_conf(args.conf)
     except ValueError as err:

@@ -29,6 +29,7 @@ ON_DRIFT = {"warn": "warn", "fail": "raise", "refit": "refit"}
 FIT_ONLY = (
     ("model", "--model"),
     ("k", "--k"),
+    ("forms", "--forms"),
     ("trials", "--trials"),
     ("checkpoint_dir", "--checkpoint-dir"),
     ("seed", "--seed"),

@@ -47,8 +47,10 @@ fit-only flags are refused with it.
 How EM starts: ``--init kmeans||`` (default; k-means|| seeding, ``--init-steps`` rounds) or ``--init
 random`` (see ``mixle_spark.em.seeding``). ``--k 2:12`` (or ``--k 2,4,8``) fits every candidate number of
 components of the spec's mixture (its component, or a hidden Markov model's state, repeated k times)
-and keeps the best by ``--criterion bic`` (default) or ``aic``; ``summary.json`` gets the table
-(``model_selection``) and ``--report`` the criterion curve.
+and keeps the best by ``--criterion bic`` (default) or ``aic``; ``--forms all`` (or ``EII,VVV``,
+``tied,full``) also tries those covariance forms of a Gaussian mixture with every k (with the spec's k
+alone when ``--k`` is not given), as mclust chooses form and k; ``summary.json`` gets the table
+(``model_selection``) and ``--report`` the criterion curve (one line per form).
 
 Long fits (see ``mixle_spark.em.resilient`` and ``sdc_audit``):
 
@@ -208,12 +210,14 @@ def fit_model(
     label: str = "",
     *,
     keep_statistics: bool = False,
+    forms: list[str] | None = None,
 ) -> tuple[Any, float, dict[str, float], list[str], Any]:
     """Run EM with one call of the public API, which encodes ``data`` (``optimize``; ``trials``
     restarts: ``best_of``; ``ks``: ``select_k``); ``(model, ll, timings, warnings, selection)``.
 
     ``reliability`` holds ``optimize``'s checkpoint / degenerate-component / audit / trace keywords.
     ``ks`` chooses the number of components among these by ``select_k`` and ``criterion``;
+    ``forms`` (covariance forms) are tried with every k (the spec's own k when ``ks`` is None);
     ``selection`` is its :class:`~mixle_spark.model_selection.KSelection` (else None). ``coord``:
     the processes of an SPMD run (the root prints). ``label`` (what is fitted to what) starts the
     first progress line, printed once the data is encoded: a failure before that is the only line. A
@@ -232,10 +236,13 @@ def fit_model(
         warnings.simplefilter("always", ConvergenceWarning)
         warnings.simplefilter("always", ModelSizeWarning)
         warnings.simplefilter("always", SeedingFallbackWarning)
+        if ks is None and forms is not None:  # the form alone: at the spec's number of components
+            ks = [len(getattr(spec.estimator, "estimators", None) or [None])]
         if ks is not None:
             found = select_k(
-                data, spec.estimator, ks=ks, criterion=criterion, trials=trials, out=stream, **keywords
-            )
+                data, spec.estimator, ks=ks, criterion=criterion, forms=forms, trials=trials, out=stream,
+                **keywords,
+            )  # fmt: skip
             coord.say(str(found))
             model = found.model
             ll = model.fit_result.log_likelihood
@@ -345,6 +352,7 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
             coord,
             f"{args.model} to {args.input} (backend {args.backend})",
             keep_statistics=args.statistics,
+            forms=args.form_list,
         )
         if found is not None:
             extra["model_selection"] = found.to_dict()

@@ -99,6 +99,21 @@ def _criterion(value: Any) -> str:
     return value
 
 
+def _covariance_type(value: Any) -> str | list[str]:
+    """``covarianceType``: a covariance form (:mod:`mixle_spark.stats._covariance`: ``"full"``,
+    ``"tied"``, ``"diag"``, ``"spherical"`` or an mclust name), or a list of them to choose from with
+    ``k`` by ``selectionCriterion``."""
+    from mixle_spark.model_selection import parse_forms
+    from mixle_spark.stats._covariance import covariance_form
+
+    if isinstance(value, list | tuple):
+        try:
+            return parse_forms(list(value))
+        except SpecError as err:
+            raise SpecError(f"param 'covarianceType': {err}") from None
+    return covariance_form(value, "param 'covarianceType'")
+
+
 INIT_MODES = ("k-means||", "random")
 """``initMode`` values, spelled as pyspark.ml ``KMeans`` spells them (``"kmeans||"`` is accepted too)."""
 
@@ -314,6 +329,14 @@ class MixleParams(
         "how a list of k is decided: 'bic' (default) or 'aic', lowest wins.",
         typeConverter=_criterion,
     )
+    covarianceType: Param[Any] = Param(
+        Params._dummy(),
+        "covarianceType",
+        "covariance form of the Gaussian components: 'full' (default), 'tied', 'diag', 'spherical' "
+        "or an mclust form (EII, VII, EEI, VEI, EVI, VVI, EEE, VVV); or a list of forms, chosen with "
+        "k by selectionCriterion.",
+        typeConverter=_covariance_type,
+    )
     maxIter: Param[int] = Param(
         Params._dummy(),
         "maxIter",
@@ -413,6 +436,11 @@ class MixleParams(
     def getK(self) -> Any:
         """Gets the value of ``k`` (an int, or the list of candidates before a fit) or its default."""
         return self.getOrDefault(self.k)
+
+    def getCovarianceType(self) -> Any:
+        """Gets the value of ``covarianceType`` (a form, or the list of candidates before a fit);
+        None when unset (each component its own covariance: ``full``)."""
+        return self._optional(self.covarianceType)
 
     def getSelectionCriterion(self) -> str:
         """Gets the value of ``selectionCriterion`` or its default value."""
@@ -547,7 +575,11 @@ def fit_plan(params: MixleParams, columns: Sequence[str]) -> FitPlan:
     component = _spec_dict(spec if spec is not None else default)
     if input_cols is not None and not _is(component, "record") and not _is(component, "mixture"):
         component = {"type": "record", "fields": {name: component for name in input_cols}}
-    estimator = estimator_from_spec(_mixture_spec(params, component))
+    mixture = _mixture_spec(params, component)
+    form = params.getCovarianceType()
+    if isinstance(form, str):  # one form; a list is chosen from with k (select_k)
+        mixture = {**mixture, "covariance": form}
+    estimator = estimator_from_spec(mixture)
     column, reads = _reads(params, estimator, columns)
     options, from_spec = _fit_options(params, fit)
     return FitPlan(estimator, column, reads, options, _fit_value("trials", fit.get("trials", 1)), from_spec)

@@ -99,7 +99,14 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         best by ``selectionCriterion`` is kept; the model's ``k`` is the chosen one and
         ``model.summary.modelSelection`` holds the table.
     selectionCriterion : {"bic", "aic"}
-        How a list of ``k`` is decided (default ``"bic"``).
+        How a list of ``k`` (or of covariance types) is decided (default ``"bic"``).
+    covarianceType : str or list of str
+        The covariance form of the Gaussian components (:mod:`mixle_spark.stats._covariance`):
+        ``"full"`` (unset: each component its own covariance), ``"tied"`` (one shared), ``"diag"``,
+        ``"spherical"``, or an mclust form (``"EII"``, ``"VII"``, ``"EEI"``, ``"VEI"``, ``"EVI"``,
+        ``"VVI"``, ``"EEE"``, ``"VVV"``). A list of them is chosen with ``k`` by
+        ``selectionCriterion``, every (k, form) candidate advancing in the same data passes, as
+        mclust chooses; the model's ``covarianceType`` is then the chosen one.
     tol : float
         Convergence tolerance on the gain of the total log-likelihood (default 0.01; see the
         module docstring for how it relates to MLlib's).
@@ -172,6 +179,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         initMode: str = "k-means||",
         initSteps: int = 2,
         selectionCriterion: str = "bic",
+        covarianceType: Any = None,
         numPartitions: int | None = None,
         logLikelihoodCol: str = "logLikelihood",
         keepStatistics: bool = True,
@@ -198,6 +206,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         initMode: str = "k-means||",
         initSteps: int = 2,
         selectionCriterion: str = "bic",
+        covarianceType: Any = None,
         numPartitions: int | None = None,
         logLikelihoodCol: str = "logLikelihood",
         keepStatistics: bool = True,
@@ -253,6 +262,9 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
     def setSelectionCriterion(self, value: str) -> MixleEstimator:
         return self._set(selectionCriterion=value)
 
+    def setCovarianceType(self, value: Any) -> MixleEstimator:
+        return self._set(covarianceType=value)
+
     def setKeepStatistics(self, value: bool) -> MixleEstimator:
         return self._set(keepStatistics=value)
 
@@ -273,14 +285,18 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         selection = None
         plan.options["keep_statistics"] = self.getKeepStatistics()
         try:
-            if isinstance(self.getK(), list):
+            forms = self.getCovarianceType()
+            if isinstance(self.getK(), list) or isinstance(forms, list):
                 from mixle_spark.model_selection import select_k
 
+                mixture: Any = plan.estimator
+                ks = self.getK() if isinstance(self.getK(), list) else [len(mixture.estimators)]
                 found = select_k(
                     handle,
                     plan.estimator,
-                    ks=self.getK(),
+                    ks=ks,
                     criterion=self.getSelectionCriterion(),
+                    forms=forms if isinstance(forms, list) else None,
                     trials=plan.trials,
                     **plan.options,
                 )
@@ -297,6 +313,8 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         model._set(**plan.from_spec)  # the model's Params say what the fit used
         if len(model.weights) != model.getK():  # a mixture modelSpec with k left unset, or chosen
             model._set(k=len(model.weights))
+        if isinstance(model.getCovarianceType(), list):  # chosen with k
+            model._set(covarianceType=getattr(fitted, "covariance", None))
         model._summary = MixleSummary(
             model,
             dataset,

@@ -100,6 +100,16 @@ class VectorGaussianEstimator(Estimator):
         raise NotImplementedError
 
     def estimate(self, nobs: float | None, value: Any) -> Distribution:
+        moments = self.moments(value)
+        if isinstance(moments, Distribution):
+            return moments
+        weight, mu, scatter = moments
+        return self.distribution_class(mu, self.floored(scatter / weight))  # type: ignore[no-any-return]
+
+    def moments(self, value: Any) -> tuple[float, np.ndarray, np.ndarray] | Distribution:
+        """``(weight, mean, scatter about the mean)`` of the statistics ``value`` with the prior
+        folded in (``pseudo_count`` rows at ``suff_stat``, or the identity's scatter), what the
+        M-step divides; the fallback model (:meth:`fallback`) when there is no weight."""
         sw, mean_y, scatter, c = moments_about_mean(value)
         d = len(mean_y) or self.dim
         if not d:
@@ -114,9 +124,17 @@ class VectorGaussianEstimator(Estimator):
             d0 = mu0 - c
             mean_all = (sw * mean_y + pc * d0) / (sw + pc)
             scatter = scatter + sw * self.outer(mean_y - mean_all) + pc * (covar0 + self.outer(d0 - mean_all))
-            mu, covar = c + mean_all, scatter / (sw + pc)
-        else:
-            mu, covar = c + mean_y, (scatter + pc * self.unit(d)) / (sw + pc)
+            return sw + pc, c + mean_all, scatter
+        return sw + pc, c + mean_y, scatter + pc * self.unit(d)
+
+    def with_covariance(self, value: Any, covar: np.ndarray | None) -> Distribution:
+        """The M-step of ``value`` with the covariance ``covar`` given (a mixture's covariance form
+        decided it; None: this estimator's own), floored as :meth:`estimate` floors; without weight,
+        the fallback's mean with ``covar``."""
+        if covar is None:
+            return self.estimate(None, value)
+        moments = self.moments(value)
+        mu = moments.mu if isinstance(moments, Distribution) else moments[1]  # type: ignore[attr-defined]
         return self.distribution_class(mu, self.floored(covar))  # type: ignore[no-any-return]
 
     def fallback(self, d: int, value_center: np.ndarray, covar: np.ndarray) -> Distribution:

@@ -20,12 +20,21 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from mixle_spark.errors import DegenerateComponentError, NonFiniteLikelihoodError, SpecError
 from mixle_spark.stats._accumulator import widened_parts, widening_target
+from mixle_spark.stats._covariance import (
+    FORM_CHOICES,
+    check_form_components,
+    covariance_form,
+    form_m_step,
+    form_parameters,
+    is_form,
+)
 from mixle_spark.stats._mixture_encoder import MixtureEncoder, unwrap
 from mixle_spark.stats._mixture_kernels import (
     exp_normalize,
@@ -74,6 +83,11 @@ class MixtureDistribution(Distribution):
         The K component distributions (all must read one shared encoding).
     w : array-like of shape (K,)
         Mixture weights: finite, non-negative, summing to 1 within 1e-9 (renormalised exactly).
+    covariance : str, optional
+        The covariance form the Gaussian components were fitted under (:mod:`._covariance`: an
+        mclust name such as ``"EEE"`` or a scikit-learn one such as ``"tied"``): kept so that
+        :meth:`estimator` refits under it and the free parameters are counted for it. It does not
+        change the density.
 
     Examples
     --------
@@ -84,9 +98,9 @@ class MixtureDistribution(Distribution):
     -0.918939
     """
 
-    parameters = (parts("components"), Parameter("w"))
+    parameters = (parts("components"), Parameter("w"), Parameter("covariance", default=None))
 
-    def __init__(self, components: Sequence[Distribution], w: Any) -> None:
+    def __init__(self, components: Sequence[Distribution], w: Any, covariance: str | None = None) -> None:
         comps = list(components) if isinstance(components, (list, tuple)) else []
         check_parameter(
             len(comps) > 0,
@@ -102,6 +116,8 @@ class MixtureDistribution(Distribution):
         self.components = comps
         self.w = normalized_weights(w, len(comps), "MixtureDistribution")
         self.log_w = log_weights(self.w)
+        owner = "MixtureDistribution: covariance"
+        self.covariance = None if covariance is None else covariance_form(covariance, owner)
 
     @property
     def num_components(self) -> int:
@@ -234,10 +250,12 @@ class MixtureDistribution(Distribution):
         """Estimator of the same shape; with ``pseudo_count`` each component uses its current
         parameters as a prior of strength ``pseudo_count / K`` and the weights get ``pseudo_count``."""
         if pseudo_count is None:
-            return MixtureEstimator([c.estimator() for c in self.components])
+            return MixtureEstimator([c.estimator() for c in self.components], covariance=self.covariance)
         k = len(self.components)
         return MixtureEstimator(
-            [c.estimator(pseudo_count / k) for c in self.components], pseudo_count=pseudo_count
+            [c.estimator(pseudo_count / k) for c in self.components],
+            pseudo_count=pseudo_count,
+            covariance=self.covariance,
         )
 
     def encoder(self) -> MixtureEncoder:
@@ -443,11 +461,14 @@ class MixtureEstimator(Estimator):
     init_rows_per_component: int | None = option(
         20, lambda v: v is None or (isinstance(v, int) and v >= 1), "a positive integer or None"
     )
+    covariance: str | None = option(None, is_form, FORM_CHOICES, read=covariance_form)
 
     def check(self) -> None:
         self.estimators = ests = check_estimators("MixtureEstimator", "estimators", self.estimators)
         ok = math.isfinite(self.w_min) and 0 <= self.w_min * len(ests) <= 1
         check_parameter(ok, "MixtureEstimator", "w_min", self.w_min, f"in [0, 1/K] = [0, {1 / len(ests)!r}]")
+        if self.covariance is not None:
+            check_form_components(self.covariance, ests)
 
     def min_rows(self) -> int:
         return len(self.estimators)
@@ -492,15 +513,19 @@ class MixtureEstimator(Estimator):
             w /= w.sum()
         comps: list[Distribution | None] = []
         failures: list[tuple[int, str]] = []
-        for j, (e, c, v) in enumerate(zip(self.estimators, counts, comp_values, strict=True)):
+        if self.covariance is not None:
+            estimate = form_m_step(self.covariance, self.estimators, counts, comp_values)
+        else:
+            estimate = [partial(e.estimate, float(c)) for e, c in zip(self.estimators, counts, strict=True)]
+        for j, (m_step, v) in enumerate(zip(estimate, comp_values, strict=True)):
             try:
-                comps.append(e.estimate(float(c), v))
+                comps.append(m_step(v))
             except (ValueError, ArithmeticError) as err:  # e.g. statistics that overflowed to inf
                 comps.append(None)
                 failures.append((j, f"{type(err).__name__}: {err}"))
         if failures:
-            raise DegenerateComponentError(failures, comps, w)
-        return MixtureDistribution([c for c in comps if c is not None], w)
+            raise DegenerateComponentError(sorted(set(failures)), comps, w)
+        return MixtureDistribution([c for c in comps if c is not None], w, covariance=self.covariance)
 
     def n_free_parameters(self, model: Distribution, tied: set[Any] | None = None) -> int:
         """The weights (k - 1) and the components; ``keys = (weight_key, comp_key)`` tie each part
@@ -516,6 +541,8 @@ class MixtureEstimator(Estimator):
             return not seen
 
         count = len(model.w) - 1 if first("mixture weights", weight_key) else 0  # type: ignore[attr-defined]
+        if self.covariance is not None and first("mixture components", comp_key):
+            return count + form_parameters(self.covariance, model)
         if first("mixture components", comp_key):
             pairs = zip(self.estimators, model.components, strict=True)  # type: ignore[attr-defined]
             count += sum(e.n_free_parameters(c, tied) for e, c in pairs)

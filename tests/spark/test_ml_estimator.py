@@ -204,6 +204,32 @@ def test_a_list_of_k_fits_every_candidate_and_keeps_the_best(vectors: Any, tmp_p
     assert loaded.getK() == [2, 4] and loaded.getSelectionCriterion() == "aic"
 
 
+def test_covariance_type_fits_a_form_or_chooses_one_with_k(vectors: Any, tmp_path: Path) -> None:
+    from mixle_spark.ml import MixleEstimator, MixleModel
+    from mixle_spark.model_selection import select_k
+    from mixle_spark.stats import MixtureEstimator, MultivariateGaussianEstimator
+
+    tied = MixleEstimator(k=3, seed=3, covarianceType="tied").fit(vectors)
+    assert tied.distribution.covariance == "EEE" and tied.getCovarianceType() == "EEE"
+    covars = [c.covar for c in tied.distribution.components]
+    assert all(np.array_equal(c, covars[0]) for c in covars)
+    tied.write().save(str(tmp_path / "tied"))
+    assert MixleModel.load(str(tmp_path / "tied")).distribution.covariance == "EEE"
+    # a list of forms is chosen with k, in the same passes as select_k's
+    chosen = MixleEstimator(k=[2, 3], seed=3, covarianceType=["spherical", "diag", "full"]).fit(vectors)
+    found = chosen.summary.modelSelection
+    want = select_k(
+        vectors, MixtureEstimator([MultivariateGaussianEstimator()]), ks=[2, 3], forms="VII,VVI,VVV",
+        seed=3, delta=0.01, column="features",
+    )  # fmt: skip
+    assert (found["best_k"], found["best_form"]) == (want.best_k, want.best_form)
+    assert [(r["k"], r["form"]) for r in found["table"]] == [(r.k, r.form) for r in want.table]
+    assert [r["bic"] for r in found["table"]] == pytest.approx([r.bic for r in want.table], rel=1e-9)
+    assert chosen.getCovarianceType() == want.best_form == chosen.distribution.covariance
+    MixleEstimator(covarianceType=["tied", "full"]).write().save(str(tmp_path / "est"))
+    assert MixleEstimator.load(str(tmp_path / "est")).getCovarianceType() == ["EEE", "VVV"]
+
+
 def test_summary(fitted: Any) -> None:
     model = fitted
     s = model.summary
@@ -417,6 +443,12 @@ def test_input_cols_default_is_a_record_of_gaussians_and_max_iter_zero_warns(poi
             r"param 'selectionCriterion': expected one of 'bic', 'aic'",
         ),
         ({"numPartitions": 0}, SpecError, r"param 'numPartitions'.*got 0"),
+        (
+            {"covarianceType": "banded"},
+            SpecError,
+            r"^param 'covarianceType' must be one of EII, VII, .* tied_spherical, got 'banded'$",
+        ),
+        ({"covarianceType": ["full", "x"]}, SpecError, r"^param 'covarianceType': forms: every form must be"),
         ({"featuresCol": ""}, SpecError, r"param 'featuresCol'.*got ''"),
         ({"inputCols": ["a", "a"]}, SpecError, r"param 'inputCols'.*\['a', 'a'\]"),
         ({"inputCols": "a"}, TypeError, r"param 'inputCols'.*string 'a'"),

@@ -15,6 +15,7 @@ import pytest
 
 from mixle_spark.em.observability import EMTrace
 from mixle_spark.spec import load_model
+from mixle_spark.stats._covariance import FORMS
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "customers_sample.parquet"
@@ -186,6 +187,15 @@ def test_a_missing_input_path_fails_before_spark_starts(tmp_path: Path, job: str
             "--k fits several models; --checkpoint-dir apply to a single fit",
         ),
         (("--checkpoint-key-file", "k"), "--checkpoint-key-file needs --checkpoint-dir"),
+        (
+            ("--forms", "tied,banded"),
+            "--forms: forms: every form must be one of EII, VII, EEI, VEI, EVI, VVI, EEE, VVV or full, tied, "
+            "diag, spherical, tied_diag, tied_spherical, got 'banded'",
+        ),
+        (
+            ("--forms", "all", "--trace", "t.jsonl"),
+            "--forms fits several models; --trace apply to a single fit",
+        ),
     ],
 )
 def test_em_fit_bad_arguments_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:
@@ -357,6 +367,42 @@ def test_em_fit_chooses_k_by_bic_and_reports_the_curve(tmp_path: Path) -> None:
     assert len(load_model(out / "model.json").components) == 3
     page = (out / "report.html").read_text()
     assert '<section id="model-selection">' in page and "k = 3 by BIC" in page
+
+
+def test_em_fit_chooses_the_covariance_form_and_k_by_bic(tmp_path: Path) -> None:
+    # three tied (EEE: one shared, correlated covariance) clusters: --forms all --k 1:4 finds form and k
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(2026)
+    shared = np.array([[1.0, 0.8], [0.8, 1.0]])
+    x = np.concatenate([rng.multivariate_normal(m, shared, 300) for m in ([0, 0], [6, 0], [0, 6])])
+    pq.write_table(pa.table({"x": list(rng.permutation(x))}), tmp_path / "x.parquet")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"type": "mixture", "k": 2, "component": "multivariate_gaussian"}))
+    out = tmp_path / "fit"
+    proc = _run(
+        "--input", str(tmp_path / "x.parquet"), "--model", str(spec), "--output", str(out), *FAST,
+        "--k", "1:4", "--forms", "all", "--quiet", "--report",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "select_k by bic: best k = 3, form EEE" in proc.stderr
+    found = json.loads((out / "summary.json").read_text())["model_selection"]
+    assert found["best_k"] == 3 and found["best_form"] == "EEE"
+    assert len(found["table"]) == 4 * 8 and {r["form"] for r in found["table"]} == set(FORMS)
+    model = load_model(out / "model.json")
+    assert model.covariance == "EEE" and len(model.components) == 3
+    page = (out / "report.html").read_text()
+    assert "k = 3, covariance EEE by BIC" in page
+    assert "BIC per components (k), one line per EII, VII, EEI, VEI, EVI, VVI, EEE, VVV" in page
+    # the form alone, at the spec's k
+    alone = _run(
+        "--input", str(tmp_path / "x.parquet"), "--model", str(spec), "--output", str(tmp_path / "two"),
+        *FAST, "--forms", "VVV,tied", "--quiet",
+    )  # fmt: skip
+    assert alone.returncode == 0, alone.stderr
+    table = json.loads((tmp_path / "two" / "summary.json").read_text())["model_selection"]["table"]
+    assert [(r["k"], r["form"]) for r in table] == [(2, "EEE"), (2, "VVV")]
 
 
 def test_em_fit_k_records_every_unconverged_candidate_in_the_summary(tmp_path: Path) -> None:

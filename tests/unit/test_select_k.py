@@ -176,3 +176,79 @@ def test_parse_ks_forms() -> None:
     assert parse_ks("2:5") == [2, 3, 4, 5]
     assert parse_ks("8, 2,4") == [2, 4, 8]
     assert parse_ks(range(3, 0, -1)) == [1, 2, 3]
+
+
+# -- covariance forms chosen with k --------------------------------------------------------------------
+def _tied(seed: int, k: int = 3, per: int = 300) -> np.ndarray:
+    """``k`` clusters sharing one correlated covariance (form EEE)."""
+    rng = np.random.default_rng(seed)
+    shared = np.array([[1.0, 0.8], [0.8, 1.0]])
+    centres = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0], [6.0, 6.0]])[:k]
+    return np.vstack([rng.multivariate_normal(c, shared, per) for c in centres])
+
+
+@pytest.mark.filterwarnings("ignore::mixle_spark.errors.ConvergenceWarning")
+def test_forms_are_chosen_with_k_in_shared_passes() -> None:
+    from mixle_spark.estimation import fit_together
+    from mixle_spark.stats import MultivariateGaussianEstimator
+
+    x = _tied(seed=3)
+    calls: list[int] = []
+
+    def counting(handle: Any, runs: Any, shared: bool = True) -> Any:
+        calls.append(len(runs))
+        return fit_together(handle, runs, shared=shared)
+
+    import mixle_spark.estimation as estimation
+
+    est = MixtureEstimator([MultivariateGaussianEstimator()])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(estimation, "fit_together", counting)
+        found = select_k(x, est, ks="2:4", forms="all", seed=1)
+    assert calls == [3 * 8]  # one shared fit of every (k, form) candidate
+    assert (found.best_k, found.best_form) == (3, "EEE"), str(found)
+    assert [(r.k, r.form) for r in found.table][:3] == [(2, "EII"), (2, "VII"), (2, "EEI")]
+    assert found.model is found.fits[3, "EEE"] and found.model.covariance == "EEE"
+    assert set(found.models) == {2, 3, 4} and found.models[3] is found.model
+    assert found.to_dict()["best_form"] == "EEE" and found.to_dict()["table"][0]["form"] == "EII"
+    assert str(found).splitlines()[0] == "select_k by bic: best k = 3, form EEE"
+    assert any(line.startswith("EEE     3") and line.endswith(" <") for line in str(found).splitlines())
+    # each candidate is the fit a single optimize of its (k, form) gives
+    alone = optimize(x, with_components(est, 2, "VVV"), seed=1, max_its=100, delta=1e-6)
+    np.testing.assert_allclose(found.fits[2, "VVV"].w, alone.w, rtol=1e-12)
+    # without forms: no form column, keys (k, None)
+    plain = select_k(x, est, ks=[3], seed=1)
+    assert plain.best_form is None and set(plain.fits) == {(3, None)} and "best_form" not in plain.to_dict()
+
+
+def test_a_bic_tie_goes_to_fewer_free_parameters() -> None:
+    from mixle_spark.model_selection import CandidateFit, _chosen
+
+    def row(k: int, form: str, params: int, bic: float) -> CandidateFit:
+        return CandidateFit(k, -1.0, params, bic, bic, None, 1, True, 0.0, form)
+
+    table = [row(2, "VVV", 11, 100.0), row(2, "EEE", 8, 100.0), row(3, "EII", 9, 100.0)]
+    assert _chosen(table, "bic").k_form == (2, "EEE")
+
+
+def test_bad_forms_are_one_line_errors() -> None:
+    from mixle_spark.model_selection import parse_forms
+    from mixle_spark.stats import MultivariateGaussianEstimator
+
+    assert parse_forms("all")[0] == "EII" and len(parse_forms("all")) == 8
+    assert parse_forms("full, tied") == ["EEE", "VVV"] and parse_forms(["vvi"]) == ["VVI"]
+    with pytest.raises(SpecError, match=r"^forms: every form must be one of EII, .* got 'round'$"):
+        parse_forms("EII,round")
+    with pytest.raises(
+        SpecError, match=r"^forms: expected 'all', 'EII,VVV' or a list of covariance forms, got 3$"
+    ):
+        parse_forms(3)
+    with pytest.raises(
+        SpecError, match="needs full covariances, but component 0 is DiagonalGaussianEstimator"
+    ):
+        select_k(list(_tied(1)), MixtureEstimator([DiagonalGaussianEstimator()]), ks=[2], forms="EEE")
+    hmm = HiddenMarkovEstimator([MultivariateGaussianEstimator()] * 2)
+    with pytest.raises(
+        SpecError, match=r"^select_k varies the covariance forms of Gaussian mixtures, not of a"
+    ):
+        with_components(hmm, 2, "EEE")
