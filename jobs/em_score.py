@@ -10,7 +10,9 @@ input column plus ``log_likelihood`` (double, the row's log-density under the mo
 mixture models, ``prediction`` (int, the most probable component) and ``probability``
 (array<double>, the posterior over components); for hidden Markov models ``states``
 (array<int>, the Viterbi path: the most probable state of every element; for a record,
-``FIELD_states`` per hidden Markov field). The table is written in one Delta commit: a failed run
+``FIELD_states`` per hidden Markov field); with ``--imputed-col NAME`` a vector model's input with
+every missing (NaN or null) coordinate replaced by its conditional mean given the row's observed ones
+(weighted by the posterior for a mixture). The table is written in one Delta commit: a failed run
 leaves no table (or the previous one, with ``--mode overwrite``).
 
 A row holding a label the model has not seen (a categorical label, a Markov chain label or a
@@ -66,6 +68,7 @@ from mixle_spark.cli._engines import (
     engine_error,
     open_engine_input,
 )
+from mixle_spark.parallel.backends._scoring import BatchScorer
 from mixle_spark.parallel.backends.registry import CONTROL_CHECKS
 from mixle_spark.spec import load_model
 
@@ -99,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="error",
         help="a row with a label the model has not seen: error (default) fails the job naming it; "
         "null writes the row with null scores and counts it",
+    )
+    parser.add_argument(
+        "--imputed-col",
+        metavar="NAME",
+        help="also write NAME (array<double>): a vector model's input with each missing (NaN or null) "
+        "coordinate replaced by its conditional mean given the row's observed ones",
     )
     parser.add_argument(
         "--backend",
@@ -143,6 +152,7 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
 
     started = time.perf_counter()
     model = load_model(args.model)
+    BatchScorer(model, imputed_col=args.imputed_col)  # what it cannot add fails before any engine starts
     if "://" in args.output:
         raise ValueError(
             f"--output {args.output}: --backend {args.backend} writes a directory of this machine "
@@ -152,7 +162,7 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     check_output_free(output, args.mode == "overwrite", SCORES)  # before any engine starts
     data, engine, _ = open_engine_input(args, {})
     try:
-        scored = score(model, data, on_unseen=args.on_unseen)
+        scored = score(model, data, on_unseen=args.on_unseen, imputed_col=args.imputed_col)
         with atomic_directory(output, args.mode == "overwrite", SCORES) as staging:
             if args.backend == "dask":
                 scored.to_parquet(str(staging), write_index=False)
@@ -179,6 +189,7 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
 
     started = time.perf_counter()
     model = load_model(args.model)
+    BatchScorer(model, imputed_col=args.imputed_col)  # what it cannot add fails before any engine starts
     check_input_exists(args.input)  # a mistyped local path fails before Spark starts
     output = args.output
     if "://" not in output:  # fail before starting Spark: a link, or what is not a Delta table
@@ -193,7 +204,8 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
 
         data = read_table(spark, args.input)
         try:
-            write_table(score(model, data, on_unseen=args.on_unseen), output, mode=args.mode)
+            scored = score(model, data, on_unseen=args.on_unseen, imputed_col=args.imputed_col)
+            write_table(scored, output, mode=args.mode)
         except Exception as err:
             located = in_table_rows(err, data)  # the row of the table, not of a partition
             if located is None:

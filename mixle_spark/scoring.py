@@ -30,6 +30,7 @@ def score(
     probability_col: str | None = "probability",
     states_col: str | None = "states",
     on_unseen: str = "error",
+    imputed_col: str | None = None,
 ) -> Any:
     """``frame`` (a pyspark DataFrame, a Dask DataFrame or a Ray Dataset) with per-row scores added
     lazily, as a frame of the same engine keeping every input column.
@@ -41,6 +42,11 @@ def score(
     mixture / state columns. ``column`` names the column a non-record model reads (default: the
     frame's one column). Spark ML Vector columns are read as array<double> (and returned as such);
     Dask adds pandas Arrow-backed columns.
+
+    ``imputed_col`` (a vector Gaussian or a mixture of them) adds the vectors with every missing
+    coordinate (NaN or null element) replaced by its conditional mean given the row's observed
+    coordinates, weighted by the row's posterior over components (array<double>; observed
+    coordinates as they were).
 
     ``on_unseen`` decides what a row holding a label outside the model's vocabulary (a categorical
     label, a Markov chain label, a multinomial token) gets: ``"error"`` (default) fails with an
@@ -60,6 +66,7 @@ def score(
         probability_col=probability_col,
         states_col=states_col,
         on_unseen=on_unseen,
+        imputed_col=imputed_col,
     )
     engine = frame_engine(frame)
     if engine is None:

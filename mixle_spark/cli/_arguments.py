@@ -120,6 +120,12 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         "by --criterion (the spec's mixture component, or hidden Markov state, is repeated k times)",
     )
     fit.add_argument(
+        "--label-column",
+        metavar="NAME",
+        help="a column of known components (0..k-1, null where unknown): those rows keep their "
+        "component while the mixture is fitted (partly labelled data)",
+    )
+    fit.add_argument(
         "--forms",
         metavar="FORMS",
         help="also choose the covariance form of a Gaussian mixture: fit each of these forms (all, or "

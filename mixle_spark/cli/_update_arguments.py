@@ -30,6 +30,7 @@ FIT_ONLY = (
     ("model", "--model"),
     ("k", "--k"),
     ("forms", "--forms"),
+    ("label_column", "--label-column"),
     ("trials", "--trials"),
     ("checkpoint_dir", "--checkpoint-dir"),
     ("seed", "--seed"),

@@ -49,8 +49,10 @@ random`` (see ``mixle_spark.em.seeding``). ``--k 2:12`` (or ``--k 2,4,8``) fits 
 components of the spec's mixture (its component, or a hidden Markov model's state, repeated k times)
 and keeps the best by ``--criterion bic`` (default) or ``aic``; ``--forms all`` (or ``EII,VVV``,
 ``tied,full``) also tries those covariance forms of a Gaussian mixture with every k (with the spec's k
-alone when ``--k`` is not given), as mclust chooses form and k; ``summary.json`` gets the table
-(``model_selection``) and ``--report`` the criterion curve (one line per form).
+alone when ``--k`` is not given), as mclust chooses form and k; ``--label-column NAME`` (integers
+0..k-1, null where unknown) keeps the component of the rows it labels while the mixture is fitted;
+``summary.json`` gets the table (``model_selection``) and ``--report`` the criterion curve (one line
+per form).
 
 Long fits (see ``mixle_spark.em.resilient`` and ``sdc_audit``):
 
@@ -97,6 +99,7 @@ one line on stderr (``MIXLE_SPARK_TRACEBACK=1`` adds the traceback).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -134,6 +137,8 @@ from mixle_spark.errors import (
     CheckpointMismatchError,
     ConvergenceWarning,
     ModelSizeWarning,
+    SchemaError,
+    SpecError,
 )
 from mixle_spark.estimation import best_of, optimize
 from mixle_spark.model_selection import select_k
@@ -317,6 +322,47 @@ def _command_line_advice() -> Iterator[None]:
         raise CheckpointMismatchError.advising(err.directory, err.differences, "--no-resume") from None
 
 
+def _columns(data: Any) -> list[str]:
+    """The column names of the job's input: a Spark / Dask DataFrame, a pyarrow Table, a Ray Dataset
+    or a Parquet path (the SPMD backends read it themselves)."""
+    if isinstance(data, str):
+        import pyarrow.dataset as pads
+
+        return list(pads.dataset(data, format="parquet").schema.names)
+    if hasattr(data, "column_names"):  # pyarrow
+        return list(data.column_names)
+    if hasattr(data, "columns"):  # Spark, Dask, pandas
+        return [str(c) for c in data.columns]
+    return list(data.schema().names)  # Ray
+
+
+def labelled(estimator: Any, label: str, data: Any) -> Any:
+    """The spec's mixture fitted with ``--label-column label``: ``label_column`` set, and the column
+    its components read named (``data_column``) when they read one unnamed column: the input's one
+    column besides the label."""
+    from mixle_spark.stats import MixtureEstimator
+
+    if not isinstance(estimator, MixtureEstimator):
+        raise SpecError(
+            f"--label-column {label}: the model must be a mixture, got {type(estimator).__name__}"
+        )
+    columns = _columns(data)
+    if label not in columns:
+        raise SchemaError(
+            f"--label-column {label}: column {label!r} not found; the input has columns {columns}"
+        )
+    data_column = None
+    if dataclasses.replace(estimator, label_column=None, data_column=None).encoder().column_names() is None:
+        rest = [c for c in columns if c != label]
+        if len(rest) != 1:
+            raise SpecError(
+                f"--label-column {label}: the model reads one unnamed column, and the input has {rest} "
+                "besides the label; give it only one, or a record model naming its columns"
+            )
+        data_column = rest[0]
+    return dataclasses.replace(estimator, label_column=label, data_column=data_column)
+
+
 def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordination = solo) -> dict[str, Any]:
     """Fit and write; returns the summary. Under SPMD every process runs this; the root writes."""
     t_start = time.perf_counter()
@@ -338,6 +384,8 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
     opening: dict[str, float] = {}
     data, spark, owned = open_input(args, extra, sample, opening)
     try:
+        if args.label_column is not None:
+            spec = dataclasses.replace(spec, estimator=labelled(spec.estimator, args.label_column, data))
         out = None if args.quiet or not coord.is_root else sys.stderr
         model, ll, timings, caught, found = fit_model(
             data,

@@ -329,6 +329,13 @@ class MixleParams(
         "how a list of k is decided: 'bic' (default) or 'aic', lowest wins.",
         typeConverter=_criterion,
     )
+    labelCol: Param[str] = Param(
+        Params._dummy(),
+        "labelCol",
+        "column of known components (0..k-1; null where unknown): those rows keep their component "
+        "while the mixture is fitted (partly labelled data); unset: no labels.",
+        typeConverter=_column_param("labelCol", allow_empty=False),
+    )
     covarianceType: Param[Any] = Param(
         Params._dummy(),
         "covarianceType",
@@ -436,6 +443,10 @@ class MixleParams(
     def getK(self) -> Any:
         """Gets the value of ``k`` (an int, or the list of candidates before a fit) or its default."""
         return self.getOrDefault(self.k)
+
+    def getLabelCol(self) -> str | None:
+        """Gets the value of ``labelCol``; None when unset (no labels)."""
+        return self._optional(self.labelCol)  # type: ignore[no-any-return]
 
     def getCovarianceType(self) -> Any:
         """Gets the value of ``covarianceType`` (a form, or the list of candidates before a fit);
@@ -579,6 +590,15 @@ def fit_plan(params: MixleParams, columns: Sequence[str]) -> FitPlan:
     form = params.getCovarianceType()
     if isinstance(form, str):  # one form; a list is chosen from with k (select_k)
         mixture = {**mixture, "covariance": form}
+    label = params.getLabelCol()
+    if label is not None:  # partly labelled: the components' column is featuresCol unless they name theirs
+        plain = estimator_from_spec(mixture)
+        unnamed = plain.encoder().column_names() is None
+        mixture = {
+            **mixture,
+            "label_column": label,
+            **({"data_column": params.getFeaturesCol()} if unnamed else {}),
+        }
     estimator = estimator_from_spec(mixture)
     column, reads = _reads(params, estimator, columns)
     options, from_spec = _fit_options(params, fit)

@@ -100,6 +100,10 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         ``model.summary.modelSelection`` holds the table.
     selectionCriterion : {"bic", "aic"}
         How a list of ``k`` (or of covariance types) is decided (default ``"bic"``).
+    labelCol : str
+        A column of known components (integers 0..k-1, null where unknown): those rows keep their
+        component in every EM step (partly labelled data, as mclust's ``MclustSSC``); the model
+        reads no label column when it transforms.
     covarianceType : str or list of str
         The covariance form of the Gaussian components (:mod:`mixle_spark.stats._covariance`):
         ``"full"`` (unset: each component its own covariance), ``"tied"`` (one shared), ``"diag"``,
@@ -180,6 +184,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         initSteps: int = 2,
         selectionCriterion: str = "bic",
         covarianceType: Any = None,
+        labelCol: str | None = None,
         numPartitions: int | None = None,
         logLikelihoodCol: str = "logLikelihood",
         keepStatistics: bool = True,
@@ -207,6 +212,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         initSteps: int = 2,
         selectionCriterion: str = "bic",
         covarianceType: Any = None,
+        labelCol: str | None = None,
         numPartitions: int | None = None,
         logLikelihoodCol: str = "logLikelihood",
         keepStatistics: bool = True,
@@ -264,6 +270,9 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
 
     def setCovarianceType(self, value: Any) -> MixleEstimator:
         return self._set(covarianceType=value)
+
+    def setLabelCol(self, value: str) -> MixleEstimator:
+        return self._set(labelCol=value)
 
     def setKeepStatistics(self, value: bool) -> MixleEstimator:
         return self._set(keepStatistics=value)

@@ -135,8 +135,13 @@ def _features_match_density(cls: type) -> bool:
     return _defining_class(cls, "seq_log_density") is _defining_class(cls, "feature_coefficients")
 
 
-def features_shared(components: Sequence[Distribution], accumulators: Sequence[Accumulator] | None) -> bool:
-    """True when every component (and accumulator) supports the fast path with one feature map."""
+def features_shared(
+    components: Sequence[Distribution], accumulators: Sequence[Accumulator] | None, enc: Any = None
+) -> bool:
+    """True when every component (and accumulator) supports the fast path with one feature map (and
+    the batch ``enc``, when given, has every value its features need: no missing coordinates)."""
+    if enc is not None and getattr(enc, "has_missing", False):
+        return False
     if not all(hasattr(c, "feature_key") and _features_match_density(type(c)) for c in components):
         return False
     if accumulators is not None and not all(hasattr(a, "add_feature_sums") for a in accumulators):

@@ -5,6 +5,14 @@ Records are 1-D float sequences of one length ``d`` (a list or a numpy array); A
 values buffers (zero-copy for float64 values). The encoded batch is a :class:`VectorBatch`: the data
 ``x`` of shape (n, d) and a centre ``c`` of shape (d,), with lazily cached centred data ``y = x - c``
 and mixture fast-path features, so a mixture builds them once per batch, not once per EM iteration.
+
+Missing coordinates: a NaN (or, in Arrow, a null element) inside a vector is a coordinate that was
+not observed. The densities marginalize it out exactly (the Gaussian of the observed coordinates) and
+the statistics take its conditional expectation given the observed ones under the current model
+(``E[x_m | x_o]`` and ``Cov[x_m | x_o]``, Ghahramani & Jordan 1994), so EM stays exact; a batch with
+missing coordinates is scored component by component, grouped by pattern of missing coordinates
+(:meth:`VectorBatch.patterns`), not by the mixture's fused features. Infinities are refused, and so
+is a whole missing vector (null: that is OptionalEstimator's).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mixle_spark.errors import (
     DataTypeError,
@@ -25,7 +34,7 @@ from mixle_spark.errors import (
     FieldError,
     SchemaError,
 )
-from mixle_spark.stats._validate import arrow_float_values, as_arrow_array, check_finite, first_true
+from mixle_spark.stats._validate import arrow_float_values, as_arrow_array, first_true
 from mixle_spark.stats.base import Accumulator, Encoder, check_parameter
 
 __all__ = [
@@ -33,6 +42,9 @@ __all__ = [
     "VectorBatch",
     "VectorEncoder",
     "arrow_vector_values",
+    "check_not_infinite",
+    "conditional_fill",
+    "marginal_log_density",
     "moments_about_mean",
     "parameter_vector",
     "shift_vector_moments",
@@ -98,17 +110,58 @@ def _feature_array(name: str, shape: tuple[int, int]) -> np.ndarray:
 
 
 class VectorBatch:
-    """An encoded batch of vectors: ``x`` (n, d) float64 and the centre ``c`` (d,).
+    """An encoded batch of vectors: ``x`` (n, d) float64 (NaN where a coordinate is missing) and the
+    centre ``c`` (d,).
 
-    ``y`` (= x - c) and the fast-path features are computed on first use and cached.
+    ``y`` (= x - c), the fast-path features and the missing-coordinate patterns are computed on first
+    use and cached.
     """
 
-    __slots__ = ("_cache", "c", "x")
+    __slots__ = ("_cache", "_patterns", "c", "x")
 
     def __init__(self, x: np.ndarray, c: np.ndarray) -> None:
         self.x = x
         self.c = c
         self._cache: dict[str, np.ndarray] = {}
+        self._patterns: list[tuple[np.ndarray, np.ndarray]] | None = None
+
+    @property
+    def missing(self) -> np.ndarray | None:
+        """Where coordinates are missing, (n, d) bool; None when every coordinate is observed."""
+        mask = self._cache.get("missing")
+        if mask is None:
+            mask = np.isnan(self.x)
+            self._cache["missing"] = mask if mask.any() else np.zeros((0, 0), dtype=bool)
+            return self.missing
+        return mask if mask.size else None
+
+    @property
+    def has_missing(self) -> bool:
+        """Whether any coordinate of the batch is missing (then the mixture's fused features, which
+        need every coordinate, are not used)."""
+        return self.missing is not None
+
+    def patterns(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The rows grouped by which coordinates they miss: ``(missing mask (d,), row indices)`` per
+        pattern, rows in order (cached; every coordinate observed is one pattern too)."""
+        if self._patterns is None:
+            mask = self.missing
+            if mask is None:
+                self._patterns = [(np.zeros(self.dim, dtype=bool), np.arange(len(self)))]
+            else:
+                unique, inverse = np.unique(mask, axis=0, return_inverse=True)
+                order = np.argsort(inverse.ravel(), kind="stable")
+                bounds = np.cumsum(np.bincount(inverse.ravel(), minlength=len(unique)))[:-1]
+                self._patterns = list(zip(unique, np.split(order, bounds), strict=True))
+        return self._patterns
+
+    def filled(self, values: np.ndarray) -> np.ndarray:
+        """``x`` with each missing coordinate set from ``values`` ((d,) or (n, d))."""
+        mask = self.missing
+        if mask is None:
+            return self.x
+        full = np.broadcast_to(values, self.x.shape)
+        return np.where(mask, full, self.x)
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
@@ -209,13 +262,35 @@ def vector_values(records: Sequence[Any] | np.ndarray, dim: int | None, expected
             arr = np.asarray(records)
         except ValueError:  # ragged rows
             arr = None
+        if arr is not None and arr.dtype == object and arr.ndim == 2:  # None inside vectors: missing
+            arr = _with_missing(arr)
     if arr is None or arr.ndim != 2 or arr.dtype.kind not in _NUMERIC_KINDS:
         raise _bad_record_error(list(records), dim, expected)
     x = arr.astype(np.float64, copy=False)
     if dim is not None and x.shape[1] != dim:
         raise DataValueError(f"{expected}: expected length {dim}, got length {x.shape[1]}", row=0, n_rows=n)
-    check_finite(x, expected)
+    check_not_infinite(x, expected)
     return x
+
+
+def _with_missing(arr: np.ndarray) -> np.ndarray | None:
+    """An object array of numbers and None as float64 with NaN for None; None when a cell is neither."""
+    cells = arr.ravel()
+    ok = all(v is None or (isinstance(v, (int, float, np.number)) and not isinstance(v, bool)) for v in cells)
+    if not ok:
+        return None
+    return np.array([np.nan if v is None else float(v) for v in cells], dtype=np.float64).reshape(arr.shape)
+
+
+def check_not_infinite(x: np.ndarray, expected: str) -> None:
+    """Raise DataValueError naming the first infinite coordinate of ``x`` (n, d) (NaN is a missing
+    coordinate, accepted)."""
+    bad = np.isinf(x)
+    if bad.any():
+        rows = bad.any(axis=1)
+        i = first_true(rows)
+        value = x[i][bad[i]][0]
+        raise DataValueError(expected, value=float(value), row=i, n_rows=len(x), count=int(rows.sum()))
 
 
 def _is_vector_type(typ: pa.DataType) -> bool:
@@ -279,14 +354,11 @@ def arrow_vector_values(data: Any, dim: int | None, expected: str) -> np.ndarray
             if n
             else array.values.slice(0, 0)
         )
-    if values.null_count:
-        mask = np.asarray(values.is_null().to_numpy(zero_copy_only=False))
-        raise DataValueError(
-            expected + " (a null inside a vector)", value=None, row=first_true(mask) // max(d, 1), n_rows=n
-        )
+    if values.null_count:  # a null element is a missing coordinate: NaN
+        values = pc.fill_null(pc.cast(values, pa.float64()), float("nan"))
     flat = arrow_float_values(values, expected)
     x = flat.reshape(n, d)
-    check_finite(x, expected)
+    check_not_infinite(x, expected)
     return x
 
 
@@ -314,7 +386,7 @@ class VectorEncoder(Encoder):
         if self.center is not None:
             c = np.array(self.center)
         else:
-            c = x.mean(axis=0) if len(x) else np.zeros(x.shape[1])
+            c = _observed_mean(x)
         return VectorBatch(x, c)
 
     def encode(self, records: Sequence[Any]) -> VectorBatch:
@@ -401,13 +473,31 @@ class VectorEncoder(Encoder):
         return np.ones(self.dim, dtype=bool)
 
     def embed(self, enc: Any) -> np.ndarray:
-        return np.asarray(enc.x, dtype=np.float64)
+        """The vectors, a missing coordinate at the centre (the data mean: k-means|| seeding)."""
+        return np.asarray(enc.filled(enc.c), dtype=np.float64)
+
+
+def _observed_mean(x: np.ndarray) -> np.ndarray:
+    """The mean of each coordinate over the rows that observe it (0 where none does)."""
+    if not len(x):
+        return np.zeros(x.shape[1])
+    missing = np.isnan(x)
+    if not missing.any():
+        return x.mean(axis=0)
+    seen = (~missing).sum(axis=0)
+    total = np.where(missing, 0.0, x).sum(axis=0)
+    return np.where(seen > 0, total / np.maximum(seen, 1), 0.0)
 
 
 def _scan_of(x: np.ndarray) -> Any:
+    """``(count, sum)``: the rows and the sum of each coordinate; with missing coordinates the count
+    is per coordinate (the rows observing it), and the sum over those rows."""
     if len(x) == 0:
         return None
-    return (float(len(x)), x.sum(axis=0))
+    missing = np.isnan(x)
+    if not missing.any():
+        return (float(len(x)), x.sum(axis=0))
+    return ((~missing).sum(axis=0).astype(np.float64), np.where(missing, 0.0, x).sum(axis=0))
 
 
 class MomentAccumulator(Accumulator):
@@ -453,6 +543,9 @@ class MomentAccumulator(Accumulator):
         self.s2 += s2
 
     def seq_update(self, enc: VectorBatch, weights: np.ndarray, estimate: Any) -> None:
+        if enc.has_missing:
+            self._add_missing(enc, weights, estimate)
+            return None
         y = enc.y
         s1 = weights @ y
         if self.diagonal:
@@ -462,6 +555,31 @@ class MomentAccumulator(Accumulator):
             s2 = 0.5 * (s2 + s2.T)  # exact symmetry, whatever the BLAS summation order
         self._add(float(weights.sum()), s1, s2, enc.c)
         return None
+
+    def _add_missing(self, enc: VectorBatch, weights: np.ndarray, estimate: Any) -> None:
+        """The expected statistics of a batch with missing coordinates: each missing coordinate
+        replaced by its conditional mean given the row's observed ones under ``estimate`` (the
+        current model), and the conditional covariance added to the scatter (Ghahramani & Jordan
+        1994). Without a model (a random or seeded start), a missing coordinate is at the centre."""
+        mu = getattr(estimate, "mu", None)
+        covar = getattr(estimate, "covar", None)
+        if mu is None or covar is None or len(mu) != enc.dim:
+            y = enc.filled(enc.c) - enc.c
+            extra = np.zeros(enc.dim) if self.diagonal else np.zeros((enc.dim, enc.dim))
+        else:
+            filled, extra = conditional_fill(enc, np.asarray(mu), np.asarray(covar), weights)
+            y = filled - enc.c
+            if self.diagonal and extra.ndim == 2:
+                extra = np.diag(extra).copy()
+            elif not self.diagonal and extra.ndim == 1:
+                extra = np.diag(extra)
+        s1 = weights @ y
+        if self.diagonal:
+            s2 = weights @ (y * y) + extra
+        else:
+            s2 = y.T @ (y * weights[:, None]) + extra
+            s2 = 0.5 * (s2 + s2.T)
+        self._add(float(weights.sum()), s1, s2, enc.c)
 
     def add_feature_sums(self, sums: np.ndarray, enc: VectorBatch, estimate: Any) -> None:
         """Add ``sums = Σ w φ(x)`` from the mixture fast path (features of :class:`VectorBatch`)."""
@@ -511,6 +629,64 @@ class MomentAccumulator(Accumulator):
 
     def make_encoder(self) -> Encoder:
         return self.encoder_class(self.dim)  # type: ignore[call-arg, misc]
+
+
+_LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+def marginal_log_density(enc: VectorBatch, mu: np.ndarray, covar: np.ndarray) -> np.ndarray:
+    """``log N(x_o; mu_o, covar_oo)`` of every row over its observed coordinates ``o`` (a row with
+    none observed: 0), for a full ``covar`` (d, d) or variances (d,); one Cholesky factor per pattern
+    of missing coordinates."""
+    x = enc.x
+    if covar.ndim == 1:
+        r = x - mu
+        terms = -0.5 * (_LOG_2PI + np.log(covar) + r * r / covar)
+        mask = enc.missing
+        if mask is not None:
+            terms[mask] = 0.0
+        return terms.sum(axis=1)  # type: ignore[no-any-return]
+    out = np.zeros(len(enc))
+    for miss, rows in enc.patterns():
+        obs = ~miss
+        k = int(obs.sum())
+        if k == 0:
+            continue
+        chol = np.linalg.cholesky(covar[np.ix_(obs, obs)])
+        z = np.linalg.solve(chol, (x[np.ix_(rows, obs)] - mu[obs]).T)
+        out[rows] = -0.5 * k * _LOG_2PI - float(np.log(np.diag(chol)).sum()) - 0.5 * (z * z).sum(axis=0)
+    return out
+
+
+def conditional_fill(
+    enc: VectorBatch, mu: np.ndarray, covar: np.ndarray, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(x̂, extra)``: the rows with each missing coordinate replaced by its conditional mean given
+    the observed ones under ``N(mu, covar)`` (``mu_m + covar_mo covar_oo^-1 (x_o - mu_o)``), and
+    ``Σ_i w_i Cov[x_m | x_o]`` laid into a (d, d) matrix (or its diagonal (d,) for variances
+    ``covar``), what the expected scatter adds to ``Σ w x̂ x̂^T``."""
+    x = enc.x
+    w = np.ones(len(enc)) if weights is None else weights
+    mask = enc.missing
+    if mask is None:
+        return x, np.zeros(covar.shape)
+    if covar.ndim == 1:  # independent coordinates: the mean, and the variance
+        return np.where(mask, mu, x), w @ (mask * covar)
+    filled = x.copy()
+    extra = np.zeros(covar.shape)
+    for miss, rows in enc.patterns():
+        if not miss.any():
+            continue
+        obs = ~miss
+        if obs.any():
+            gain = np.linalg.solve(covar[np.ix_(obs, obs)], covar[np.ix_(obs, miss)])  # covar_oo^-1 covar_om
+            filled[np.ix_(rows, miss)] = mu[miss] + (x[np.ix_(rows, obs)] - mu[obs]) @ gain
+            cond = covar[np.ix_(miss, miss)] - covar[np.ix_(miss, obs)] @ gain
+        else:
+            filled[np.ix_(rows, miss)] = mu[miss]
+            cond = covar[np.ix_(miss, miss)]
+        extra[np.ix_(miss, miss)] += float(w[rows].sum()) * cond
+    return filled, extra
 
 
 def moments_about_mean(value: Any) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:

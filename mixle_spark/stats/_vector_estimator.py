@@ -83,8 +83,10 @@ class VectorGaussianEstimator(Estimator):
         """Fix the dimension and the centre (the data mean) learnt by the scan."""
         if scan is None:
             return self
-        count, total = scan
-        center = np.asarray(total, dtype=np.float64) / float(count)
+        count, total = scan  # count: rows, or per coordinate the rows observing it (missing values)
+        total = np.asarray(total, dtype=np.float64)
+        count = np.broadcast_to(np.asarray(count, dtype=np.float64), total.shape)
+        center = np.where(count > 0, total / np.maximum(count, 1e-300), 0.0)
         return dataclasses.replace(self, dim=len(center), center=center)
 
     def unit(self, d: int) -> np.ndarray:

@@ -23,6 +23,8 @@ from mixle_spark.stats._vector import (
     MomentAccumulator,
     VectorBatch,
     VectorEncoder,
+    conditional_fill,
+    marginal_log_density,
     parameter_vector,
 )
 from mixle_spark.stats._vector_estimator import VectorGaussianEstimator
@@ -86,14 +88,23 @@ class DiagonalGaussianDistribution(Distribution):
             v = np.asarray(x, dtype=np.float64)
         except (TypeError, ValueError):
             return -math.inf
-        if v.shape != (self.dim,) or not np.all(np.isfinite(v)):
+        if v.shape != (self.dim,) or bool(np.any(np.isinf(v))):
             return -math.inf
+        if np.isnan(v).any():  # missing coordinates: the density of the observed ones
+            return float(marginal_log_density(VectorBatch(v[None, :], self.mu), self.mu, self.covar)[0])
         r = v - self.mu
         return float(self._log_const - 0.5 * ((r * r) @ self._inv))
 
     def seq_log_density(self, enc: VectorBatch) -> np.ndarray:
+        if enc.has_missing:
+            return marginal_log_density(enc, self.mu, self.covar)
         r = enc.x - self.mu
         return self._log_const - 0.5 * ((r * r) @ self._inv)
+
+    def seq_impute(self, enc: VectorBatch) -> np.ndarray:
+        """The vectors with every missing (NaN) coordinate replaced by its conditional mean given the
+        row's observed coordinates (``mu_m + covar_mo covar_oo^-1 (x_o - mu_o)``), shape (n, d)."""
+        return conditional_fill(enc, self.mu, self.covar)[0]
 
     # -- mixture fast path ----------------------------------------------------------------------
     def feature_key(self) -> Any:

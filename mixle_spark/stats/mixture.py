@@ -46,6 +46,7 @@ from mixle_spark.stats._mixture_kernels import (
     responsibilities,
 )
 from mixle_spark.stats._mixture_kernels import reference_kernels as reference_kernels  # documented here
+from mixle_spark.stats._partial_labels import LabelledBatch, LabelledEncoder
 from mixle_spark.stats.base import (
     Accumulator,
     Distribution,
@@ -169,7 +170,8 @@ class MixtureDistribution(Distribution):
         """``log p_k(x_i)`` component-major, shape (K, n) (the layout the E-step works in).
 
         With the feature protocol (see :mod:`mixle_spark.stats.base`), one matrix product."""
-        if features_shared(self.components, None):
+        enc = enc.inner if isinstance(enc, LabelledBatch) else enc  # a partly labelled fit's batch
+        if features_shared(self.components, None, enc):
             phi = np.asarray(self.components[0].seq_features(enc), dtype=np.float64)  # type: ignore[attr-defined]
             coef = np.array([c.feature_coefficients(enc) for c in self.components], dtype=np.float64)  # type: ignore[attr-defined]
             return coef @ phi.T
@@ -184,15 +186,43 @@ class MixtureDistribution(Distribution):
         return self._component_matrix(enc).T
 
     def seq_log_density(self, enc: Any) -> np.ndarray:
+        """Per-row log-density; for a partly labelled fit's batch (:class:`LabelledBatch`) the fit's
+        objective: ``log w_y + log p_y(x)`` for a row labelled ``y``, the mixture density otherwise."""
         joint = self._component_matrix(enc)
         if joint.shape[1] == 0:
             return np.zeros(0)
         joint += self.log_w[:, None]
-        return exp_normalize(joint, self.w, self.components)[0]
+        picked = None
+        if isinstance(enc, LabelledBatch):
+            known = np.flatnonzero(enc.labels >= 0)
+            if len(known) and int(enc.labels.max()) >= len(self.components):
+                raise SpecError(
+                    f"label {int(enc.labels.max())} names a component of a mixture of {len(self.components)}"
+                )
+            picked = (known, joint[enc.labels[known], known].copy())
+        ll = exp_normalize(joint, self.w, self.components)[0]
+        if picked is not None:
+            ll[picked[0]] = picked[1]
+        return ll
 
     def seq_posterior(self, enc: Any) -> np.ndarray:
         """Responsibilities of every row, shape (n, K); impossible rows get the weights ``w``."""
         return self._posterior_from(self._component_matrix(enc)).T
+
+    def seq_impute(self, enc: Any) -> np.ndarray:
+        """Vectors with every missing (NaN) coordinate replaced by its conditional mean under the
+        mixture: each component's conditional mean given the row's observed coordinates, weighted by
+        the row's posterior (which reads the observed coordinates only), shape (n, d). For mixtures of
+        vector Gaussians (TypeError otherwise)."""
+        if not all(hasattr(c, "seq_impute") for c in self.components):
+            raise TypeError("seq_impute needs a mixture of vector Gaussians (multivariate or diagonal)")
+        if getattr(enc, "missing", None) is None:
+            return np.asarray(enc.x)
+        post = self.seq_posterior(enc)
+        out = np.zeros(enc.x.shape)
+        for k, c in enumerate(self.components):
+            out += post[:, k, None] * c.seq_impute(enc)  # type: ignore[attr-defined]
+        return np.asarray(enc.filled(out))  # the observed coordinates exactly as they were
 
     def _posterior_from(self, joint: np.ndarray) -> np.ndarray:
         if joint.shape[1] == 0:
@@ -325,7 +355,9 @@ class MixtureAccumulator(Accumulator):
         weights = np.asarray(weights, dtype=np.float64)
         if weights.shape[0] == 0:
             return np.zeros(0)
-        if self.use_fast_path and not reference_active() and features_shared(comps, self.accumulators):
+        if isinstance(enc, LabelledBatch):
+            return self._labelled_update(enc, weights, estimate, map_fn)
+        if self.use_fast_path and not reference_active() and features_shared(comps, self.accumulators, enc):
             return self._fused_update(enc, weights, estimate, map_fn)
         rows = list(map_fn(lambda c: np.asarray(c.seq_log_density(enc), dtype=np.float64), comps))
         joint = np.empty((len(rows), rows[0].shape[0]))
@@ -338,6 +370,40 @@ class MixtureAccumulator(Accumulator):
         for _ in map_fn(lambda item: item[0].seq_update(enc, item[1], item[2]), work):
             pass
         return ll
+
+    def _labelled_update(
+        self, enc: LabelledBatch, weights: np.ndarray, estimate: MixtureDistribution, map_fn: MapFunction
+    ) -> np.ndarray:
+        """The E-step of a partly labelled batch: the posterior for the unlabelled rows, one-hot at
+        the label for the others (their log-likelihood term ``log w_y + log p_y(x)``)."""
+        labels, inner, comps = self._labels(enc), enc.inner, estimate.components
+        rows = list(map_fn(lambda c: np.asarray(c.seq_log_density(inner), dtype=np.float64), comps))
+        joint = np.empty((len(rows), rows[0].shape[0]))
+        for k, r in enumerate(rows):
+            joint[k] = r
+        joint += estimate.log_w[:, None]
+        known = np.flatnonzero(labels >= 0)
+        picked = joint[labels[known], known].copy()
+        ll = responsibilities(joint, weights, estimate)
+        joint[:, known] = 0.0
+        joint[labels[known], known] = weights[known]
+        ll[known] = picked
+        self.counts += joint.sum(axis=1)
+        work = zip(self.accumulators, joint, comps, strict=True)
+        for _ in map_fn(lambda item: item[0].seq_update(inner, item[1], item[2]), work):
+            pass
+        return ll
+
+    def _labels(self, enc: LabelledBatch) -> np.ndarray:
+        """The batch's labels, checked against this mixture's K (``select_k`` fits several K)."""
+        k = len(self.accumulators)
+        labels = enc.labels
+        if len(labels) and int(labels.max()) >= k:
+            raise SpecError(
+                f"label {int(labels.max())} names a component of a mixture of {k} (labels are component "
+                f"indices 0..{k - 1}); fit at least {int(labels.max()) + 1} components"
+            )
+        return labels
 
     def _fused_update(
         self, enc: Any, weights: np.ndarray, estimate: MixtureDistribution, map_fn: MapFunction
@@ -354,7 +420,15 @@ class MixtureAccumulator(Accumulator):
 
     def seq_assign(self, enc: Any, weights: np.ndarray, resp: np.ndarray, rng: RowRandom) -> None:
         """Initial statistics from given responsibilities ``resp`` of shape (n, K) (the seeding's
-        hard assignments, or random ones); each component initializes from its weighted rows."""
+        hard assignments, or random ones; a labelled row's are one-hot at its label); each component
+        initializes from its weighted rows."""
+        if isinstance(enc, LabelledBatch):
+            labels = self._labels(enc)
+            known = np.flatnonzero(labels >= 0)
+            resp = np.array(resp, dtype=np.float64)
+            resp[known] = 0.0
+            resp[known, labels[known]] = 1.0
+            enc = enc.inner
         r = np.asarray(resp, dtype=np.float64) * np.asarray(weights, dtype=np.float64)[:, None]
         self.counts += r.sum(axis=0)
         for j, acc in enumerate(self.accumulators):
@@ -462,6 +536,8 @@ class MixtureEstimator(Estimator):
         20, lambda v: v is None or (isinstance(v, int) and v >= 1), "a positive integer or None"
     )
     covariance: str | None = option(None, is_form, FORM_CHOICES, read=covariance_form)
+    label_column: str | None = option(None, lambda v: isinstance(v, str) and bool(v), "a column name")
+    data_column: str | None = option(None, lambda v: isinstance(v, str) and bool(v), "a column name")
 
     def check(self) -> None:
         self.estimators = ests = check_estimators("MixtureEstimator", "estimators", self.estimators)
@@ -469,6 +545,11 @@ class MixtureEstimator(Estimator):
         check_parameter(ok, "MixtureEstimator", "w_min", self.w_min, f"in [0, 1/K] = [0, {1 / len(ests)!r}]")
         if self.covariance is not None:
             check_form_components(self.covariance, ests)
+        if self.data_column is not None and self.label_column is None:
+            raise SpecError(
+                f"MixtureEstimator: data_column={self.data_column!r} names the data beside label_column, "
+                "which is not set"
+            )
 
     def min_rows(self) -> int:
         return len(self.estimators)
@@ -482,7 +563,7 @@ class MixtureEstimator(Estimator):
     def accumulator_factory(self) -> MixtureAccumulator:
         return MixtureAccumulator([e.accumulator() for e in self.estimators], self.keys)
 
-    def encoder(self) -> MixtureEncoder:
+    def encoder(self) -> MixtureEncoder | LabelledEncoder:  # type: ignore[override]
         first = unwrap(self.estimators[0].encoder())
         for k, e in enumerate(self.estimators[1:], start=1):
             other = unwrap(e.encoder())
@@ -491,6 +572,10 @@ class MixtureEstimator(Estimator):
                     f"MixtureEstimator: all components must read one encoding, but "
                     f"component 0 reads {first!r} and component {k} reads {other!r}"
                 )
+        if self.label_column is not None:  # partly labelled: the label rides with the data
+            return LabelledEncoder(
+                MixtureEncoder(first), self.label_column, len(self.estimators), self.data_column
+            )
         return MixtureEncoder(first)
 
     def with_scan(self, scan: Any) -> MixtureEstimator:

@@ -8,12 +8,14 @@ import re
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mixle_spark.em.observability import EMTrace
+from mixle_spark.estimation import optimize
 from mixle_spark.spec import load_model
 from mixle_spark.stats._covariance import FORMS
 
@@ -570,3 +572,57 @@ def test_em_fit_authenticates_its_checkpoints_with_a_key_file(tmp_path: Path) ->
         re.fullmatch(r"[0-9a-f]{64}", json.loads(f.read_text())["hmac_sha256"]) for f in files
     )
     assert "0123456789abcdef" not in (tmp_path / "fit" / "summary.json").read_text()  # the key is nowhere
+
+
+def test_em_score_imputed_col_of_a_model_without_vectors_fails_before_spark(tmp_path: Path) -> None:
+    from mixle_spark.spec import save_model
+    from mixle_spark.stats import GaussianDistribution, MixtureDistribution
+
+    model = tmp_path / "model.json"
+    save_model(MixtureDistribution([GaussianDistribution(0.0, 1.0)] * 2, [0.5, 0.5]), model)
+    args = ("--input", str(tmp_path / "none"), "--model", str(model), "--output", str(tmp_path / "o"))
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "em_score.py"), *args, "--imputed-col", "filled"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "em_score: error: imputed_col='filled': imputing missing coordinates needs a vector Gaussian or a "
+        "mixture of them, not a mixture of GaussianDistribution"
+    ]
+    assert time.monotonic() - started < 30 and not (tmp_path / "o").exists()
+
+
+def test_em_fit_label_column_keeps_the_labelled_rows_components(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from tests.unit.test_partial_labels import LABELLED, stripes
+
+    _x, _z, table = stripes(2)
+    pq.write_table(table, tmp_path / "x.parquet")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"type": "mixture", "k": 3, "component": "multivariate_gaussian"}))
+    out = tmp_path / "fit"
+    proc = _run(
+        "--input", str(tmp_path / "x.parquet"), "--model", str(spec), "--output", str(out),
+        "--label-column", "segment", "--seed", "6", "--max-its", "8", "--delta", "0", "--quiet",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = optimize(table, LABELLED, max_its=8, delta=0.0, seed=6)
+    got = load_model(out / "model.json")
+    np.testing.assert_allclose(got.w, want.w, rtol=1e-12)
+    bad = _run(
+        "--input", str(tmp_path / "x.parquet"), "--model", str(spec), "--output", str(tmp_path / "bad"),
+        "--label-column", "segmnt", "--quiet",
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert _error_lines(bad.stderr) == [
+        "em_fit: error: --label-column segmnt: column 'segmnt' not found; the input has columns "
+        "['x', 'segment']"
+    ]

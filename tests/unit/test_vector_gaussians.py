@@ -50,7 +50,11 @@ def test_mvn_log_density_closed_form_and_seq_agree():
     np.testing.assert_allclose(d.seq_log_density(d.encoder().encode(x)), expect, rtol=1e-12)
     assert d.log_density([1.0, 2.0]) == -math.inf
     assert d.log_density("abc") == -math.inf
-    assert d.log_density([1.0, math.nan, 0.0]) == -math.inf
+    assert d.log_density([1.0, math.inf, 0.0]) == -math.inf
+    # a missing (NaN) coordinate is marginalized: the density of the other two
+    observed = [0, 2]
+    want = _logpdf_mvn(np.array([1.0, 0.0]), MU[observed], COV[np.ix_(observed, observed)])
+    assert d.log_density([1.0, math.nan, 0.0]) == pytest.approx(want, rel=1e-12)
 
 
 def test_diagonal_log_density_matches_mvn_with_diagonal_covariance():
@@ -218,8 +222,13 @@ def test_arrow_errors():
         enc.from_arrow(pa.array([[1.0, 2.0, 3.0], [1.0, 2.0], [1.0, 2.0, 3.0]]))
     with pytest.raises(DataValueError, match=r"got length 2 \(row 1 of 1\)"):
         enc.from_arrow(pa.array([[1.0, 2.0]], type=pa.list_(pa.float64(), 2)))
-    with pytest.raises(DataValueError, match=r"got nan \(row 2 of 2\)"):
-        enc.from_arrow(pa.array([[1.0, 2.0, 3.0], [1.0, math.nan, 3.0]]))
+    # NaN and null elements are missing coordinates (NaN); an infinity is refused
+    got = enc.from_arrow(pa.array([[1.0, 2.0, 3.0], [1.0, math.nan, None]]))
+    np.testing.assert_array_equal(np.isnan(got.x), [[False, False, False], [False, True, True]])
+    got = enc.from_arrow(pa.array([[1, None, 3]], type=pa.list_(pa.int64(), 3)))
+    assert got.x.dtype == np.float64 and np.isnan(got.x[0, 1]) and got.x[0, 2] == 3.0
+    with pytest.raises(DataValueError, match=r"got -inf \(row 2 of 2\)"):
+        enc.from_arrow(pa.array([[1.0, 2.0, 3.0], [1.0, -math.inf, math.nan]]))
     with pytest.raises(DataValueError, match=r"got inf"):
         enc.from_arrow(pa.array([[1.0, 2.0, math.inf]]))
     with pytest.raises(DataValueError, match=r"OptionalEstimator\), got null \(row 2 of 2\)"):

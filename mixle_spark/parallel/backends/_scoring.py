@@ -2,7 +2,8 @@
 (reached through :func:`mixle_spark.scoring.score`).
 
 :class:`BatchScorer` holds what ``score`` adds (the log-likelihood; for a mixture the prediction and
-the posterior; for hidden Markov models the Viterbi paths) and how a row holding a label the model
+the posterior; for hidden Markov models the Viterbi paths; on request, vectors with their missing
+coordinates imputed) and how a row holding a label the model
 has not seen is scored (``on_unseen``: an error naming the label, or nulls in every added column).
 Engines differ only in how batches reach it (Spark's ``mapInArrow``, Dask's ``map_partitions``, Ray's
 ``map_batches``) and in how they name the row of an error.
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.errors import FieldError, SchemaError, did_you_mean
+from mixle_spark.errors import FieldError, SchemaError, SpecError, did_you_mean
 from mixle_spark.stats._tables import one_column_error
 from mixle_spark.stats.base import Distribution, Encoder
 from mixle_spark.stats.record import RecordDistribution
@@ -108,9 +109,19 @@ class BatchScorer:
         probability_col: str | None = "probability",
         states_col: str | None = "states",
         on_unseen: str = "error",
+        imputed_col: str | None = None,
     ) -> None:
         if on_unseen not in ON_UNSEEN:
             raise ValueError(f"on_unseen must be 'error' or 'null', got {on_unseen!r}")
+        parts = getattr(model, "components", [model])  # a mixture imputes through its components
+        if imputed_col is not None and not all(hasattr(p, "seq_impute") for p in [model, *parts]):
+            what = type(model).__name__
+            if hasattr(model, "components"):
+                what = "a mixture of " + ", ".join(sorted({type(p).__name__ for p in parts}))
+            raise SpecError(
+                f"imputed_col={imputed_col!r}: imputing missing coordinates needs a vector Gaussian or a "
+                f"mixture of them, not {what}"
+            )
         self.model = model
         self.nulls = on_unseen == "null"
         self.encoder = model.encoder().with_unseen("zero" if self.nulls else "error")
@@ -127,6 +138,9 @@ class BatchScorer:
         if self.with_probability:
             self.added.append((str(probability_col), pa.list_(pa.float64())))
         self.added += [(name, pa.list_(pa.int32())) for name, _ in self.paths]
+        self.imputed_col = imputed_col
+        if imputed_col is not None:
+            self.added.append((imputed_col, pa.list_(pa.float64())))
 
     def read_columns(self, available: list[str], column: str | None) -> list[str]:
         """Choose the columns to read among a frame's ``available`` ones (:func:`data_columns`); refuse
@@ -157,7 +171,13 @@ class BatchScorer:
                 k = post.shape[1]
                 offsets = pa.array(np.arange(0, (len(post) + 1) * k, k, dtype=np.int32), pa.int32())
                 out.append(pa.ListArray.from_arrays(offsets, pa.array(post.ravel(), pa.float64())))
-        return out + [path(enc) for _, path in self.paths]
+        out += [path(enc) for _, path in self.paths]
+        if self.imputed_col is not None:
+            filled = np.ascontiguousarray(self.model.seq_impute(enc))  # type: ignore[attr-defined]
+            n, d = filled.shape
+            offsets = pa.array(np.arange(0, (n + 1) * d, d, dtype=np.int32), pa.int32())
+            out.append(pa.ListArray.from_arrays(offsets, pa.array(filled.ravel(), pa.float64())))
+        return out
 
     def scores(self, batch: pa.RecordBatch, enc: Any) -> list[pa.Array]:
         """The added columns of ``batch`` (encoded as ``enc``); with ``on_unseen="null"`` the rows
