@@ -23,7 +23,7 @@ from mixle_spark.estimation import ON_DEGENERATE, FitOptions
 from mixle_spark.io import check_input_exists, parse_conf
 from mixle_spark.model_selection import parse_forms, parse_ks
 from mixle_spark.parallel.backends.registry import CONTROL_CHECKS
-from mixle_spark.spec import FIT_OPTIONS, ModelSpec
+from mixle_spark.spec import FIT_OPTIONS, ModelSpec, load_model
 
 __all__ = [
     "PROG",
@@ -118,6 +118,11 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         metavar="KS",
         help="choose the number of components: fit each candidate (2:12 or 2,4,8) and keep the best "
         "by --criterion (the spec's mixture component, or hidden Markov state, is repeated k times)",
+    )
+    fit.add_argument(
+        "--init-model",
+        metavar="PATH",
+        help="start EM from this fitted model (a model.json of the spec's shape) instead of seeding",
     )
     fit.add_argument(
         "--label-column",
@@ -261,6 +266,14 @@ def resolve_args(
         ]
         if clash:
             parser.error(f"--k fits several models; {', '.join(clash)} apply to a single fit")
+    if args.init_model is not None:
+        clash = [flag for flag, given in (("--k", args.k), ("--forms", args.forms)) if given is not None]
+        if args.trials is not None and args.trials > 1:
+            clash.append("--trials")
+        if clash:
+            parser.error(
+                f"--init-model starts one fit from that model; {', '.join(clash)} would start several"
+            )
     args.form_list = None
     if args.forms is not None:
         try:
@@ -298,7 +311,8 @@ def fit_options(args: argparse.Namespace, spec: ModelSpec) -> dict[str, Any]:
 
 
 def reliability_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``optimize``'s checkpoint, degenerate-component, audit and live-trace keywords from ``args``."""
+    """``optimize``'s checkpoint, degenerate-component, audit and live-trace keywords from ``args``,
+    and its starting model (``--init-model``)."""
     options: dict[str, Any] = {"on_degenerate": args.on_degenerate}
     if args.checkpoint_dir is not None:
         options.update(
@@ -310,6 +324,8 @@ def reliability_options(args: argparse.Namespace) -> dict[str, Any]:
         options["audit"] = SDCAudit(every=args.audit_every, fraction=args.audit_fraction)
     if args.trace is not None:
         options["trace_path"] = args.trace
+    if args.init_model is not None:
+        options["prev_estimate"] = load_model(args.init_model)
     return options
 
 

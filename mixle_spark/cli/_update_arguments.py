@@ -31,6 +31,7 @@ FIT_ONLY = (
     ("k", "--k"),
     ("forms", "--forms"),
     ("label_column", "--label-column"),
+    ("init_model", "--init-model"),
     ("trials", "--trials"),
     ("checkpoint_dir", "--checkpoint-dir"),
     ("seed", "--seed"),

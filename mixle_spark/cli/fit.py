@@ -52,7 +52,8 @@ and keeps the best by ``--criterion bic`` (default) or ``aic``; ``--forms all`` 
 alone when ``--k`` is not given), as mclust chooses form and k; ``--label-column NAME`` (integers
 0..k-1, null where unknown) keeps the component of the rows it labels while the mixture is fitted;
 ``summary.json`` gets the table (``model_selection``) and ``--report`` the criterion curve (one line
-per form).
+per form). ``--init-model PATH`` starts EM from a fitted model.json (of the spec's shape) instead of
+seeding (one fit: the spec's ``trials`` do not apply).
 
 Long fits (see ``mixle_spark.em.resilient`` and ``sdc_audit``):
 
@@ -336,6 +337,20 @@ def _columns(data: Any) -> list[str]:
     return list(data.schema().names)  # Ray
 
 
+def starting(estimator: Any, reliability: dict[str, Any], path: str | None) -> dict[str, Any]:
+    """``reliability`` (optimize's keywords), its ``--init-model`` checked against the spec: a mixture
+    of as many components (SpecError naming both otherwise)."""
+    start = reliability.get("prev_estimate")
+    components = getattr(estimator, "estimators", None)
+    if start is not None and components is not None and hasattr(start, "components"):
+        if len(start.components) != len(components):
+            raise SpecError(
+                f"--init-model {path}: a mixture of {len(start.components)} components, but the spec's "
+                f"has {len(components)}"
+            )
+    return reliability
+
+
 def labelled(estimator: Any, label: str, data: Any) -> Any:
     """The spec's mixture fitted with ``--label-column label``: ``label_column`` set, and the column
     its components read named (``data_column``) when they read one unnamed column: the input's one
@@ -380,6 +395,8 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
     spec = coord.agree(lambda: load_spec(args.model))
     options = fit_options(args, spec)
     trials = int(options.pop("trials", 1))
+    if args.init_model is not None:
+        trials = 1  # one fit from that model: the spec's restarts are ways to start
     extra: dict[str, Any] = coord.summary()
     opening: dict[str, float] = {}
     data, spark, owned = open_input(args, extra, sample, opening)
@@ -394,7 +411,7 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
             trials,
             backend_options(args),
             out,
-            reliability_options(args),
+            starting(spec.estimator, reliability_options(args), args.init_model),
             args.ks,
             args.criterion,
             coord,

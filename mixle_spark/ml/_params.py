@@ -99,6 +99,31 @@ def _criterion(value: Any) -> str:
     return value
 
 
+def _initial_model(value: Any) -> str:
+    """``initialModel``: a fitted ``MixleModel`` (or its distribution), a model JSON file written by
+    ``save_model`` / em_fit, or that JSON (text or dict) -> the model's JSON text, which is what the
+    Param holds (so a saved estimator carries its starting model, not a path)."""
+    from mixle_spark.spec import load_model, model_from_dict, model_to_dict
+    from mixle_spark.stats.base import Distribution
+
+    model = value if isinstance(value, Distribution) else getattr(value, "distribution", None)
+    try:
+        if isinstance(model, Distribution):
+            return json.dumps(model_to_dict(model))
+        if isinstance(value, Mapping):
+            return json.dumps(model_to_dict(model_from_dict(dict(value))))
+        if isinstance(value, str):
+            if value.lstrip().startswith("{"):
+                return json.dumps(model_to_dict(model_from_dict(json.loads(value))))
+            return json.dumps(model_to_dict(load_model(value)))
+    except (OSError, ValueError) as err:  # a missing file, a file that is not a model
+        raise SpecError(f"param 'initialModel': {err}") from None
+    raise TypeError(
+        "param 'initialModel': expected a fitted MixleModel, a model JSON path or the model's JSON, got "
+        f"{describe_value(value)}"
+    )
+
+
 def _covariance_type(value: Any) -> str | list[str]:
     """``covarianceType``: a covariance form (:mod:`mixle_spark.stats._covariance`: ``"full"``,
     ``"tied"``, ``"diag"``, ``"spherical"`` or an mclust name), or a list of them to choose from with
@@ -329,6 +354,13 @@ class MixleParams(
         "how a list of k is decided: 'bic' (default) or 'aic', lowest wins.",
         typeConverter=_criterion,
     )
+    initialModel: Param[str] = Param(
+        Params._dummy(),
+        "initialModel",
+        "a fitted model EM starts from instead of its initialization (a MixleModel, a model JSON path "
+        "or the JSON itself; held as JSON, so it is saved with the estimator); one fit of its shape.",
+        typeConverter=_initial_model,
+    )
     labelCol: Param[str] = Param(
         Params._dummy(),
         "labelCol",
@@ -443,6 +475,13 @@ class MixleParams(
     def getK(self) -> Any:
         """Gets the value of ``k`` (an int, or the list of candidates before a fit) or its default."""
         return self.getOrDefault(self.k)
+
+    def getInitialModel(self) -> Any:
+        """The starting model (a Distribution) when ``initialModel`` is set, else None."""
+        from mixle_spark.spec import model_from_dict
+
+        text = self._optional(self.initialModel)
+        return None if text is None else model_from_dict(json.loads(text))
 
     def getLabelCol(self) -> str | None:
         """Gets the value of ``labelCol``; None when unset (no labels)."""

@@ -62,7 +62,7 @@ from pyspark.ml.stat import MultivariateGaussian
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame, SparkSession
 
-from mixle_spark.errors import DataValueError, SchemaError, did_you_mean
+from mixle_spark.errors import DataValueError, SchemaError, SpecError, did_you_mean
 from mixle_spark.estimation import FitResult, best_of, optimize
 from mixle_spark.ml._params import MixleParams, fit_plan
 from mixle_spark.ml._persistence import MixleReader, MixleWriter
@@ -100,6 +100,12 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         ``model.summary.modelSelection`` holds the table.
     selectionCriterion : {"bic", "aic"}
         How a list of ``k`` (or of covariance types) is decided (default ``"bic"``).
+    initialModel : MixleModel, str or dict
+        A fitted model EM starts from instead of its initialization (MLlib never merged
+        ``initialModel`` for spark.ml GaussianMixture): a ``MixleModel``, a model JSON path, or the
+        JSON itself. The Param holds the model's JSON, so a saved estimator carries it. One fit of
+        the model's shape: its components must be as many as ``k`` (a list of ``k`` or of
+        ``covarianceType`` is refused), and the spec's ``trials`` do not apply.
     labelCol : str
         A column of known components (integers 0..k-1, null where unknown): those rows keep their
         component in every EM step (partly labelled data, as mclust's ``MclustSSC``); the model
@@ -185,6 +191,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         selectionCriterion: str = "bic",
         covarianceType: Any = None,
         labelCol: str | None = None,
+        initialModel: Any = None,
         numPartitions: int | None = None,
         logLikelihoodCol: str = "logLikelihood",
         keepStatistics: bool = True,
@@ -213,6 +220,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         selectionCriterion: str = "bic",
         covarianceType: Any = None,
         labelCol: str | None = None,
+        initialModel: Any = None,
         numPartitions: int | None = None,
         logLikelihoodCol: str = "logLikelihood",
         keepStatistics: bool = True,
@@ -274,8 +282,27 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
     def setLabelCol(self, value: str) -> MixleEstimator:
         return self._set(labelCol=value)
 
+    def setInitialModel(self, value: Any) -> MixleEstimator:
+        return self._set(initialModel=value)
+
     def setKeepStatistics(self, value: bool) -> MixleEstimator:
         return self._set(keepStatistics=value)
+
+    def _checked_start(self, start: Any, estimator: Any, forms: Any) -> Any:
+        """``initialModel``'s model, refused (SpecError naming both) when it cannot start this fit:
+        candidates to choose from, or another number of components."""
+        if isinstance(self.getK(), list) or isinstance(forms, list):
+            raise SpecError(
+                "param 'initialModel' starts one fit; a list of k or of covarianceType would start several"
+            )
+        comps = getattr(start, "components", None)
+        want = getattr(estimator, "estimators", None)
+        if comps is not None and want is not None and len(comps) != len(want):
+            raise SpecError(
+                f"param 'initialModel' is a mixture of {len(comps)} components, but the fit's has "
+                f"{len(want)} (param 'k' or 'modelSpec')"
+            )
+        return start
 
     def setNumPartitions(self, value: int) -> MixleEstimator:
         return self._set(numPartitions=value)
@@ -284,6 +311,9 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         plan = fit_plan(self, dataset.columns)
         started = time.perf_counter()
         options = plan.backend_options(self)
+        start = self.getInitialModel()
+        if start is not None:  # refused before the data is encoded
+            start = self._checked_start(start, plan.estimator, self.getCovarianceType())
         try:
             handle = encoded_data(dataset, plan.estimator, **options)
         except SchemaError as err:
@@ -295,7 +325,10 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         plan.options["keep_statistics"] = self.getKeepStatistics()
         try:
             forms = self.getCovarianceType()
-            if isinstance(self.getK(), list) or isinstance(forms, list):
+            if start is not None:
+                plan.options["prev_estimate"] = start
+                fitted = optimize(handle, plan.estimator, print_iter=0, **plan.options)
+            elif isinstance(self.getK(), list) or isinstance(forms, list):
                 from mixle_spark.model_selection import select_k
 
                 mixture: Any = plan.estimator

@@ -204,6 +204,37 @@ def test_a_list_of_k_fits_every_candidate_and_keeps_the_best(vectors: Any, tmp_p
     assert loaded.getK() == [2, 4] and loaded.getSelectionCriterion() == "aic"
 
 
+def test_initial_model_starts_the_fit_and_is_saved_with_the_estimator(vectors: Any, tmp_path: Path) -> None:
+    from mixle_spark.estimation import optimize
+    from mixle_spark.ml import MixleEstimator
+    from mixle_spark.spec import save_model
+    from mixle_spark.stats import MixtureEstimator, MultivariateGaussianEstimator
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a few iterations do not converge
+        first = MixleEstimator(k=3, seed=3, maxIter=2, tol=0.0).fit(vectors)
+        again = MixleEstimator(k=3, maxIter=2, tol=0.0, initialModel=first).fit(vectors)
+        est = MixtureEstimator([MultivariateGaussianEstimator()] * 3)
+        want = optimize(
+            vectors, est, max_its=2, delta=0.0, prev_estimate=first.distribution, column="features"
+        )
+    np.testing.assert_allclose(again.weights, want.w, rtol=1e-9)
+    # a path, saved with the estimator as the model's JSON (the file may go)
+    path = save_model(first.distribution, tmp_path / "start.json")
+    MixleEstimator(k=3, initialModel=str(path)).write().save(str(tmp_path / "est"))
+    path.unlink()
+    loaded = MixleEstimator.load(str(tmp_path / "est"))
+    np.testing.assert_array_equal(loaded.getInitialModel().w, first.distribution.w)
+    with pytest.raises(
+        SpecError, match=r"param 'initialModel' is a mixture of 3 components, but the fit's has 2"
+    ):
+        MixleEstimator(k=2, initialModel=first).fit(vectors)
+    with pytest.raises(SpecError, match=r"param 'initialModel' starts one fit; a list of k"):
+        MixleEstimator(k=[2, 3], initialModel=first).fit(vectors)
+    with pytest.raises(SpecError, match=r"param 'initialModel': .*no-such\.json"):
+        MixleEstimator(initialModel=str(tmp_path / "no-such.json"))
+
+
 def test_covariance_type_fits_a_form_or_chooses_one_with_k(vectors: Any, tmp_path: Path) -> None:
     from mixle_spark.ml import MixleEstimator, MixleModel
     from mixle_spark.model_selection import select_k

@@ -626,3 +626,39 @@ def test_em_fit_label_column_keeps_the_labelled_rows_components(tmp_path: Path) 
         "em_fit: error: --label-column segmnt: column 'segmnt' not found; the input has columns "
         "['x', 'segment']"
     ]
+
+
+def test_em_fit_init_model_starts_from_a_fitted_model(tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    base = ("--input", str(SAMPLE), "--model", str(SPEC), "--quiet", "--seed", "7")
+    proc = _run(*base, "--output", str(first), "--max-its", "3", "--delta", "0")
+    assert proc.returncode == 0, proc.stderr
+    # three more iterations from the first fit's model: the model six iterations from the start give
+    again = _run(*base, "--output", str(tmp_path / "again"), "--init-model", str(first / "model.json"),
+                 "--max-its", "3", "--delta", "0")  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    six = _run(*base, "--output", str(tmp_path / "six"), "--max-its", "6", "--delta", "0")
+    assert six.returncode == 0, six.stderr
+    continued, straight = (
+        load_model(tmp_path / "again" / "model.json"),
+        load_model(tmp_path / "six" / "model.json"),
+    )
+    np.testing.assert_allclose(continued.w, straight.w, rtol=1e-9)
+    summary = json.loads((tmp_path / "again" / "summary.json").read_text())
+    assert summary["iterations"] == 3
+    clash = _run(
+        *base, "--output", str(tmp_path / "x"), "--init-model", str(first / "model.json"), "--k", "2:3"
+    )
+    assert clash.returncode == 2
+    assert _error_lines(clash.stderr) == [
+        "em_fit: error: --init-model starts one fit from that model; --k would start several (see --help)"
+    ]
+    spec = tmp_path / "two.json"
+    spec.write_text(json.dumps({"estimator": {**json.loads(SPEC.read_text())["estimator"], "k": 2}}))
+    other = _run("--input", str(SAMPLE), "--model", str(spec), "--quiet", "--output", str(tmp_path / "y"),
+                 "--init-model", str(first / "model.json"))  # fmt: skip
+    assert other.returncode == 2
+    [line] = _error_lines(other.stderr)
+    assert line.startswith("em_fit: error: --init-model ") and line.endswith(
+        "model.json: a mixture of 3 components, but the spec's has 2"
+    )
