@@ -261,11 +261,7 @@ def resolve_args(
             args.ks = parse_ks(args.k)
         except SpecError as err:
             parser.error(f"--k: {err}")
-        clash = [
-            f"--{n.replace('_', '-')}" for n in ("checkpoint_dir", "trace") if getattr(args, n) is not None
-        ]
-        if clash:
-            parser.error(f"--k fits several models; {', '.join(clash)} apply to a single fit")
+        _single_fit_only(parser, args, "--k")
     if args.init_model is not None:
         clash = [flag for flag, given in (("--k", args.k), ("--forms", args.forms)) if given is not None]
         if args.trials is not None and args.trials > 1:
@@ -280,11 +276,7 @@ def resolve_args(
             args.form_list = parse_forms(args.forms)
         except SpecError as err:
             parser.error(f"--forms: {err}")
-        clash = [
-            f"--{n.replace('_', '-')}" for n in ("checkpoint_dir", "trace") if getattr(args, n) is not None
-        ]
-        if clash:
-            parser.error(f"--forms fits several models; {', '.join(clash)} apply to a single fit")
+        _single_fit_only(parser, args, "--forms")
     try:
         args.spark_conf = parse_conf(args.conf)
     except ValueError as err:
@@ -297,6 +289,14 @@ def resolve_args(
         except FileNotFoundError as err:
             parser.exit(EXIT_BAD_INPUT, f"{parser.prog}: error: {error_line(err)}\n")
     return args
+
+
+def _single_fit_only(parser: argparse.ArgumentParser, args: argparse.Namespace, flag: str) -> None:
+    """Refuse, naming them, the flags of a single fit (a checkpoint directory, a trace) beside ``flag``,
+    which fits several models."""
+    clash = [f"--{n.replace('_', '-')}" for n in ("checkpoint_dir", "trace") if getattr(args, n) is not None]
+    if clash:
+        parser.error(f"{flag} fits several models; {', '.join(clash)} apply to a single fit")
 
 
 def fit_options(args: argparse.Namespace, spec: ModelSpec) -> dict[str, Any]:

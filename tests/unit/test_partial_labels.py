@@ -23,19 +23,7 @@ from mixle_spark.stats import (
     MultivariateGaussianEstimator,
     RecordEstimator,
 )
-
-
-def adjusted_rand(a: np.ndarray, b: np.ndarray) -> float:
-    """The adjusted Rand index of two labelings (Hubert & Arabie 1985)."""
-    table = np.zeros((a.max() + 1, b.max() + 1))
-    np.add.at(table, (a, b), 1)
-
-    def pairs(v: np.ndarray) -> float:
-        return float((v * (v - 1) / 2).sum())
-
-    index, rows, cols = pairs(table), pairs(table.sum(axis=1)), pairs(table.sum(axis=0))
-    expected = rows * cols / pairs(np.array([len(a)]))
-    return (index - expected) / (0.5 * (rows + cols) - expected)
+from tests.unit.test_seeding import _ari
 
 
 def stripes(seed: int, labelled: float = 0.05) -> tuple[np.ndarray, np.ndarray, pa.Table]:
@@ -71,8 +59,8 @@ def test_five_percent_of_labels_beat_the_unlabelled_fit_on_a_hard_mixture() -> N
             a = optimize(table, PLAIN, max_its=300, seed=seed, column="x")
             b = optimize(table, LABELLED, max_its=300, seed=seed)
         enc = a.encoder().encode(list(x))  # the fitted model reads the data alone
-        plain.append(adjusted_rand(z, a.seq_posterior(enc).argmax(axis=1)))
-        labelled.append(adjusted_rand(z, b.seq_posterior(enc).argmax(axis=1)))
+        plain.append(_ari(z, a.seq_posterior(enc).argmax(axis=1)))
+        labelled.append(_ari(z, b.seq_posterior(enc).argmax(axis=1)))
     assert min(labelled) > 0.9, labelled
     assert np.mean(labelled) > np.mean(plain) + 0.15, (plain, labelled)
     assert all(b >= a - 0.01 for a, b in zip(plain, labelled, strict=True)), (plain, labelled)
