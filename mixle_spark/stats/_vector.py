@@ -39,6 +39,7 @@ from mixle_spark.stats.base import Accumulator, Encoder, check_parameter
 
 __all__ = [
     "MomentAccumulator",
+    "PatternGroup",
     "VectorBatch",
     "VectorEncoder",
     "arrow_vector_values",
@@ -109,6 +110,25 @@ def _feature_array(name: str, shape: tuple[int, int]) -> np.ndarray:
     return buf
 
 
+class PatternGroup:
+    """Rows that observe the same number ``m`` of coordinates: ``obs`` (P, m) and ``miss`` (P, d - m)
+    the coordinate indices each of the group's P patterns observes and misses (in order), ``rows``
+    the group's rows (pattern by pattern) and ``which`` each row's pattern (0..P-1). The E-step works
+    on a whole group at once (stacked factorizations, per-row gathers in blocks), so its numpy calls
+    do not grow with the number of patterns (up to 2^d)."""
+
+    __slots__ = ("miss", "obs", "rows", "which")
+
+    def __init__(self, obs: np.ndarray, miss: np.ndarray, rows: np.ndarray, which: np.ndarray) -> None:
+        self.obs, self.miss, self.rows, self.which = obs, miss, rows, which
+
+    def blocks(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(rows, which)`` in blocks whose gathered (rows, m, m) matrices stay near 16 MiB."""
+        width = max(self.obs.shape[1], self.miss.shape[1], 1)
+        size = max(1, (1 << 21) // (width * width))
+        return [(self.rows[a : a + size], self.which[a : a + size]) for a in range(0, len(self.rows), size)]
+
+
 class VectorBatch:
     """An encoded batch of vectors: ``x`` (n, d) float64 (NaN where a coordinate is missing) and the
     centre ``c`` (d,).
@@ -123,7 +143,7 @@ class VectorBatch:
         self.x = x
         self.c = c
         self._cache: dict[str, np.ndarray] = {}
-        self._patterns: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self._patterns: list[PatternGroup] | None = None
 
     @property
     def missing(self) -> np.ndarray | None:
@@ -141,18 +161,28 @@ class VectorBatch:
         need every coordinate, are not used)."""
         return self.missing is not None
 
-    def patterns(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The rows grouped by which coordinates they miss: ``(missing mask (d,), row indices)`` per
-        pattern, rows in order (cached; every coordinate observed is one pattern too)."""
+    def patterns(self) -> list[PatternGroup]:
+        """The rows grouped by how many coordinates they observe, each group holding its patterns of
+        missing coordinates (:class:`PatternGroup`); cached. Every coordinate observed is a group too."""
         if self._patterns is None:
             mask = self.missing
             if mask is None:
-                self._patterns = [(np.zeros(self.dim, dtype=bool), np.arange(len(self)))]
-            else:
-                unique, inverse = np.unique(mask, axis=0, return_inverse=True)
-                order = np.argsort(inverse.ravel(), kind="stable")
-                bounds = np.cumsum(np.bincount(inverse.ravel(), minlength=len(unique)))[:-1]
-                self._patterns = list(zip(unique, np.split(order, bounds), strict=True))
+                mask = np.zeros((len(self), self.dim), dtype=bool)
+            unique, inverse = np.unique(mask, axis=0, return_inverse=True)
+            inverse = inverse.ravel()
+            observed = (~unique).sum(axis=1)
+            groups = []
+            for m in np.unique(observed):
+                members = np.flatnonzero(observed == m)  # patterns observing m coordinates
+                local = np.full(len(unique), -1)
+                local[members] = np.arange(len(members))
+                rows = np.flatnonzero(np.isin(inverse, members))
+                which = local[inverse[rows]]
+                order = np.argsort(which, kind="stable")  # the group's rows pattern by pattern
+                rows, which = rows[order], which[order]
+                coords = np.argsort(unique[members], axis=1, kind="stable")  # observed first, in order
+                groups.append(PatternGroup(coords[:, :m], coords[:, m:], rows, which))
+            self._patterns = groups
         return self._patterns
 
     def filled(self, values: np.ndarray) -> np.ndarray:
@@ -647,14 +677,17 @@ def marginal_log_density(enc: VectorBatch, mu: np.ndarray, covar: np.ndarray) ->
             terms[mask] = 0.0
         return terms.sum(axis=1)  # type: ignore[no-any-return]
     out = np.zeros(len(enc))
-    for miss, rows in enc.patterns():
-        obs = ~miss
-        k = int(obs.sum())
-        if k == 0:
+    for g in enc.patterns():  # batched over the patterns observing as many coordinates
+        m = g.obs.shape[1]
+        if m == 0:
             continue
-        chol = np.linalg.cholesky(covar[np.ix_(obs, obs)])
-        z = np.linalg.solve(chol, (x[np.ix_(rows, obs)] - mu[obs]).T)
-        out[rows] = -0.5 * k * _LOG_2PI - float(np.log(np.diag(chol)).sum()) - 0.5 * (z * z).sum(axis=0)
+        chol = np.linalg.cholesky(covar[g.obs[:, :, None], g.obs[:, None, :]])  # (P, m, m)
+        half_logdet = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+        whiten = np.linalg.inv(chol)
+        for rows, which in g.blocks():
+            obs = g.obs[which]
+            z = np.einsum("bij,bj->bi", whiten[which], x[rows[:, None], obs] - mu[obs])
+            out[rows] = -0.5 * m * _LOG_2PI - half_logdet[which] - 0.5 * (z * z).sum(axis=1)
     return out
 
 
@@ -674,18 +707,26 @@ def conditional_fill(
         return np.where(mask, mu, x), w @ (mask * covar)
     filled = x.copy()
     extra = np.zeros(covar.shape)
-    for miss, rows in enc.patterns():
-        if not miss.any():
+    for g in enc.patterns():  # batched over the patterns observing as many coordinates
+        q = g.miss.shape[1]
+        if q == 0:
             continue
-        obs = ~miss
-        if obs.any():
-            gain = np.linalg.solve(covar[np.ix_(obs, obs)], covar[np.ix_(obs, miss)])  # covar_oo^-1 covar_om
-            filled[np.ix_(rows, miss)] = mu[miss] + (x[np.ix_(rows, obs)] - mu[obs]) @ gain
-            cond = covar[np.ix_(miss, miss)] - covar[np.ix_(miss, obs)] @ gain
-        else:
-            filled[np.ix_(rows, miss)] = mu[miss]
-            cond = covar[np.ix_(miss, miss)]
-        extra[np.ix_(miss, miss)] += float(w[rows].sum()) * cond
+        obs, miss = g.obs, g.miss
+        cond = covar[miss[:, :, None], miss[:, None, :]]  # (P, q, q)
+        if obs.shape[1]:
+            cross = covar[obs[:, :, None], miss[:, None, :]]  # covar_om, (P, m, q)
+            gain = np.linalg.solve(covar[obs[:, :, None], obs[:, None, :]], cross)  # covar_oo^-1 covar_om
+            cond = cond - np.einsum("pmi,pmj->pij", cross, gain)
+        for rows, which in g.blocks():
+            where = miss[which]
+            if obs.shape[1]:
+                seen = obs[which]
+                r = x[rows[:, None], seen] - mu[seen]
+                filled[rows[:, None], where] = mu[where] + np.einsum("bm,bmq->bq", r, gain[which])
+            else:
+                filled[rows[:, None], where] = mu[where]
+        mass = np.bincount(g.which, weights=w[g.rows], minlength=len(miss))  # Σ w per pattern
+        np.add.at(extra, (miss[:, :, None], miss[:, None, :]), mass[:, None, None] * cond)
     return filled, extra
 
 
