@@ -75,10 +75,10 @@ def test_a_killed_python_worker_stops_the_fit_with_one_line_and_a_rerun_resumes(
         pytest.skip("finds the Python workers through /proc (Linux)")
     rng = np.random.default_rng(5)
     x = np.concatenate(
-        [rng.normal(-2.0, 1.0, 60_000), rng.normal(1.0, 0.7, 60_000), rng.normal(4.0, 1.5, 80_000)]
+        [rng.normal(-2.0, 1.0, 24_000), rng.normal(1.0, 0.7, 24_000), rng.normal(4.0, 1.5, 32_000)]
     )
     data, spec = tmp_path / "x.parquet", tmp_path / "spec.json"
-    pq.write_table(pa.table({"x": rng.permutation(x)}), data, row_group_size=50_000)
+    pq.write_table(pa.table({"x": rng.permutation(x)}), data, row_group_size=20_000)
     fit = {"max_its": 16, "delta": 0, "seed": 2}  # a job per iteration: killed after 3
     spec.write_text(
         json.dumps({"estimator": {"type": "mixture", "k": 3, "component": "gaussian"}, "fit": fit})
