@@ -214,3 +214,13 @@ def test_best_of_and_select_k_on_dask_equal_local(dask_client: Any) -> None:
         )
     assert got_k.best_k == want_k.best_k == 2
     np.testing.assert_allclose(got_k.scores(), want_k.scores(), rtol=1e-9)
+
+
+def test_missing_coordinates_a_covariance_form_and_labels_equal_local(dask_client: Any) -> None:
+    from tests.unit.test_missing_coordinates import breadth_case
+
+    table, est = breadth_case()
+    want = optimize(table, est, max_its=6, delta=None, seed=3)
+    got = optimize(_dask_frame(table, 3), est, max_its=6, delta=None, seed=3, client=dask_client)
+    assert_models_close(got, want)
+    assert got.covariance == "EEE"

@@ -238,3 +238,20 @@ def test_nulls_inside_vectors_are_missing_and_infinities_are_refused() -> None:
         from mixle_spark.stats import GaussianDistribution
 
         BatchScorer(GaussianDistribution(0.0, 1.0), imputed_col="x_imputed")
+
+
+def breadth_case(seed: int = 6) -> tuple[pa.Table, MixtureEstimator]:
+    """Missing coordinates, a tied covariance form and partial labels in one fit: what the engine
+    backends' tests (dask, ray) compare with the local fit."""
+    rng = np.random.default_rng(seed)
+    cov = np.array([[1.0, 0.5, 0.0], [0.5, 2.0, -0.3], [0.0, -0.3, 0.7]])
+    x = np.concatenate([rng.multivariate_normal(m, cov, 300) for m in ([0, 0, 0], [3, -2, 1], [-3, 2, 0])])
+    x[rng.random(x.shape) < 0.2] = np.nan
+    labels = [int(j) if rng.random() < 0.1 else None for j in np.repeat(np.arange(3), 300)]
+    table = pa.table(
+        {"x": pa.array([list(r) for r in x], pa.list_(pa.float64())), "y": pa.array(labels, pa.int64())}
+    )
+    est = MixtureEstimator(
+        [MultivariateGaussianEstimator()] * 3, covariance="tied", label_column="y", data_column="x"
+    )
+    return table, est
