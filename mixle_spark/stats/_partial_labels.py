@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.errors import DataTypeError, DataValueError, SchemaError
+from mixle_spark.errors import DataTypeError, DataValueError, SchemaError, SpecError
 from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import Encoder
 
-__all__ = ["LabelledBatch", "LabelledEncoder", "label_codes"]
+__all__ = ["LabelledBatch", "LabelledEncoder", "checked_labels", "label_codes"]
 
 
 class LabelledBatch:
@@ -45,6 +45,18 @@ class LabelledBatch:
     def known(self) -> np.ndarray:
         """Where the component is known, (n,) bool."""
         return self.labels >= 0  # type: ignore[no-any-return]
+
+
+def checked_labels(labels: np.ndarray, k: int) -> np.ndarray:
+    """``labels`` (codes, -1 unknown), refused with SpecError when one names no component of a
+    mixture of ``k`` (the encoding bounds them by the largest K a handle serves: ``select_k``)."""
+    if len(labels) and int(labels.max()) >= k:
+        top = int(labels.max())
+        raise SpecError(
+            f"label {top} names a component of a mixture of {k} (labels are component indices "
+            f"0..{k - 1}); fit at least {top + 1} components"
+        )
+    return labels
 
 
 def _expected(column: str, k: int) -> str:

@@ -46,7 +46,7 @@ from mixle_spark.stats._mixture_kernels import (
     responsibilities,
 )
 from mixle_spark.stats._mixture_kernels import reference_kernels as reference_kernels  # documented here
-from mixle_spark.stats._partial_labels import LabelledBatch, LabelledEncoder
+from mixle_spark.stats._partial_labels import LabelledBatch, LabelledEncoder, checked_labels
 from mixle_spark.stats.base import (
     Accumulator,
     Distribution,
@@ -194,12 +194,9 @@ class MixtureDistribution(Distribution):
         joint += self.log_w[:, None]
         picked = None
         if isinstance(enc, LabelledBatch):
-            known = np.flatnonzero(enc.labels >= 0)
-            if len(known) and int(enc.labels.max()) >= len(self.components):
-                raise SpecError(
-                    f"label {int(enc.labels.max())} names a component of a mixture of {len(self.components)}"
-                )
-            picked = (known, joint[enc.labels[known], known].copy())
+            labels = checked_labels(enc.labels, len(self.components))
+            known = np.flatnonzero(labels >= 0)
+            picked = (known, joint[labels[known], known].copy())
         ll = exp_normalize(joint, self.w, self.components)[0]
         if picked is not None:
             ll[picked[0]] = picked[1]
@@ -355,55 +352,28 @@ class MixtureAccumulator(Accumulator):
         weights = np.asarray(weights, dtype=np.float64)
         if weights.shape[0] == 0:
             return np.zeros(0)
-        if isinstance(enc, LabelledBatch):
-            return self._labelled_update(enc, weights, estimate, map_fn)
-        if self.use_fast_path and not reference_active() and features_shared(comps, self.accumulators, enc):
+        labels = None
+        if isinstance(enc, LabelledBatch):  # partly labelled: the components' path, labels one-hot
+            labels, enc = checked_labels(enc.labels, len(self.accumulators)), enc.inner
+        elif self.use_fast_path and not reference_active() and features_shared(comps, self.accumulators, enc):
             return self._fused_update(enc, weights, estimate, map_fn)
         rows = list(map_fn(lambda c: np.asarray(c.seq_log_density(enc), dtype=np.float64), comps))
         joint = np.empty((len(rows), rows[0].shape[0]))
         for k, r in enumerate(rows):
             joint[k] = r
         joint += estimate.log_w[:, None]
+        known = np.flatnonzero(labels >= 0) if labels is not None else np.zeros(0, dtype=np.int64)
+        picked = joint[labels[known], known].copy() if labels is not None else None  # log w_y + log p_y(x)
         ll = responsibilities(joint, weights, estimate)
+        if labels is not None:
+            joint[:, known] = 0.0
+            joint[labels[known], known] = weights[known]
+            ll[known] = picked
         self.counts += joint.sum(axis=1)
         work = zip(self.accumulators, joint, comps, strict=True)
         for _ in map_fn(lambda item: item[0].seq_update(enc, item[1], item[2]), work):
             pass
         return ll
-
-    def _labelled_update(
-        self, enc: LabelledBatch, weights: np.ndarray, estimate: MixtureDistribution, map_fn: MapFunction
-    ) -> np.ndarray:
-        """The E-step of a partly labelled batch: the posterior for the unlabelled rows, one-hot at
-        the label for the others (their log-likelihood term ``log w_y + log p_y(x)``)."""
-        labels, inner, comps = self._labels(enc), enc.inner, estimate.components
-        rows = list(map_fn(lambda c: np.asarray(c.seq_log_density(inner), dtype=np.float64), comps))
-        joint = np.empty((len(rows), rows[0].shape[0]))
-        for k, r in enumerate(rows):
-            joint[k] = r
-        joint += estimate.log_w[:, None]
-        known = np.flatnonzero(labels >= 0)
-        picked = joint[labels[known], known].copy()
-        ll = responsibilities(joint, weights, estimate)
-        joint[:, known] = 0.0
-        joint[labels[known], known] = weights[known]
-        ll[known] = picked
-        self.counts += joint.sum(axis=1)
-        work = zip(self.accumulators, joint, comps, strict=True)
-        for _ in map_fn(lambda item: item[0].seq_update(inner, item[1], item[2]), work):
-            pass
-        return ll
-
-    def _labels(self, enc: LabelledBatch) -> np.ndarray:
-        """The batch's labels, checked against this mixture's K (``select_k`` fits several K)."""
-        k = len(self.accumulators)
-        labels = enc.labels
-        if len(labels) and int(labels.max()) >= k:
-            raise SpecError(
-                f"label {int(labels.max())} names a component of a mixture of {k} (labels are component "
-                f"indices 0..{k - 1}); fit at least {int(labels.max()) + 1} components"
-            )
-        return labels
 
     def _fused_update(
         self, enc: Any, weights: np.ndarray, estimate: MixtureDistribution, map_fn: MapFunction
@@ -423,7 +393,7 @@ class MixtureAccumulator(Accumulator):
         hard assignments, or random ones; a labelled row's are one-hot at its label); each component
         initializes from its weighted rows."""
         if isinstance(enc, LabelledBatch):
-            labels = self._labels(enc)
+            labels = checked_labels(enc.labels, len(self.accumulators))
             known = np.flatnonzero(labels >= 0)
             resp = np.array(resp, dtype=np.float64)
             resp[known] = 0.0

@@ -153,17 +153,9 @@ def test_full_covariance_mixture_from_a_starting_model(comm: Any) -> None:
 
 def test_missing_coordinates_a_covariance_form_and_labels_equal_local(comm: Any) -> None:
     # what issue 32 added lives in the statistics and the encoding: the mpi backend needs no change
-    rng = np.random.default_rng(6)
-    cov = np.array([[1.0, 0.5, 0.0], [0.5, 2.0, -0.3], [0.0, -0.3, 0.7]])
-    x = np.concatenate([rng.multivariate_normal(m, cov, 300) for m in ([0, 0, 0], [3, -2, 1], [-3, 2, 0])])
-    x[rng.random(x.shape) < 0.2] = np.nan
-    labels = [int(j) if rng.random() < 0.1 else None for j in np.repeat(np.arange(3), 300)]
-    table = pa.table(
-        {"x": pa.array([list(r) for r in x], pa.list_(pa.float64())), "y": pa.array(labels, pa.int64())}
-    )
-    est = MixtureEstimator(
-        [MultivariateGaussianEstimator()] * 3, covariance="tied", label_column="y", data_column="x"
-    )
+    from tests.unit.test_missing_coordinates import breadth_case
+
+    table, est = breadth_case()
     local = optimize(table, est, max_its=6, delta=None, seed=3, backend="local")
     with MPIEncodedData(table, est, comm=comm, chunk_size=128) as handle:
         model = optimize(handle, est, max_its=6, delta=None, seed=3)
