@@ -330,8 +330,9 @@ class StepReceipt:
         loss = self.loss
         if isinstance(loss, bool) or not isinstance(loss, Real):
             raise TypeError(f"loss must be a real number, got {describe_value(loss)}")
-        if not math.isfinite(loss) or loss < 0:
-            raise ValueError(f"loss must be finite and >= 0, got {describe_value(loss)}")
+        # Any sign: a negative log-likelihood of a continuous density is often below 0.
+        if not math.isfinite(loss):
+            raise ValueError(f"loss must be finite, got {describe_value(loss)}")
         object.__setattr__(self, "loss", float(loss))
         non_blank("optimizer", self.optimizer)
         non_blank("precision", self.precision)

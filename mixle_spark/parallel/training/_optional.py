@@ -1,0 +1,42 @@
+"""Lazy imports of the training modules' optional libraries, each refused in one line naming its extra.
+
+Nothing here imports torch, lightning or megatron at module load: the EM fit path never reaches them
+(``tests/unit/test_architecture.py`` checks it).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["require", "require_torch", "require_torch_distributed"]
+
+_EXTRAS = {
+    "torch": ("torch", "torch>=2.4"),
+    "lightning": ("lightning", "lightning>=2.2"),
+    "megatron": ("megatron", "megatron-core, CUDA and NCCL"),
+}
+
+
+def require(module: str, *, extra: str, what: str) -> Any:
+    """Import ``module``, or raise ImportError: ``{what} needs {requirement}: pip install 'mixle-spark[{extra}]'``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        name, requirement = _EXTRAS.get(extra, (extra, extra))
+        raise ImportError(f"{what} needs {requirement}: pip install 'mixle-spark[{name}]'") from err
+
+
+def require_torch(what: str) -> Any:
+    """``torch`` (2.4 or newer), or a one-line ImportError naming the ``torch`` extra."""
+    torch = require("torch", extra="torch", what=what)
+    major, minor = (int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    if (major, minor) < (2, 4):
+        raise ImportError(f"{what} needs torch>=2.4 (found {torch.__version__}): pip install -U 'mixle-spark[torch]'")
+    return torch
+
+
+def require_torch_distributed(what: str) -> Any:
+    """``torch.distributed`` (after :func:`require_torch`)."""
+    require_torch(what)
+    return require("torch.distributed", extra="torch", what=what)

@@ -1,0 +1,217 @@
+"""Per-step health receipts for gradient training: non-finite values, spikes, restarts, throughput.
+
+numpy only. A :class:`TrainingHealthMonitor` observes each committed step (a
+:class:`~mixle_spark.parallel.training.contracts.StepReceipt`, or the loss and gradient norm
+directly) and returns a :class:`HealthReceipt` whose ``flags`` name what is wrong with that step:
+
+``nonfinite_loss`` / ``nonfinite_grad_norm``
+    The value is NaN or infinite (a skipped step's receipt carries it in ``extra``).
+``loss_spike`` / ``grad_norm_spike``
+    The value is far above a robust rolling baseline of the recent healthy steps: its causal
+    z-score ``(x - median) / (1.4826 * MAD)`` exceeds ``z`` (6 by default) *and* the value exceeds
+    the median by ``min_ratio`` of the baseline's scale (so a near-constant loss does not flag noise).
+    Only upward moves flag; a falling loss is progress.
+``restart``
+    The step follows an elastic restart (``restart=True``, or a receipt whose ``extra`` says so).
+
+Flagged values do not enter the baselines, so one spike does not hide the next. The first
+``min_samples`` steps build the baseline and flag only non-finite values.
+
+>>> monitor = TrainingHealthMonitor(min_samples=4)
+>>> [monitor.observe_step(s, loss=1.0 - 0.01 * s).flags for s in range(6)][-1]
+()
+>>> monitor.observe_step(6, loss=10.0).flags
+('loss_spike',)
+>>> monitor.observe_step(7, loss=float("nan")).flags
+('nonfinite_loss',)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.errors import describe_value
+from mixle_spark.parallel.training._records import StepReceipt
+
+__all__ = ["FLAGS", "HealthReceipt", "RollingBaseline", "TrainingHealthMonitor"]
+
+FLAGS = ("nonfinite_loss", "nonfinite_grad_norm", "loss_spike", "grad_norm_spike", "restart")
+
+_MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
+
+
+class RollingBaseline:
+    """Median and MAD of the last ``window`` accepted values; :meth:`zscore` is causal (before adding)."""
+
+    def __init__(self, window: int = 50, min_samples: int = 8) -> None:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+            raise ValueError(f"window must be an integer >= 2, got {describe_value(window)}")
+        if isinstance(min_samples, bool) or not isinstance(min_samples, int) or not 2 <= min_samples <= window:
+            raise ValueError(f"min_samples must be an integer in [2, window={window}], got {describe_value(min_samples)}")
+        self.values: deque[float] = deque(maxlen=window)
+        self.min_samples = min_samples
+
+    @property
+    def ready(self) -> bool:
+        return len(self.values) >= self.min_samples
+
+    def center_scale(self) -> tuple[float, float]:
+        """``(median, 1.4826 * MAD)`` of the window (the scale floored at 1e-12 of the median's size)."""
+        arr = np.fromiter(self.values, dtype=float)
+        median = float(np.median(arr))
+        scale = _MAD_TO_SIGMA * float(np.median(np.abs(arr - median)))
+        return median, max(scale, 1e-12 * max(1.0, abs(median)))
+
+    def zscore(self, value: float) -> float | None:
+        """How many robust deviations ``value`` is above the median; None until :attr:`ready`."""
+        if not self.ready:
+            return None
+        median, scale = self.center_scale()
+        return (value - median) / scale
+
+    def add(self, value: float) -> None:
+        self.values.append(float(value))
+
+
+@dataclass(frozen=True)
+class HealthReceipt:
+    """What the monitor concluded about one step."""
+
+    step: int
+    flags: tuple[str, ...]
+    loss: float
+    grad_norm: float | None
+    loss_z: float | None
+    grad_norm_z: float | None
+    examples_per_second: float | None
+
+    @property
+    def healthy(self) -> bool:
+        return not self.flags
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "flags": list(self.flags)}
+
+
+class TrainingHealthMonitor:
+    """Flags unhealthy steps against robust rolling baselines of the loss and the gradient norm.
+
+    Parameters
+    ----------
+    window, min_samples : int
+        Baseline length and how many healthy steps it needs before spikes are judged.
+    loss_z, grad_z : float
+        Causal robust z-score above which a value is a spike.
+    min_ratio : float
+        A spike must also exceed the median by this fraction of the median's magnitude (default 0.5),
+        so a loss that has converged to a near-constant value does not flag its own noise.
+    """
+
+    def __init__(
+        self,
+        *,
+        window: int = 50,
+        min_samples: int = 8,
+        loss_z: float = 6.0,
+        grad_z: float = 6.0,
+        min_ratio: float = 0.5,
+    ) -> None:
+        for name, value in (("loss_z", loss_z), ("grad_z", grad_z), ("min_ratio", min_ratio)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a positive number, got {describe_value(value)}")
+        self.loss = RollingBaseline(window, min_samples)
+        self.grad = RollingBaseline(window, min_samples)
+        self.loss_z, self.grad_z, self.min_ratio = float(loss_z), float(grad_z), float(min_ratio)
+        self.receipts: list[HealthReceipt] = []
+
+    def _spike(self, baseline: RollingBaseline, value: float, limit: float) -> tuple[bool, float | None]:
+        z = baseline.zscore(value)
+        if z is None:
+            return False, None
+        median, _ = baseline.center_scale()
+        return bool(z > limit and value - median > self.min_ratio * abs(median)), z
+
+    def observe_step(
+        self,
+        step: int,
+        *,
+        loss: float,
+        grad_norm: float | None = None,
+        examples: int | None = None,
+        seconds: float | None = None,
+        restart: bool = False,
+    ) -> HealthReceipt:
+        """Judge one step and remember it; the :class:`HealthReceipt` says what was flagged."""
+        flags: list[str] = []
+        loss = float(loss)
+        loss_ok = math.isfinite(loss)
+        if not loss_ok:
+            flags.append("nonfinite_loss")
+        grad_ok = grad_norm is None or math.isfinite(float(grad_norm))
+        if not grad_ok:
+            flags.append("nonfinite_grad_norm")
+        loss_spike, lz = self._spike(self.loss, loss, self.loss_z) if loss_ok else (False, None)
+        grad_spike, gz = (
+            self._spike(self.grad, float(grad_norm), self.grad_z)
+            if grad_norm is not None and grad_ok
+            else (False, None)
+        )
+        if loss_spike:
+            flags.append("loss_spike")
+        if grad_spike:
+            flags.append("grad_norm_spike")
+        if restart:
+            flags.append("restart")
+        if loss_ok and grad_ok and not loss_spike and not grad_spike:
+            self.loss.add(loss)
+            if grad_norm is not None:
+                self.grad.add(float(grad_norm))
+        rate = examples / seconds if examples is not None and seconds else None
+        receipt = HealthReceipt(
+            int(step), tuple(flags), loss, None if grad_norm is None else float(grad_norm), lz, gz, rate
+        )
+        self.receipts.append(receipt)
+        return receipt
+
+    def observe(self, receipt: StepReceipt, *, restart: bool | None = None) -> HealthReceipt:
+        """Judge a :class:`StepReceipt`. A skipped step's non-finite loss or gradient norm comes from
+        its ``extra`` (``nonfinite``, ``loss``, ``grad_norm``); ``restart`` defaults to
+        ``extra["restart"]``."""
+        if not isinstance(receipt, StepReceipt):
+            raise TypeError(f"observe takes a StepReceipt, got {describe_value(receipt)}")
+        extra = receipt.extra
+        loss = float(extra["loss"]) if receipt.skipped and "loss" in extra else receipt.loss
+        grad = extra.get("grad_norm")
+        return self.observe_step(
+            receipt.step,
+            loss=loss,
+            grad_norm=None if grad is None else float(grad),
+            examples=receipt.global_examples,
+            seconds=extra.get("seconds"),
+            restart=bool(extra.get("restart", False)) if restart is None else restart,
+        )
+
+    def flagged(self) -> dict[str, list[int]]:
+        """Steps flagged, by flag."""
+        out: dict[str, list[int]] = {}
+        for r in self.receipts:
+            for flag in r.flags:
+                out.setdefault(flag, []).append(r.step)
+        return out
+
+    def report(self) -> dict[str, Any]:
+        """Steps seen, flag counts, the flagged steps and the median throughput (examples / s)."""
+        rates = [r.examples_per_second for r in self.receipts if r.examples_per_second is not None]
+        counts = Counter(flag for r in self.receipts for flag in r.flags)
+        return {
+            "steps": len(self.receipts),
+            "healthy_steps": sum(r.healthy for r in self.receipts),
+            "flag_counts": {flag: counts.get(flag, 0) for flag in FLAGS},
+            "flagged_steps": self.flagged(),
+            "median_examples_per_second": float(np.median(rates)) if rates else None,
+        }
