@@ -383,6 +383,7 @@ class TorchDistributedBackend:
         max_grad_norm: float | None = None,
         tp_plan: Mapping[str, str] | None = None,
         device: str | None = None,
+        distributed: bool = True,
     ) -> TorchDistributedSession:
         """Wrap ``module`` for ``plan`` and build its optimizer.
 
@@ -390,6 +391,7 @@ class TorchDistributedBackend:
         ``scheduler`` a callable ``optimizer -> LRScheduler``. ``tp_plan`` maps submodule names to
         ``"colwise"`` / ``"rowwise"`` and is required when ``plan.tp > 1``. The process group is
         initialised from the ``torchrun`` environment when needed; ``plan.world_size`` must equal it.
+        ``distributed=False`` trains this process alone (a 1-rank plan), even inside a process group.
         """
         if not isinstance(plan, ParallelPlan):
             raise TypeError(f"plan must be a ParallelPlan, got {describe_value(plan)}")
@@ -411,7 +413,7 @@ class TorchDistributedBackend:
             if bad:
                 raise ValueError(f"tp_plan styles must be 'colwise' or 'rowwise', got {bad}")
         torch = require_torch(_WHAT)
-        dist = init_process_group()
+        dist = init_process_group() if distributed else None
         world = int(dist.get_world_size()) if dist is not None else 1
         plan.validate_world_size(world)
         if device is None:
