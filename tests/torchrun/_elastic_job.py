@@ -17,7 +17,11 @@ from pathlib import Path
 import torch
 
 from mixle_spark.parallel.training.contracts import ParallelPlan
-from mixle_spark.parallel.training.fault_tolerant_training import ElasticTrainer, ShardedBatches, restart_count
+from mixle_spark.parallel.training.fault_tolerant_training import (
+    ElasticTrainer,
+    ShardedBatches,
+    restart_count,
+)
 from mixle_spark.parallel.training.torch_training import TorchDistributedBackend, init_process_group
 from mixle_spark.parallel.training.training_health import TrainingHealthMonitor
 from tests.torchrun._models import global_batches, make_module, squared_error

@@ -13,9 +13,7 @@ def make_module(seed: int = 0) -> Any:
     import torch
 
     torch.manual_seed(seed)
-    return torch.nn.Sequential(
-        torch.nn.Linear(FEATURES, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, 1)
-    )
+    return torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, 1))
 
 
 def squared_error(module: Any, batch: Any) -> Any:
@@ -41,7 +39,9 @@ def local_share(batch: tuple[Any, Any], rank: int, world: int) -> tuple[Any, Any
     return batch[0][rank::world], batch[1][rank::world]
 
 
-def reference_parameters(batches: list[tuple[Any, Any]], *, optimizer: str = "sgd", lr: float = 0.1) -> dict[str, Any]:
+def reference_parameters(
+    batches: list[tuple[Any, Any]], *, optimizer: str = "sgd", lr: float = 0.1
+) -> dict[str, Any]:
     """One process, plain torch: each step on the mean loss over the whole global batch."""
     import torch
 
@@ -54,7 +54,9 @@ def reference_parameters(batches: list[tuple[Any, Any]], *, optimizer: str = "sg
     return {k: v.detach().clone() for k, v in module.named_parameters()}
 
 
-def assert_parameters_close(got: dict[str, Any], want: dict[str, Any], rtol: float = 1e-6, atol: float = 1e-7) -> None:
+def assert_parameters_close(
+    got: dict[str, Any], want: dict[str, Any], rtol: float = 1e-6, atol: float = 1e-7
+) -> None:
     assert sorted(got) == sorted(want)
     for name in want:
         np.testing.assert_allclose(got[name].numpy(), want[name].numpy(), rtol=rtol, atol=atol, err_msg=name)

@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from mixle_spark.parallel.training.contracts import ParallelPlan
-from tests.torchrun._models import assert_parameters_close, global_batches, local_share, make_module, squared_error
+from tests.torchrun._models import (
+    assert_parameters_close,
+    global_batches,
+    local_share,
+    make_module,
+    squared_error,
+)
 
 pytestmark = pytest.mark.torchrun
 
@@ -100,6 +106,8 @@ def test_health_receipts_flag_an_injected_nan_and_a_loss_spike_and_nothing_else(
         "grad_norm_spike": [31],
     }
     assert receipts[31].loss > 10 * receipts[30].loss
-    assert all(torch.isfinite(p).all() for p in session.full_parameters().values())  # the NaN step was skipped
+    assert all(
+        torch.isfinite(p).all() for p in session.full_parameters().values()
+    )  # the NaN step was skipped
     report = monitor.report()
     assert report["flag_counts"]["nonfinite_loss"] == 1 and report["median_examples_per_second"] > 0

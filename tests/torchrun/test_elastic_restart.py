@@ -22,8 +22,9 @@ def _torchrun(tmp: Path, name: str, kill_at: int) -> tuple[dict[str, Any], list[
     import torch
 
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
-        "--monitor-interval", "0.5", str(ROOT / "tests" / "torchrun" / "_elastic_job.py"),
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        "--max-restarts", "1", "--monitor-interval", "0.5",
+        str(ROOT / "tests" / "torchrun" / "_elastic_job.py"),
         str(tmp / f"{name}-checkpoints"), str(tmp / name), "14", str(kill_at),
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -33,7 +34,9 @@ def _torchrun(tmp: Path, name: str, kill_at: int) -> tuple[dict[str, Any], list[
     return run, [torch.load(tmp / name / f"rank-{r}.pt") for r in range(2)]
 
 
-def test_a_rank_killed_mid_run_resumes_from_the_last_snapshot_with_its_loader_position(tmp_path: Path) -> None:
+def test_a_rank_killed_mid_run_resumes_from_the_last_snapshot_with_its_loader_position(
+    tmp_path: Path,
+) -> None:
     pytest.importorskip("torch.distributed")
     straight, want = _torchrun(tmp_path, "straight", kill_at=-1)
     assert straight["restart_count"] == 0 and straight["resumed_from"] is None

@@ -27,13 +27,16 @@ def test_the_minibatches_of_an_epoch_partition_the_rows_over_the_ranks(dist: Any
 
 
 def test_distributed_minibatch_em_equals_one_process_and_lands_near_the_full_fit(dist: Any) -> None:
+    from mixle_spark.em.minibatch import minibatch_em
     from mixle_spark.estimation import optimize
-    from mixle_spark.parallel.training.lightning_data import encoded_datamodule, minibatch_em
+    from mixle_spark.parallel.training.lightning_data import encoded_datamodule
 
     est = MixtureEstimator([GaussianEstimator()] * 2)
     # From scratch: the ranks' fit of the first mini-batch and their stepwise updates equal one process's.
     got = minibatch_em(encoded_datamodule(X, batch_size=500, seed=3), est, epochs=3, seed=1)
-    alone = minibatch_em(encoded_datamodule(X, batch_size=500, seed=3, rank=0, world_size=1), est, epochs=3, seed=1)
+    alone = minibatch_em(
+        encoded_datamodule(X, batch_size=500, seed=3, rank=0, world_size=1), est, epochs=3, seed=1
+    )
     np.testing.assert_allclose(got.w, alone.w, rtol=1e-9)
     for a, b in zip(got.components, alone.components, strict=True):
         np.testing.assert_allclose([a.mu, a.sigma2], [b.mu, b.sigma2], rtol=1e-9)

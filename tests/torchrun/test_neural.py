@@ -12,8 +12,9 @@ from tests.torchrun._models import assert_parameters_close, make_module, squared
 
 pytestmark = pytest.mark.torchrun
 
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_object_list", "barrier",
-               "reduce_scatter_tensor", "all_gather_into_tensor", "gather_object", "scatter_object_list")  # fmt: skip
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_object_list",
+               "barrier", "reduce_scatter_tensor", "all_gather_into_tensor", "gather_object",
+               "scatter_object_list")  # fmt: skip
 
 
 def test_each_rank_trains_on_its_own_shard_and_the_only_collective_is_the_gradient_all_reduce(
@@ -24,7 +25,7 @@ def test_each_rank_trains_on_its_own_shard_and_the_only_collective_is_the_gradie
     from mixle_spark.parallel.training.torch_neural import ShardedTensorData, shard_bounds
     from mixle_spark.parallel.training.torch_training import TorchDistributedBackend
 
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     rng = np.random.default_rng(4)
     x = torch.tensor(rng.normal(size=(47, 5)), dtype=torch.float32)
     y = torch.sin(x[:, :1])
@@ -35,13 +36,19 @@ def test_each_rank_trains_on_its_own_shard_and_the_only_collective_is_the_gradie
     calls: list[str] = []
     for name in COLLECTIVES:
         real = getattr(torch.distributed, name)
-        monkeypatch.setattr(torch.distributed, name, lambda *a, _n=name, _f=real, **k: (calls.append(_n), _f(*a, **k))[1])
+        monkeypatch.setattr(
+            torch.distributed, name, lambda *a, _n=name, _f=real, **k: (calls.append(_n), _f(*a, **k))[1]
+        )
     receipts, schedule = data.train(session, lambda m, t: squared_error(m, t), epochs=2)
     monkeypatch.undo()
     assert calls == []
-    assert len(receipts) == 2 * schedule.steps_per_epoch == 2 * -(-len(range(*shard_bounds(47, world)[0])) // 6)
+    assert (
+        len(receipts) == 2 * schedule.steps_per_epoch == 2 * -(-len(range(*shard_bounds(47, world)[0])) // 6)
+    )
     assert schedule.shard_sizes == tuple(b - a for a, b in shard_bounds(47, world))
-    assert [r.global_examples for r in receipts[: schedule.steps_per_epoch]] == [sum(s) for s in schedule.real_rows]
+    assert [r.global_examples for r in receipts[: schedule.steps_per_epoch]] == [
+        sum(s) for s in schedule.real_rows
+    ]
 
     # One process over the union of the ranks' step batches (the same rows, the same order of steps).
     reference = make_module()
@@ -89,9 +96,10 @@ def test_the_neural_mixture_recovers_a_two_expert_mixture_of_regressions_on_ever
     got = model.parameters()
     a = int(np.argmax(got["experts.weight"][:, 0]))  # the expert with slope 2
     b = 1 - a
+    weight, bias, sigma = got["experts.weight"][:, 0], got["experts.bias"], got["sigma"]
     estimates = {
-        "slope a": got["experts.weight"][a, 0], "intercept a": got["experts.bias"][a], "sigma a": got["sigma"][a],
-        "slope b": got["experts.weight"][b, 0], "intercept b": got["experts.bias"][b], "sigma b": got["sigma"][b],
+        "slope a": weight[a], "intercept a": bias[a], "sigma a": sigma[a],
+        "slope b": weight[b], "intercept b": bias[b], "sigma b": sigma[b],
         "gate slope": got["gate.weight"][a, 0] - got["gate.weight"][b, 0],
         "gate intercept": got["gate.bias"][a] - got["gate.bias"][b],
     }  # fmt: skip

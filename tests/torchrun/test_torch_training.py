@@ -22,7 +22,9 @@ pytestmark = pytest.mark.torchrun
 def _train(dist: Any, plan: ParallelPlan, steps: int = 8, **kwargs: Any) -> Any:
     from mixle_spark.parallel.training.torch_training import TorchDistributedBackend
 
-    session = TorchDistributedBackend().prepare(make_module(), plan=plan, loss_fn=squared_error, lr=0.1, **kwargs)
+    session = TorchDistributedBackend().prepare(
+        make_module(), plan=plan, loss_fn=squared_error, lr=0.1, **kwargs
+    )
     receipts = [
         session.step(local_share(b, dist.get_rank(), dist.get_world_size())) for b in global_batches(steps)
     ]
@@ -59,7 +61,10 @@ def test_microbatches_and_accumulation_change_nothing_but_memory(dist: Any) -> N
 
 def test_tensor_parallel_training_equals_one_process(dist: Any) -> None:
     """Every rank sees the whole batch; the hidden layer is split column-wise then row-wise."""
-    from mixle_spark.parallel.training.torch_training import TorchDistributedBackend, describe_parameter_layouts
+    from mixle_spark.parallel.training.torch_training import (
+        TorchDistributedBackend,
+        describe_parameter_layouts,
+    )
 
     world = dist.get_world_size()
     plan = ParallelPlan(tp=world)
@@ -75,14 +80,15 @@ def test_tensor_parallel_training_equals_one_process(dist: Any) -> None:
 
 
 def test_the_backend_is_registered_and_refuses_what_it_does_not_run(dist: Any) -> None:
-    import mixle_spark.parallel.training.torch_training  # noqa: F401  (registers torch_native)
     from mixle_spark.parallel.training.contracts import UnsupportedParallelismError
 
     backend = get_training_backend("torch_native")
     world = dist.get_world_size()
     with pytest.raises(UnsupportedParallelismError, match="pp=2"):
         backend.prepare(make_module(), plan=ParallelPlan(pp=2), loss_fn=squared_error)
-    with pytest.raises(ValueError, match=f"requires world_size={world + 1}, but the process group has world_size={world}"):
+    with pytest.raises(
+        ValueError, match=f"requires world_size={world + 1}, but the process group has world_size={world}"
+    ):
         backend.prepare(make_module(), plan=ParallelPlan(dp_replicate=world + 1), loss_fn=squared_error)
-    with pytest.raises(ValueError, match="plan.tp=.* needs tp_plan"):
+    with pytest.raises(ValueError, match=r"plan\.tp=.* needs tp_plan"):
         backend.prepare(make_module(), plan=ParallelPlan(tp=world), loss_fn=squared_error)

@@ -124,6 +124,10 @@ def _violations(rule: str) -> list[str]:
                 if _within(target, ("mixle_spark.parallel",)) and not _within(target, DRIVER_REACHES):
                     if target not in ("mixle_spark.parallel", BACKENDS):  # the packages, for a submodule
                         bad.append(f"{module} -> {target}")
+            elif rule == "torch" and _within(target, ("torch", "lightning", "megatron")):
+                home = _within(module, ("mixle_spark.parallel.training", f"{BACKENDS}.torchrun"))
+                if not (home or module == "mixle_spark.parallel.planning._devices"):  # accelerator discovery
+                    bad.append(f"{module} -> {target}")
             elif rule == "pyspark" and _within(target, ("pyspark",)):
                 allowed = ("spark", "_spark_common", "_spark_executors", "_spark_fused", "_spark_resident")
                 allowed += ("_resident_wire",)
@@ -146,7 +150,7 @@ def test_the_source_tree_is_read() -> None:
 
 @pytest.mark.parametrize(
     "rule",
-    ["stats", "backend-backend", "driver-contract", "planning", "parallel-driver", "pyspark"],
+    ["stats", "backend-backend", "driver-contract", "planning", "parallel-driver", "pyspark", "torch"],
     ids=[
         "stats imports neither parallel, the EM driver, ml, io nor Spark",
         "a backend never imports another backend",
@@ -154,6 +158,7 @@ def test_the_source_tree_is_read() -> None:
         "planning imports no backend (backends read plans, not the other way round)",
         "nothing under parallel imports the EM driver, estimation or the jobs",
         "pyspark is imported only by the spark backend, ml, io and the jobs",
+        "torch, lightning and megatron are imported only by the training package and the torchrun backend",
     ],
 )
 def test_no_forbidden_import(rule: str) -> None:
@@ -170,6 +175,8 @@ def test_the_rules_catch_a_forbidden_import() -> None:
         "mixle_spark.stats.poisson": {"pyspark.sql"},
         f"{BACKENDS}.dask": {f"{BACKENDS}.ray"},
         "mixle_spark.em._run": {f"{BACKENDS}._handle", f"{BACKENDS}.contract"},
+        "mixle_spark.em.minibatch": {"torch.distributed"},
+        "mixle_spark.parallel.training.torch_training": {"torch.distributed"},
     }
     saved = {m: set(SOURCES[m]) for m in planted}
     try:
@@ -186,6 +193,7 @@ def test_the_rules_catch_a_forbidden_import() -> None:
         assert _violations("driver-contract") == [f"mixle_spark.em._run -> {BACKENDS}._handle"]
         assert _violations("parallel-driver") == [f"{BACKENDS}.mpi -> mixle_spark.estimation"]
         assert _violations("planning") == [f"mixle_spark.parallel.planning.planner -> {BACKENDS}.spark"]
+        assert _violations("torch") == ["mixle_spark.em.minibatch -> torch.distributed"]
     finally:
         SOURCES.update(saved)
 
@@ -337,8 +345,8 @@ def test_handles_are_checked_by_isinstance_against_the_protocols() -> None:
 def test_a_fit_loads_no_planning_or_training_code() -> None:
     """Backends are registered by name and imported on first use, and ``mixle_spark.parallel``
     resolves its names lazily: a fit, threaded or not (and the Spark backend, the job, the ML wrapper)
-    loads none of the planning or training modules; every public name still resolves, to the module it
-    comes from."""
+    loads none of the planning or training modules, nor torch, lightning or megatron; every public name
+    still resolves, to the module it comes from."""
     import subprocess
     import sys
 
@@ -352,6 +360,7 @@ x = list(np.random.default_rng(0).normal(size=300))
 optimize(x, MixtureEstimator([GaussianEstimator()] * 2), max_its=2, delta=None)
 optimize(x, MixtureEstimator([GaussianEstimator()] * 3), max_its=2, delta=None, backend="model_parallel")
 advisory = ("mixle_spark.parallel.planning", "mixle_spark.parallel.training")
+advisory += ("torch", "lightning", "megatron")
 print(sorted(m for m in sys.modules if m.startswith(advisory)))
 import importlib
 import mixle_spark.parallel as p

@@ -583,10 +583,19 @@ def clean_registry() -> Iterator[None]:
     contracts._RESOLVED.update(resolved)
 
 
-def test_no_torch_or_megatron_backend_is_registered_by_importing_the_package() -> None:
-    import mixle_spark.parallel  # noqa: F401
+def test_the_torch_and_megatron_backends_are_registered_lazily_without_importing_torch() -> None:
+    import subprocess
+    import sys
 
-    assert not {"torch_native", "megatron"} & set(available_training_backends())
+    script = (
+        "import sys\n"
+        "from mixle_spark.parallel import available_training_backends\n"
+        "print(available_training_backends())\n"
+        "print(sorted(m for m in ('torch', 'lightning', 'megatron') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["('megatron', 'torch_native')", "[]"]
 
 
 @pytest.mark.usefixtures("clean_registry")

@@ -19,7 +19,7 @@ _EXTRAS = {
 
 
 def require(module: str, *, extra: str, what: str) -> Any:
-    """Import ``module``, or raise ImportError: ``{what} needs {requirement}: pip install 'mixle-spark[{extra}]'``."""
+    """Import ``module``, or raise a one-line ImportError naming what needs it and the extra to install."""
     try:
         return importlib.import_module(module)
     except ImportError as err:
@@ -32,7 +32,9 @@ def require_torch(what: str) -> Any:
     torch = require("torch", extra="torch", what=what)
     major, minor = (int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
     if (major, minor) < (2, 4):
-        raise ImportError(f"{what} needs torch>=2.4 (found {torch.__version__}): pip install -U 'mixle-spark[torch]'")
+        raise ImportError(
+            f"{what} needs torch>=2.4 (found {torch.__version__}): pip install -U 'mixle-spark[torch]'"
+        )
     return torch
 
 

@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 from collections.abc import Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,7 +164,9 @@ def verify_generation(path: Any) -> dict[str, Any]:
     except (OSError, ValueError) as err:
         raise CheckpointIntegrityError(f"checkpoint {str(path)!r}: unreadable {MANIFEST} ({err})") from err
     if manifest.get("format") != _FORMAT:
-        raise CheckpointIntegrityError(f"checkpoint {str(path)!r}: {MANIFEST} is not a mixle-spark checkpoint manifest")
+        raise CheckpointIntegrityError(
+            f"checkpoint {str(path)!r}: {MANIFEST} is not a mixle-spark checkpoint manifest"
+        )
     for name, (size, digest) in sorted(manifest["files"].items()):
         file = path / name
         if not file.is_file() or file.is_symlink():
@@ -199,7 +200,9 @@ def _stage(root: Path, step: int, rank: int) -> Path:
     if rank == 0:
         if staging.exists() or staging.is_symlink():
             if not _ours(staging):
-                raise FileExistsError(f"{str(staging)!r} exists and was not written by this module; not touching it")
+                raise FileExistsError(
+                    f"{str(staging)!r} exists and was not written by this module; not touching it"
+                )
             shutil.rmtree(staging)
         staging.mkdir()
         (staging / ".mixle-staging").write_text(json.dumps({"format": _FORMAT, "step": step}))
@@ -271,8 +274,8 @@ def save_training_state(
 
 
 def _plan_dict(session: Any) -> Any:
-    plan = getattr(session, "plan", None)
-    return plan.as_dict() if hasattr(plan, "as_dict") else None
+    as_dict = getattr(getattr(session, "plan", None), "as_dict", None)
+    return as_dict() if callable(as_dict) else None
 
 
 def load_training_state(
@@ -301,7 +304,8 @@ def load_training_state(
     if saved_world != world and not allow_world_size_change:
         raise ValueError(
             f"checkpoint {str(path)!r} was written by {saved_world} ranks, this job has {world}; pass "
-            "allow_world_size_change=True to reshard the model and optimizer and remap the ranks' sidecar state yourself"
+            "allow_world_size_change=True to reshard the model and optimizer and remap the ranks' sidecar "
+            "state yourself"
         )
     state = _state_of(session)
     dcp.load(state, checkpoint_id=str(path))
@@ -341,7 +345,7 @@ class AsyncTrainingCheckpoint:
     def __init__(self, root: Any, *, keep: int | None = 3) -> None:
         _check_step(0, keep)
         self.root, self.keep = root, keep
-        self._pending: tuple[Future[Any], Path, int, Any] | None = None
+        self._pending: tuple[Any, Path, int, Any] | None = None  # (the write's future, staging, step, plan)
         dist = _dist()
         # The background write synchronises ranks while training's collectives run on the default
         # group: it gets a group of its own (collective: every rank constructs its checkpointer).
@@ -356,7 +360,9 @@ class AsyncTrainingCheckpoint:
         path = _real_dir(self.root, create=True)
         staging = _stage(path, step, rank)
         _barrier()
-        future = dcp.async_save(_cloned(_state_of(session)), checkpoint_id=str(staging), process_group=self._group)
+        future = dcp.async_save(
+            _cloned(_state_of(session)), checkpoint_id=str(staging), process_group=self._group
+        )
         _write_sidecar(staging, rank, world, step, extra)
         self._pending = (future, staging, step, _plan_dict(session))
 

@@ -121,9 +121,13 @@ class ShardedBatches:
         """Continue from ``state`` (same seed; the rank's share follows this loader's rank and world)."""
         state = state if isinstance(state, LoaderState) else LoaderState(**state)
         if state.seed != self.seed:
-            raise ValueError(f"loader state has seed {state.seed}, this loader {self.seed}: a different data order")
+            raise ValueError(
+                f"loader state has seed {state.seed}, this loader {self.seed}: a different data order"
+            )
         if not 0 <= state.batch_idx < self.batches_per_epoch:
-            raise ValueError(f"loader state batch_idx={state.batch_idx} is outside [0, {self.batches_per_epoch})")
+            raise ValueError(
+                f"loader state batch_idx={state.batch_idx} is outside [0, {self.batches_per_epoch})"
+            )
         self.epoch, self.batch_idx, self._order = state.epoch, state.batch_idx, None
 
 

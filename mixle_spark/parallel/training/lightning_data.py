@@ -8,13 +8,13 @@ partition the data, with no row repeated or dropped (unlike a padding ``Distribu
 a batch holds the same rows whatever the number of ranks. (Give a ``Trainer`` that uses the module
 ``use_distributed_sampler=False``: the ranks are already split.)
 
-:func:`minibatch_em` runs stepwise (online) EM over the same global mini-batches with the
-incremental-update machinery of :func:`mixle_spark.em.incremental.update` (``method="stepwise"``,
-Cappe & Moulines): the first mini-batch is fitted from scratch (statistics kept), each later one
-moves the kept statistics towards its own by ``(k + 2) ** -alpha``. Under ``torchrun`` each global
-mini-batch goes through the ``torchrun`` backend: each rank runs the E-step of its contiguous share
-and the backend's reduction combines the statistics, so every rank gets the same model, equal to
-one process running the same mini-batches.
+:func:`mixle_spark.em.minibatch.minibatch_em` runs stepwise (online) EM over the same global
+mini-batches with the incremental-update machinery of :func:`mixle_spark.em.incremental.update`
+(``method="stepwise"``, Cappe & Moulines): the first mini-batch is fitted from scratch (statistics
+kept), each later one moves the kept statistics towards its own by ``(k + 2) ** -alpha``. Under
+``torchrun`` each global mini-batch goes through the ``torchrun`` backend: each rank runs the E-step
+of its contiguous share and the backend's reduction combines the statistics, so every rank gets the
+same model, equal to one process running the same mini-batches.
 
 Needs ``lightning`` and ``torch`` (the ``lightning`` extra), imported when a module is built.
 """
@@ -28,9 +28,8 @@ import numpy as np
 
 from mixle_spark.errors import describe_value
 from mixle_spark.parallel.training._optional import require, require_torch
-from mixle_spark.stats.base import Distribution, Estimator
 
-__all__ = ["encoded_datamodule", "global_batch_rows", "minibatch_em", "take_rows"]
+__all__ = ["encoded_datamodule", "global_batch_rows", "take_rows"]
 
 _WHAT = "lightning_data"
 
@@ -46,7 +45,8 @@ def take_rows(data: Any, rows: np.ndarray) -> Any:
     if isinstance(data, (list, tuple)):
         return [data[int(i)] for i in rows]
     raise TypeError(
-        f"data must be a numpy array, a pandas DataFrame, a pyarrow Table or a list of rows, got {describe_value(data)}"
+        "data must be a numpy array, a pandas DataFrame, a pyarrow Table or a list of rows, got "
+        f"{describe_value(data)}"
     )
 
 
@@ -84,8 +84,8 @@ def encoded_datamodule(
     n = _length(data)
     if n < 1:
         raise ValueError("data has no rows")
-    batch_size = max(1, n // 10) if batch_size is None else batch_size
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    size: int = max(1, n // 10) if batch_size is None else batch_size
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {describe_value(batch_size)}")
     rank, world = _rank_world(rank, world_size)
     if not 0 <= rank < world:
@@ -98,18 +98,18 @@ def encoded_datamodule(
             self.epoch = 0
 
         def __iter__(self) -> Iterator[list[int]]:
-            for rows in global_batch_rows(n, batch_size, seed, self.epoch):
+            for rows in global_batch_rows(n, size, seed, self.epoch):
                 yield rows[rank::world].tolist()
 
         def __len__(self) -> int:
-            return -(-n // batch_size)
+            return -(-n // size)
 
     class EncodedDataModule(lightning.LightningDataModule):  # type: ignore[misc, name-defined]
         """Per global mini-batch, this rank's rows of ``data``."""
 
         def __init__(self) -> None:
             super().__init__()
-            self.data, self.batch_size, self.seed = data, batch_size, seed
+            self.data, self.batch_size, self.seed = data, size, seed
             self.rank, self.world_size, self.rows = rank, world, n
             self.sampler = _RankBatches()
 
@@ -121,7 +121,9 @@ def encoded_datamodule(
             return torch.utils.data.DataLoader(
                 indices,
                 batch_sampler=self.sampler,
-                collate_fn=lambda items: take_rows(data, np.asarray([int(i[0]) for i in items], dtype=np.int64)),
+                collate_fn=lambda items: take_rows(
+                    data, np.asarray([int(i[0]) for i in items], dtype=np.int64)
+                ),
             )
 
         def minibatches(self, epoch: int) -> Iterator[Any]:
@@ -131,53 +133,7 @@ def encoded_datamodule(
 
         def global_minibatches(self, epoch: int) -> Iterator[Any]:
             """The rows of each global mini-batch of ``epoch`` (every rank's)."""
-            for rows in global_batch_rows(n, batch_size, seed, epoch):
+            for rows in global_batch_rows(n, size, seed, epoch):
                 yield take_rows(data, rows)
 
     return EncodedDataModule()
-
-
-def minibatch_em(
-    datamodule: Any,
-    estimator: Estimator,
-    *,
-    epochs: int = 5,
-    alpha: float = 0.7,
-    model: Distribution | None = None,
-    seed: int | None = 0,
-    distributed: bool | None = None,
-    **update_options: Any,
-) -> Distribution:
-    """Stepwise EM over ``datamodule``'s mini-batches for ``epochs``; the final model (with statistics).
-
-    ``model`` (fitted with ``keep_statistics=True``) continues instead of a fit of the first batch.
-    ``distributed`` (default: whether the module has more than one rank) reads each rank's rows
-    through the ``torchrun`` backend. ``update_options`` go to :func:`~mixle_spark.em.incremental.update`.
-    """
-    from mixle_spark.em.incremental import update
-    from mixle_spark.estimation import optimize
-
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be an integer >= 1, got {describe_value(epochs)}")
-    distributed = datamodule.world_size > 1 if distributed is None else distributed
-
-    def rows_of(batch: Any) -> Any:
-        if not distributed:
-            return batch
-        from mixle_spark.parallel.backends.torchrun import TorchRunEncodedData
-
-        return TorchRunEncodedData(batch, estimator)  # each rank E-steps its contiguous share
-
-    for epoch in range(epochs):
-        for batch in datamodule.global_minibatches(epoch):
-            data = rows_of(batch)
-            try:
-                if model is None:
-                    model = optimize(data, estimator, keep_statistics=True, seed=seed, print_iter=0)
-                else:
-                    model = update(model, data, method="stepwise", alpha=alpha, **update_options)
-            finally:
-                if data is not batch:
-                    data.close()
-    assert model is not None
-    return model

@@ -12,7 +12,8 @@ through a :class:`~mixle_spark.parallel.training.torch_training.TorchDistributed
   equals one process training on the union of those batches.
 
 Only data parallelism runs here (a ``dp_replicate`` or ``dp_shard`` plan); tensor, pipeline and
-context parallelism are refused (:class:`~mixle_spark.parallel.training.contracts.UnsupportedParallelismError`).
+context parallelism are refused
+(:class:`~mixle_spark.parallel.training.contracts.UnsupportedParallelismError`).
 """
 
 from __future__ import annotations
@@ -93,7 +94,9 @@ class ShardedTensorData:
     ) -> None:
         torch = require_torch(_WHAT)
         if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
-            raise TypeError(f"tensors must be a non-empty sequence of torch tensors, got {describe_value(tensors)}")
+            raise TypeError(
+                f"tensors must be a non-empty sequence of torch tensors, got {describe_value(tensors)}"
+            )
         rows = {int(t.shape[0]) for t in tensors}
         if len(rows) != 1:
             raise ValueError(f"tensors must share their first dimension, got lengths {sorted(rows)}")
@@ -112,13 +115,18 @@ class ShardedTensorData:
             tensors = [t[start:stop] for t in tensors]
             shard_sizes = [b - a for a, b in bounds]
         if shard_sizes is None:
-            raise ValueError("shard_sizes (every rank's shard size, in rank order) is required unless shard_by_rank=True")
+            raise ValueError(
+                "shard_sizes (every rank's shard size, in rank order) is required unless shard_by_rank=True"
+            )
         self.shard_sizes = tuple(int(s) for s in shard_sizes)
         if len(self.shard_sizes) != self.world_size:
-            raise ValueError(f"shard_sizes has {len(self.shard_sizes)} entries for world_size={self.world_size}")
+            raise ValueError(
+                f"shard_sizes has {len(self.shard_sizes)} entries for world_size={self.world_size}"
+            )
         if self.shard_sizes[self.rank] != int(tensors[0].shape[0]):
             raise ValueError(
-                f"rank {self.rank}'s shard has {int(tensors[0].shape[0])} rows, shard_sizes says {self.shard_sizes[self.rank]}"
+                f"rank {self.rank}'s shard has {int(tensors[0].shape[0])} rows, shard_sizes says "
+                f"{self.shard_sizes[self.rank]}"
             )
         empty = [r for r, size in enumerate(self.shard_sizes) if size < 1]
         if empty:
@@ -148,13 +156,17 @@ class ShardedTensorData:
         torch = require_torch(_WHAT)
         n = self.shard_sizes[self.rank]
         order = (
-            np.random.default_rng([self.seed, self.rank, epoch]).permutation(n) if self.shuffle else np.arange(n)
+            np.random.default_rng([self.seed, self.rank, epoch]).permutation(n)
+            if self.shuffle
+            else np.arange(n)
         )
         out = []
         for step in range(self.steps_per_epoch):
             rows = order[step * self.batch_size : (step + 1) * self.batch_size]
             real = len(rows)
-            index = torch.as_tensor(np.concatenate([rows, np.zeros(self.batch_size - real, dtype=rows.dtype)]))
+            index = torch.as_tensor(
+                np.concatenate([rows, np.zeros(self.batch_size - real, dtype=rows.dtype)])
+            )
             weights = torch.zeros(self.batch_size, dtype=torch.float64)
             weights[:real] = 1.0
             out.append(([t[index] for t in self.tensors], weights, real))
@@ -174,10 +186,13 @@ class ShardedTensorData:
         """
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs must be an integer >= 1, got {describe_value(epochs)}")
-        beyond = [a for a in session.plan.active_axes if a not in (ParallelAxis.DP_REPLICATE, ParallelAxis.DP_SHARD)]
+        beyond = [
+            a for a in session.plan.active_axes if a not in (ParallelAxis.DP_REPLICATE, ParallelAxis.DP_SHARD)
+        ]
         if beyond:
             raise UnsupportedParallelismError(
-                f"torch_neural trains data-parallel only; the plan asks for {', '.join(a.value for a in beyond)}",
+                "torch_neural trains data-parallel only; the plan asks for "
+                + ", ".join(a.value for a in beyond),
                 beyond,
             )
         if session.world_size != self.world_size:
@@ -193,7 +208,9 @@ class ShardedTensorData:
         try:
             for epoch in range(epochs):
                 for step, (tensors, weights, real) in enumerate(self.batches(epoch)):
-                    receipt = session.step((tensors, weights), examples=real, global_examples=sum(self.real_rows(step)))
+                    receipt = session.step(
+                        (tensors, weights), examples=real, global_examples=sum(self.real_rows(step))
+                    )
                     receipts.append(receipt)
                     if on_step is not None:
                         on_step(receipt)

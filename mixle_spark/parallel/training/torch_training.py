@@ -19,10 +19,8 @@ and its receipt says so.
 
 >>> from mixle_spark.parallel.training.contracts import ParallelPlan
 >>> TORCH_NATIVE.validate(ParallelPlan(dp_shard=2, tp=2))
->>> TORCH_NATIVE.validate(ParallelPlan(pp=2))
-Traceback (most recent call last):
-...
-mixle_spark.parallel.training.contracts.UnsupportedParallelismError: torch_native does not execute requested parallel axes: pp=2; it executes: dp_replicate, dp_shard, tp
+>>> TORCH_NATIVE.unsupported_axes(ParallelPlan(pp=2, cp=2))
+(<ParallelAxis.PP: 'pp'>, <ParallelAxis.CP: 'cp'>)
 """
 
 from __future__ import annotations
@@ -42,7 +40,6 @@ from mixle_spark.parallel.training.contracts import (
     BackendCapabilities,
     ParallelAxis,
     ParallelPlan,
-    register_training_backend,
 )
 
 __all__ = [
@@ -112,7 +109,9 @@ def _split(batch: Any, parts: int) -> list[Any]:
     if isinstance(batch, (list, tuple)):
         columns = [_split(v, parts) for v in batch]
         return [type(batch)(c[i] for c in columns) for i in range(parts)]
-    raise TypeError(f"a batch must be a tensor, or a sequence or mapping of tensors; got {describe_value(batch)}")
+    raise TypeError(
+        f"a batch must be a tensor, or a sequence or mapping of tensors; got {describe_value(batch)}"
+    )
 
 
 def _full(value: Any) -> Any:
@@ -219,7 +218,8 @@ class TorchDistributedSession:
                 losses = self.loss_fn(self.module, piece)
                 if losses.dim() != 1:
                     raise ValueError(
-                        f"loss_fn must return one loss per example (a 1-D tensor), got shape {tuple(losses.shape)}"
+                        "loss_fn must return one loss per example (a 1-D tensor), got shape "
+                        f"{tuple(losses.shape)}"
                     )
                 total = losses.float().sum()
                 (total * self.plan.data_parallel_size).backward()
@@ -241,9 +241,9 @@ class TorchDistributedSession:
         assert receipt is not None
         return receipt
 
-    def _global(self) -> tuple[float, int, int | None]:
+    def _global(self) -> tuple[float, int, int]:
         """(global loss sum, global examples, collective bytes) over the data-parallel ranks."""
-        loss_sum, examples = self._sums
+        loss_sum, examples = float(self._sums[0]), int(self._sums[1])
         if self._global_examples is not None:
             return loss_sum, self._global_examples, 0
         if self._dist is None:
@@ -397,9 +397,14 @@ class TorchDistributedBackend:
             raise TypeError(f"plan must be a ParallelPlan, got {describe_value(plan)}")
         self.capabilities.validate(plan, precision=precision)
         if not callable(loss_fn):
-            raise TypeError(f"loss_fn must be callable (module, batch) -> per-example losses, got {describe_value(loss_fn)}")
+            raise TypeError(
+                "loss_fn must be callable (module, batch) -> per-example losses, got "
+                f"{describe_value(loss_fn)}"
+            )
         if isinstance(optimizer, str) and optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)} or a callable, got {optimizer!r}")
+            raise ValueError(
+                f"optimizer must be one of {', '.join(OPTIMIZERS)} or a callable, got {optimizer!r}"
+            )
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
             raise ValueError(f"lr must be a positive number, got {describe_value(lr)}")
         if max_grad_norm is not None and not max_grad_norm > 0:
@@ -426,7 +431,9 @@ class TorchDistributedBackend:
         if callable(optimizer):
             built, name = optimizer(params), type(optimizer).__name__.lower()
         else:
-            factory = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[optimizer]
+            factory = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[
+                optimizer
+            ]
             built, name = factory(params, lr=lr), optimizer
         return TorchDistributedSession(
             module,
@@ -444,7 +451,9 @@ class TorchDistributedBackend:
         )
 
     @staticmethod
-    def _wrap(module: Any, plan: ParallelPlan, tp_plan: Mapping[str, str], device_type: str) -> tuple[Any, str]:
+    def _wrap(
+        module: Any, plan: ParallelPlan, tp_plan: Mapping[str, str], device_type: str
+    ) -> tuple[Any, str]:
         from torch.distributed.device_mesh import init_device_mesh
 
         names, shape = plan.mesh
@@ -467,7 +476,9 @@ class TorchDistributedBackend:
         return module, "tp"
 
 
-def describe_parameter_layouts(module: Any, plan: ParallelPlan, *, sharded: bool | None = None) -> tuple[ParameterLayout, ...]:
+def describe_parameter_layouts(
+    module: Any, plan: ParallelPlan, *, sharded: bool | None = None
+) -> tuple[ParameterLayout, ...]:
     """One :class:`ParameterLayout` per parameter of ``module`` under ``plan``.
 
     Placements: ``dp_shard`` shards dim 0 (FSDP2), ``dp_replicate`` replicates; the optimizer state
@@ -499,6 +510,3 @@ def describe_parameter_layouts(module: Any, plan: ParallelPlan, *, sharded: bool
             )
         )
     return tuple(layouts)
-
-
-register_training_backend("torch_native", TorchDistributedBackend)

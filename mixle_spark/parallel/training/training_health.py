@@ -51,8 +51,14 @@ class RollingBaseline:
     def __init__(self, window: int = 50, min_samples: int = 8) -> None:
         if isinstance(window, bool) or not isinstance(window, int) or window < 2:
             raise ValueError(f"window must be an integer >= 2, got {describe_value(window)}")
-        if isinstance(min_samples, bool) or not isinstance(min_samples, int) or not 2 <= min_samples <= window:
-            raise ValueError(f"min_samples must be an integer in [2, window={window}], got {describe_value(min_samples)}")
+        if (
+            isinstance(min_samples, bool)
+            or not isinstance(min_samples, int)
+            or not 2 <= min_samples <= window
+        ):
+            raise ValueError(
+                f"min_samples must be an integer in [2, window={window}], got {describe_value(min_samples)}"
+            )
         self.values: deque[float] = deque(maxlen=window)
         self.min_samples = min_samples
 
