@@ -1,6 +1,7 @@
-"""The torchrun backend over a thread-simulated ``torch.distributed`` (torch itself is optional and
-not installed in CI: its PyPI wheels need several GB of CUDA libraries). Ranks run as threads; every
-object crosses a pickle round trip as it would between processes."""
+"""The torchrun backend over a thread-simulated ``torch.distributed``: these run without torch (an
+optional extra). Ranks run as threads; every object crosses a pickle round trip as it would between
+processes. The same cases on a real gloo process group are in ``tests/torchrun`` (``make
+test-torchrun`` runs them under torchrun with 2 and 3 processes)."""
 
 from __future__ import annotations
 
@@ -169,7 +170,7 @@ def test_the_entry_point_under_real_torchrun(tmp_path: Any) -> None:
     spec = {"estimator": {"type": "mixture", "k": 2, "component": {"type": "gaussian"}}}
     (tmp_path / "spec.json").write_text(__import__("json").dumps(spec))
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
         "mixle_spark.cli.fit", "--backend", "torchrun", "--input", str(tmp_path / "x.parquet"),
         "--model", str(tmp_path / "spec.json"), "--output", str(tmp_path / "out"), "--seed", "1",
     ]  # fmt: skip
