@@ -14,7 +14,6 @@ __all__ = ["require", "require_torch", "require_torch_distributed"]
 _EXTRAS = {
     "torch": ("torch", "torch>=2.4"),
     "lightning": ("lightning", "lightning>=2.2"),
-    "megatron": ("megatron", "megatron-core, CUDA and NCCL"),
 }
 
 

@@ -14,6 +14,10 @@ overwritten, and pruning (``keep``) removes only generation directories this mod
 directory, not a symlink, with our manifest). :func:`load_training_state` verifies every file
 against the manifest first and refuses a generation that is incomplete or altered, naming the file.
 
+The manifest proves a generation is whole and unchanged since it was written, not who wrote it: DCP
+files hold pickled objects, so load only checkpoints your own jobs wrote, from a directory only they
+can write.
+
 A change of world size is refused unless ``allow_world_size_change=True``: DCP reshards the model
 and optimizer, but each rank's sidecar (say, its loader position) belongs to the old layout, so the
 caller then gets every old rank's sidecar and decides.
@@ -32,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from mixle_spark.errors import MixleError, describe_value
-from mixle_spark.parallel.training._optional import require_torch, require_torch_distributed
+from mixle_spark.parallel.training._optional import require, require_torch, require_torch_distributed
 
 __all__ = [
     "AsyncTrainingCheckpoint",
@@ -68,6 +72,12 @@ class LoadedCheckpoint:
     world_size: int
     extra: Any
     all_extra: tuple[Any, ...]
+
+
+def _dcp() -> Any:
+    """``torch.distributed.checkpoint``, or the one-line refusal naming the ``torch`` extra."""
+    require_torch_distributed(_WHAT)
+    return require("torch.distributed.checkpoint", extra="torch", what=_WHAT)
 
 
 def _dist() -> Any:
@@ -256,7 +266,7 @@ def save_training_state(
     Collective: every rank calls it with the same ``step``. ``extra`` is this rank's JSON-ready
     sidecar state (a loader position, counters). Returns the published generation's path.
     """
-    import torch.distributed.checkpoint as dcp
+    dcp = _dcp()
 
     _check_step(step, keep)
     rank, world = _rank_world()
@@ -290,7 +300,7 @@ def load_training_state(
 
     Every rank verifies the generation against its manifest before anything is read.
     """
-    import torch.distributed.checkpoint as dcp
+    dcp = _dcp()
 
     rank, world = _rank_world()
     if generation is None:
@@ -352,7 +362,7 @@ class AsyncTrainingCheckpoint:
         self._group = dist.new_group(backend="gloo") if dist is not None else None
 
     def save(self, session: Any, *, step: int, extra: Any = None) -> None:
-        import torch.distributed.checkpoint as dcp
+        dcp = _dcp()
 
         _check_step(step, self.keep)
         self.wait()

@@ -55,14 +55,16 @@ def covariate_tensors(table: Any, covariates: Sequence[str], target: str) -> tup
     arrays = {}
     for name in [*covariates, target]:
         column = table[name]
-        values = column.to_numpy(zero_copy_only=False) if hasattr(column, "to_numpy") else np.asarray(column)
+        values = column.to_numpy() if hasattr(column, "to_numpy") else np.asarray(column)
         try:
             arr = np.asarray(values, dtype=np.float64)
         except (TypeError, ValueError) as err:
             raise ValueError(f"column {name!r} must be numeric, got values such as {values[:3]!r}") from err
         bad = np.flatnonzero(~np.isfinite(arr))
         if bad.size:
-            raise ValueError(f"column {name!r} row {int(bad[0])}: {arr[bad[0]]!r} (expected a finite number)")
+            raise ValueError(
+                f"column {name!r} row {int(bad[0])}: {float(arr[bad[0]])!r} (expected a finite number)"
+            )
         arrays[name] = arr
     x = np.column_stack([arrays[c] for c in covariates]) if covariates else np.zeros((len(arrays[target]), 0))
     return torch.as_tensor(x), torch.as_tensor(arrays[target])
