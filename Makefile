@@ -43,9 +43,10 @@ test-mpi: $(STAMP) ## Run the MPI backend's SPMD tests under mpiexec with 2 and 
 	OMP_NUM_THREADS=1 timeout 600 $(MPIEXEC) -n 2 $(MPI_PYTEST)
 	OMP_NUM_THREADS=1 timeout 600 $(MPIEXEC) -n 3 $(MPI_PYTEST)
 
-test-torchrun: $(TEST_STAMP) ## Run the torchrun backend's and the training modules' tests under torchrun (gloo), 2 and 3 processes
+test-torchrun: $(TEST_STAMP) ## Run the torchrun backend's and the training modules' tests under torchrun (gloo), 2 and 3 processes (and 4 for 2-D meshes)
 	$(TORCHRUN) --nproc-per-node 2 $(TORCHRUN_PYTEST)
 	$(TORCHRUN) --nproc-per-node 3 $(TORCHRUN_PYTEST)
+	$(TORCHRUN) --nproc-per-node 4 -m pytest tests/torchrun/test_hybrid_meshes.py -m torchrun -q -p no:cacheprovider
 
 test-fast: $(TEST_STAMP) ## Run the tests not marked slow
 	$(PY) -m pytest -q -m "not slow"
