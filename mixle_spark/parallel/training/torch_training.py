@@ -209,6 +209,7 @@ class TorchDistributedSession:
         when every rank knows it, saves the one accounting collective of the commit (the receipt's
         loss is then this rank's). Returns the :class:`StepReceipt` of the commit, else None.
         """
+        torch = require_torch(_WHAT)
         last_call = self._pending + 1 >= self.plan.gradient_accumulation_steps
         pieces = _split(batch, self.plan.microbatches)
         counted = 0
@@ -221,7 +222,7 @@ class TorchDistributedSession:
                         "loss_fn must return one loss per example (a 1-D tensor), got shape "
                         f"{tuple(losses.shape)}"
                     )
-                total = losses.float().sum()
+                total = losses.sum(dtype=torch.float64)  # float64 accounting, whatever the losses' dtype
                 (total * self.plan.data_parallel_size).backward()
             self._sums[0] += float(total.detach())
             counted += int(losses.shape[0])
