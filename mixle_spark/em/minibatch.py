@@ -34,8 +34,9 @@ def minibatch_em(
     """Stepwise EM over ``datamodule``'s mini-batches for ``epochs``; the final model (with statistics).
 
     ``model`` (fitted with ``keep_statistics=True``) continues instead of a fit of the first batch.
-    ``distributed`` (default: whether the module has more than one rank) reads each rank's rows
-    through the ``torchrun`` backend. ``update_options`` go to :func:`~mixle_spark.em.incremental.update`.
+    ``distributed`` (default: whether the module has more than one rank) passes each global
+    mini-batch through the ``torchrun`` backend, where each rank runs the E-step of its share.
+    ``update_options`` go to :func:`~mixle_spark.em.incremental.update`.
     """
     from mixle_spark.estimation import optimize
 

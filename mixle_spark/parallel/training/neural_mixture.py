@@ -72,7 +72,8 @@ def covariate_tensors(table: Any, covariates: Sequence[str], target: str) -> tup
 
 @dataclass
 class MixtureOfExpertsFit:
-    """What :meth:`MixtureOfExperts.fit` did: log-likelihood per iteration (global, per row), receipts."""
+    """What :meth:`MixtureOfExperts.fit` did: the mean log-likelihood per iteration over every rank's
+    rows (before that iteration's M-step), the iterations run, whether it converged, the row count."""
 
     log_likelihood: list[float] = field(default_factory=list)
     iterations: int = 0
