@@ -242,7 +242,7 @@ def test_nulls_inside_vectors_are_missing_and_infinities_are_refused() -> None:
 
 def breadth_case(seed: int = 6) -> tuple[pa.Table, MixtureEstimator]:
     """Missing coordinates, a tied covariance form and partial labels in one fit: what the engine
-    backends' tests (dask, ray) compare with the local fit."""
+    backends' tests (dask, ray, mpi) compare with the local fit."""
     rng = np.random.default_rng(seed)
     cov = np.array([[1.0, 0.5, 0.0], [0.5, 2.0, -0.3], [0.0, -0.3, 0.7]])
     x = np.concatenate([rng.multivariate_normal(m, cov, 300) for m in ([0, 0, 0], [3, -2, 1], [-3, 2, 0])])

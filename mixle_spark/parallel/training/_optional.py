@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["require", "require_torch", "require_torch_distributed"]
+__all__ = ["group_rank_world", "require", "require_torch", "require_torch_distributed"]
 
 _EXTRAS = {
     "torch": ("torch", "torch>=2.4"),
@@ -41,3 +41,11 @@ def require_torch_distributed(what: str) -> Any:
     """``torch.distributed`` (after :func:`require_torch`)."""
     require_torch(what)
     return require("torch.distributed", extra="torch", what=what)
+
+
+def group_rank_world(what: str) -> tuple[int, int]:
+    """This process's rank and the world size of the default process group; ``(0, 1)`` without one."""
+    dist = require_torch_distributed(what)
+    if dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank()), int(dist.get_world_size())
+    return 0, 1

@@ -35,8 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mixle_spark.errors import MixleError, describe_value
-from mixle_spark.parallel.training._optional import require, require_torch, require_torch_distributed
+from mixle_spark.errors import MixleError
+from mixle_spark.parallel.training._optional import (
+    group_rank_world,
+    require,
+    require_torch,
+    require_torch_distributed,
+)
+from mixle_spark.parallel.training._records import exact_int
 
 __all__ = [
     "AsyncTrainingCheckpoint",
@@ -86,8 +92,7 @@ def _dist() -> Any:
 
 
 def _rank_world() -> tuple[int, int]:
-    dist = _dist()
-    return (int(dist.get_rank()), int(dist.get_world_size())) if dist is not None else (0, 1)
+    return group_rank_world(_WHAT)
 
 
 def _barrier() -> None:
@@ -252,10 +257,9 @@ def _publish(root: Path, staging: Path, step: int, world: int, plan: Any, keep: 
 
 
 def _check_step(step: Any, keep: Any) -> None:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be an integer >= 0, got {describe_value(step)}")
-    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
-        raise ValueError(f"keep must be an integer >= 1 or None, got {describe_value(keep)}")
+    exact_int("step", step, 0)
+    if keep is not None:
+        exact_int("keep", keep, 1, "an exact integer >= 1 or None")
 
 
 def save_training_state(

@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.errors import describe_value
-from mixle_spark.parallel.training._records import StepReceipt
+from mixle_spark.parallel.training._records import StepReceipt, exact_int
 from mixle_spark.parallel.training.dcp_checkpoint import (
     AsyncTrainingCheckpoint,
     latest_generation,
@@ -36,12 +35,6 @@ __all__ = ["ElasticTrainer", "LoaderState", "ShardedBatches", "restart_count"]
 def restart_count() -> int:
     """How many times torchrun has restarted this worker group (``TORCHELASTIC_RESTART_COUNT``)."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-
-
-def _positive(name: str, value: Any, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {describe_value(value)}")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -77,11 +70,11 @@ class ShardedBatches:
         world_size: int = 1,
         drop_last: bool = False,
     ) -> None:
-        self.n = _positive("n", n)
-        self.global_batch = _positive("global_batch", global_batch)
-        self.seed = _positive("seed", seed, 0)
-        self.world_size = _positive("world_size", world_size)
-        self.rank = _positive("rank", rank, 0)
+        self.n = exact_int("n", n, 1)
+        self.global_batch = exact_int("global_batch", global_batch, 1)
+        self.seed = exact_int("seed", seed, 0)
+        self.world_size = exact_int("world_size", world_size, 1)
+        self.rank = exact_int("rank", rank, 0)
         if self.rank >= self.world_size:
             raise ValueError(f"rank must be in [0, {self.world_size}), got {self.rank}")
         self.drop_last = bool(drop_last)
@@ -164,7 +157,7 @@ class ElasticTrainer:
     ) -> None:
         self.session, self.batches, self.fetch = session, batches, fetch
         self.root = checkpoint_root
-        self.snapshot_every = _positive("snapshot_every", snapshot_every)
+        self.snapshot_every = exact_int("snapshot_every", snapshot_every, 1)
         self.keep = keep
         self.asynchronous = bool(asynchronous)
         self.monitor = monitor
@@ -181,7 +174,7 @@ class ElasticTrainer:
 
     def run(self, steps: int) -> list[StepReceipt]:
         """Train until ``steps`` committed steps (resuming first); the receipts of the steps run here."""
-        steps = _positive("steps", steps)
+        steps = exact_int("steps", steps, 1)
         start = self.resume()
         snapshots = AsyncTrainingCheckpoint(self.root, keep=self.keep) if self.asynchronous else None
         receipts: list[StepReceipt] = []

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import describe_value
-from mixle_spark.parallel.training._optional import require, require_torch
+from mixle_spark.parallel.training._optional import group_rank_world, require, require_torch
+from mixle_spark.parallel.training._records import exact_int
 
 __all__ = ["encoded_datamodule", "global_batch_rows", "take_rows"]
 
@@ -60,16 +61,6 @@ def global_batch_rows(n: int, batch_size: int, seed: int, epoch: int) -> list[np
     return [order[i : i + batch_size] for i in range(0, int(n), batch_size)]
 
 
-def _rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    if rank is not None and world_size is not None:
-        return int(rank), int(world_size)
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return int(dist.get_rank()), int(dist.get_world_size())
-    return 0, 1
-
-
 def encoded_datamodule(
     data: Any,
     *,
@@ -84,10 +75,10 @@ def encoded_datamodule(
     n = _length(data)
     if n < 1:
         raise ValueError("data has no rows")
-    size: int = max(1, n // 10) if batch_size is None else batch_size
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {describe_value(batch_size)}")
-    rank, world = _rank_world(rank, world_size)
+    size = max(1, n // 10) if batch_size is None else exact_int("batch_size", batch_size, 1)
+    if rank is None or world_size is None:
+        rank, world_size = group_rank_world(_WHAT)
+    rank, world = int(rank), int(world_size)
     if not 0 <= rank < world:
         raise ValueError(f"rank must be in [0, {world}), got {rank}")
 

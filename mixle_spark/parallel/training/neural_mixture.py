@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.errors import describe_value
 from mixle_spark.parallel.training._optional import require_torch
+from mixle_spark.parallel.training._records import exact_int
 from mixle_spark.parallel.training.contracts import ParallelPlan
 
 __all__ = ["MixtureOfExperts", "MixtureOfExpertsFit", "covariate_tensors"]
@@ -99,10 +99,7 @@ class MixtureOfExperts:
         self, n_features: int, k: int, *, gate: Any = None, experts: Any = None, seed: int = 0
     ) -> None:
         torch = require_torch(_WHAT)
-        for name, value, low in (("n_features", n_features, 0), ("k", k, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {describe_value(value)}")
-        self.n_features, self.k = n_features, k
+        self.n_features, self.k = exact_int("n_features", n_features, 0), exact_int("k", k, 1)
         with torch.random.fork_rng():
             torch.manual_seed(int(seed))
             gate = gate if gate is not None else torch.nn.Linear(n_features, k, dtype=torch.float64)
@@ -156,7 +153,7 @@ class MixtureOfExperts:
     def parameters(self) -> dict[str, np.ndarray]:
         """Gate and expert weights and biases (linear defaults) and ``sigma``, as numpy arrays."""
         net = self.module
-        out = {f"{name}": p.detach().cpu().numpy().copy() for name, p in net.named_parameters()}
+        out = {name: p.detach().cpu().numpy().copy() for name, p in net.named_parameters()}
         out["sigma"] = np.exp(out.pop("log_sigma"))
         return out
 
@@ -184,9 +181,7 @@ class MixtureOfExperts:
 
         torch = require_torch(_WHAT)
         x, y = self._check(x, y)
-        for name, value in (("max_its", max_its), ("m_steps", m_steps)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {describe_value(value)}")
+        max_its, m_steps = exact_int("max_its", max_its, 1), exact_int("m_steps", m_steps, 1)
         dist = init_process_group() if distributed else None
         world = int(dist.get_world_size()) if dist is not None else 1
 

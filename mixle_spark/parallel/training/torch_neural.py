@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import describe_value
-from mixle_spark.parallel.training._optional import require_torch
-from mixle_spark.parallel.training._records import StepReceipt
+from mixle_spark.parallel.training._optional import group_rank_world, require_torch
+from mixle_spark.parallel.training._records import StepReceipt, exact_int
 from mixle_spark.parallel.training.contracts import ParallelAxis, UnsupportedParallelismError
 
 __all__ = ["ScheduleReceipt", "ShardedTensorData", "shard_bounds"]
@@ -100,14 +100,9 @@ class ShardedTensorData:
         rows = {int(t.shape[0]) for t in tensors}
         if len(rows) != 1:
             raise ValueError(f"tensors must share their first dimension, got lengths {sorted(rows)}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {describe_value(batch_size)}")
+        batch_size = exact_int("batch_size", batch_size, 1)
         if rank is None or world_size is None:
-            import torch.distributed as dist
-
-            initialized = dist.is_initialized()
-            rank = int(dist.get_rank()) if initialized else 0
-            world_size = int(dist.get_world_size()) if initialized else 1
+            rank, world_size = group_rank_world(_WHAT)
         self.rank, self.world_size = int(rank), int(world_size)
         if shard_by_rank:
             bounds = shard_bounds(rows.pop(), self.world_size)
@@ -184,8 +179,7 @@ class ShardedTensorData:
 
         The session's own ``loss_fn`` is replaced for these steps by one that zeroes padding rows.
         """
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-            raise ValueError(f"epochs must be an integer >= 1, got {describe_value(epochs)}")
+        epochs = exact_int("epochs", epochs, 1)
         beyond = [
             a for a in session.plan.active_axes if a not in (ParallelAxis.DP_REPLICATE, ParallelAxis.DP_SHARD)
         ]

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import describe_value
-from mixle_spark.parallel.training._records import StepReceipt
+from mixle_spark.parallel.training._records import StepReceipt, exact_int
 
 __all__ = ["FLAGS", "HealthReceipt", "RollingBaseline", "TrainingHealthMonitor"]
 
@@ -49,15 +49,11 @@ class RollingBaseline:
     """Median and MAD of the last ``window`` accepted values; :meth:`zscore` is causal (before adding)."""
 
     def __init__(self, window: int = 50, min_samples: int = 8) -> None:
-        if isinstance(window, bool) or not isinstance(window, int) or window < 2:
-            raise ValueError(f"window must be an integer >= 2, got {describe_value(window)}")
-        if (
-            isinstance(min_samples, bool)
-            or not isinstance(min_samples, int)
-            or not 2 <= min_samples <= window
-        ):
+        window = exact_int("window", window, 2)
+        min_samples = exact_int("min_samples", min_samples, 2, f"an exact integer in [2, window={window}]")
+        if min_samples > window:
             raise ValueError(
-                f"min_samples must be an integer in [2, window={window}], got {describe_value(min_samples)}"
+                f"min_samples must be an exact integer in [2, window={window}], got {min_samples}"
             )
         self.values: deque[float] = deque(maxlen=window)
         self.min_samples = min_samples
