@@ -1,4 +1,5 @@
-"""Shared fixtures: one session-scoped local SparkSession (with Delta) for every `spark` test."""
+"""Shared fixtures: one session-scoped local SparkSession (with Delta) for every `spark` test, and one
+local Ray runtime for the `ray` tests and the Ray jobs that join a running cluster."""
 
 from __future__ import annotations
 
@@ -55,3 +56,26 @@ def _no_spark_job_left_running(request: pytest.FixtureRequest) -> Iterator[None]
             pytest.PytestWarning,
             stacklevel=1,
         )
+
+
+@pytest.fixture(scope="session")
+def ray_runtime() -> Iterator[Any]:
+    """A local Ray runtime (2 CPU slots, no dashboard): the runtime a ``--backend ray`` job starts (a
+    token of its own, in this process's environment, so jobs run from here may join it with
+    ``--ray-address``; its files in a private directory)."""
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
+    from mixle_spark.cli._runtimes import start_local_ray
+
+    runtime = start_local_ray(
+        ray,
+        2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        object_store_memory=512 * 1024 * 1024,
+    )
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    yield ray
+    runtime.stop()

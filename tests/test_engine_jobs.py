@@ -114,19 +114,33 @@ def _scoring_input(tmp_path: Path, bad_row: int | None = None) -> tuple[Path, Pa
     return data, save_model(MODEL, tmp_path / "model.json"), x
 
 
-def _score(engine: str, data: Path, model: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    args = ("--backend", engine, "--num-workers", "2", "--input", str(data), "--model", str(model))
+@pytest.fixture
+def engine_flags(request: pytest.FixtureRequest, engine: str) -> tuple[str, ...]:
+    """How the scoring jobs reach their engine: Dask, a cluster of their own (2 workers); Ray, the
+    test session's runtime through ``--ray-address`` (joining a running cluster, as on a real one:
+    its token is in this process's environment, which the job inherits), which spares each job
+    starting a runtime of its own (5-8 s each; the sample fit above starts one)."""
+    if engine == "ray":
+        ray = request.getfixturevalue("ray_runtime")
+        return ("--backend", "ray", "--ray-address", ray.get_runtime_context().gcs_address)
+    return ("--backend", engine, "--num-workers", "2")
+
+
+def _score(
+    flags: tuple[str, ...], data: Path, model: Path, out: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    args = (*flags, "--input", str(data), "--model", str(model))
     return _job(*args, "--output", str(out), *extra, job="em_score")
 
 
 @pytest.mark.parametrize(("engine", "library"), ENGINES)
 def test_em_score_writes_the_models_scores_as_parquet_and_keeps_an_existing_output(
-    tmp_path: Path, engine: str, library: str
+    tmp_path: Path, engine: str, library: str, engine_flags: tuple[str, ...]
 ) -> None:
     pytest.importorskip(library)
     data, model, x = _scoring_input(tmp_path)
     out = tmp_path / "scores"
-    run = _score(engine, data, model, out)
+    run = _score(engine_flags, data, model, out)
     assert run.returncode == 0, run.stderr
     assert f"wrote 300 rows as Parquet to {out}" in run.stdout
     got = pads.dataset(out, format="parquet").to_table()
@@ -144,12 +158,12 @@ def test_em_score_writes_the_models_scores_as_parquet_and_keeps_an_existing_outp
         "files"
     ]  # what --mode overwrite may replace
     assert sorted([*listed, "_mixle_spark_files.json"]) == files
-    again = _score(engine, data, model, out)
+    again = _score(engine_flags, data, model, out)
     assert again.returncode == 2 and again.stderr.strip().splitlines() == [
         f"em_score: error: output {out} exists; pass --mode overwrite to replace it"
     ]
     assert sorted(p.name for p in out.iterdir()) == files  # untouched
-    replaced = _score(engine, data, model, out, "--mode", "overwrite")
+    replaced = _score(engine_flags, data, model, out, "--mode", "overwrite")
     assert replaced.returncode == 0, replaced.stderr
     assert pads.dataset(out, format="parquet").count_rows() == 300
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".scores")] == []  # no staging left
@@ -157,7 +171,7 @@ def test_em_score_writes_the_models_scores_as_parquet_and_keeps_an_existing_outp
 
 @pytest.mark.parametrize(("engine", "library"), ENGINES)
 def test_em_score_overwrite_replaces_nothing_em_score_did_not_write(
-    tmp_path: Path, engine: str, library: str
+    tmp_path: Path, engine: str, library: str, engine_flags: tuple[str, ...]
 ) -> None:
     """A folder of someone's files, a regular file, a link, ``dir/..``, a ``..`` after a link and
     the input's own folder: one line each, exit code 2, every file as it was."""
@@ -187,7 +201,7 @@ def test_em_score_overwrite_replaces_nothing_em_score_did_not_write(
     }
     before = snapshot(tmp_path)
     for out, why in refused.items():
-        run = _score(engine, data, model, out, "--mode", "overwrite")
+        run = _score(engine_flags, data, model, out, "--mode", "overwrite")
         assert run.returncode == 2, run.stderr
         assert run.stderr.strip().splitlines() == [f"em_score: error: output {out} {why}"]
         assert snapshot(tmp_path) == before, out
@@ -195,12 +209,12 @@ def test_em_score_overwrite_replaces_nothing_em_score_did_not_write(
 
 @pytest.mark.parametrize(("engine", "library"), ENGINES)
 def test_em_score_names_a_bad_value_in_one_line_and_writes_nothing(
-    tmp_path: Path, engine: str, library: str
+    tmp_path: Path, engine: str, library: str, engine_flags: tuple[str, ...]
 ) -> None:
     pytest.importorskip(library)
     data, model, _ = _scoring_input(tmp_path, bad_row=150)
     out = tmp_path / "scores"
-    run = _score(engine, data, model, out)
+    run = _score(engine_flags, data, model, out)
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "column 'x'" in lines[0] and "got nan" in lines[0], run.stderr
@@ -213,14 +227,14 @@ def test_em_score_names_a_bad_value_in_one_line_and_writes_nothing(
 
 @pytest.mark.parametrize(("engine", "library"), ENGINES)
 def test_em_score_on_unseen_null_counts_the_rows_it_scored_null(
-    tmp_path: Path, engine: str, library: str
+    tmp_path: Path, engine: str, library: str, engine_flags: tuple[str, ...]
 ) -> None:
     pytest.importorskip(library)
     data = tmp_path / "labels.parquet"
     pq.write_table(pa.table({"c": ["a", "b", "z", "a", "y"]}), data)
     model = save_model(CategoricalDistribution({"a": 0.75, "b": 0.25}), tmp_path / "model.json")
     out = tmp_path / "scores"
-    run = _score(engine, data, model, out, "--on-unseen", "null")
+    run = _score(engine_flags, data, model, out, "--on-unseen", "null")
     assert run.returncode == 0, run.stderr
     assert "wrote 5 rows as Parquet" in run.stdout
     assert "; 2 of them hold a label the model has not seen: scored null" in run.stdout

@@ -61,10 +61,18 @@ def test_two_concurrent_overwrites_of_one_delta_table(spark: Any, tmp_path: Path
         ("WRITE", "Overwrite")
     }
     # every data file the table does not use is one VACUUM removes (nothing is left behind for good)
-    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    # (VACUUM lists the table's files with Spark's partition-discovery parallelism, 10,000 tasks by
+    # default: 38 s on local[2] for one directory; 2 tasks take 4 s)
+    settings = {
+        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+    }
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         table.vacuum(0.0)
     finally:
-        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+        for key in settings:
+            spark.conf.unset(key)
     live = {Path(f).name for f in scored.inputFiles()}
     assert {p.name for p in out.glob("*.parquet")} == live

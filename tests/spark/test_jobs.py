@@ -1,9 +1,9 @@
 """jobs/em_fit.py and jobs/em_score.py on Spark.
 
 End to end in subprocesses (each starts a JVM, so there are few): em_fit with explicit arguments on
-the sample, em_score (through spark-submit) on its model, a bad CSV, and the no-argument default
-(slow). The other failure paths run in-process through the jobs' ``main`` on the shared session:
-the same code, without a JVM start each.
+the sample, em_score (through spark-submit) on its model, and the no-argument default (slow). The
+no-resident fit and the failure paths run in-process through the jobs' ``main`` on the shared
+session: the same code, without a JVM start each.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def test_em_fit_on_spark_writes_model_and_summary(fitted: tuple[Any, Path]) -> N
 
 
 def test_em_fit_no_resident_runs_one_job_per_step_to_the_same_model(
-    fitted: tuple[Any, Path], tmp_path: Path
+    spark: Any, fitted: tuple[Any, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     proc, out = fitted
     assert proc.returncode == 0
@@ -152,8 +152,11 @@ def test_em_fit_no_resident_runs_one_job_per_step_to_the_same_model(
     assert resident_events[1].startswith("resident E-steps started: 2 tasks hold 5,000 rows")
     plain = tmp_path / "fit"
     args = ("--input", str(SAMPLE), "--model", str(SPEC), "--output", str(plain), "--seed", "7")
-    run = _python("em_fit", *args, "--trials", "1", "--no-resident", "--quiet", *SPARK_ARGS)
-    assert run.returncode == 0, run.stderr[-3000:]
+    # in-process on the shared session (the same main, without a second JVM start)
+    code, err = _fit_in_process(
+        capsys, *args, "--trials", "1", "--no-resident", "--partitions", "2", "--depth", "1"
+    )
+    assert code == 0, err[-3000:]
     lines = (plain / "trace.jsonl").read_text().splitlines()[1:]
     assert not [e for line in lines for e in json.loads(line).get("events", []) if "resident" in e]
     want, got = (json.loads((d / "summary.json").read_text()) for d in (out, plain))
@@ -197,28 +200,32 @@ def test_em_score_writes_delta_scores_and_refuses_to_overwrite(
     assert sorted(p.name for p in (scores / "_delta_log").glob("*.json")) == commits
 
 
-def test_em_fit_bad_csv_exits_2_naming_the_column(tmp_path: Path) -> None:
-    data = tmp_path / "orders.csv"
-    data.write_text("amount,channel,n_items\n12.5,web,1\n12.5x,app,2\n30.0,store,3\n")
-    spec = tmp_path / "spec.json"
-    fields = {"amount": "gaussian", "channel": "categorical", "n_items": "poisson"}
-    spec.write_text(json.dumps({"type": "record", "fields": fields}))
-    proc = _python(
-        "em_fit", "--input", str(data), "--model", str(spec), "--output", str(tmp_path / "fit"), *SPARK_ARGS
-    )
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    [line] = _error_lines(proc.stderr, "em_fit")
-    assert "column 'amount'" in line and "string" in line
-    assert proc.stderr.strip().splitlines()[-1] == line
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["orders.csv", "spec.json"]
-
-
 # -- in-process: the jobs' main() on the shared session ------------------------------------------
+# (a failing job's whole stderr being its one error line is checked on a real process by
+# tests/spark/test_lost_worker.py)
 
 
 def _fit_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     code = _job("em_fit").main([*args, "--quiet"])
     return code, capsys.readouterr().err
+
+
+def test_em_fit_bad_csv_exits_2_naming_the_column(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "orders.csv"
+    data.write_text("amount,channel,n_items\n12.5,web,1\n12.5x,app,2\n30.0,store,3\n")
+    spec = tmp_path / "spec.json"
+    fields = {"amount": "gaussian", "channel": "categorical", "n_items": "poisson"}
+    spec.write_text(json.dumps({"type": "record", "fields": fields}))
+    code, err = _fit_in_process(
+        capsys, "--input", str(data), "--model", str(spec), "--output", str(tmp_path / "fit")
+    )
+    assert code == 2, err[-3000:]
+    [line] = _error_lines(err, "em_fit")
+    assert "column 'amount'" in line and "string" in line
+    assert err.strip().splitlines()[-1] == line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["orders.csv", "spec.json"]
 
 
 RECORD = {"amount": "gaussian", "channel": "categorical", "n_items": "poisson"}

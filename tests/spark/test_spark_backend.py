@@ -54,10 +54,12 @@ FULL_MATRIX = {"record-mixed", "mixture-gaussian", "categorical", "multivariate-
 
 
 def _layouts(index: int, case: Any) -> list[tuple[int, int, str, bool]]:
-    """Every layout for a few representative families; two (rotating) for the others."""
+    """Every layout for a few representative families; one (rotating) for the others, so each
+    layout still meets about a fifth of the families (each layout is an encoding and a job: the
+    families times two layouts cost a minute of CI)."""
     if case.id in FULL_MATRIX:
         return LAYOUTS
-    return [LAYOUTS[index % len(LAYOUTS)], LAYOUTS[(index + 2) % len(LAYOUTS)]]
+    return [LAYOUTS[index % len(LAYOUTS)]]
 
 
 @pytest.mark.parametrize(("index", "case"), list(enumerate(CASES)), ids=IDS)
@@ -86,11 +88,12 @@ SEEDED = [c for c in CASES if c.em_its]
 
 @pytest.mark.parametrize(("index", "case"), list(enumerate(SEEDED)), ids=[c.id for c in SEEDED])
 def test_initialization_equals_local(spark: Any, index: int, case: Any) -> None:
-    # one chunk or seven, alternating over the families (each seeding is a few passes: jobs)
+    # one chunk or three (more partitions than task slots), alternating over the families: each
+    # seeding is a dozen passes, and a job's cost grows with its tasks (seven took twice as long)
     table = _table(case, 400, seed=22)
     want = initialize(table, case.estimator, seed=9, p=0.3)
     df = spark.createDataFrame(table)
-    got = initialize(df, case.estimator, seed=9, p=0.3, num_chunks=(1, 7)[index % 2])
+    got = initialize(df, case.estimator, seed=9, p=0.3, num_chunks=(1, 3)[index % 2])
     _assert_models_close(got, want, rtol=1e-10)
 
 
