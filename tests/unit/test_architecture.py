@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "mixle_spark"
-BACKENDS = "mixle_spark.parallel.backends"
+PARALLEL = "mixle_spark.parallel"
+BACKENDS = f"{PARALLEL}.backends"
 
 # Each backend and the private modules only it uses. torchrun is the mpi handle over another
 # communicator (TorchRunEncodedData subclasses MPIEncodedData), so it belongs to the mpi backend.
@@ -125,7 +126,8 @@ def _violations(rule: str) -> list[str]:
                     if target not in ("mixle_spark.parallel", BACKENDS):  # the packages, for a submodule
                         bad.append(f"{module} -> {target}")
             elif rule == "torch" and _within(target, ("torch", "lightning", "megatron")):
-                home = _within(module, ("mixle_spark.parallel.training", f"{BACKENDS}.torchrun"))
+                homes = (f"{PARALLEL}.training", f"{BACKENDS}.torchrun", f"{PARALLEL}._torch_group")
+                home = _within(module, homes)
                 if not (home or module == "mixle_spark.parallel.planning._devices"):  # accelerator discovery
                     bad.append(f"{module} -> {target}")
             elif rule == "pyspark" and _within(target, ("pyspark",)):
@@ -158,7 +160,8 @@ def test_the_source_tree_is_read() -> None:
         "planning imports no backend (backends read plans, not the other way round)",
         "nothing under parallel imports the EM driver, estimation or the jobs",
         "pyspark is imported only by the spark backend, ml, io and the jobs",
-        "torch, lightning and megatron are imported only by the training package and the torchrun backend",
+        "torch, lightning and megatron are imported only by the training package, the torchrun backend and "
+        "the process group they share",
     ],
 )
 def test_no_forbidden_import(rule: str) -> None:

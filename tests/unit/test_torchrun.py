@@ -18,7 +18,12 @@ import pytest
 from mixle_spark.errors import DataTypeError
 from mixle_spark.estimation import optimize
 from mixle_spark.parallel import encoded_data
-from mixle_spark.parallel.backends.torchrun import TorchComm, TorchRunEncodedData, require_torch_distributed
+from mixle_spark.parallel.backends.torchrun import (
+    TorchComm,
+    TorchRunEncodedData,
+    require_torch_distributed,
+    world_comm,
+)
 from mixle_spark.stats import (
     CategoricalEstimator,
     GaussianEstimator,
@@ -148,6 +153,28 @@ def test_missing_torch_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
         require_torch_distributed()
     with pytest.raises(ImportError, match="torchrun backend needs torch"):
         encoded_data(X, GaussianEstimator(), backend="TORCHRUN")
+
+
+@pytest.mark.torch
+def test_outside_torchrun_the_world_group_is_refused_saying_how_to_launch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No group and no torchrun environment: one line naming torchrun and ``comm=`` (was torch's
+    "environment variable RANK expected"); an inconsistent launch is refused by its topology."""
+    dist = pytest.importorskip("torch.distributed")
+    assert not dist.is_initialized()
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(RuntimeError, match=r"launch the job with torchrun .*, or pass comm=$"):
+        world_comm()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("GROUP_RANK", "0")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with pytest.raises(ValueError, match="implies LOCAL_RANK=1 and GROUP_RANK=0, got LOCAL_RANK=0"):
+        world_comm()
+    assert not dist.is_initialized()
 
 
 @pytest.mark.torch

@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from mixle_spark.parallel._torch_group import default_group
+from mixle_spark.parallel._torch_group import require_torch_distributed as torch_distributed
 from mixle_spark.parallel.backends.mpi import MPIEncodedData
 from mixle_spark.parallel.backends.registry import take_controls
 from mixle_spark.stats.base import Distribution, Estimator
@@ -34,18 +36,14 @@ __all__ = [
     "require_torch_distributed",
 ]
 
+_WHAT = "the torchrun backend"
+
 TORCHRUN_CONTROLS = ("encoder", "num_chunks", "sub_chunks", "comm", "root", "root_only", "num_workers")
 
 
 def require_torch_distributed() -> Any:
-    """``torch.distributed``, or an ImportError saying how to install it."""
-    try:
-        import torch.distributed as dist
-    except ImportError as err:
-        raise ImportError(
-            "the torchrun backend needs torch (torch.distributed with gloo): pip install 'mixle-spark[torch]'"
-        ) from err
-    return dist
+    """``torch.distributed``, or a one-line ImportError saying how to install it."""
+    return torch_distributed(_WHAT)
 
 
 class _Pending:
@@ -124,13 +122,14 @@ class TorchComm:
 
 def world_comm(group: Any = None) -> TorchComm:
     """A :class:`TorchComm` over the default group, initialised with gloo from the torchrun
-    environment (rank, world size and topology validated first) when it is not already."""
-    dist = require_torch_distributed()
-    if not dist.is_initialized():
-        from mixle_spark.parallel.planning.planner import Resources
-
-        Resources.from_torchrun()  # refuses an inconsistent RANK / LOCAL_RANK / WORLD_SIZE topology
-        dist.init_process_group(backend="gloo")
+    environment (rank, world size and topology validated first) when it is not already
+    (:func:`~mixle_spark.parallel._torch_group.default_group`, shared with the training package)."""
+    dist = default_group(_WHAT, backend="gloo")
+    if dist is None:
+        raise RuntimeError(
+            f"{_WHAT} needs a torch.distributed process group: launch the job with torchrun "
+            "(torchrun --nproc-per-node N ...), initialise the default group yourself, or pass comm="
+        )
     return TorchComm(dist, group)
 
 

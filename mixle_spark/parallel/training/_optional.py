@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from mixle_spark.parallel._torch_group import require_torch, require_torch_distributed
+
 __all__ = ["group_rank_world", "require", "require_torch", "require_torch_distributed"]
 
 _EXTRAS = {
@@ -24,23 +26,6 @@ def require(module: str, *, extra: str, what: str) -> Any:
     except ImportError as err:
         name, requirement = _EXTRAS.get(extra, (extra, extra))
         raise ImportError(f"{what} needs {requirement}: pip install 'mixle-spark[{name}]'") from err
-
-
-def require_torch(what: str) -> Any:
-    """``torch`` (2.4 or newer), or a one-line ImportError naming the ``torch`` extra."""
-    torch = require("torch", extra="torch", what=what)
-    major, minor = (int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-    if (major, minor) < (2, 4):
-        raise ImportError(
-            f"{what} needs torch>=2.4 (found {torch.__version__}): pip install -U 'mixle-spark[torch]'"
-        )
-    return torch
-
-
-def require_torch_distributed(what: str) -> Any:
-    """``torch.distributed`` (after :func:`require_torch`)."""
-    require_torch(what)
-    return require("torch.distributed", extra="torch", what=what)
 
 
 def group_rank_world(what: str) -> tuple[int, int]:

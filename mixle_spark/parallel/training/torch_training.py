@@ -30,11 +30,11 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import timedelta
 from typing import Any
 
 from mixle_spark.errors import describe_value
-from mixle_spark.parallel.training._optional import require_torch, require_torch_distributed
+from mixle_spark.parallel._torch_group import default_group
+from mixle_spark.parallel.training._optional import require_torch
 from mixle_spark.parallel.training._records import ParameterLayout, StateLayout, StepReceipt
 from mixle_spark.parallel.training.contracts import (
     BackendCapabilities,
@@ -70,32 +70,13 @@ TORCH_NATIVE = BackendCapabilities(
 def init_process_group(timeout_s: float = 300.0) -> Any:
     """The default process group, initialised from the ``torchrun`` environment when it is not yet.
 
-    gloo on CPU, nccl when CUDA is available. Returns ``torch.distributed``, or None when this is not
-    a distributed launch (no ``WORLD_SIZE`` in the environment) and no group exists.
+    gloo on CPU, nccl when CUDA is available; the launch's topology is checked first, and each
+    restart of an elastic job gets its own keys in torchrun's store
+    (:func:`~mixle_spark.parallel._torch_group.default_group`, shared with the torchrun EM backend).
+    Returns ``torch.distributed``, or None when this is not a distributed launch (no ``WORLD_SIZE``
+    in the environment) and no group exists.
     """
-    dist = require_torch_distributed(_WHAT)
-    if dist.is_initialized():
-        return dist
-    if "WORLD_SIZE" not in os.environ:
-        return None
-    torch = require_torch(_WHAT)
-    backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    timeout = timedelta(seconds=timeout_s)
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and "MASTER_PORT" in os.environ:
-        # torchrun's agent keeps one store across restarts: keys of a dead attempt's groups (a
-        # subgroup's peer addresses) would be read by the next attempt. One key space per attempt.
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
-        client = dist.TCPStore(
-            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False, timeout=timeout
-        )
-        store = dist.PrefixStore(f"mixle-spark/attempt-{attempt}/", client)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
-    else:
-        dist.init_process_group(backend, timeout=timeout)
-    return dist
+    return default_group(_WHAT, timeout_s=timeout_s)
 
 
 def _split(batch: Any, parts: int) -> list[Any]:
