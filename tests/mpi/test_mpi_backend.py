@@ -281,3 +281,56 @@ def test_model_parallel_estimator_over_mpi_equals_the_plain_local_fit() -> None:
         data, est, max_its=5, delta=None, seed=3, print_iter=0, backend="mpi", num_workers=2
     )
     assert_same_model(via_control, want)
+
+
+def _own_bounds(n: int, size: int) -> list[int]:
+    """Uneven shard boundaries (rank r holds about r + 1 parts; rank 0 holds none when ranks > 2)."""
+    parts = np.cumsum([0, *[(r + 1) if (size < 3 or r) else 0 for r in range(size)]])
+    return [int(n * p // parts[-1]) for p in parts]
+
+
+def test_own_rows_fit_equals_local_on_the_rows_in_rank_order(comm: Any) -> None:
+    """Each rank passes only its own (uneven) shard and its weights: the fit is the local fit of the
+    rows in rank order; the records' vocabularies differ per rank and are merged."""
+    table, est = _records(), _record_estimator()
+    w = np.random.default_rng(4).uniform(0.2, 2.0, table.num_rows)
+    with LocalEncodedData(table, est, weights=w) as handle:
+        local = optimize(handle, est, max_its=8, delta=None, seed=5)
+    bounds = _own_bounds(table.num_rows, comm.Get_size())
+    start, stop = bounds[comm.Get_rank()], bounds[comm.Get_rank() + 1]
+    mine = table.slice(start, stop - start)
+    with MPIEncodedData(mine, est, comm=comm, own_rows=True, weights=w[start:stop]) as handle:
+        assert handle.local_rows == stop - start and len(handle) == table.num_rows
+        model = optimize(handle, est, max_its=8, delta=None, seed=5)
+    assert_same_model(local, model)
+
+
+def test_own_rows_reads_each_ranks_own_path(comm: Any, shared_dir: Path) -> None:
+    data, est = _gaussian_data(900), MixtureEstimator([GaussianEstimator()] * 2)
+    bounds = _own_bounds(len(data), comm.Get_size())
+    rank = comm.Get_rank()
+    path = shared_dir / f"rank-{rank}.parquet"
+    pq.write_table(pa.table({"x": np.asarray(data[bounds[rank] : bounds[rank + 1]])}), path)
+    local = optimize(data, est, max_its=6, delta=None, seed=1)
+    with MPIEncodedData(str(path), est, comm=comm, own_rows=True) as handle:
+        assert len(handle) == 900
+        model = optimize(handle, est, max_its=6, delta=None, seed=1)
+    assert_same_model(local, model)
+
+
+def test_ranks_passing_their_own_rows_without_own_rows_are_refused_on_every_rank(comm: Any) -> None:
+    """Without ``own_rows`` each rank would keep its share of different data (a fit of a fraction of
+    the rows, silently): refused alike on every rank, whether the counts differ or only the values."""
+    data, est = _gaussian_data(600), GaussianEstimator()
+    size, rank = comm.Get_size(), comm.Get_rank()
+    bounds = _own_bounds(len(data), size)
+    with pytest.raises(ValueError, match=r"^the ranks passed different numbers of rows \(rank 0: ") as uneven:
+        MPIEncodedData(data[bounds[rank] : bounds[rank + 1]], est, comm=comm)
+    counts = ", ".join(f"rank {r}: {bounds[r + 1] - bounds[r]:,}" for r in range(size))
+    assert f"({counts}): with in-memory data every rank passes all the rows" in str(uneven.value)
+    assert str(uneven.value).endswith("pass own_rows=True when each rank holds only its own rows")
+    even = np.asarray(data[rank * 100 : (rank + 1) * 100])
+    with pytest.raises(ValueError, match=r"different rows \(100 each, with different values\)"):
+        MPIEncodedData(even, est, comm=comm)
+    with pytest.raises(ValueError, match=r"root_only=True .* or own_rows=True .*, not both"):
+        MPIEncodedData(data, est, comm=comm, root_only=True, own_rows=True)

@@ -54,3 +54,21 @@ def test_a_bad_value_on_one_rank_is_raised_on_every_rank(dist: Any) -> None:
     rows[59] = "bad"  # in the last rank's share
     with pytest.raises(DataTypeError, match=r"got string 'bad' \(row 60 of 60\)"):
         TorchRunEncodedData(rows, GaussianEstimator())
+
+
+def test_each_rank_passes_its_own_shard_with_own_rows(dist: Any) -> None:
+    """The shard a DDP-style loader gives each rank (rows r::w, padded loaders aside) is fitted whole
+    with ``own_rows=True`` (the local fit of the ranks' rows in rank order); passed without it, the
+    ranks' different data is refused on every rank instead of fitting a fraction of it silently."""
+    est = MixtureEstimator([MultivariateGaussianEstimator(dim=2)] * 2)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine = X[rank::world]
+    in_rank_order = np.concatenate([X[r::world] for r in range(world)])
+    want = optimize(in_rank_order, est, max_its=8, delta=None, seed=4, print_iter=0)
+    got = optimize(mine, est, max_its=8, delta=None, seed=4, print_iter=0, backend="torchrun", own_rows=True)
+    np.testing.assert_allclose(got.w, want.w, rtol=1e-9)
+    for a, b in zip(got.components, want.components, strict=True):
+        np.testing.assert_allclose(a.mu, b.mu, rtol=1e-9)
+        np.testing.assert_allclose(a.covar, b.covar, rtol=1e-9)
+    with pytest.raises(ValueError, match=r"^the ranks passed different (numbers of rows|rows \(\d+ each)"):
+        optimize(mine, est, max_its=2, delta=None, seed=4, print_iter=0, backend="torchrun")

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from mixle_spark.errors import DataTypeError
@@ -208,3 +209,46 @@ def test_the_entry_point_under_real_torchrun(tmp_path: Any) -> None:
     est = MixtureEstimator([GaussianEstimator()] * 2)
     want = optimize(x, est, max_its=spec.get("max_its", 100), seed=1, print_iter=0)
     np.testing.assert_allclose(sorted(fitted.w), sorted(want.w), rtol=1e-6)
+
+
+def test_ranks_with_different_rows_are_refused_and_own_rows_fits_them_whole() -> None:
+    """Thread-ranks: shards passed as if every rank held all the data are refused on every rank (the
+    same error); with ``own_rows=True`` the handle holds the union, rank 0's rows first."""
+    y = np.random.default_rng(3).normal(size=200)
+    shards = [list(y[:130]), list(y[130:])]
+
+    def plain(comm: TorchComm) -> Any:
+        return TorchRunEncodedData(shards[comm.Get_rank()], GaussianEstimator(), comm=comm)
+
+    refused = run_ranks(2, plain)
+    assert all(isinstance(err, ValueError) for err in refused)
+    assert str(refused[0]) == str(refused[1]) and str(refused[0]).startswith(
+        "the ranks passed different numbers of rows (rank 0: 130, rank 1: 70): with in-memory data every "
+        "rank passes all the rows and keeps its share of them; pass own_rows=True"
+    )
+
+    def own(comm: TorchComm) -> Any:
+        with TorchRunEncodedData(
+            shards[comm.Get_rank()], GaussianEstimator(), comm=comm, own_rows=True
+        ) as handle:
+            return len(handle), handle.offset, optimize(handle, GaussianEstimator(), max_its=1, delta=None)
+
+    results = run_ranks(2, own)
+    want = optimize(list(y), GaussianEstimator(), max_its=1, delta=None)
+    assert [(n, offset) for n, offset, _ in results] == [(200, 0), (200, 130)]
+    for _, _, model in results:
+        assert model.mu == pytest.approx(want.mu, rel=1e-12) and model.sigma2 == pytest.approx(
+            want.sigma2, rel=1e-12
+        )
+
+
+def test_a_fingerprint_tells_data_apart_and_never_compares_addresses() -> None:
+    from mixle_spark.parallel.backends._mpi_io import fingerprint
+
+    table = pa.table({"x": np.arange(40.0), "c": [str(i) for i in range(40)]})
+    assert fingerprint(table, 40) == fingerprint(pa.table(table.to_pydict()), 40)
+    changed = table.set_column(0, "x", pa.array(np.r_[np.arange(39.0), 99.0]))
+    assert fingerprint(changed, 40) != fingerprint(table, 40)  # the last row is always read
+    assert fingerprint(np.arange(10.0), 10) != fingerprint(np.arange(10), 10)  # dtype counts
+    assert fingerprint(np.array(["a", None], dtype=object), 2) == fingerprint(["a", None], 2)
+    assert fingerprint([object(), object()], 2) is None  # shown by address: the count alone is compared

@@ -3,8 +3,10 @@
 SPMD: every rank builds :class:`MPIEncodedData` and runs the same ``optimize(...)`` call. A rank's
 share is a contiguous range of the global rows: read from a Parquet file / directory or a Delta table
 (only the row groups it needs), taken from in-memory data every rank holds, or, with
-``root_only=True``, scattered from the root. Row ``i`` keeps the global id ``i`` (an exclusive scan of
-the ranks' row counts), so one seed gives the same initial model as the local backend. Vocabulary
+``root_only=True``, scattered from the root; with ``own_rows=True`` every rank passes only its own
+rows (or its own path). Row ``i`` keeps the global id ``i`` (an exclusive scan of the ranks' row
+counts: with ``own_rows``, rank 0's rows come first), so one seed gives the same initial model as the
+local backend on the rows in rank order. Vocabulary
 scans are gathered and merged in rank order.
 
 Each E-step: every rank folds its chunks into one payload (:func:`~mixle_spark.parallel.backends._handle.
@@ -155,14 +157,19 @@ class MPIEncodedData(PayloadHandle):
     ----------
     data : str or path, list, numpy array, pandas DataFrame, pyarrow Table, or None
         A Parquet file / directory or Delta table path (each rank reads its rows), or in-memory data
-        that every rank holds (each keeps its contiguous share). With ``root_only`` only the root's
-        ``data`` is used (other ranks may pass None) and it is scattered in contiguous slices.
+        that every rank holds (each keeps its contiguous share; ranks passing different in-memory
+        data are refused, naming their row counts). With ``root_only`` only the root's ``data`` is
+        used (other ranks may pass None) and it is scattered in contiguous slices.
     estimator, model, encoder
         What the data is encoded for, as in :class:`~mixle_spark.parallel.backends.local.LocalEncodedData`.
     comm : mpi4py communicator, optional
         Default ``MPI.COMM_WORLD``; the handle works on a duplicate (freed by :meth:`close`).
     root : int
         The rank that runs the M-step (and holds the data with ``root_only``).
+    own_rows : bool
+        Every rank passes only its own rows (a shard it loaded itself) or its own Parquet / Delta
+        path, read whole: the rows are the union of the ranks' data, in rank order. ``weights``
+        are then the rank's own rows' weights.
     chunk_size, num_chunks, sub_chunks : int, optional
         Chunking within each rank: ``chunk_size`` rows per chunk (default :data:`DEFAULT_CHUNK_SIZE`),
         or ``num_chunks`` near-equal chunks per rank; each chunk split into ``sub_chunks``.
@@ -185,6 +192,7 @@ class MPIEncodedData(PayloadHandle):
         comm: Any = None,
         root: int = 0,
         root_only: bool = False,
+        own_rows: bool = False,
         chunk_size: int | None = None,
         num_chunks: int | None = None,
         sub_chunks: int = 1,
@@ -205,6 +213,13 @@ class MPIEncodedData(PayloadHandle):
             raise ValueError("pass chunk_size or num_chunks, not both")
         if type(root_only) is not bool:
             raise TypeError(f"root_only must be True or False, got {root_only!r}")
+        if type(own_rows) is not bool:
+            raise TypeError(f"own_rows must be True or False, got {own_rows!r}")
+        if root_only and own_rows:
+            raise ValueError(
+                "pass root_only=True (the root holds every row) or own_rows=True (each rank its own rows), "
+                "not both"
+            )
         parent = mpi.COMM_WORLD if comm is None else comm  # type: ignore[union-attr]
         if type(root) is not int or not 0 <= root < parent.Get_size():
             raise ValueError(f"root must be a rank in [0, {parent.Get_size()}), got {root!r}")
@@ -216,7 +231,7 @@ class MPIEncodedData(PayloadHandle):
         self.chunks: list[tuple[Any, np.ndarray, np.ndarray]] = []
         try:
             base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
-            source, w, arrow = self._share(data, base, root_only, weights, column)
+            source, w, arrow = self._share(data, base, root_only, own_rows, weights, column)
             counts = np.array(agree(self.comm, lambda: self.comm.allgather(len(w))), dtype=np.int64)
             self.local_rows = int(counts[self.rank])
             self.offset = int(counts[: self.rank].sum())
@@ -240,8 +255,11 @@ class MPIEncodedData(PayloadHandle):
             raise
 
     # -- construction ------------------------------------------------------------------------------
-    def _share(self, data: Any, encoder: Encoder, root_only: bool, weights: Any, column: str | None) -> Any:
-        """(records or column source, weights, whether Arrow) of this rank: read, sliced or scattered."""
+    def _share(
+        self, data: Any, encoder: Encoder, root_only: bool, own_rows: bool, weights: Any, column: str | None
+    ) -> Any:
+        """(records or column source, weights, whether Arrow) of this rank: read, sliced, scattered or
+        its own."""
         if root_only:
             own: BaseException | None = None
             parts: Any = None
@@ -256,12 +274,10 @@ class MPIEncodedData(PayloadHandle):
             piece, w = mine[1]
             return agree(self.comm, lambda: self._prepare(piece, w, encoder, column))
         if io.is_path(data):
-            plan = on_root(self.comm, self.root, lambda: io.plan_path(data))
-            start, stop = io.contiguous_range(plan.num_rows, self.rank, self.size)
             names = encoder.column_names()
             columns = None if names is None else [*names, *([weights] if isinstance(weights, str) else [])]
 
-            def read() -> Any:
+            def read(plan: io.PathPlan, start: int, stop: int) -> Any:
                 missing = [c for c in columns or [] if c not in plan.schema.names]
                 if missing:
                     raise SchemaError(
@@ -271,18 +287,51 @@ class MPIEncodedData(PayloadHandle):
                 w = self._slice_weights(weights, start, stop, plan.num_rows)
                 return self._prepare(io.read_rows(plan, start, stop, columns), w, encoder, column)
 
-            return agree(self.comm, read)
+            if own_rows:
+
+                def read_own() -> Any:
+                    plan = io.plan_path(data)
+                    return read(plan, 0, plan.num_rows)
+
+                return agree(self.comm, read_own)
+            shared = on_root(self.comm, self.root, lambda: io.plan_path(data))
+            start, stop = io.contiguous_range(shared.num_rows, self.rank, self.size)
+            return agree(self.comm, lambda: read(shared, start, stop))
 
         def take() -> Any:
             if data is None:
-                raise TypeError("data is None: pass the data on every rank, or root_only=True")
+                raise TypeError("data is None: pass the data on every rank, root_only=True or own_rows=True")
             table = io.as_table(data, column)
+            rows = table if table is not None else data
             n = table.num_rows if table is not None else len(data)
+            if own_rows:
+                return self._prepare(rows, self._slice_weights(weights, 0, n, n), encoder, column), None
             start, stop = io.contiguous_range(n, self.rank, self.size)
-            piece = io.slice_rows(table if table is not None else data, start, stop)
-            return self._prepare(piece, self._slice_weights(weights, start, stop, n), encoder, column)
+            piece = io.slice_rows(rows, start, stop)
+            prepared = self._prepare(piece, self._slice_weights(weights, start, stop, n), encoder, column)
+            return prepared, (n, io.fingerprint(rows, n))
 
-        return agree(self.comm, take)
+        prepared, mark = agree(self.comm, take)
+        if not own_rows:
+            self._check_same_data(self.comm.allgather(mark))
+        return prepared
+
+    @staticmethod
+    def _check_same_data(marks: list[tuple[int, str | None]]) -> None:
+        """Refuse (on every rank alike) in-memory data that differs between ranks: each rank would
+        keep its share of different rows, and the fit would see a fraction of each, with no error."""
+        if len(set(marks)) == 1:
+            return
+        counts = [n for n, _ in marks]
+        if len(set(counts)) > 1:
+            seen = ", ".join(f"rank {r}: {n:,}" for r, n in enumerate(counts))
+            what = f"different numbers of rows ({seen})"
+        else:
+            what = f"different rows ({counts[0]:,} each, with different values)"
+        raise ValueError(
+            f"the ranks passed {what}: with in-memory data every rank passes all the rows and keeps its "
+            "share of them; pass own_rows=True when each rank holds only its own rows"
+        )
 
     def _root_slices(self, data: Any, weights: Any, column: str | None) -> list[Any]:
         if data is None:
