@@ -13,12 +13,13 @@ import os
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["MIN_TORCH", "default_group", "require_torch", "require_torch_distributed"]
+__all__ = ["MIN_TORCH", "TORCH_REQUIREMENT", "default_group", "require_torch", "require_torch_distributed"]
 
 MIN_TORCH = (2, 4)
 """The oldest torch the package runs with (the ``torch`` extra's floor)."""
 
-_NEEDS = f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}"
+TORCH_REQUIREMENT = f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}"
+""":data:`MIN_TORCH` as the refusals (and the training modules' other torch imports) name it."""
 
 
 def require_torch(what: str) -> Any:
@@ -26,11 +27,13 @@ def require_torch(what: str) -> Any:
     try:
         torch = importlib.import_module("torch")
     except ImportError as err:
-        raise ImportError(f"{what} needs {_NEEDS}: pip install 'mixle-spark[torch]'") from err
+        raise ImportError(f"{what} needs {TORCH_REQUIREMENT}: pip install 'mixle-spark[torch]'") from err
     major, minor = (int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
     if (major, minor) < MIN_TORCH:
-        found = torch.__version__
-        raise ImportError(f"{what} needs {_NEEDS} (found {found}): pip install -U 'mixle-spark[torch]'")
+        raise ImportError(
+            f"{what} needs {TORCH_REQUIREMENT} (found {torch.__version__}): "
+            "pip install -U 'mixle-spark[torch]'"
+        )
     return torch
 
 
@@ -40,7 +43,7 @@ def require_torch_distributed(what: str) -> Any:
     try:
         return importlib.import_module("torch.distributed")
     except ImportError as err:
-        raise ImportError(f"{what} needs {_NEEDS}: pip install 'mixle-spark[torch]'") from err
+        raise ImportError(f"{what} needs {TORCH_REQUIREMENT}: pip install 'mixle-spark[torch]'") from err
 
 
 def default_group(what: str, *, backend: str | None = None, timeout_s: float | None = None) -> Any:
@@ -63,11 +66,11 @@ def default_group(what: str, *, backend: str | None = None, timeout_s: float | N
     from mixle_spark.parallel.planning.planner import Resources
 
     Resources.from_torchrun()  # refuses an inconsistent RANK / LOCAL_RANK / WORLD_SIZE topology
+    torch = require_torch(what)
     if backend is None:
-        torch = require_torch(what)
         backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
     if backend == "nccl":
-        require_torch(what).cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     timeout = {} if timeout_s is None else {"timeout": timedelta(seconds=timeout_s)}
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and "MASTER_PORT" in os.environ:
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")

@@ -9,12 +9,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from mixle_spark.parallel._torch_group import require_torch, require_torch_distributed
+from mixle_spark.parallel._torch_group import TORCH_REQUIREMENT, require_torch, require_torch_distributed
 
 __all__ = ["group_rank_world", "require", "require_torch", "require_torch_distributed"]
 
 _EXTRAS = {
-    "torch": ("torch", "torch>=2.4"),
+    "torch": ("torch", TORCH_REQUIREMENT),
     "lightning": ("lightning", "lightning>=2.2"),
 }
 

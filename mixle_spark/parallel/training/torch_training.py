@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from mixle_spark.errors import describe_value
-from mixle_spark.parallel._torch_group import default_group
+from mixle_spark.parallel._torch_group import TORCH_REQUIREMENT, default_group
 from mixle_spark.parallel.training._optional import require_torch
 from mixle_spark.parallel.training._records import ParameterLayout, StateLayout, StepReceipt
 from mixle_spark.parallel.training.contracts import (
@@ -62,7 +62,7 @@ TORCH_NATIVE = BackendCapabilities(
     distributed_optimizer=True,
     reshardable_checkpoint=True,
     elastic_restart=True,
-    requirements=("torch>=2.4",),
+    requirements=(TORCH_REQUIREMENT,),
     incompatible_axis_sets=({ParallelAxis.DP_REPLICATE, ParallelAxis.TP},),
 )
 
