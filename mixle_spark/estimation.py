@@ -49,7 +49,7 @@ from mixle_spark.em.seeding import Seeding
 from mixle_spark.em.statistics import collect_statistics
 from mixle_spark.errors import ConvergenceWarning, ModelSizeWarning
 from mixle_spark.parallel.backends.contract import FitSession
-from mixle_spark.parallel.backends.registry import encoded_data, is_encoded_data_handle
+from mixle_spark.parallel.backends.registry import data_identity, encoded_data, is_encoded_data_handle
 from mixle_spark.stats._random import RowRandom, seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
 from mixle_spark.summary import count_free_parameters, parameters_warning
@@ -106,6 +106,14 @@ def row_count(data: Any) -> int | None:
     if hasattr(data, "__len__") and not isinstance(data, (str, bytes)):
         return len(data)
     return None
+
+
+def _identity(fit: FitOptions, data: Any, backend_options: dict[str, Any]) -> str | None:
+    """The identity of ``data`` (:func:`~mixle_spark.parallel.backends.registry.data_identity`)
+    when the fit checkpoints (its checkpoints record it), else None: no pass is spent on it."""
+    if fit.checkpoint_dir is None:
+        return None
+    return data_identity(data, backend_options.get("weights"))
 
 
 def _begin(handle: Any) -> Any:
@@ -210,15 +218,20 @@ def optimize(
     on_encoded = keywords.pop("on_encoded", None)
     fit, backend_options = FitOptions.gather(options, keywords)
     started = time.perf_counter()
+    identity = _identity(fit, data, backend_options)
     if vdata is None and fit.checkpoint_dir is not None and fit.resume and not is_encoded_data_handle(data):
         rows = row_count(data)
-        done = None if rows is None else fit.finished(estimator, rows, prev_estimate=prev_estimate)
-        if done is not None:  # a finished fit: returned without encoding the data
+        done = (
+            None
+            if rows is None
+            else fit.finished(estimator, rows, prev_estimate=prev_estimate, data=identity)
+        )
+        if done is not None:  # a finished fit of this data: returned without encoding it
             return done
     handle, owned = _handle(data, estimator, backend_options, on_encoded)
     vhandle, vowned = (None, False) if vdata is None else _handle(vdata, estimator, {})
     try:
-        run = fit.fit(estimator, prev_estimate=prev_estimate, vhandle=vhandle, started=started)
+        run = fit.fit(estimator, prev_estimate=prev_estimate, vhandle=vhandle, started=started, data=identity)
         model = run(handle)
         warn_model_size(model, len(handle))
         return model
@@ -286,12 +299,13 @@ def best_of(
     on_encoded = keywords.pop("on_encoded", None)
     trials = check_trials(trials)
     fit, backend_options = FitOptions.gather(options, keywords)
+    identity = _identity(fit, data, backend_options)
     handle, owned = _handle(data, estimator, backend_options, on_encoded)
     vhandle, vowned = (None, False) if vdata is None else _handle(vdata, estimator, {})
     best: tuple[float, Distribution] | None = None
     try:
         runs = [
-            fit.for_trial(k, trial_seed).fit(estimator, label=f"trial {k}: ")
+            fit.for_trial(k, trial_seed).fit(estimator, label=f"trial {k}: ", data=identity)
             for k, trial_seed in enumerate(trial_seeds(fit.seed, trials))
         ]
         with warnings.catch_warnings():

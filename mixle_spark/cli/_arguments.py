@@ -316,7 +316,10 @@ def reliability_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"on_degenerate": args.on_degenerate}
     if args.checkpoint_dir is not None:
         options.update(
-            checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume
+            checkpoint_dir=args.checkpoint_dir,
+            checkpoint_every=args.checkpoint_every,
+            resume=args.resume,
+            on_other_data="refit",  # a scheduled run on new data fits it; never yesterday's model
         )
     if args.checkpoint_key_file is not None:
         options["checkpoint_key"] = read_key_file(args.checkpoint_key_file)

@@ -102,11 +102,15 @@ def trace_summary(trace: Any) -> dict[str, Any]:
 
 
 def long_fit_summary(args: argparse.Namespace, result: Any) -> dict[str, Any]:
-    """Checkpointing, degenerate-component policy and audit settings of the run, and the resume point."""
+    """Checkpointing, degenerate-component policy and audit settings of the run, and the resume point:
+    the iteration resumed from and when that checkpoint was written, or why the checkpoints found
+    were replaced by a fit from scratch (they were of other data)."""
     return {
         "checkpoint_dir": args.checkpoint_dir,
         "checkpoint_every": args.checkpoint_every if args.checkpoint_dir else None,
         "resumed_from_iteration": result.resumed_from,
+        "resumed_checkpoint_written_at": getattr(result, "resumed_written_at", None),
+        "checkpoint_refit": getattr(result, "checkpoint_refit", None),
         "on_degenerate": args.on_degenerate,
         "audit": ({"every": args.audit_every, "fraction": args.audit_fraction} if args.audit_every else None),
         "trace": trace_summary(result.trace),

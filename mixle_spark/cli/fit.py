@@ -262,7 +262,7 @@ def fit_model(
     elapsed = time.perf_counter() - progress.started
     if progress.first is not None and not progress.written:
         coord.say(progress.first)  # quiet, or no progress line yet: after the fit, not before its checks
-    _say_resumed(model, out, reliability or {}, coord)
+    _say_resumed(model, progress, reliability or {}, coord)
     if progress.encode_seconds is None:  # the checkpoint held this fit's result: no pass over the data
         timings = {"encode": 0.0, "em": elapsed}
     else:
@@ -275,13 +275,19 @@ def fit_model(
     return model, ll, timings, report_warnings(caught, coord), found
 
 
-def _say_resumed(model: Any, out: Any, reliability: dict[str, Any], coord: Coordination) -> None:
-    """With ``--quiet`` (no progress stream, which says it itself): that the fit resumed from a
-    checkpoint, and where (a pipeline's log should show it)."""
-    resumed = getattr(model.fit_result, "resumed_from", None)
-    if out is None and resumed is not None:
-        where = reliability.get("checkpoint_dir")
-        coord.say(f"{PROG}: resumed from checkpoint {where} at iteration {resumed}")
+def _say_resumed(model: Any, progress: _Progress, reliability: dict[str, Any], coord: Coordination) -> None:
+    """That the fit resumed from a checkpoint and where, or that the checkpoints found held this fit
+    on other data and it started afresh: one line a pipeline's log shows, unless the progress stream
+    said it already (``--quiet`` or ``--print-iter 0`` has none). When the checkpoint was written is
+    in summary.json (``long_fit.resumed_checkpoint_written_at``)."""
+    result, where = model.fit_result, reliability.get("checkpoint_dir")
+    if progress.said_checkpoint:
+        return
+    if result.checkpoint_refit is not None:
+        why = result.checkpoint_refit
+        coord.say(f"{PROG}: checkpoint {where} held this fit on other data ({why}): fitted afresh")
+    if result.resumed_from is not None:
+        coord.say(f"{PROG}: resumed from checkpoint {where} at iteration {result.resumed_from}")
 
 
 class _Progress:
@@ -296,6 +302,8 @@ class _Progress:
         self.encode_seconds: float | None = None
         self.first: str | None = None
         self.written = False
+        self.said_checkpoint = False
+        """Whether the stream showed a checkpoint note (resumed, or refitted on other data)."""
 
     def encoded(self, handle: Any) -> None:
         self.encode_seconds = seconds = time.perf_counter() - self.started
@@ -306,6 +314,9 @@ class _Progress:
         if self.first is not None and not self.written:
             self.written = True
             self.out.write(self.first + "\n")
+        self.said_checkpoint = self.said_checkpoint or text.startswith(
+            ("resuming from checkpoint", "checkpoint ")
+        )
         return int(self.out.write(text))
 
     def flush(self) -> None:

@@ -70,6 +70,11 @@ class FitResult:
     """The per-iteration :class:`~mixle_spark.em.observability.EMTrace`."""
     resumed_from: int | None = None
     """The iteration of the checkpoint this fit resumed from, if it did."""
+    resumed_written_at: str | None = None
+    """When that checkpoint was written (ISO 8601, UTC; None when not resumed, or unknown)."""
+    checkpoint_refit: str | None = None
+    """Why the checkpoints found were not resumed but replaced by this fit from scratch (they were of
+    other data, ``on_other_data="refit"``); None otherwise."""
     seeding_seconds: float = 0.0
     """Seconds spent building the starting model (part of :attr:`seconds`; 0 when a starting model
     was given or the fit resumed from a checkpoint). Runs advancing together (``best_of``,

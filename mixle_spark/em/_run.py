@@ -73,12 +73,16 @@ class FitInputs:
         Prefix of the fit's progress lines (``"trial 2: "``).
     started : float, optional
         When the fit's clock started (``time.perf_counter()``; default: when the run starts).
+    data : str, optional
+        The identity of the data (a content digest: :func:`mixle_spark.parallel.backends.registry.
+        data_identity`), recorded in the fit's checkpoints and compared with theirs.
     """
 
     prev_estimate: Distribution | None = None
     vhandle: Any = None
     label: str = ""
     started: float | None = None
+    data: str | None = None
 
 
 def _mixture_of(estimator: Estimator) -> Any:
@@ -123,6 +127,7 @@ class EMRun:
 
         self.handle, self.estimator, self.options, self.vhandle = handle, estimator, options, inputs.vhandle
         self.prev_estimate = inputs.prev_estimate
+        self.data = inputs.data
         self.seed = seed_to_int(options.seed)
         self.progress = Progress(options.out, options.print_iter, inputs.label)
         self.started = time.perf_counter() if inputs.started is None else inputs.started
@@ -135,6 +140,8 @@ class EMRun:
         self.dead_reported: set[int] = set()
         self.reseeds: dict[int, int] = {}
         self.resumed_from: int | None = None
+        self.resumed_written_at: str | None = None
+        self.checkpoint_refit: str | None = None
         self.init_events: list[str] = []
         self.seeding_seconds = 0.0
         self.trace = EMTrace(
@@ -275,6 +282,8 @@ class EMRun:
             stopped_because=self.stopped,
             trace=self.trace,
             resumed_from=self.resumed_from,
+            resumed_written_at=self.resumed_written_at,
+            checkpoint_refit=self.checkpoint_refit,
             seeding_seconds=self.seeding_seconds,
             free_parameters=self.estimator.n_free_parameters(done.model),
         )
@@ -297,9 +306,19 @@ class EMRun:
         checkpoint it does not return from: the run that follows resumes from it and says so."""
         if self.options.checkpoint_dir is None:
             return None
-        self.checkpoints = Checkpointer(self.handle, self.estimator, self.options, self.prev_estimate)
-        saved = self.checkpoints.restore()
+        self.checkpoints = Checkpointer(
+            self.handle, self.estimator, self.options, self.prev_estimate, data=self.data
+        )
+        saved = self.checkpoints.restore(probe=probe)
         if saved is None:
+            self.checkpoint_refit = self.checkpoints.refit_because
+            if self.checkpoint_refit is not None and not probe:
+                self.progress(
+                    f"checkpoint {self.checkpoints.directory} holds this fit on other data "
+                    f"({self.checkpoint_refit}): fitting afresh, replacing it",
+                    0,
+                    note=True,
+                )
             return None
         done = saved.finished
         # A finished run that stopped at its max_its goes on when more are asked for.
@@ -311,6 +330,7 @@ class EMRun:
         )  # fmt: skip
         self.trace, self.dead_reported, self.reseeds = saved.trace, saved.dead_reported, saved.reseeds
         self.converged, self.stopped, self.resumed_from = saved.converged, saved.stopped, saved.iteration
+        self.resumed_written_at = saved.written_at
         where = self.checkpoints.directory
         self.progress(f"resuming from checkpoint {where} at iteration {saved.iteration}", 0, note=True)
         if done is None:

@@ -19,6 +19,7 @@ from mixle_spark._checks import Check, check_fields, checked, field_check, integ
 from mixle_spark.em._checkpoint_store import checkpoint_key
 from mixle_spark.em._records import ON_DEGENERATE
 from mixle_spark.em._run import EMRun, FitInputs
+from mixle_spark.em.resilient import ON_OTHER_DATA
 from mixle_spark.em.seeding import INIT_MODES, Seeding
 from mixle_spark.errors import SpecError
 from mixle_spark.stats.base import Distribution, Estimator
@@ -86,6 +87,12 @@ class FitOptions:
         Iterations between checkpoints (>= 1).
     resume : bool
         False ignores and replaces existing checkpoints in ``checkpoint_dir``.
+    on_other_data : {"raise", "refit"}
+        What checkpoints of this fit on *other data* (another content with the same settings:
+        yesterday's table in today's run) do: ``raise`` a
+        :class:`~mixle_spark.errors.CheckpointMismatchError` naming it (default), or ``refit`` from
+        scratch, replacing them (what a scheduled job wants; the fit job's choice), the result saying
+        why (``fit_result.checkpoint_refit``). Never resumed either way.
     on_degenerate : {"stop", "floor", "reseed"}
         When an M-step cannot build a mixture component (its statistics are NaN or infinite, e.g.
         squares that overflowed) — caught at that iteration, never passed on: ``stop`` raises
@@ -137,6 +144,7 @@ class FitOptions:
     checkpoint_dir: str | os.PathLike[str] | None = None
     checkpoint_every: int = checked(integer(1), 1)
     resume: bool = checked(Check("True or False", lambda v: type(v) is bool), True)
+    on_other_data: str = checked(one_of(ON_OTHER_DATA), "raise")
     on_degenerate: str = checked(one_of(ON_DEGENERATE), "stop")
     audit: Any = checked(Check("an SDCAudit, True or None", _is_audit), None)
     trace_path: str | os.PathLike[str] | None = None
@@ -208,13 +216,17 @@ class FitOptions:
         vhandle: Any = None,
         label: str = "",
         started: float | None = None,
+        data: str | None = None,
     ) -> Callable[[Any], Distribution]:
         """The fit routine: ``run(handle) -> model``, one EM fit of ``estimator`` over ``handle``.
 
         ``seed`` overrides the options' seed (a restart's); ``label`` prefixes its progress lines;
-        ``started`` is when the fit's clock started (default: when ``run`` is called)."""
+        ``started`` is when the fit's clock started (default: when ``run`` is called); ``data`` the
+        identity of the data (what its checkpoints record)."""
         options = self if seed is None else dataclasses.replace(self, seed=seed)
-        inputs = FitInputs(prev_estimate=prev_estimate, vhandle=vhandle, label=label, started=started)
+        inputs = FitInputs(
+            prev_estimate=prev_estimate, vhandle=vhandle, label=label, started=started, data=data
+        )
 
         def run(handle: Any) -> Distribution:
             fit = EMRun(handle, estimator, options, inputs)
@@ -226,13 +238,20 @@ class FitOptions:
         return run
 
     def finished(
-        self, estimator: Estimator, rows: int, *, prev_estimate: Distribution | None = None
+        self,
+        estimator: Estimator,
+        rows: int,
+        *,
+        prev_estimate: Distribution | None = None,
+        data: str | None = None,
     ) -> Distribution | None:
         """The model of this fit when ``checkpoint_dir`` holds its final checkpoint (same estimator,
-        options and row count), without reading the data; None when the fit has to run."""
+        options, row count and ``data``, the data's identity), without encoding the data; None when
+        the fit has to run."""
         if self.checkpoint_dir is None or not self.resume or self.keep_statistics:
             return None  # keep_statistics: the statistics are a pass over the data
-        return EMRun(_Rows(rows), estimator, self, FitInputs(prev_estimate=prev_estimate)).finished()
+        inputs = FitInputs(prev_estimate=prev_estimate, data=data)
+        return EMRun(_Rows(rows), estimator, self, inputs).finished()
 
 
 def option_check(name: str) -> Check:

@@ -12,10 +12,18 @@ Run the same call again (same data, estimator, seed) and the fit resumes from th
 that verifies: a truncated, corrupt or foreign file is skipped with a
 :class:`CorruptCheckpointWarning` and never loaded. The resumed fit gives exactly the estimates of
 an uninterrupted run: models round-trip through JSON bit for bit, and every later pass is a
-deterministic function of the model. A checkpoint of a *different* fit (other estimator, row count,
-seed, ...) raises :class:`CheckpointMismatchError` instead of being used; ``resume=False`` starts
-afresh and replaces the old checkpoints. A finished fit leaves a final checkpoint, so re-running a
-completed pipeline stage returns the fitted model without a pass over the data.
+deterministic function of the model. A checkpoint of a *different* fit (other estimator, seed, ...)
+raises :class:`CheckpointMismatchError` instead of being used; ``resume=False`` starts afresh and
+replaces the old checkpoints. A finished fit leaves a final checkpoint, so re-running a completed
+pipeline stage returns the fitted model without a pass over the data.
+
+Every checkpoint records the identity of its data (:func:`mixle_spark._identity` digests: the rows'
+content for tables and arrays, the files for a path, a Spark / Dask / Ray frame hashed where it
+lives), so other data with the same number of rows is never taken for the same fit. A checkpoint of
+the same fit on *other data* raises :class:`CheckpointMismatchError` naming it (the default,
+``on_other_data="raise"``), or, with ``on_other_data="refit"`` (the fit job's), is replaced by a fit
+from scratch whose result says why (``fit_result.checkpoint_refit``). A checkpoint written before
+data identities existed counts as other data: it is never resumed on faith.
 
 ``checkpoint_dir`` is a local path (Databricks: ``/dbfs/...``), a ``file://`` URI, or any URI
 ``pyarrow.fs`` understands (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``). Only the driver writes.
@@ -37,6 +45,7 @@ import logging
 import pickle
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from mixle_spark.em._checkpoint_store import (
@@ -61,6 +70,8 @@ logger = logging.getLogger("mixle_spark.estimation")
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_VERSION",
+    "DATA_KEYS",
+    "ON_OTHER_DATA",
     "CheckpointMismatchError",
     "CheckpointStore",
     "CheckpointStoreError",
@@ -70,6 +81,7 @@ __all__ = [
     "Snapshot",
     "check_fingerprint",
     "checkpointed_fold",
+    "fingerprint_differences",
     "fit_fingerprint",
 ]
 
@@ -102,14 +114,17 @@ def fit_fingerprint(
     prev_estimate: Distribution | None = None,
     init_estimator: Estimator | None = None,
     init: Mapping[str, Any] | None = None,
+    data: str | None = None,
 ) -> dict[str, Any]:
-    """What identifies a fit for resuming: the settings that change its path (``max_its`` is not one:
-    a resumed fit may run longer)."""
+    """What identifies a fit for resuming: the data (its row count and ``data``, the digest of its
+    content) and the settings that change its path (``max_its`` is not one: a resumed fit may run
+    longer)."""
     from mixle_spark.spec import model_to_dict
 
     return {
         "estimator": _digest(_estimator_spec(estimator)),
         "rows": int(rows),
+        "data": data,
         "seed": int(seed),
         "init_p": float(init_p),
         "delta": delta,
@@ -130,24 +145,39 @@ _WHAT = {
     "prev_estimate": "prev_estimate",
     "init_estimator": "init_estimator",
     "init": "the initialization (init, init_steps)",
+    "data": "the data",
 }
+DATA_KEYS = ("rows", "data")
+"""The fingerprint's keys that describe the data (the rest describe the fit's settings)."""
+ON_OTHER_DATA = ("raise", "refit")
+"""What a checkpoint of this fit on other data does: raise, or a fit from scratch replacing it."""
+
+
+def fingerprint_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, str]:
+    """``{key: what differs}`` for every fingerprint entry where ``saved`` and ``current`` differ."""
+    differs: dict[str, str] = {}
+    for key in sorted(set(saved) | set(current)):
+        if key == "init" and key not in saved:  # written before init= existed: nothing to compare
+            continue
+        if key == "data" and "data" not in saved:
+            differs[key] = "the data: the checkpoint does not record which (written before data digests)"
+        elif key == "data" and saved.get(key) != current.get(key):
+            differs[key] = "the data differs (its content digest)"
+        elif saved.get(key) != current.get(key):
+            if key in ("estimator", "prev_estimate", "init_estimator"):
+                differs[key] = f"{_WHAT.get(key, key)} differs"
+            else:
+                differs[key] = (
+                    f"{_WHAT.get(key, key)}: checkpoint {saved.get(key)!r}, now {current.get(key)!r}"
+                )
+    return differs
 
 
 def check_fingerprint(saved: Mapping[str, Any], current: Mapping[str, Any], where: str) -> None:
     """Raise :class:`CheckpointMismatchError` naming every setting that differs."""
-    differs = []
-    for key in sorted(set(saved) | set(current)):
-        if key == "init" and key not in saved:  # written before init= existed: nothing to compare
-            continue
-        if saved.get(key) != current.get(key):
-            if key in ("estimator", "prev_estimate", "init_estimator"):
-                differs.append(f"{_WHAT.get(key, key)} differs")
-            else:
-                differs.append(
-                    f"{_WHAT.get(key, key)}: checkpoint {saved.get(key)!r}, now {current.get(key)!r}"
-                )
+    differs = fingerprint_differences(saved, current)
     if differs:
-        raise CheckpointMismatchError.advising(where, tuple(differs), "resume=False")
+        raise CheckpointMismatchError.advising(where, tuple(differs.values()), "resume=False")
 
 
 def checkpointed_fold(
@@ -210,6 +240,8 @@ class Snapshot:
     converged: bool
     stopped: str
     finished: Finished | None = None
+    written_at: str | None = None
+    """When the checkpoint was written (ISO 8601, UTC; None in checkpoints of earlier releases)."""
 
 
 class Checkpointer:
@@ -228,11 +260,13 @@ class Checkpointer:
         estimator: Estimator,
         options: FitOptions,
         prev_estimate: Distribution | None = None,
+        data: str | None = None,
     ) -> None:
         assert options.checkpoint_dir is not None  # the loop holds a Checkpointer only then
         self.handle = handle
         self.every = options.checkpoint_every
         self.resume = options.resume
+        self.on_other_data = options.on_other_data
         self.store = CheckpointStore(options.checkpoint_dir, key=options.checkpoint_key)
         self.fingerprint = fit_fingerprint(
             estimator,
@@ -244,7 +278,11 @@ class Checkpointer:
             prev_estimate=prev_estimate,
             init_estimator=options.init_estimator,
             init=options.seeding.to_dict(),
+            data=on_writer(handle, lambda: data),  # the writer's view: every process compares alike
         )
+        self.refit_because: str | None = None
+        """Why the checkpoints found were replaced by a fit from scratch (they were of other data,
+        ``on_other_data="refit"``); None when they were not."""
 
     @property
     def directory(self) -> str:
@@ -254,10 +292,12 @@ class Checkpointer:
         """Whether the state after ``iteration`` M-steps is saved (every ``checkpoint_every``-th)."""
         return iteration % self.every == 0
 
-    def restore(self) -> Snapshot | None:
+    def restore(self, probe: bool = False) -> Snapshot | None:
         """The newest valid checkpoint of this fit; None when there is none, or (``resume=False``)
         after deleting the old ones. A checkpoint of another fit raises
-        :class:`CheckpointMismatchError` naming what differs."""
+        :class:`CheckpointMismatchError` naming what differs; one of this fit on other data too, or
+        with ``on_other_data="refit"`` is deleted (not by a ``probe``, which only looks), its reason
+        kept in :attr:`refit_because`, and None returned."""
         store = self.store
         if not self.resume:
             on_writer(self.handle, store.clear)
@@ -266,7 +306,15 @@ class Checkpointer:
         if found is None:
             return None
         _iteration, state = found
-        check_fingerprint(state.get("fingerprint", {}), self.fingerprint, str(store.directory))
+        saved = state.get("fingerprint", {})
+        differs = fingerprint_differences(saved, self.fingerprint)
+        if differs and self.on_other_data == "refit" and set(differs) <= set(DATA_KEYS):
+            self.refit_because = "; ".join(differs.values())
+            if not probe:
+                on_writer(self.handle, store.clear)  # of this fit on other data: never resumed
+            logger.info("checkpoints in %s are of other data (%s): fitting afresh", store.directory, differs)
+            return None
+        check_fingerprint(saved, self.fingerprint, str(store.directory))
         best, final = state.get("best"), state.get("final")
         return Snapshot(
             iteration=int(state["iteration"]),
@@ -280,6 +328,7 @@ class Checkpointer:
             reseeds={int(j): int(n) for j, n in state.get("reseeds", {}).items()},
             converged=bool(state.get("converged", False)),
             stopped=str(state.get("stopped", "max_its")),
+            written_at=state.get("written_at"),
             finished=None
             if final is None
             else Finished(
@@ -297,6 +346,7 @@ class Checkpointer:
         rng = {"seed": self.fingerprint["seed"], "streams": "row-keyed hashes of the seed; no other state"}
         state: dict[str, Any] = {
             "fingerprint": self.fingerprint,
+            "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "iteration": snapshot.iteration,
             "model": _plain_model(snapshot.model),
             "history": [asdict(r) for r in snapshot.history],

@@ -224,3 +224,14 @@ def test_missing_coordinates_a_covariance_form_and_labels_equal_local(dask_clien
     got = optimize(_dask_frame(table, 3), est, max_its=6, delta=None, seed=3, client=dask_client)
     assert_models_close(got, want)
     assert got.covariance == "EEE"
+
+
+def test_a_dask_frame_is_known_by_its_rows(dask_client: Any) -> None:
+    """What a checkpoint records of a Dask frame: its rows, whatever the partitions."""
+    from mixle_spark.parallel.backends.registry import data_identity
+
+    table = _mixture_table()
+    digest = data_identity(_dask_frame(table, 2))
+    assert data_identity(_dask_frame(table, 5)) == digest
+    changed = table.set_column(0, "x", pa.array(np.r_[table.column(0).to_numpy()[:-1], 1e6]))
+    assert data_identity(_dask_frame(changed, 2)) != digest

@@ -253,3 +253,14 @@ def test_missing_coordinates_a_covariance_form_and_labels_equal_local(ray_runtim
     got = optimize(_dataset(table, 3), est, max_its=6, delta=None, seed=3)
     assert_models_close(got, want)
     assert got.covariance == "EEE"
+
+
+def test_a_dataset_is_known_by_its_rows(ray_runtime: Any) -> None:
+    """What a checkpoint records of a Ray Dataset: its rows, whatever the blocks (as for the table)."""
+    from mixle_spark._identity import content_digest
+    from mixle_spark.parallel.backends.registry import data_identity
+
+    table = _mixture_table()
+    assert data_identity(_dataset(table, 2)) == data_identity(_dataset(table, 5)) == content_digest(table)
+    changed = table.set_column(0, "x", pa.array(np.r_[table.column(0).to_numpy()[:-1], 1e6]))
+    assert data_identity(_dataset(changed, 2)) != content_digest(table)

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from mixle_spark.estimation import best_of, optimize
 from mixle_spark.model_selection import select_k
 from mixle_spark.parallel import encoded_data
+from mixle_spark.parallel.backends.registry import data_identity
 from mixle_spark.scoring import assignment_counts, score
 from mixle_spark.spec import model_to_dict
 from mixle_spark.stats import GaussianEstimator, MixtureEstimator
@@ -45,6 +46,8 @@ def main() -> None:
     facts["rows"] = scored.count()
     facts["ll_sum"] = scored.agg({"log_likelihood": "sum"}).collect()[0][0]
     facts["assignments"] = assignment_counts(model, df)  # the segment profile's sizes: one aggregation
+    facts["identity"] = data_identity(df)  # the digest a checkpoint records: the same as classic's
+    facts["identity_reordered"] = data_identity(df.orderBy(F.desc("x")).repartition(3))
     # As a Databricks user meets it: default options (the job path lays the data out for the session),
     # several fits advancing in shared passes over one handle. Five partitions holding the rows in their
     # original order (repartition(5) would deal them out in an order the local fit cannot reproduce, and

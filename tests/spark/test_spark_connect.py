@@ -25,7 +25,7 @@ from tests.spark.test_streaming import check_connect_stream
 pytestmark = pytest.mark.spark
 
 
-def test_fit_and_score_under_spark_connect(tmp_path: Path) -> None:
+def test_fit_and_score_under_spark_connect(spark: Any, tmp_path: Path) -> None:
     pytest.importorskip("grpc", reason="Spark Connect needs the pyspark[connect] client dependencies")
     truth = MixtureDistribution([GaussianDistribution(-3.0, 1.0), GaussianDistribution(2.0, 0.5)], [0.4, 0.6])
     x = np.asarray(truth.sampler(3).sample(1500))
@@ -49,6 +49,16 @@ def test_fit_and_score_under_spark_connect(tmp_path: Path) -> None:
     assert facts["executor"] == "JobExecutor"
     assert facts["columns"] == ["x", "log_likelihood", "prediction", "probability"]
     assert facts["rows"] == 1500
+    # a checkpoint's data digest is the same under Connect and classic, whatever the row order
+    import pyarrow as pa
+
+    from mixle_spark.parallel.backends.registry import data_identity
+
+    assert (
+        facts["identity"]
+        == facts["identity_reordered"]
+        == data_identity(spark.createDataFrame(pa.table({"x": x})))
+    )
     got = model_from_dict(result["model"])
     want = optimize(list(x), MixtureEstimator([GaussianEstimator()] * 2), max_its=5, delta=None, seed=4)
     np.testing.assert_allclose(got.w, want.w, rtol=1e-10)

@@ -243,3 +243,43 @@ def whole_table_task(
         yield _payload_batch(result)
 
     return run
+
+
+def _hashable(column: Any, data_type: Any) -> Any:
+    """``column`` as Spark's row hash takes it: a map (which ``xxhash64`` refuses) as its JSON."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    def has_map(t: Any) -> bool:
+        if isinstance(t, MapType):
+            return True
+        if isinstance(t, ArrayType):
+            return has_map(t.elementType)
+        if isinstance(t, StructType):
+            return any(has_map(f.dataType) for f in t.fields)
+        return False
+
+    return F.to_json(F.array(column)) if has_map(data_type) else column
+
+
+def content_identity(df: DataFrame) -> str:
+    """The digest of a Spark DataFrame's rows, computed by one aggregation where they live (classic
+    or Connect): two 64-bit ``xxhash64`` row hashes summed (as a decimal, which cannot overflow) and
+    xor-ed, and the row count, with the schema. Row order and partitioning do not change it; any
+    changed, added or removed row does. Columns are taken by position (duplicated names work)."""
+    import hashlib
+
+    from pyspark.sql.types import DecimalType
+
+    fields = df.schema.fields
+    frame = df.toDF(*[f"c{i}" for i in range(len(fields))])
+    columns = [_hashable(F.col(f"c{i}"), f.dataType) for i, f in enumerate(fields)] or [F.lit(0)]
+    first = F.xxhash64(*columns)
+    second = F.xxhash64(F.lit("mixle_spark"), *columns)
+    row = frame.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.sum(first.cast(DecimalType(38, 0))).alias("s"),
+        F.bit_xor(second).alias("x"),
+    ).first()
+    assert row is not None  # an aggregation without grouping has one row
+    text = repr((df.schema.simpleString(), int(row["n"]), str(row["s"]), row["x"]))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark._frames import frame_engine
+from mixle_spark._identity import MultisetDigest, frame_row_hashes, frame_schema
 from mixle_spark.errors import EmptyDataError
 from mixle_spark.parallel.backends._handle import (
     bind_estimator,
@@ -239,3 +240,24 @@ def _score_partition(frame: Any, scorer: BatchScorer, partition_info: Any = None
             pd.arrays.ArrowExtensionArray(array), index=frame.index, dtype=pd.ArrowDtype(typ)
         )
     return out
+
+
+def _partition_digest(frame: Any) -> Any:
+    import pandas as pd
+
+    state = MultisetDigest().add(frame_row_hashes(frame)).state()
+    # as text: 64-bit values would become uint64 in one part and int64 in another, then floats
+    return pd.DataFrame({c: [str(v)] for c, v in zip("nsqx", state, strict=True)})
+
+
+def content_identity(frame: Any) -> str:
+    """The digest of a Dask DataFrame's rows: each partition's row hashes folded where it lives
+    (:class:`~mixle_spark._identity.MultisetDigest`), the parts merged here (order-free)."""
+    import pandas as pd
+
+    meta = pd.DataFrame({c: pd.Series(dtype=object) for c in "nsqx"})
+    parts = frame.map_partitions(_partition_digest, meta=meta).compute()
+    digest = MultisetDigest()
+    for state in parts.itertuples(index=False):
+        digest.merge([int(v) for v in state])
+    return digest.hexdigest(frame_schema(frame._meta))

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark._frames import frame_engine
+from mixle_spark._identity import MultisetDigest, frame_row_hashes, frame_schema
 from mixle_spark.errors import EmptyDataError
 from mixle_spark.parallel.backends._handle import (
     bind_estimator,
@@ -394,3 +395,21 @@ def _score_block(table: Any, scorer: BatchScorer) -> Any:
     for (name, _), array in zip(scorer.added, arrays, strict=True):
         table = table.append_column(name, array)
     return table
+
+
+def _batch_digest(batch: Any) -> Any:
+    import pandas as pd
+
+    state = MultisetDigest().add(frame_row_hashes(batch)).state()
+    # as text: 64-bit values would become uint64 in one part and int64 in another, then floats
+    return pd.DataFrame({c: [str(v)] for c, v in zip("nsqx", state, strict=True)})
+
+
+def content_identity(dataset: Any) -> str:
+    """The digest of a Ray Dataset's rows: each batch's row hashes folded where it lives
+    (:class:`~mixle_spark._identity.MultisetDigest`), the parts merged here (order-free)."""
+    parts = dataset.map_batches(_batch_digest, batch_format="pandas").take_all()
+    digest = MultisetDigest()
+    for part in parts:
+        digest.merge([int(part[c]) for c in "nsqx"])
+    return digest.hexdigest(frame_schema(dataset.schema().base_schema))

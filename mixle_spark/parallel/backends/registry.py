@@ -10,6 +10,8 @@ own backend only (and never the planning or training code).
 from __future__ import annotations
 
 import inspect
+import os
+import weakref
 from collections.abc import Callable, Iterable
 from importlib import import_module
 from typing import Any
@@ -18,6 +20,7 @@ import numpy as np
 
 from mixle_spark._checks import Check, integer
 from mixle_spark._frames import frame_engine
+from mixle_spark._identity import content_digest, path_digest
 from mixle_spark.errors import did_you_mean
 from mixle_spark.parallel.backends.contract import EncodedData
 
@@ -32,6 +35,7 @@ __all__ = [
     "available_encoded_data_backends",
     "check_control",
     "check_engine_and_precision",
+    "data_identity",
     "encoded_data",
     "is_encoded_data_handle",
     "refuse_controls",
@@ -265,7 +269,52 @@ def encoded_data(
     controls.pop("backend", None)
     for hint in HINTS - _HINTED.get(_CANONICAL.get(name, name), frozenset()):
         controls.pop(hint, None)  # a hint this backend does not take
-    return _FACTORIES[name](data, estimator=estimator, model=model, **controls, **options)
+    handle = _FACTORIES[name](data, estimator=estimator, model=model, **controls, **options)
+    try:
+        _SOURCES[handle] = (data, options.get("weights"))
+    except TypeError:  # a handle that cannot be weakly referenced: its data stays unknown
+        pass
+    return handle
+
+
+_SOURCES: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+"""What each handle :func:`encoded_data` made was encoded from (data, weights), while it lives."""
+
+BUILTIN_IDENTITIES: dict[str, str] = {
+    "spark": f"{_BACKENDS}._spark_common:content_identity",
+    "dask": f"{_BACKENDS}.dask:content_identity",
+    "ray": f"{_BACKENDS}.ray:content_identity",
+}
+"""Where each frame engine's data digest is computed (``"module:function"``, imported on use): a
+pass where the data lives, the rows hashed and combined as a multiset."""
+
+
+def data_identity(data: Any, weights: Any = None) -> str | None:
+    """A digest of ``data``'s content: what a checkpoint, a stream version or kept statistics
+    record of the data they came from, so that other data is never taken for the same.
+
+    In-memory tables and arrays are hashed here (:func:`mixle_spark._identity.content_digest`); a
+    local path (what MPI and torchrun processes read) by its files, sizes and modification times; a
+    Spark, Dask or Ray frame by one pass where it lives (Spark: an aggregation of 64-bit row hashes,
+    about the cost of a scan of the columns); an encoded-data handle by the data
+    :func:`encoded_data` made it from (a handle made otherwise: None, unknown). ``weights``: the
+    per-row weights passed beside the data.
+    """
+    if is_encoded_data_handle(data):
+        source = _SOURCES.get(data)
+        if source is None:
+            return None
+        data, weights = source
+    if isinstance(data, (str, os.PathLike)):
+        return path_digest(data)
+    engine = frame_engine(data)
+    if engine is not None:
+        where = BUILTIN_IDENTITIES.get(engine)
+        if where is None:
+            return None
+        module, function = where.split(":")
+        return str(getattr(import_module(module), function)(data))
+    return content_digest(data, weights)
 
 
 # The controls of ``encoded_data`` and the value that means "not asked for": its keyword defaults,
