@@ -2,17 +2,25 @@
 
 The true model is printed and saved beside the data (``*.truth.json``) so a fit can be compared
 with it. Deterministic: the same seed writes the same file.
+
+Both files are written whole or not at all, and an existing file is replaced only when this job
+wrote it (a Parquet file of the sample's columns, marked ``mixle_spark.sample`` in its metadata; a
+model file beside it): ``--output thesis.txt`` is refused in one line, never overwritten, nor a
+file reached through a symbolic link.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mixle_spark.spec import save_model
+from mixle_spark._files import named_path, write_file
+from mixle_spark.cli._common import run_job
+from mixle_spark.spec import is_model_file, save_model
 from mixle_spark.stats import (
     CategoricalDistribution,
     LogGaussianDistribution,
@@ -67,31 +75,63 @@ def true_model() -> MixtureDistribution:
     )
 
 
+PROG = "make_sample_data"
+SCHEMA = pa.schema(
+    [
+        ("amount", pa.float64()),
+        ("channel", pa.string()),
+        ("n_items", pa.int64()),
+        ("tags", pa.list_(pa.string())),
+    ]
+)
+MARKER = b"mixle_spark.sample"
+
+
+def _written_here(path: Path) -> bool:
+    """Whether the Parquet file at ``path`` is this job's: marked, or (written before the mark) of
+    exactly the sample's columns."""
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowInvalid):
+        return False
+    return MARKER in (schema.metadata or {}) or schema.remove_metadata().equals(SCHEMA)
+
+
+def _check_output(out: Path) -> None:
+    """Refuse, before anything is drawn, an output this job may not replace."""
+    real = named_path(out, "--output")
+    if os.path.lexists(real) and not (real.is_file() and _written_here(real)):
+        what = "a directory" if real.is_dir() else "not a sample data file written by make_sample_data"
+        raise FileExistsError(
+            f"--output {out} exists and is {what}; choose another --output or remove it yourself"
+        )
+
+
+def write_sample(output: str, rows: int, seed: int) -> str:
+    """Draw ``rows`` rows from the true model and write them (and the model) beside ``output``."""
+    out = Path(output)
+    _check_output(out)
+    truth = out.with_suffix(".truth.json")
+    real = named_path(truth, "the true model's file")
+    if os.path.lexists(real) and not (real.is_file() and is_model_file(real.read_bytes()[:4096])):
+        raise FileExistsError(f"{truth} exists and is not a mixle_spark model file; remove it yourself")
+    model = true_model()
+    table = pa.Table.from_pylist(model.sampler(seed).sample(rows), schema=SCHEMA)
+    table = table.replace_schema_metadata({MARKER: b"1"})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    write_file(out, sink.getvalue().to_pybytes(), what="--output", ours=lambda head: head.startswith(b"PAR1"))
+    save_model(model, truth, overwrite=True)  # refuses a file that is not a model file
+    return f"wrote {table.num_rows} rows to {out} (true model in {truth})"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
     parser.add_argument("--output", default="data/customers_sample.parquet")
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args(argv)
-    model = true_model()
-    rows = model.sampler(args.seed).sample(args.rows)
-    table = pa.Table.from_pylist(
-        rows,
-        schema=pa.schema(
-            [
-                ("amount", pa.float64()),
-                ("channel", pa.string()),
-                ("n_items", pa.int64()),
-                ("tags", pa.list_(pa.string())),
-            ]
-        ),
-    )
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, out)
-    save_model(model, out.with_suffix(".truth.json"), overwrite=True)
-    print(f"wrote {table.num_rows} rows to {out} (true model in {out.with_suffix('.truth.json')})")
-    return 0
+    return run_job(PROG, lambda: print(write_sample(args.output, args.rows, args.seed)))
 
 
 if __name__ == "__main__":

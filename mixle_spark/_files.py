@@ -31,23 +31,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mixle_spark._locations import resolve
 from mixle_spark.errors import UnsafePathError
 
 __all__ = [
     "TABLE_MARKER",
+    "Folder",
     "OutputLayout",
+    "RemoteFolder",
     "atomic_directory",
+    "check_location_free",
     "check_output_free",
+    "check_writable",
     "delta_layout",
     "file_mode",
+    "folder_entries",
+    "folder_json",
     "holds",
     "json_format",
     "named_path",
+    "publish_directory",
     "read_bytes_bounded",
+    "read_location",
     "remove_tree",
     "sweep_stale",
     "table_layout",
     "write_atomically",
+    "write_file",
 ]
 
 
@@ -58,17 +68,19 @@ def file_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_atomically(path: str | os.PathLike[str], text: str | Iterable[str]) -> Path:
-    """Write ``text`` (a string, or lines already ending in newlines) to ``path`` atomically."""
+def write_atomically(path: str | os.PathLike[str], text: str | bytes | Iterable[str]) -> Path:
+    """Write ``text`` (a string, bytes, or lines already ending in newlines) to ``path`` atomically."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            if isinstance(text, str):
+        with os.fdopen(fd, "wb") as fh:
+            if isinstance(text, bytes):
                 fh.write(text)
+            elif isinstance(text, str):
+                fh.write(text.encode("utf-8"))
             else:
-                fh.writelines(text)
+                fh.writelines(line.encode("utf-8") for line in text)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, file_mode())
@@ -78,6 +90,103 @@ def write_atomically(path: str | os.PathLike[str], text: str | Iterable[str]) ->
             os.unlink(tmp)
         raise
     return target
+
+
+_HEAD_BYTES = 16384
+
+
+def write_file(
+    path: str | os.PathLike[str],
+    data: str | bytes,
+    *,
+    what: str = "output",
+    ours: Callable[[bytes], bool] | None = None,
+    claim: str = "was not written by mixle_spark",
+    overwrite: bool = True,
+    overwrite_flag: str = "overwrite=True",
+) -> str:
+    """Write one file at ``path`` (a local path or a URI: :func:`mixle_spark._locations.resolve`)
+    whole or not at all, replacing only what this package wrote.
+
+    An existing file is replaced only when ``ours(first bytes)`` says it is this writer's (or no
+    ``ours`` is given) and ``overwrite``; a directory, a symbolic link or another file is refused with
+    one line naming the path (FileExistsError / UnsafePathError), and nothing is written. The data
+    goes to a temporary file beside the target, created exclusively under an unpredictable name, then
+    is renamed into place. Returns the path as given.
+    """
+    location = resolve(path, what)
+    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    shown = location.shown
+    if location.local is None:
+        files, uri = location.remote, location.uri
+        kind = files.kind(uri)
+        head = files.read(uri)[:_HEAD_BYTES] if kind == "file" else b""
+        _check_file_free(shown, what, kind, head, ours, claim, overwrite, overwrite_flag)
+        parent, _slash, name = uri.rpartition("/")
+        temp = f"{parent}/.{name}.tmp-{_host()}-{os.getpid()}-{uuid.uuid4().hex}"
+        files.write(temp, payload, True)
+        try:
+            if kind == "file":
+                files.delete(uri)
+            files.rename(temp, uri)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                files.delete(temp)
+            raise
+        return shown
+    real = named_path(location.local, what)
+    kind = "missing" if not os.path.lexists(real) else ("file" if real.is_file() else "other")
+    head = b""
+    if kind == "file":
+        with open(real, "rb") as fh:
+            head = fh.read(_HEAD_BYTES)
+    _check_file_free(shown, what, kind, head, ours, claim, overwrite, overwrite_flag)
+    _check_parent(real, shown, what)
+    write_atomically(real, payload)
+    return shown
+
+
+def _check_file_free(
+    shown: str,
+    what: str,
+    kind: str,
+    head: bytes,
+    ours: Callable[[bytes], bool] | None,
+    claim: str,
+    overwrite: bool,
+    overwrite_flag: str,
+) -> None:
+    if kind == "missing":
+        return
+    if kind != "file":
+        raise FileExistsError(f"{what} {shown} exists and is not a regular file; name a file")
+    if ours is not None and head and not ours(head):
+        raise FileExistsError(f"{what} {shown} exists and {claim}; choose another path or remove it yourself")
+    if not overwrite:
+        raise FileExistsError(f"{what} {shown} exists; pass {overwrite_flag} to replace it")
+
+
+def _check_parent(real: Path, shown: str, what: str) -> None:
+    """Refuse, before anything is written, a path whose nearest existing parent is not a directory
+    this process can write in."""
+    parent = real.parent
+    while not os.path.lexists(parent) and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NotADirectoryError(f"{what} {shown}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"{what} {shown}: cannot write in {parent} (permission denied)")
+
+
+def check_writable(path: str | os.PathLike[str], what: str = "output") -> None:
+    """Refuse (NotADirectoryError, PermissionError, UnsafePathError, UnsupportedLocationError), before
+    any work, an output whose place cannot be written: a link, a parent that is a file or that this
+    process cannot write in, a URI no filesystem here serves."""
+    location = resolve(path, what)
+    if location.local is not None:
+        _check_parent(named_path(location.local, what), location.shown, what)
+    elif location.remote.kind(location.uri.rpartition("/")[0] or location.uri) == "file":
+        raise NotADirectoryError(f"{what} {location.shown}: its parent is a file, not a directory")
 
 
 def read_bytes_bounded(path: Path, limit: int, what: str, error: type[Exception]) -> bytes:
@@ -91,6 +200,27 @@ def read_bytes_bounded(path: Path, limit: int, what: str, error: type[Exception]
         found = f"{size:,} bytes" if size > limit else f"more than {limit:,} bytes"
         raise error(f"{what} is {found}; the limit is {limit:,} bytes")
     return data
+
+
+def read_location(
+    path: str | os.PathLike[str], limit: int, what: str, error: type[Exception], short: str | None = None
+) -> bytes:
+    """The bytes of file ``path`` (a local path or a URI), refused with ``error`` past ``limit``
+    bytes (:func:`read_bytes_bounded`; the message names it ``short``, default ``what``);
+    FileNotFoundError naming ``what`` when there is none."""
+    location = resolve(path, what)
+    named = f"{short or what} {location.shown}"
+    if location.local is not None:
+        if not location.local.exists():
+            raise FileNotFoundError(f"{what} not found: {location.shown}")
+        return read_bytes_bounded(location.local, limit, named, error)
+    files, uri = location.remote, location.uri
+    if files.kind(uri) != "file":
+        raise FileNotFoundError(f"{what} not found: {location.shown}")
+    size = files.size(uri)
+    if size > limit:
+        raise error(f"{named} is {size:,} bytes; the limit is {limit:,} bytes")
+    return bytes(files.read(uri))
 
 
 def remove_tree(path: Path, keep_dir: bool) -> None:
@@ -136,15 +266,73 @@ def holds(entries: Iterable[os.DirEntry[str]]) -> str:
     return "it holds " + (f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0])
 
 
+_JSON_LIMIT = 1 << 26  # 64 MiB: a marker or a summary is far smaller
+
+
 def _json_object(path: Path) -> dict[str, Any]:
     """The JSON object in file ``path`` (not a link, under 64 MiB); {} for anything else."""
     try:
-        if path.is_symlink() or path.stat().st_size > 1 << 26:
+        if path.is_symlink() or path.stat().st_size > _JSON_LIMIT:
             return {}
         found = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return found if isinstance(found, dict) else {}
+
+
+@dataclass(frozen=True)
+class RemoteEntry:
+    """An entry of a :class:`RemoteFolder`, answering as :class:`os.DirEntry` does."""
+
+    name: str
+    kind: str  # "file" or "dir"
+
+    def is_dir(self, follow_symlinks: bool = True) -> bool:
+        return self.kind == "dir"
+
+    def is_file(self, follow_symlinks: bool = True) -> bool:
+        return self.kind == "file"
+
+
+@dataclass(frozen=True)
+class RemoteFolder:
+    """A directory on another filesystem (``files``, a :class:`mixle_spark._locations.RemoteFiles`)
+    as an :class:`OutputLayout` reads it: its entries and its small JSON files."""
+
+    files: Any
+    uri: str
+
+    def entries(self) -> list[RemoteEntry]:
+        return [RemoteEntry(name, kind) for name, kind in self.files.list(self.uri)]
+
+    def json_object(self, name: str) -> dict[str, Any]:
+        where = f"{self.uri.rstrip('/')}/{name}"
+        try:
+            if self.files.kind(where) != "file" or self.files.size(where) > _JSON_LIMIT:
+                return {}
+            found = json.loads(self.files.read(where).decode("utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+
+Folder = Path | RemoteFolder
+"""A directory an :class:`OutputLayout` judges: a local path or a :class:`RemoteFolder`."""
+
+
+def folder_entries(directory: Folder) -> list[Any]:
+    """The entries of ``directory`` (:class:`os.DirEntry` or :class:`RemoteEntry`)."""
+    if isinstance(directory, RemoteFolder):
+        return directory.entries()
+    with os.scandir(directory) as found:
+        return list(found)
+
+
+def folder_json(directory: Folder, name: str) -> dict[str, Any]:
+    """The JSON object in file ``name`` of ``directory``; {} for anything else."""
+    if isinstance(directory, RemoteFolder):
+        return directory.json_object(name)
+    return _json_object(directory / name)
 
 
 def json_format(path: Path) -> Any:
@@ -156,7 +344,8 @@ def json_format(path: Path) -> Any:
 class OutputLayout:
     """What one writer leaves at its output path, so that replacing it replaces only that.
 
-    ``foreign(directory)`` says why a non-empty directory is not this writer's output (None when it
+    ``foreign(directory)`` says why a non-empty directory (a local path or a :class:`RemoteFolder`:
+    :func:`folder_entries`, :func:`folder_json` read either) is not this writer's output (None when it
     is); a refusal reads ``output PATH exists and {claim} ({why}); choose another {output_flag} or
     remove it yourself``, and an output of the writer that may not be replaced
     ``output PATH exists; pass {overwrite_flag} to replace it``. ``marker`` (the writer's name) makes
@@ -164,10 +353,14 @@ class OutputLayout:
     """
 
     claim: str
-    foreign: Callable[[Path], str | None]
+    foreign: Callable[[Folder], str | None]
     overwrite_flag: str = "--overwrite"
     output_flag: str = "--output"
     marker: str | None = None
+    keep: frozenset[str] = frozenset()
+    """Entries of the output that are not part of it but the same run's other outputs nested in it
+    (``--checkpoint-dir OUT/_checkpoints``): an output holding only these is free, ``foreign`` is
+    not asked about them, and a replaced output hands them on to the new one."""
 
 
 TABLE_MARKER = "_mixle_spark_files.json"
@@ -185,19 +378,18 @@ _TABLE_FILE = re.compile(
 )
 
 
-def _entries(directory: Path) -> list[os.DirEntry[str]]:
-    with os.scandir(directory) as found:
-        return list(found)
+def _entries(directory: Folder) -> list[Any]:
+    return folder_entries(directory)
 
 
-def _marker_files(directory: Path) -> set[str] | None:
+def _marker_files(directory: Folder) -> set[str] | None:
     """The file names :data:`TABLE_MARKER` in ``directory`` lists; None without a valid marker."""
-    marker = _json_object(directory / TABLE_MARKER)
+    marker = folder_json(directory, TABLE_MARKER)
     files = marker.get("files") if marker.get("format") == _MARKER_FORMAT else None
     return set(files) if isinstance(files, list) and all(isinstance(f, str) for f in files) else None
 
 
-def _not_a_table(directory: Path) -> str | None:
+def _not_a_table(directory: Folder) -> str | None:
     """Why ``directory`` is not a table of files a writer left: something other than the files its
     marker lists (or, without a marker, than part files, ``_SUCCESS`` and checksums)."""
     listed = _marker_files(directory)
@@ -211,9 +403,10 @@ def _not_a_table(directory: Path) -> str | None:
     return holds(odd) if odd else None
 
 
-def _not_a_delta_table(directory: Path) -> str | None:
-    log = directory / "_delta_log"
-    return None if log.is_dir() and not log.is_symlink() else holds(_entries(directory))
+def _not_a_delta_table(directory: Folder) -> str | None:
+    entries = _entries(directory)
+    logs = [e for e in entries if e.name == "_delta_log" and e.is_dir(follow_symlinks=False)]
+    return None if logs else holds(entries)
 
 
 def table_layout(
@@ -234,11 +427,16 @@ def _check_free(final: Path, shown: str, overwrite: bool, layout: OutputLayout) 
     if not os.path.lexists(final):
         return
     if final.is_dir() and not final.is_symlink():
-        if not any(final.iterdir()):
+        if all(e.name in layout.keep for e in _entries(final)):
             return
         why = layout.foreign(final)
     else:
         why = "it is a file, not a directory" if final.is_file() else "it is not a directory"
+    _refuse(shown, why, overwrite, layout)
+
+
+def _refuse(shown: str, why: str | None, overwrite: bool, layout: OutputLayout) -> None:
+    """The refusal of an existing output: foreign (``why``), or the writer's own without ``overwrite``."""
     if why is not None:
         raise FileExistsError(
             f"output {shown} exists and {layout.claim} ({why}); choose another {layout.output_flag} "
@@ -246,6 +444,21 @@ def _check_free(final: Path, shown: str, overwrite: bool, layout: OutputLayout) 
         )
     if not overwrite:
         raise FileExistsError(f"output {shown} exists; pass {layout.overwrite_flag} to replace it")
+
+
+def _check_remote_free(files: Any, uri: str, shown: str, overwrite: bool, layout: OutputLayout) -> None:
+    """:func:`_check_free` on another filesystem (``files``: :class:`mixle_spark._locations.RemoteFiles`)."""
+    kind = files.kind(uri)
+    if kind == "missing":
+        return
+    if kind == "dir":
+        folder = RemoteFolder(files, uri)
+        if all(e.name in layout.keep for e in folder.entries()):
+            return
+        why = layout.foreign(folder)
+    else:
+        why = "it is a file, not a directory"
+    _refuse(shown, why, overwrite, layout)
 
 
 def check_output_free(target: str | os.PathLike[str], overwrite: bool, layout: OutputLayout) -> Path:
@@ -257,6 +470,17 @@ def check_output_free(target: str | os.PathLike[str], overwrite: bool, layout: O
     sweep_stale(final)
     _check_free(final, os.fspath(target), overwrite, layout)
     return final
+
+
+def check_location_free(location: Any, overwrite: bool, layout: OutputLayout) -> None:
+    """:func:`check_output_free` for a resolved :class:`mixle_spark._locations.Location`: a local one
+    as a path, another filesystem's through its listing (what a killed run of this host left beside
+    it is cleaned up first there too)."""
+    if location.local is not None:
+        check_output_free(location.local, overwrite, layout)
+        return
+    _sweep_remote(location.remote, location.uri)
+    _check_remote_free(location.remote, location.uri, location.shown, overwrite, layout)
 
 
 def _host() -> str:
@@ -304,6 +528,83 @@ def sweep_stale(final: Path) -> list[Path]:
     return done
 
 
+def _sweep_remote(files: Any, uri: str) -> None:
+    """:func:`sweep_stale` on another filesystem: staging entries of dead processes of this host."""
+    parent, _slash, name = uri.rstrip("/").rpartition("/")
+    pattern = re.compile(rf"^\.{re.escape(name)}\.(tmp|old)-([^-]+)-(\d+)-[0-9a-f]{{32}}$")
+    if not parent or files.kind(parent) != "dir":
+        return
+    for entry, _kind in sorted(files.list(parent)):
+        found = pattern.match(entry)
+        if found is None or found.group(2) != _host() or _alive(int(found.group(3))):
+            continue
+        stale = f"{parent}/{entry}"
+        if found.group(1) == "old" and files.kind(uri) == "missing":
+            files.rename(stale, uri)  # the previous output, whole: nothing is lost
+        else:
+            files.delete(stale, recursive=True)
+
+
+def _upload(files: Any, local: Path, uri: str) -> None:
+    """Every file under local directory ``local`` written under ``uri`` (each exclusively)."""
+    for path in sorted(local.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            files.write(f"{uri}/{path.relative_to(local).as_posix()}", path.read_bytes(), True)
+
+
+@contextmanager
+def publish_directory(location: Any, overwrite: bool, layout: OutputLayout) -> Iterator[Path]:
+    """:func:`atomic_directory` for a resolved :class:`mixle_spark._locations.Location`: a local
+    staging directory is yielded; on success it becomes the output. On another filesystem its files
+    are written into a staging directory beside the output (checked first and again before the swap,
+    as locally), which is then renamed into place, the previous output moved aside first and deleted
+    once the new one is in (object stores rename by copying: each file stays whole)."""
+    if location.local is not None:
+        with atomic_directory(location.local, overwrite, layout) as local_staging:
+            yield local_staging
+        return
+    files, uri, shown = location.remote, location.uri.rstrip("/"), location.shown
+    check_location_free(location, overwrite, layout)
+    work = Path(tempfile.mkdtemp(prefix="mixle_spark-output-"))
+    parent, _slash, name = uri.rpartition("/")
+    tag = f"{_host()}-{os.getpid()}-{uuid.uuid4().hex}"
+    staging, retired = f"{parent}/.{name}.tmp-{tag}", f"{parent}/.{name}.old-{tag}"
+    try:
+        yield work
+        if layout.marker is not None:
+            _write_marker(work, layout.marker)
+        try:
+            _upload(files, work, staging)
+            _check_remote_free(files, uri, shown, overwrite, layout)  # what came meanwhile
+            replaced = files.kind(uri) != "missing"
+            if replaced:
+                files.rename(uri, retired)
+                for entry, _kind in files.list(retired):
+                    if entry in layout.keep:
+                        files.rename(f"{retired}/{entry}", f"{staging}/{entry}")
+            files.rename(staging, uri)
+            if replaced:
+                files.delete(retired, recursive=True)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                if files.kind(staging) != "missing":
+                    files.delete(staging, recursive=True)
+            raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _hand_on(retired: Path | None, staging: Path, keep: frozenset[str]) -> list[str]:
+    """Move the kept entries (the run's other outputs nested in it) of the output moved aside
+    (``retired``) into the new one; the names moved."""
+    if retired is None or not retired.is_dir() or retired.is_symlink():
+        return []
+    moved = [name for name in sorted(keep) if os.path.lexists(retired / name)]
+    for name in moved:
+        os.replace(retired / name, staging / name)
+    return moved
+
+
 def _write_marker(staging: Path, writer: str) -> None:
     files = sorted(e.name for e in _entries(staging))
     marker = {"format": _MARKER_FORMAT, "version": 1, "writer": writer, "files": files}
@@ -332,7 +633,15 @@ def atomic_directory(target: str | os.PathLike[str], overwrite: bool, layout: Ou
         if os.path.lexists(final):
             retired = _staging_name(final, "old")
             os.replace(final, retired)
-        os.replace(staging, final)
+        moved = _hand_on(retired, staging, layout.keep)
+        try:
+            os.replace(staging, final)
+        except BaseException:
+            for name in moved:  # put the other outputs back where they were, whole
+                os.replace(staging / name, retired / name)  # type: ignore[operator]
+            if retired is not None:
+                os.replace(retired, final)
+            raise
         if retired is not None:
             shutil.rmtree(retired) if retired.is_dir() else retired.unlink()
     finally:

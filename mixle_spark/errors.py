@@ -46,6 +46,7 @@ __all__ = [
     "UnknownNameError",
     "UnsafePathError",
     "UnseenLabelError",
+    "UnsupportedLocationError",
     "closest_name",
     "describe_value",
     "did_you_mean",
@@ -408,6 +409,11 @@ class CheckpointStoreError(MixleError, ValueError):
 class UnsafePathError(MixleError, ValueError):
     """A path mixle_spark would write or delete through: a symbolic link, or a ``..`` after a link
     that leads somewhere other than the path as named (``mixle_spark._files.named_path``)."""
+
+
+class UnsupportedLocationError(MixleError, ValueError):
+    """A path or URI no filesystem here can write (``dbfs:/`` without a Spark session or the
+    ``/dbfs`` mount, an unknown scheme): refused in one line naming the scheme, before any work."""
 
 
 class CheckpointMismatchError(MixleError, ValueError):

@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 
 from mixle_spark import _report_figures as figures
+from mixle_spark._files import write_file
+from mixle_spark._locations import scheme_of
 from mixle_spark._report_html import (
     PLOT_HINT,
     _esc,
@@ -75,6 +77,19 @@ img.figure, svg.figure { display: block; margin: 0.5em 0; max-width: 100%; heigh
 """
 
 
+GENERATOR = '<meta name="generator" content="mixle_spark report">'
+"""The line every report carries: how :func:`write_report` knows a page it may replace."""
+
+
+def _is_report(head: bytes) -> bool:
+    """Whether a file starting with ``head`` is a report this package wrote (before the generator
+    line existed, a report began with its fixed head and named mixle_spark in its first lines)."""
+    if GENERATOR.encode() in head:
+        return True
+    legacy = b'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>'
+    return head.startswith(legacy) and b'<p class="note">mixle_spark ' in head
+
+
 def write_report(
     model: Distribution,
     path: str | os.PathLike[str],
@@ -82,22 +97,18 @@ def write_report(
     sample: Any = None,
     title: str | None = None,
     summary: Mapping[str, Any] | None = None,
-) -> Path:
-    """Write the fit report of ``model`` to ``path`` (an HTML file) and return the path.
+) -> Path | str:
+    """Write the fit report of ``model`` to ``path`` (an HTML file; a local path or a URI) and return
+    the path (a :class:`~pathlib.Path` when local).
 
-    The file is written beside ``path`` under a temporary name and renamed into place, so a reader
-    never sees half a page. The arguments are those of :func:`report_html`.
+    The page is written beside ``path`` under a temporary name created exclusively and renamed into
+    place, so a reader never sees half a page. An existing file is replaced only when it is a report
+    this package wrote; another file, a directory or a symbolic link is refused and kept. The
+    arguments are those of :func:`report_html`.
     """
-    target = Path(path)
     text = report_html(model, sample=sample, title=title, summary=summary)
-    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
-    try:
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, target)
-    finally:
-        if partial.exists():
-            partial.unlink()
-    return target
+    shown = write_file(path, text, what="report", ours=_is_report, claim="is not a mixle_spark report")
+    return Path(path) if isinstance(path, Path) or scheme_of(shown) in (None, "file") else shown
 
 
 def report_html(
@@ -153,7 +164,8 @@ def report_html(
     shown = [*SECTIONS[:1], *(["model-selection"] if info.get("model_selection") else []), *SECTIONS[1:]]
     nav = " · ".join(f'<a href="#{s}">{s}</a>' for s in shown)
     return (
-        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{_esc(title)}</title>\n'
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n{GENERATOR}\n'
+        f"<title>{_esc(title)}</title>\n"
         f"<style>{_CSS}</style>\n</head>\n<body>\n<h1>{_esc(title)}</h1>\n"
         f'<p class="note">mixle_spark {_esc(__version__)}, {stamp}</p>\n<nav>{nav}</nav>\n{hint}\n'
         f"{body}\n</body>\n</html>\n"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,8 @@ from typing import Any
 import numpy as np
 
 import mixle_spark.stats  # noqa: F401  (registers every family)
-from mixle_spark._files import read_bytes_bounded, write_atomically
+from mixle_spark._files import read_bytes_bounded, read_location, write_file
+from mixle_spark._locations import scheme_of
 from mixle_spark._version import __version__
 from mixle_spark.errors import ModelFormatError, SpecError, TooLargeError, did_you_mean
 from mixle_spark.stats.base import Distribution, Estimator, distribution_from_dict, estimator_from_dict
@@ -49,6 +51,7 @@ __all__ = [
     "ModelSpec",
     "estimator_from_spec",
     "is_job_spec",
+    "is_model_file",
     "load_model",
     "load_spec",
     "model_from_dict",
@@ -323,18 +326,36 @@ def model_from_json(text: str | bytes, source: str = "model") -> Distribution:
     return model_from_dict(_parse_json(text, source, ModelFormatError))
 
 
-def save_model(model: Distribution, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-    """Write the model as JSON atomically (a temporary file renamed into place)."""
-    target = Path(path)
-    if target.exists() and not overwrite:
-        raise FileExistsError(f"{target} exists; pass overwrite=True to replace it")
-    return write_atomically(target, model_to_json(model, indent=2) + "\n")
+_MODEL_HEAD = re.compile(rb'\s*\{\s*"format"\s*:\s*"mixle_spark\.model"')
+
+
+def is_model_file(head: bytes) -> bool:
+    """Whether a file starting with ``head`` is a model :func:`save_model` wrote."""
+    return _MODEL_HEAD.match(head) is not None
+
+
+def save_model(model: Distribution, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path | str:
+    """Write the model as JSON to ``path`` (a local path, or a URI such as ``dbfs:/...``, ``s3://...``:
+    :func:`mixle_spark._locations.resolve`), whole or not at all.
+
+    An existing file is replaced only with ``overwrite`` and only when it is a model file; anything
+    else there (another file, a directory, a symbolic link) is refused and kept. Returns the path
+    (a :class:`~pathlib.Path` for a local one, else the URI).
+    """
+    shown = write_file(
+        path,
+        model_to_json(model, indent=2) + "\n",
+        what="model file",
+        ours=is_model_file,
+        claim="is not a mixle_spark model file",
+        overwrite=overwrite,
+    )
+    location_is_local = scheme_of(shown) in (None, "file")
+    return Path(path) if location_is_local else shown
 
 
 def load_model(path: str | os.PathLike[str], *, max_bytes: int = MAX_MODEL_BYTES) -> Distribution:
-    """Read a model written by :func:`save_model` (a file larger than ``max_bytes`` is refused)."""
-    target = Path(path)
-    if not target.exists():
-        raise FileNotFoundError(f"model file not found: {target}")
-    source = f"model {target}"
-    return model_from_json(read_bytes_bounded(target, max_bytes, source, TooLargeError), source)
+    """Read a model written by :func:`save_model` from a local path or a URI (a file larger than
+    ``max_bytes`` is refused)."""
+    source = f"model {os.fspath(path)}"
+    return model_from_json(read_location(path, max_bytes, "model file", TooLargeError, "model"), source)

@@ -14,6 +14,8 @@ The atomic output directory and the rule of what an overwrite may replace live i
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import os
 import re
 import sys
@@ -22,14 +24,17 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from mixle_spark._files import (
+    Folder,
     OutputLayout,
     atomic_directory,
     check_output_free,
+    folder_entries,
+    folder_json,
     holds,
-    json_format,
     sweep_stale,
 )
 from mixle_spark._frames import frame_engine
+from mixle_spark._locations import scheme_of
 from mixle_spark.cli._summary import SUMMARY_FORMAT
 from mixle_spark.errors import (
     DataError,
@@ -53,6 +58,7 @@ __all__ = [
     "check_output_free",
     "error_line",
     "exit_code",
+    "fit_output",
     "in_table_rows",
     "job_spark_session",
     "malformed_row_message",
@@ -294,24 +300,43 @@ FIT_FILES = frozenset({"model.json", "summary.json", "trace.jsonl", "report.html
 """What the fit job writes in its output directory (report.html with ``--report``)."""
 
 
-def _not_a_fit(directory: Path) -> str | None:
+def _not_a_fit(directory: Folder, keep: frozenset[str] = frozenset()) -> str | None:
     """Why ``directory`` is not an output of the fit job: a file it does not write (or a link or a
-    directory), no model.json / summary.json, or a summary.json without the job's ``format``."""
-    with os.scandir(directory) as found:
-        entries = list(found)
+    directory) besides the run's other outputs nested in it (``keep``), no model.json / summary.json,
+    or a summary.json without the job's ``format``."""
+    entries = [e for e in folder_entries(directory) if e.name not in keep]
     odd = [e for e in entries if e.name not in FIT_FILES or not e.is_file(follow_symlinks=False)]
     if odd:
         return holds(odd)
     missing = sorted({"model.json", "summary.json"} - {e.name for e in entries})
     if missing:
         return f"it has no {' or '.join(missing)}"
-    if json_format(directory / "summary.json") != SUMMARY_FORMAT:
+    if folder_json(directory, "summary.json").get("format") != SUMMARY_FORMAT:
         return "its summary.json is not an em_fit summary"
     return None
 
 
 FIT_OUTPUT = OutputLayout("was not written by em_fit", _not_a_fit)
 """The fit job's output directory: what ``--overwrite`` may replace (:func:`atomic_directory`)."""
+
+
+def fit_output(output: str, *nested: str | None) -> OutputLayout:
+    """:data:`FIT_OUTPUT` with the run's other outputs (``nested``: ``--checkpoint-dir``, ``--trace``)
+    that lie inside ``output`` kept: allowed there, and handed on when the output is replaced."""
+    keep = frozenset(name for path in nested if path is not None and (name := _child_of(output, path)))
+    if not keep:
+        return FIT_OUTPUT
+    return dataclasses.replace(FIT_OUTPUT, foreign=functools.partial(_not_a_fit, keep=keep), keep=keep)
+
+
+def _child_of(output: str, path: str) -> str | None:
+    """The entry of ``output`` that ``path`` lies in (``OUT/_checkpoints/x`` -> ``_checkpoints``)."""
+    if scheme_of(output) not in (None, "file") or scheme_of(path) not in (None, "file"):
+        inside = path.rstrip("/").removeprefix(output.rstrip("/") + "/")
+        return inside.split("/")[0] if inside != path.rstrip("/") and inside else None
+    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(output))
+    first = relative.split(os.sep)[0]
+    return None if first in (os.curdir, os.pardir) or os.path.isabs(relative) else first
 
 
 _PARTITION_ROW = re.compile(r"\(row (\d+) of partition (\d+)\)")

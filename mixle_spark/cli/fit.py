@@ -111,7 +111,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from mixle_spark._files import check_location_free, check_writable, publish_directory
 from mixle_spark._frames import frame_engine
+from mixle_spark._locations import join, needs_session, resolve, scheme_of
 from mixle_spark.cli._arguments import (
     PROG,
     Sample,
@@ -121,12 +123,7 @@ from mixle_spark.cli._arguments import (
     reliability_options,
     resolve_args,
 )
-from mixle_spark.cli._common import (
-    FIT_OUTPUT,
-    atomic_directory,
-    check_output_free,
-    run_job,
-)
+from mixle_spark.cli._common import fit_output, run_job
 from mixle_spark.cli._inputs import open_input, report_warnings
 from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, run_spmd, solo
 from mixle_spark.cli._summary import SUMMARY_FORMAT, build_summary, long_fit_summary, statistics_summary
@@ -393,16 +390,11 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
     """Fit and write; returns the summary. Under SPMD every process runs this; the root writes."""
     t_start = time.perf_counter()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    output = Path(args.output)
-
-    def output_free() -> None:  # before any data is read: refused paths cost nothing
-        check_output_free(output, args.overwrite, FIT_OUTPUT)
-        if args.checkpoint_dir is not None:
-            CheckpointStore(args.checkpoint_dir)  # a checkpoint directory through a link is refused
-        if args.trace is not None:
-            check_trace_path(args.trace, "--trace")
-
-    coord.on_root(output_free)
+    # Before any data is read, refused paths cost nothing; a URI only the Spark session's Hadoop
+    # filesystem serves is checked once the session is up, still before the data is read.
+    later = args.backend == "spark" and any(needs_session(p) for p in _output_paths(args))
+    if not later:
+        coord.on_root(lambda: check_outputs(args))
     spec = coord.agree(lambda: load_spec(args.model))
     options = fit_options(args, spec)
     trials = int(options.pop("trials", 1))
@@ -412,6 +404,8 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
     opening: dict[str, float] = {}
     data, spark, owned = open_input(args, extra, sample, opening)
     try:
+        if later:
+            coord.on_root(lambda: check_outputs(args))
         if args.label_column is not None:
             spec = dataclasses.replace(spec, estimator=labelled(spec.estimator, args.label_column, data))
         out = None if args.quiet or not coord.is_root else sys.stderr
@@ -455,7 +449,9 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
         print(model.fit_result.trace.summary(times=False), file=sys.stderr)
         print(f"{PROG}: timings: {timings_line(summary['timings'])}", file=sys.stderr)
         written = ["model.json", "summary.json", "trace.jsonl", *(["report.html"] if args.report else [])]
-        print(f"wrote {', '.join(str(output / name) for name in written[:-1])} and {output / written[-1]}")
+        local = scheme_of(args.output) is None
+        shown = [str(Path(args.output) / name) if local else join(args.output, name) for name in written]
+        print(f"wrote {', '.join(shown[:-1])} and {shown[-1]}")
     return summary
 
 
@@ -490,7 +486,8 @@ def write_outputs(
         sample = report_sample(source, float(summary["rows"]))
         page = report.report_html(model, sample=sample, summary=summary)
         timings["report"] = time.perf_counter() - t0
-    with atomic_directory(Path(args.output), args.overwrite, FIT_OUTPUT) as staging:
+    layout = fit_output(args.output, args.checkpoint_dir, args.trace)
+    with publish_directory(resolve(args.output, "--output"), args.overwrite, layout) as staging:
         save_model(model, staging / "model.json")
         model.fit_result.trace.to_jsonl(staging / "trace.jsonl")
         if page is not None:
@@ -499,6 +496,26 @@ def write_outputs(
         summary["started_at"] = started_at
         summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         (staging / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+
+
+def _output_paths(args: argparse.Namespace) -> list[str]:
+    return [p for p in (args.output, args.checkpoint_dir, args.trace) if p is not None]
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Every path the fit job writes, checked before the fit: ``--output`` absent, empty or (with
+    ``--overwrite``) an earlier output of the job, the run's checkpoint directory and live trace
+    allowed inside it; no symbolic link; each place writable (a parent that is a file, or one this
+    process cannot write in, is refused now, not after the fit); a URI served by a filesystem here."""
+    layout = fit_output(args.output, args.checkpoint_dir, args.trace)
+    check_location_free(resolve(args.output, "--output"), args.overwrite, layout)
+    check_writable(args.output, "--output")
+    if args.checkpoint_dir is not None:
+        CheckpointStore(args.checkpoint_dir)  # a link, a URI no filesystem serves: refused
+        check_writable(args.checkpoint_dir, "--checkpoint-dir")
+    if args.trace is not None:
+        check_trace_path(args.trace, "--trace")
+        check_writable(args.trace, "--trace")
 
 
 def main(argv: list[str] | None = None, sample: Sample | None = None) -> int:

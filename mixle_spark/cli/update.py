@@ -39,8 +39,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from mixle_spark._files import check_location_free, publish_directory
+from mixle_spark._locations import resolve
 from mixle_spark.cli._arguments import PROG, backend_options
-from mixle_spark.cli._common import FIT_OUTPUT, UpdateDriftError, atomic_directory, check_output_free
+from mixle_spark.cli._common import FIT_OUTPUT, UpdateDriftError
 from mixle_spark.cli._inputs import open_input, report_warnings
 from mixle_spark.cli._spmd import Coordination, solo
 from mixle_spark.cli._summary import build_update_summary
@@ -79,8 +81,7 @@ def run_update(args: argparse.Namespace, coord: Coordination = solo) -> dict[str
     writes and prints."""
     t_start = time.perf_counter()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    output = Path(args.output)
-    coord.on_root(lambda: check_output_free(output, args.overwrite, FIT_OUTPUT))
+    coord.on_root(lambda: check_location_free(resolve(args.output, "--output"), args.overwrite, FIT_OUTPUT))
     source = model_file(args.update_from)
     model = coord.agree(lambda: load_updatable(source))  # before any Spark or cluster starts
     extra: dict[str, Any] = coord.summary()
@@ -102,6 +103,7 @@ def run_update(args: argparse.Namespace, coord: Coordination = solo) -> dict[str
             f"folded {summary['rows']} rows into {source}: its statistics now hold {stats.rows} rows "
             f"and {stats.updates} update{'s' if stats.updates != 1 else ''}, {timings['total']:.1f}s"
         )
+        output = Path(args.output)
         print(f"wrote {output / 'model.json'}, {output / 'summary.json'} and {output / 'trace.jsonl'}")
     return summary
 
@@ -195,7 +197,7 @@ def _write(
     """model.json and summary.json into a staging directory renamed into ``args.output`` (as a fit's)."""
     summary["segments"] = segment_profile(model)
     summary["timings"] = timings
-    with atomic_directory(Path(args.output), args.overwrite, FIT_OUTPUT) as staging:
+    with publish_directory(resolve(args.output, "--output"), args.overwrite, FIT_OUTPUT) as staging:
         save_model(model, staging / "model.json")
         timings["total"] = time.perf_counter() - t_start
         summary["started_at"] = started_at

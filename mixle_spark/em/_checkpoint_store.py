@@ -58,6 +58,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from mixle_spark._files import named_path
+from mixle_spark._locations import ArrowFiles, resolve, scheme_of
 from mixle_spark.errors import CheckpointStoreError, CorruptCheckpointWarning, describe_value
 
 __all__ = [
@@ -328,6 +329,43 @@ class _ArrowFiles:
             filesystem.delete_file(path)
 
 
+class _RemoteStoreFiles:
+    """Files in a filesystem of :mod:`mixle_spark._locations` (the Spark session's Hadoop one)."""
+
+    def __init__(self, files: Any, uri: str, shown: str) -> None:
+        self._remote, self._uri, self._shown = files, uri.rstrip("/"), shown
+
+    def names(self) -> list[str]:
+        kind = self._remote.kind(self._uri)
+        if kind == "missing":
+            return []
+        if kind != "dir":
+            raise _not_a_directory(self._shown, exists=True)
+        return [name for name, entry in self._remote.list(self._uri) if entry == "file"]
+
+    def path(self, name: str) -> str:
+        return _join(self._shown, name)
+
+    def read(self, name: str) -> bytes:
+        return bytes(self._remote.read(_join(self._uri, name)))
+
+    def write_atomic(self, name: str, temp_name: str, data: bytes) -> None:
+        temp, final = _join(self._uri, temp_name), _join(self._uri, name)
+        try:
+            self._remote.write(temp, data, True)
+            if self._remote.kind(final) != "missing":  # the same iteration saved again
+                self._remote.delete(final)
+            self._remote.rename(temp, final)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._remote.delete(temp)
+            raise
+
+    def delete(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._remote.delete(_join(self._uri, name))
+
+
 def _join(directory: str, name: str) -> str:
     """``directory/name`` for pyarrow paths and URIs (which always use ``/``)."""
     stripped = directory.rstrip("/")
@@ -375,10 +413,15 @@ def _open_files(directory: str | os.PathLike[str], filesystem: Any) -> tuple[str
         return normalised, _ArrowFiles(normalised, filesystem)
     if is_file_uri:
         text = _file_uri_to_path(text)
-    elif _URI.match(text):
-        scheme, rest = text.split("://", 1)
-        normalised = f"{scheme}://{rest.rstrip('/')}"
-        return normalised, _ArrowFiles(normalised)
+    elif scheme_of(text) is not None:
+        location = resolve(text, "checkpoint directory")
+        normalised = text.rstrip("/")
+        if location.local is not None:  # dbfs:/x on a Databricks driver: its /dbfs mount
+            text = str(location.local)
+        elif isinstance(location.files, ArrowFiles):
+            return normalised, _ArrowFiles(normalised)
+        else:  # the Spark session's Hadoop filesystem
+            return normalised, _RemoteStoreFiles(location.remote, location.uri, normalised)
     named_path(text, "checkpoint directory")  # a link, or a '..' a link leads elsewhere: refused
     normalised = os.path.normpath(text)
     return normalised, _LocalFiles(normalised)

@@ -38,6 +38,7 @@ from typing import Any, overload
 import numpy as np
 
 from mixle_spark._files import named_path, write_atomically
+from mixle_spark._locations import resolve
 from mixle_spark.em._rank_records import (
     FitReport,
     RankRecord,
@@ -238,15 +239,27 @@ def _json_line(obj: Any) -> str:
 _TRACE_HEADER = b'{"metadata": '  # how every trace starts (_json_line of its header)
 
 
-def check_trace_path(path: str | os.PathLike[str], flag: str = "trace_path") -> Path:
+def check_trace_path(path: str | os.PathLike[str], flag: str = "trace_path") -> Path | None:
     """The real path of trace file ``path``, once writing it can lose nothing: not through a
     symbolic link (:func:`mixle_spark._files.named_path`), and absent, empty, or an EM trace (its
     first line the header :meth:`EMTrace.to_jsonl` and :class:`JsonLinesSink` write). A trace path
-    is often typed by hand (``--trace notes.txt``): replacing someone's file would lose it.
+    is often typed by hand (``--trace notes.txt``): replacing someone's file would lose it. A URI
+    (:func:`mixle_spark._locations.resolve`) is checked alike on its filesystem (None is returned).
 
     Raises UnsafePathError or FileExistsError naming the path (``flag`` is what the advice names).
     """
-    real = named_path(path, "trace file")
+    location = resolve(path, "trace file")
+    if location.local is None:
+        kind = location.remote.kind(location.uri)
+        why = None
+        if kind == "dir":
+            why = "it is not a regular file"
+        elif kind == "file" and location.remote.size(location.uri) > 0:
+            if not location.remote.read(location.uri).startswith(_TRACE_HEADER):
+                why = "its first line is not an EM trace header"
+        _refuse_trace(path, why, flag)
+        return None
+    real = named_path(location.local, "trace file")
     if not os.path.lexists(real):
         return real
     why = None
@@ -257,12 +270,16 @@ def check_trace_path(path: str | os.PathLike[str], flag: str = "trace_path") -> 
             head = fh.read(len(_TRACE_HEADER))
         if head and head != _TRACE_HEADER:
             why = "its first line is not an EM trace header"
+    _refuse_trace(path, why, flag)
+    return real
+
+
+def _refuse_trace(path: str | os.PathLike[str], why: str | None, flag: str) -> None:
     if why is not None:
         raise FileExistsError(
             f"trace file {os.fspath(path)} exists and was not written by mixle_spark ({why}); "
             f"choose another {flag} or remove it yourself"
         )
-    return real
 
 
 class EMTrace:
@@ -405,9 +422,14 @@ class JsonLinesSink:
         self, path: str | os.PathLike[str], metadata: Mapping[str, Any] | None = None, *, append: bool = False
     ) -> None:
         check_trace_path(path)
+        self.location = resolve(path, "trace file")
         self.path = Path(path)
         self.metadata = dict(metadata or {})
         self.closed = False
+        self._remote_lines: list[str] | None = None
+        if self.location.local is None:  # no appending there: the file is rewritten whole each time
+            self._start_remote(append)
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if append and self.path.exists():
             data = self.path.read_bytes()
@@ -419,12 +441,28 @@ class JsonLinesSink:
         with open(self.path, "w", encoding="utf-8") as fh:
             fh.write(_json_line({"metadata": self.metadata}))
 
+    def _start_remote(self, append: bool) -> None:
+        files, uri = self.location.remote, self.location.uri
+        lines: list[str] = []
+        if append and files.kind(uri) == "file":
+            text = files.read(uri).decode("utf-8")
+            lines = text.splitlines(keepends=True)
+            if lines and not lines[-1].endswith("\n"):
+                lines.pop()
+        self._remote_lines = lines or [_json_line({"metadata": self.metadata})]
+        files.write(uri, "".join(self._remote_lines).encode("utf-8"), False)
+
     def __call__(self, record: IterationTrace) -> None:
         """Append one line for ``record``."""
         if self.closed:
-            raise ValueError(f"JsonLinesSink({str(self.path)!r}) is closed")
+            raise ValueError(f"JsonLinesSink({self.location.shown!r}) is closed")
         if not isinstance(record, IterationTrace):
             raise TypeError(f"JsonLinesSink: expected an IterationTrace, got {describe_value(record)}")
+        if self._remote_lines is not None:
+            self._remote_lines.append(_json_line(record.to_dict()))
+            data = "".join(self._remote_lines).encode("utf-8")
+            self.location.remote.write(self.location.uri, data, False)
+            return
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(_json_line(record.to_dict()))
             fh.flush()

@@ -10,6 +10,12 @@ Layout under ``path`` (the layout of pyspark's ``DefaultParamsWriter``, so ``Pip
 The model is written before the metadata, so a directory with metadata is complete.
 ``write().overwrite()`` replaces both parts with the writer's ``overwrite`` mode instead of
 pyspark's JVM helper, which Spark Connect does not have.
+
+``path`` is checked first (:data:`STAGE_OUTPUT`): ``save`` writes only into a path that is absent or
+empty, and ``overwrite()`` replaces only a stage this writer saved (``metadata/`` and ``model/``,
+nothing else), never a folder of other files, never through a symbolic link. A URI is checked through
+the session's Hadoop filesystem (:func:`mixle_spark._locations.resolve`); where no filesystem here
+can list it (a remote URI under Spark Connect), Spark's own writer modes are all there is.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ from pyspark.ml.param import Params
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWriter
 from pyspark.sql import SparkSession
 
+from mixle_spark._files import Folder, OutputLayout, check_location_free, folder_entries, holds
+from mixle_spark._locations import resolve
 from mixle_spark._version import __version__
-from mixle_spark.errors import ModelFormatError
+from mixle_spark.errors import ModelFormatError, UnsupportedLocationError
 
 __all__ = ["MixleReader", "MixleWriter"]
 
@@ -30,6 +38,35 @@ T = TypeVar("T", bound=MLReadable[Any])
 
 METADATA_DIR = "metadata"
 MODEL_DIR = "model"
+
+
+def _not_a_stage(directory: Folder) -> str | None:
+    """Why ``directory`` is not a stage this writer saved: entries besides ``metadata/`` and
+    ``model/``, or no ``metadata/``."""
+    entries = folder_entries(directory)
+    odd = [
+        e for e in entries if e.name not in (METADATA_DIR, MODEL_DIR) or not e.is_dir(follow_symlinks=False)
+    ]
+    if odd:
+        return holds(odd)
+    return None if any(e.name == METADATA_DIR for e in entries) else "it has no metadata/"
+
+
+STAGE_OUTPUT = OutputLayout(
+    "was not saved by a mixle_spark ML writer", _not_a_stage, "write().overwrite()", "path"
+)
+"""What a saved stage's directory holds: what ``overwrite()`` may replace."""
+
+
+def check_stage_path(path: str) -> None:
+    """Refuse (FileExistsError, UnsafePathError) a ``path`` a stage may not be saved to: a link, or a
+    folder holding anything but a stage this writer saved (see the module docstring). A stage of
+    ours without ``overwrite()`` is refused by Spark's writer (its "already exists")."""
+    try:
+        location = resolve(path, "path")
+    except UnsupportedLocationError:  # a URI only Spark's writer reaches (Spark Connect)
+        return
+    check_location_free(location, True, STAGE_OUTPUT)
 
 
 def _write_text(spark: SparkSession, text: str, path: str, mode: str) -> None:
@@ -62,6 +99,7 @@ class MixleWriter(MLWriter):
         """Save to ``path`` (an error if it exists, unless ``overwrite()`` was called)."""
         if not isinstance(path, str):
             raise TypeError(f"path should be a string, got {type(path).__name__}")
+        check_stage_path(path)
         self.saveImpl(path)
 
     def saveImpl(self, path: str) -> None:

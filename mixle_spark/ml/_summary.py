@@ -100,7 +100,7 @@ class MixleSummary:
 
     def report(
         self, path: str | os.PathLike[str], *, sample_rows: int = 2000, title: str | None = None
-    ) -> Path:
+    ) -> Path | str:
         """Write the fit report (:func:`mixle_spark.report.write_report`) to ``path``: the segment
         profiles (:attr:`segmentProfile`), history, weights, parameters, and a 2-D projection of about
         ``sample_rows`` training rows drawn at random (each segment keeps its share)."""

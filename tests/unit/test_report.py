@@ -343,7 +343,7 @@ def test_a_summary_supplies_history_rows_and_timings() -> None:
 
 def test_write_report_replaces_the_file_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "report.html"
-    target.write_text("old")
+    write_report(GaussianDistribution(1.0, 1.0), target, title="an earlier report")
     path = write_report(GaussianDistribution(0.0, 1.0), target, title="T")
     assert path == target and target.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     assert "<title>T</title>" in target.read_text(encoding="utf-8")

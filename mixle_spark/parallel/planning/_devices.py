@@ -13,13 +13,14 @@ import json
 import math
 import numbers
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from mixle_spark._files import write_atomically
+from mixle_spark._files import write_file
 from mixle_spark.parallel._slots import task_slots
 
 __all__ = ["PRECISION_BYTES", "DeviceSpec", "Resources", "precision_name", "task_slots"]
@@ -90,6 +91,9 @@ def _split_memory(memory_bytes: int | None, n: int) -> int | None:
 
 
 # -- devices ------------------------------------------------------------------------------------
+
+
+_RESOURCES_HEAD = re.compile(rb'\s*\{\s*"devices"\s*:')
 
 
 @dataclass(frozen=True)
@@ -576,9 +580,17 @@ class Resources:
         return cls.from_dict(json.loads(text))
 
     def save(self, path: str | os.PathLike[str], **kwargs: Any) -> None:
-        """Write :meth:`to_json` to ``path`` atomically (a temporary file in the same directory, then
-        ``os.replace``), so a reader never sees a half-written file."""
-        write_atomically(path, self.to_json(**kwargs))
+        """Write :meth:`to_json` to ``path`` (a local path or a URI) whole or not at all: a temporary
+        file created exclusively beside it, then renamed into place. An existing file is replaced
+        only when it holds resources (a JSON object whose first key is ``devices``); another file, a
+        directory or a symbolic link is refused and kept."""
+        write_file(
+            path,
+            self.to_json(**kwargs),
+            what="resources file",
+            ours=lambda head: _RESOURCES_HEAD.match(head) is not None,
+            claim="does not hold resources saved by mixle_spark",
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Resources:
