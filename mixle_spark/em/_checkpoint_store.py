@@ -206,6 +206,8 @@ class _Files(Protocol):
     def read(self, name: str) -> bytes: ...
     def write_atomic(self, name: str, temp_name: str, data: bytes) -> None: ...
     def delete(self, name: str) -> None: ...  # a missing file is not an error
+    # write ``name`` only if no file has that name: False (nothing written) when one does
+    def write_exclusive(self, name: str, temp_name: str, data: bytes) -> bool: ...
 
 
 def _not_a_directory(directory: str, exists: bool) -> CheckpointStoreError:
@@ -261,6 +263,67 @@ class _LocalFiles:
     def delete(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path(name))
+
+    # What os.link raises on a filesystem without hard links (FAT, some FUSE and SMB mounts).
+    _LINK_UNSUPPORTED = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
+
+    def write_exclusive(self, name: str, temp_name: str, data: bytes) -> bool:
+        """Write ``data`` as ``name`` unless an entry of that name exists (then False, nothing written).
+
+        The data goes to ``temp_name`` (created exclusively, fsynced), which is then hard-linked to
+        ``name``: the link fails when ``name`` exists (even as a link), so no file is ever replaced,
+        and a reader sees the whole file or none. The temporary name is removed either way. On a
+        filesystem without hard links, ``name`` is created exclusively (``O_EXCL``) and written in
+        place: still never replaced, but a reader may see a part of it while it is written.
+        """
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise _not_a_directory(self.directory, os.path.exists(self.directory)) from None
+        temp, final = self.path(temp_name), self.path(name)
+        try:
+            with open(temp, "xb") as handle:
+                handle.write(data)
+                handle.flush()
+                _fsync(handle.fileno())
+            try:
+                os.link(temp, final)
+            except FileExistsError:
+                return False
+            except OSError as err:
+                if err.errno not in self._LINK_UNSUPPORTED:
+                    raise
+                if not self._create_in_place(final, data):
+                    return False
+        finally:
+            with contextlib.suppress(OSError):  # as in write_atomic: a leftover goes with a later sweep
+                os.unlink(temp)
+        if os.name == "posix":  # persist the new name, as write_atomic does
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                _fsync(fd)
+            finally:
+                os.close(fd)
+        return True
+
+    @staticmethod
+    def _create_in_place(path: str, data: bytes) -> bool:
+        """Create ``path`` exclusively and write ``data`` into it; False when it exists. A failed
+        write removes the part written (the file is this call's own)."""
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            return False
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                _fsync(handle.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        return True
 
 
 class _ArrowFiles:
@@ -327,6 +390,23 @@ class _ArrowFiles:
         filesystem, path = self._fs_path(name)
         with contextlib.suppress(FileNotFoundError):
             filesystem.delete_file(path)
+
+    def write_exclusive(self, name: str, temp_name: str, data: bytes) -> bool:
+        """Write ``data`` as ``name`` unless a file of that name exists (then False), as well as
+        pyarrow's filesystems allow: they have no create-if-absent, so ``name`` is checked before
+        the write and read back after it (False when another writer's bytes are there). Two writers
+        that write the same name within moments of each other on an object store can still replace
+        one another's file: give such a directory one writer at a time."""
+        from pyarrow.fs import FileType
+
+        filesystem, root = self._resolve()
+        if filesystem.get_file_info(_join(root, name)).type != FileType.NotFound:
+            return False
+        self.write_atomic(name, temp_name, data)
+        try:
+            return self.read(name) == data
+        except FileNotFoundError:  # removed by someone else meanwhile: not ours to claim
+            return False
 
 
 class _RemoteStoreFiles:

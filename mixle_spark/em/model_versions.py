@@ -1,19 +1,32 @@
-"""A directory of model versions, each published atomically: what a stream of updates writes.
+"""A directory of model versions, each published once and never replaced: what a stream of updates writes.
 
 Version ``N`` is the file ``model-v{N:09d}.json``: the model file :func:`~mixle_spark.spec.save_model`
-writes (with its statistics, which record the last micro-batch folded in), readable by
-:func:`~mixle_spark.spec.load_model`. A version is written under a temporary name and renamed into
-place, so a reader never sees a part of one; a version is never replaced (publishing one that exists
-is an error: two writers share the directory). Nothing else in the directory is read, replaced or
-deleted, and a local directory named through a symbolic link is refused, as for checkpoints. Local
-paths (Databricks ``/dbfs/...``, ``file:`` URIs) and any URI :mod:`pyarrow.fs` understands
-(``s3://``, ``gs://``, ...) work.
+writes (with its statistics, which record the last micro-batch folded in and the streaming query it
+belongs to), readable by :func:`~mixle_spark.spec.load_model`.
+
+Publishing is safe with several writers in one directory (an overlapping retry of a job, a second
+stream): a version number is never handed to two writers and a version file is never replaced. A
+version is written to a temporary file ``.tmp-model-v{N}-{HOST}-{PID}-{random}.json``, then claimed
+under its final name with a hard link, which fails when another writer took that number first (the
+next number is tried then); a reader sees a whole version or none. On a local filesystem without hard
+links the final name is created exclusively and written in place (never replaced, but a reader may
+see a part of it while it is written). Through :mod:`pyarrow.fs` (``s3://``, ``gs://``, ``hdfs://``,
+...) there is no exclusive create: the name is checked before and read back after the write, and two
+writers within moments of each other on an object store can still replace one another's version;
+give such a directory one writer at a time.
+
+Publishing also removes the temporary files of writers that were killed: only those named for this
+host whose process no longer runs (never a live process's, never a link). Nothing else in the
+directory is read, replaced or deleted, and a local directory named through a symbolic link is
+refused, as for checkpoints. Local paths (Databricks ``/dbfs/...``, ``file:`` URIs) and any URI
+:mod:`pyarrow.fs` understands work.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 import uuid
 from typing import Any
 
@@ -24,11 +37,28 @@ from mixle_spark.stats.base import Distribution
 
 __all__ = ["ModelVersions"]
 
-_NAME = re.compile(r"model-v(\d{9})\.json")
+_NAMES = re.compile(r"^model-v(\d{9})\.json$", re.MULTILINE)  # over a listing joined by newlines
+# a writer's temporary file: version, host ('-' replaced by '_'), process id, 32 random hex digits
+_TEMP_NAME = re.compile(r"\.tmp-model-v\d{9}-([^-]+)-(\d+)-[0-9a-f]{32}\.json")
 
 
 def version_name(version: int) -> str:
     return f"model-v{version:09d}.json"
+
+
+def _this_host() -> str:
+    """This host's name as temporary names carry it (no ``-``, which separates their parts)."""
+    return socket.gethostname().replace("-", "_") or "host"
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process, or no pid at all: left alone
+        return True
+    return True
 
 
 class ModelVersions:
@@ -42,7 +72,7 @@ class ModelVersions:
     True
     >>> versions.publish(GaussianDistribution(0.0, 1.0))
     1
-    >>> versions.publish(GaussianDistribution(0.5, 1.0))
+    >>> versions.publish(GaussianDistribution(0.5, 1.0), after=1)
     2
     >>> version, model = versions.latest()
     >>> version, model.mu
@@ -58,8 +88,7 @@ class ModelVersions:
 
     def versions(self) -> list[int]:
         """The versions present, oldest first."""
-        found = (_NAME.fullmatch(name) for name in self._files.names())
-        return sorted(int(m.group(1)) for m in found if m is not None)
+        return _versions(self._files.names())
 
     def path(self, version: int) -> str:
         return self._files.path(version_name(version))
@@ -84,13 +113,55 @@ class ModelVersions:
         present = self.versions()
         return None if not present else (present[-1], self.load(present[-1]))
 
-    def publish(self, model: Distribution) -> int:
-        """Write ``model`` as the next version atomically and return its number."""
-        present = self.versions()
-        version = (present[-1] if present else 0) + 1
-        name = version_name(version)
-        if name in self._files.names():  # pragma: no cover - a second writer between the two lists
-            raise CheckpointStoreError(f"model version {self._files.path(name)} exists: two writers?")
-        temp = f".tmp-model-v{version:09d}-{os.getpid()}-{uuid.uuid4().hex}.json"
-        self._files.write_atomic(name, temp, (model_to_json(model, indent=None) + "\n").encode("utf-8"))
+    def publish(self, model: Distribution, *, after: int | None = None) -> int:
+        """Write ``model`` as a new version and return its number.
+
+        Parameters
+        ----------
+        model : Distribution
+            The model (with its statistics, if it has them).
+        after : int, optional
+            The version ``model`` was derived from (0: none): it is published as ``after + 1``, and
+            when another writer has taken that number meanwhile a
+            :class:`~mixle_spark.errors.CheckpointStoreError` says so (publishing it later would
+            drop that writer's rows from the line of versions). Default: the next free number,
+            whatever other writers publish meanwhile.
+        """
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+            raise TypeError(f"after must be a version number >= 0 or None, got {after!r}")
+        data = (model_to_json(model, indent=None) + "\n").encode("utf-8")
+        names = self._files.names()
+        self._sweep(names)
+        present = _versions(names)
+        version = after + 1 if after is not None else (present[-1] if present else 0) + 1
+        while not self._files.write_exclusive(version_name(version), self._temp_name(version), data):
+            if after is not None:
+                raise CheckpointStoreError(
+                    f"model version {self.path(version)} was published by another writer after version "
+                    f"{after}, which this model was derived from: two writers in {self.directory}; "
+                    "give each stream its own output"
+                )
+            present = self.versions()  # another writer took it: the number after the newest now
+            version = max(version, present[-1] if present else 0) + 1
         return version
+
+    @staticmethod
+    def _temp_name(version: int) -> str:
+        return f".tmp-model-v{version:09d}-{_this_host()}-{os.getpid()}-{uuid.uuid4().hex}.json"
+
+    def _sweep(self, names: list[str]) -> list[str]:
+        """Delete the temporary files among ``names`` that writers of this host left when they were
+        killed (their process no longer runs); the names deleted. Links are not listed as files."""
+        host, gone = _this_host(), []
+        for name in names:
+            found = _TEMP_NAME.fullmatch(name) if name.startswith(".tmp-model-v") else None
+            if found is not None and found.group(1) == host and not _running(int(found.group(2))):
+                self._files.delete(name)
+                gone.append(name)
+        return gone
+
+
+def _versions(names: list[str]) -> list[int]:
+    """The version numbers among ``names``, oldest first (one scan: a stream's directory grows)."""
+    listing = "\n".join(name for name in names if "\n" not in name)
+    return sorted(map(int, _NAMES.findall(listing)))

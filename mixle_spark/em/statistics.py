@@ -26,6 +26,7 @@ __all__ = [
     "STATISTICS_FORMAT",
     "STATISTICS_FORMAT_VERSION",
     "Statistics",
+    "StreamIdentity",
     "collect_statistics",
     "value_from_json",
     "value_to_json",
@@ -95,6 +96,40 @@ def _hashable(key: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class StreamIdentity:
+    """The streaming query that folded a model's ``last_batch`` in (a stream's batch ids count from 0
+    in each query: a batch id means something only together with its query).
+
+    Attributes
+    ----------
+    query_id : str
+        The query's ``StreamingQuery.id``: the same across restarts from one checkpoint, a new one
+        for a new checkpoint.
+    checkpoint : str
+        The query's checkpoint location, as the stream was given it.
+    source : str
+        What the query reads, as Spark describes its source(s) (``FileSource[/data/in]``, ...).
+    """
+
+    query_id: str
+    checkpoint: str
+    source: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"query_id": self.query_id, "checkpoint": self.checkpoint, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> StreamIdentity:
+        """Read :meth:`to_dict` output (a ModelFormatError names what is wrong)."""
+        fields = ("query_id", "checkpoint", "source")
+        if not isinstance(data, Mapping) or not all(isinstance(data.get(f), str) for f in fields):
+            raise ModelFormatError(
+                f"statistics: 'stream' must be an object of strings {', '.join(fields)}, got {data!r:.200}"
+            )
+        return cls(data["query_id"], data["checkpoint"], data["source"])
+
+
+@dataclass(frozen=True)
 class Statistics:
     """Sufficient statistics a model was estimated from.
 
@@ -112,6 +147,10 @@ class Statistics:
         Updates folded in since the fit (0: the fit's own statistics).
     last_batch : int, optional
         The last micro-batch id folded in by a stream (a replayed batch id is skipped).
+    stream : StreamIdentity, optional
+        The streaming query ``last_batch`` belongs to (None: not written by
+        :func:`~mixle_spark.streaming.fit_stream`, or by one older than this field; such a model is
+        another query's to every stream, which folds its batches into it and never skips one).
     log_likelihood : float, optional
         The folded rows' total log-likelihood under the model each was folded by (decayed like
         ``weight``): the reference an update's drift is measured against.
@@ -131,6 +170,7 @@ class Statistics:
     log_likelihood: float | None = None
     scored_weight: float | None = None
     template: Estimator | None = None
+    stream: StreamIdentity | None = None
 
     @property
     def mean_log_likelihood(self) -> float | None:
@@ -147,8 +187,9 @@ class Statistics:
         return replace(self, value=value, weight=float(weight), rows=int(rows), **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """Strict-JSON data with a format header (see the module docstring)."""
-        return {
+        """Strict-JSON data with a format header (see the module docstring); ``stream`` only when
+        set (a reader older than it ignores the key)."""
+        data: dict[str, Any] = {
             "format": STATISTICS_FORMAT,
             "format_version": STATISTICS_FORMAT_VERSION,
             "estimator": self.estimator.to_dict(),
@@ -161,6 +202,9 @@ class Statistics:
             "template": None if self.template is None else self.template.to_dict(),
             "value": value_to_json(self.value),
         }
+        if self.stream is not None:
+            data["stream"] = self.stream.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Statistics:
@@ -191,6 +235,7 @@ class Statistics:
                 log_likelihood=None if ll is None else float(ll),
                 scored_weight=None if scored is None else float(scored),
                 template=None if data.get("template") is None else estimator_from_dict(data["template"]),
+                stream=None if data.get("stream") is None else StreamIdentity.from_dict(data["stream"]),
             )
         except (KeyError, TypeError, ValueError, SpecError) as err:
             if isinstance(err, ModelFormatError):

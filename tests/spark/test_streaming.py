@@ -73,22 +73,25 @@ def _run(source: Path, output: Path, checkpoint: Path) -> subprocess.Popen[str]:
     )
 
 
+def _start(spark: Any, source: Path, output: Path, checkpoint: Path, **options: Any) -> Any:
+    """fit_stream over the Parquet files in ``source`` (one a micro-batch), until every one is read."""
+    from mixle_spark.streaming import fit_stream
+
+    return fit_stream(
+        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source)),
+        ESTIMATOR,
+        output=output,
+        checkpoint=str(checkpoint),
+        fit_options=FIT_OPTIONS,
+        trigger={"availableNow": True},
+        **{"quiet": True, **UPDATE_OPTIONS, **options},
+    )
+
+
 def _stream_all(spark: Any, root: Path) -> ModelVersions:
     """fit_stream over the Parquet files in ``root/in`` (one a micro-batch) until every one is folded
     in; the versions it published in ``root/models``."""
-    from mixle_spark.streaming import fit_stream
-
-    query = fit_stream(
-        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(root / "in")),
-        ESTIMATOR,
-        output=root / "models",
-        checkpoint=str(root / "ckpt"),
-        fit_options=FIT_OPTIONS,
-        trigger={"availableNow": True},
-        quiet=True,
-        **UPDATE_OPTIONS,
-    )
-    query.awaitTermination()
+    _start(spark, root / "in", root / "models", root / "ckpt").awaitTermination()
     return ModelVersions(root / "models")
 
 
@@ -139,6 +142,97 @@ def test_a_driver_killed_mid_stream_and_restarted_ends_with_the_same_model(tmp_p
     _assert_close(model, want)
 
 
+# -- several queries into one versions folder ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def first_query(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Query A folds files 0 and 1 into ``models`` (two versions); files 2 and 3 wait in ``later`` for
+    other queries; ``want`` is the model all four give batch by batch."""
+    root = tmp_path_factory.mktemp("queries")
+    tables = _write_batches(root / "all")
+    (root / "first").mkdir()
+    (root / "later").mkdir()
+    for i in range(FILES):  # os.replace keeps the times the file source orders by
+        os.replace(
+            root / "all" / f"part-{i:03d}.parquet",
+            root / ("first" if i < 2 else "later") / f"part-{i:03d}.parquet",
+        )
+    query = _start(spark, root / "first", root / "models", root / "ckpt-a")
+    query.awaitTermination()
+    return {"root": root, "query_id": str(query.id), "want": _by_hand(tables)}
+
+
+def test_a_new_query_into_the_versions_of_another_continues_them(
+    spark: Any, first_query: dict[str, Any], capfd: pytest.CaptureFixture[str]
+) -> None:
+    root = first_query["root"]
+    versions = ModelVersions(root / "models")
+    first = versions.load(2).statistics
+    assert (first.last_batch, first.stream.query_id, first.stream.checkpoint) == (
+        1,
+        first_query["query_id"],
+        str(root / "ckpt-a"),
+    )
+    assert first.stream.source == f"FileSource[{root / 'first'}]"
+    capfd.readouterr()
+    query = _start(spark, root / "later", root / "models", root / "ckpt-b", quiet=False)
+    query.awaitTermination()
+    assert versions.versions() == [1, 2, 3, 4]  # its batches 0 and 1 are new rows, not replays
+    said = [line for line in capfd.readouterr().err.splitlines() if line.startswith("mixle_spark stream: ")]
+    assert said[0] == (
+        f"mixle_spark stream: continuing from version 2 of query {first_query['query_id']} "
+        f"(checkpoint {root / 'ckpt-a'}, last batch 1): query {query.id} (checkpoint {root / 'ckpt-b'}) "
+        "folds its batches into it from batch 0"
+    )
+    assert [line.rsplit("; ", 1)[-1] for line in said[1:]] == ["published version 3", "published version 4"]
+    stats = versions.load(4).statistics
+    assert (stats.rows, stats.updates, stats.last_batch) == (FILES * ROWS, FILES - 1, 1)
+    assert (stats.stream.query_id, stats.stream.checkpoint) == (str(query.id), str(root / "ckpt-b"))
+    assert stats.weight == pytest.approx(first_query["want"].statistics.weight, rel=1e-12)
+    _assert_close(versions.load(4), first_query["want"])  # every row once: as one stream of all four
+
+
+def test_a_stream_started_from_another_streams_model_folds_its_batches(
+    spark: Any, first_query: dict[str, Any]
+) -> None:
+    root = first_query["root"]
+    start = ModelVersions(root / "models").load(2)  # query A's: its last batch is 1
+    query = _start(spark, root / "later", root / "models-c", root / "ckpt-c", model=start)
+    query.awaitTermination()
+    versions = ModelVersions(root / "models-c")
+    assert versions.versions() == [1, 2]
+    stats = versions.load(2).statistics
+    assert (stats.rows, stats.updates, stats.last_batch, stats.stream.query_id) == (
+        FILES * ROWS,
+        FILES - 1,
+        1,
+        str(query.id),
+    )
+    _assert_close(versions.load(2), first_query["want"])
+
+
+def test_a_damaged_newest_version_stops_the_stream_with_one_line(
+    spark: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from pyspark.errors import StreamingQueryException
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(
+        pa.table({"x": [0.0, 1.0, 5.0], "y": [0.0, 1.0, 5.0]}), tmp_path / "in" / "part-000.parquet"
+    )
+    (tmp_path / "models").mkdir()
+    damaged = tmp_path / "models" / "model-v000000001.json"
+    damaged.write_text('{"type": "mixture", "w": [0.5')  # a version cut short
+    capfd.readouterr()
+    query = _start(spark, tmp_path / "in", tmp_path / "models", tmp_path / "ckpt")
+    with pytest.raises(StreamingQueryException, match="restore or remove it"):
+        query.awaitTermination()
+    errors = [line for line in capfd.readouterr().err.splitlines() if "mixle_spark stream: error:" in line]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"mixle_spark stream: error: model version {damaged} is not valid JSON: ")
+    assert errors[0].endswith("(the stream's newest model: restore or remove it)")
+    assert ModelVersions(tmp_path / "models").versions() == [1]  # nothing published over it
+
+
 def _assert_close(model: Any, want: Any) -> None:
     np.testing.assert_allclose(model.w, want.w, rtol=1e-9)
     for got, exp in zip(model.components, want.components, strict=True):
@@ -160,9 +254,17 @@ def connect_stream(spark: Any) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="mixle-connect-stream-"))
     try:
         _write_batches(root / "in")
-        versions = _stream_all(spark, root)
+        query = _start(spark, root / "in", root / "models", root / "ckpt")
+        query.awaitTermination()
+        versions = ModelVersions(root / "models")
         _version, model = versions.latest()
-        return {"versions": versions.versions(), "model": model_to_dict(model), "rows": model.statistics.rows}
+        return {
+            "versions": versions.versions(),
+            "model": model_to_dict(model),
+            "rows": model.statistics.rows,
+            "query_id": str(query.id),
+            "recorded_query_id": model.statistics.stream.query_id,  # learnt by the server's worker
+        }
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -172,4 +274,5 @@ def check_connect_stream(out: dict[str, Any], tmp_path: Path) -> None:
     from mixle_spark.spec import model_from_dict
 
     assert out["versions"] == list(range(1, FILES + 1)) and out["rows"] == FILES * ROWS
+    assert out["recorded_query_id"] == out["query_id"]
     _assert_close(model_from_dict(out["model"]), _by_hand(_write_batches(tmp_path / "stream")))
