@@ -18,7 +18,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mixle_spark._files import named_path, write_file
+from mixle_spark._files import named_path
+from mixle_spark._outputs import write_file
 from mixle_spark.cli._common import run_job
 from mixle_spark.spec import is_model_file, save_model
 from mixle_spark.stats import (

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mixle_spark._locations import resolve
 from mixle_spark.errors import UnsafePathError
 
 __all__ = [
@@ -40,24 +39,23 @@ __all__ = [
     "OutputLayout",
     "RemoteFolder",
     "atomic_directory",
-    "check_location_free",
     "check_output_free",
-    "check_writable",
     "delta_layout",
     "file_mode",
     "folder_entries",
     "folder_json",
     "holds",
+    "host_name",
     "json_format",
     "named_path",
-    "publish_directory",
+    "process_alive",
     "read_bytes_bounded",
-    "read_location",
+    "refuse_output",
     "remove_tree",
     "sweep_stale",
     "table_layout",
     "write_atomically",
-    "write_file",
+    "write_marker",
 ]
 
 
@@ -92,103 +90,6 @@ def write_atomically(path: str | os.PathLike[str], text: str | bytes | Iterable[
     return target
 
 
-_HEAD_BYTES = 16384
-
-
-def write_file(
-    path: str | os.PathLike[str],
-    data: str | bytes,
-    *,
-    what: str = "output",
-    ours: Callable[[bytes], bool] | None = None,
-    claim: str = "was not written by mixle_spark",
-    overwrite: bool = True,
-    overwrite_flag: str = "overwrite=True",
-) -> str:
-    """Write one file at ``path`` (a local path or a URI: :func:`mixle_spark._locations.resolve`)
-    whole or not at all, replacing only what this package wrote.
-
-    An existing file is replaced only when ``ours(first bytes)`` says it is this writer's (or no
-    ``ours`` is given) and ``overwrite``; a directory, a symbolic link or another file is refused with
-    one line naming the path (FileExistsError / UnsafePathError), and nothing is written. The data
-    goes to a temporary file beside the target, created exclusively under an unpredictable name, then
-    is renamed into place. Returns the path as given.
-    """
-    location = resolve(path, what)
-    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    shown = location.shown
-    if location.local is None:
-        files, uri = location.remote, location.uri
-        kind = files.kind(uri)
-        head = files.read(uri)[:_HEAD_BYTES] if kind == "file" else b""
-        _check_file_free(shown, what, kind, head, ours, claim, overwrite, overwrite_flag)
-        parent, _slash, name = uri.rpartition("/")
-        temp = f"{parent}/.{name}.tmp-{_host()}-{os.getpid()}-{uuid.uuid4().hex}"
-        files.write(temp, payload, True)
-        try:
-            if kind == "file":
-                files.delete(uri)
-            files.rename(temp, uri)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                files.delete(temp)
-            raise
-        return shown
-    real = named_path(location.local, what)
-    kind = "missing" if not os.path.lexists(real) else ("file" if real.is_file() else "other")
-    head = b""
-    if kind == "file":
-        with open(real, "rb") as fh:
-            head = fh.read(_HEAD_BYTES)
-    _check_file_free(shown, what, kind, head, ours, claim, overwrite, overwrite_flag)
-    _check_parent(real, shown, what)
-    write_atomically(real, payload)
-    return shown
-
-
-def _check_file_free(
-    shown: str,
-    what: str,
-    kind: str,
-    head: bytes,
-    ours: Callable[[bytes], bool] | None,
-    claim: str,
-    overwrite: bool,
-    overwrite_flag: str,
-) -> None:
-    if kind == "missing":
-        return
-    if kind != "file":
-        raise FileExistsError(f"{what} {shown} exists and is not a regular file; name a file")
-    if ours is not None and head and not ours(head):
-        raise FileExistsError(f"{what} {shown} exists and {claim}; choose another path or remove it yourself")
-    if not overwrite:
-        raise FileExistsError(f"{what} {shown} exists; pass {overwrite_flag} to replace it")
-
-
-def _check_parent(real: Path, shown: str, what: str) -> None:
-    """Refuse, before anything is written, a path whose nearest existing parent is not a directory
-    this process can write in."""
-    parent = real.parent
-    while not os.path.lexists(parent) and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise NotADirectoryError(f"{what} {shown}: {parent} is a file, not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(f"{what} {shown}: cannot write in {parent} (permission denied)")
-
-
-def check_writable(path: str | os.PathLike[str], what: str = "output") -> None:
-    """Refuse (NotADirectoryError, PermissionError, UnsafePathError, UnsupportedLocationError), before
-    any work, an output whose place cannot be written: a link, a parent that is a file or that this
-    process cannot write in, a URI no filesystem here serves."""
-    location = resolve(path, what)
-    if location.local is not None:
-        _check_parent(named_path(location.local, what), location.shown, what)
-    elif location.remote.kind(location.uri.rpartition("/")[0] or location.uri) == "file":
-        raise NotADirectoryError(f"{what} {location.shown}: its parent is a file, not a directory")
-
-
 def read_bytes_bounded(path: Path, limit: int, what: str, error: type[Exception]) -> bytes:
     """The bytes of ``path``, refused with ``error`` (naming ``what``, its size and ``limit``) before
     more than ``limit`` bytes are read: a huge file, or a device or pipe that never ends, is not read
@@ -200,27 +101,6 @@ def read_bytes_bounded(path: Path, limit: int, what: str, error: type[Exception]
         found = f"{size:,} bytes" if size > limit else f"more than {limit:,} bytes"
         raise error(f"{what} is {found}; the limit is {limit:,} bytes")
     return data
-
-
-def read_location(
-    path: str | os.PathLike[str], limit: int, what: str, error: type[Exception], short: str | None = None
-) -> bytes:
-    """The bytes of file ``path`` (a local path or a URI), refused with ``error`` past ``limit``
-    bytes (:func:`read_bytes_bounded`; the message names it ``short``, default ``what``);
-    FileNotFoundError naming ``what`` when there is none."""
-    location = resolve(path, what)
-    named = f"{short or what} {location.shown}"
-    if location.local is not None:
-        if not location.local.exists():
-            raise FileNotFoundError(f"{what} not found: {location.shown}")
-        return read_bytes_bounded(location.local, limit, named, error)
-    files, uri = location.remote, location.uri
-    if files.kind(uri) != "file":
-        raise FileNotFoundError(f"{what} not found: {location.shown}")
-    size = files.size(uri)
-    if size > limit:
-        raise error(f"{named} is {size:,} bytes; the limit is {limit:,} bytes")
-    return bytes(files.read(uri))
 
 
 def remove_tree(path: Path, keep_dir: bool) -> None:
@@ -432,10 +312,10 @@ def _check_free(final: Path, shown: str, overwrite: bool, layout: OutputLayout) 
         why = layout.foreign(final)
     else:
         why = "it is a file, not a directory" if final.is_file() else "it is not a directory"
-    _refuse(shown, why, overwrite, layout)
+    refuse_output(shown, why, overwrite, layout)
 
 
-def _refuse(shown: str, why: str | None, overwrite: bool, layout: OutputLayout) -> None:
+def refuse_output(shown: str, why: str | None, overwrite: bool, layout: OutputLayout) -> None:
     """The refusal of an existing output: foreign (``why``), or the writer's own without ``overwrite``."""
     if why is not None:
         raise FileExistsError(
@@ -444,21 +324,6 @@ def _refuse(shown: str, why: str | None, overwrite: bool, layout: OutputLayout) 
         )
     if not overwrite:
         raise FileExistsError(f"output {shown} exists; pass {layout.overwrite_flag} to replace it")
-
-
-def _check_remote_free(files: Any, uri: str, shown: str, overwrite: bool, layout: OutputLayout) -> None:
-    """:func:`_check_free` on another filesystem (``files``: :class:`mixle_spark._locations.RemoteFiles`)."""
-    kind = files.kind(uri)
-    if kind == "missing":
-        return
-    if kind == "dir":
-        folder = RemoteFolder(files, uri)
-        if all(e.name in layout.keep for e in folder.entries()):
-            return
-        why = layout.foreign(folder)
-    else:
-        why = "it is a file, not a directory"
-    _refuse(shown, why, overwrite, layout)
 
 
 def check_output_free(target: str | os.PathLike[str], overwrite: bool, layout: OutputLayout) -> Path:
@@ -472,18 +337,7 @@ def check_output_free(target: str | os.PathLike[str], overwrite: bool, layout: O
     return final
 
 
-def check_location_free(location: Any, overwrite: bool, layout: OutputLayout) -> None:
-    """:func:`check_output_free` for a resolved :class:`mixle_spark._locations.Location`: a local one
-    as a path, another filesystem's through its listing (what a killed run of this host left beside
-    it is cleaned up first there too)."""
-    if location.local is not None:
-        check_output_free(location.local, overwrite, layout)
-        return
-    _sweep_remote(location.remote, location.uri)
-    _check_remote_free(location.remote, location.uri, location.shown, overwrite, layout)
-
-
-def _host() -> str:
+def host_name() -> str:
     """This host's name as staging names carry it (no "-", which separates their parts)."""
     return socket.gethostname().replace("-", "_") or "host"
 
@@ -491,15 +345,15 @@ def _host() -> str:
 def _staging_name(final: Path, kind: str) -> Path:
     """``.NAME.KIND-HOST-PID-UUID`` beside ``final``: whose it is, so a later run can tell a killed
     run's leftovers from a live run's."""
-    return final.with_name(f".{final.name}.{kind}-{_host()}-{os.getpid()}-{uuid.uuid4().hex}")
+    return final.with_name(f".{final.name}.{kind}-{host_name()}-{os.getpid()}-{uuid.uuid4().hex}")
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process
+    except (PermissionError, OverflowError):  # another user's process, or no pid at all: left alone
         return True
     return True
 
@@ -510,13 +364,13 @@ def sweep_stale(final: Path) -> list[Path]:
     named as :func:`atomic_directory` names them, of processes of this host that no longer run, and
     never a symbolic link (a link is not what a run left). Returns the paths removed or restored."""
     done: list[Path] = []
-    host = _host()
+    host = host_name()
     pattern = re.compile(rf"^\.{re.escape(final.name)}\.(tmp|old)-([^-]+)-(\d+)-[0-9a-f]{{32}}$")
     if not final.parent.is_dir():
         return done
     for path in sorted(final.parent.iterdir()):
         found = pattern.match(path.name)
-        if found is None or path.is_symlink() or found.group(2) != host or _alive(int(found.group(3))):
+        if found is None or path.is_symlink() or found.group(2) != host or process_alive(int(found.group(3))):
             continue
         if found.group(1) == "old" and not os.path.lexists(final):
             os.replace(path, final)  # the previous output, whole: nothing is lost
@@ -526,72 +380,6 @@ def sweep_stale(final: Path) -> list[Path]:
             path.unlink()
         done.append(path)
     return done
-
-
-def _sweep_remote(files: Any, uri: str) -> None:
-    """:func:`sweep_stale` on another filesystem: staging entries of dead processes of this host."""
-    parent, _slash, name = uri.rstrip("/").rpartition("/")
-    pattern = re.compile(rf"^\.{re.escape(name)}\.(tmp|old)-([^-]+)-(\d+)-[0-9a-f]{{32}}$")
-    if not parent or files.kind(parent) != "dir":
-        return
-    for entry, _kind in sorted(files.list(parent)):
-        found = pattern.match(entry)
-        if found is None or found.group(2) != _host() or _alive(int(found.group(3))):
-            continue
-        stale = f"{parent}/{entry}"
-        if found.group(1) == "old" and files.kind(uri) == "missing":
-            files.rename(stale, uri)  # the previous output, whole: nothing is lost
-        else:
-            files.delete(stale, recursive=True)
-
-
-def _upload(files: Any, local: Path, uri: str) -> None:
-    """Every file under local directory ``local`` written under ``uri`` (each exclusively)."""
-    for path in sorted(local.rglob("*")):
-        if path.is_file() and not path.is_symlink():
-            files.write(f"{uri}/{path.relative_to(local).as_posix()}", path.read_bytes(), True)
-
-
-@contextmanager
-def publish_directory(location: Any, overwrite: bool, layout: OutputLayout) -> Iterator[Path]:
-    """:func:`atomic_directory` for a resolved :class:`mixle_spark._locations.Location`: a local
-    staging directory is yielded; on success it becomes the output. On another filesystem its files
-    are written into a staging directory beside the output (checked first and again before the swap,
-    as locally), which is then renamed into place, the previous output moved aside first and deleted
-    once the new one is in (object stores rename by copying: each file stays whole)."""
-    if location.local is not None:
-        with atomic_directory(location.local, overwrite, layout) as local_staging:
-            yield local_staging
-        return
-    files, uri, shown = location.remote, location.uri.rstrip("/"), location.shown
-    check_location_free(location, overwrite, layout)
-    work = Path(tempfile.mkdtemp(prefix="mixle_spark-output-"))
-    parent, _slash, name = uri.rpartition("/")
-    tag = f"{_host()}-{os.getpid()}-{uuid.uuid4().hex}"
-    staging, retired = f"{parent}/.{name}.tmp-{tag}", f"{parent}/.{name}.old-{tag}"
-    try:
-        yield work
-        if layout.marker is not None:
-            _write_marker(work, layout.marker)
-        try:
-            _upload(files, work, staging)
-            _check_remote_free(files, uri, shown, overwrite, layout)  # what came meanwhile
-            replaced = files.kind(uri) != "missing"
-            if replaced:
-                files.rename(uri, retired)
-                for entry, _kind in files.list(retired):
-                    if entry in layout.keep:
-                        files.rename(f"{retired}/{entry}", f"{staging}/{entry}")
-            files.rename(staging, uri)
-            if replaced:
-                files.delete(retired, recursive=True)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                if files.kind(staging) != "missing":
-                    files.delete(staging, recursive=True)
-            raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _hand_on(retired: Path | None, staging: Path, keep: frozenset[str]) -> list[str]:
@@ -605,7 +393,7 @@ def _hand_on(retired: Path | None, staging: Path, keep: frozenset[str]) -> list[
     return moved
 
 
-def _write_marker(staging: Path, writer: str) -> None:
+def write_marker(staging: Path, writer: str) -> None:
     files = sorted(e.name for e in _entries(staging))
     marker = {"format": _MARKER_FORMAT, "version": 1, "writer": writer, "files": files}
     write_atomically(staging / TABLE_MARKER, json.dumps(marker, indent=1) + "\n")
@@ -627,7 +415,7 @@ def atomic_directory(target: str | os.PathLike[str], overwrite: bool, layout: Ou
     try:
         yield staging
         if layout.marker is not None:
-            _write_marker(staging, layout.marker)
+            write_marker(staging, layout.marker)
         _check_free(named_path(target), os.fspath(target), overwrite, layout)  # what came meanwhile
         retired = None
         if os.path.lexists(final):

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from mixle_spark import _report_figures as figures
-from mixle_spark._files import write_file
 from mixle_spark._locations import scheme_of
+from mixle_spark._outputs import write_file
 from mixle_spark._report_html import (
     PLOT_HINT,
     _esc,

@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 
 import mixle_spark.stats  # noqa: F401  (registers every family)
-from mixle_spark._files import read_bytes_bounded, read_location, write_file
+from mixle_spark._files import read_bytes_bounded
 from mixle_spark._locations import scheme_of
+from mixle_spark._outputs import read_location, write_file
 from mixle_spark._version import __version__
 from mixle_spark.errors import ModelFormatError, SpecError, TooLargeError, did_you_mean
 from mixle_spark.stats.base import Distribution, Estimator, distribution_from_dict, estimator_from_dict

@@ -111,9 +111,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from mixle_spark._files import check_location_free, check_writable, publish_directory
 from mixle_spark._frames import frame_engine
 from mixle_spark._locations import join, needs_session, resolve, scheme_of
+from mixle_spark._outputs import check_location_free, check_writable, publish_directory
 from mixle_spark.cli._arguments import (
     PROG,
     Sample,

@@ -39,8 +39,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from mixle_spark._files import check_location_free, publish_directory
 from mixle_spark._locations import resolve
+from mixle_spark._outputs import check_location_free, publish_directory
 from mixle_spark.cli._arguments import PROG, backend_options
 from mixle_spark.cli._common import FIT_OUTPUT, UpdateDriftError
 from mixle_spark.cli._inputs import open_input, report_warnings

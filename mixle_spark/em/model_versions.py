@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import uuid
 from typing import Any
 
-from mixle_spark.em._checkpoint_store import _open_files
+from mixle_spark._files import host_name, process_alive
+from mixle_spark.em._store_files import open_files
 from mixle_spark.errors import CheckpointStoreError, ModelFormatError, TooLargeError
 from mixle_spark.spec import MAX_MODEL_BYTES, model_from_json, model_to_json
 from mixle_spark.stats.base import Distribution
@@ -44,21 +44,6 @@ _TEMP_NAME = re.compile(r"\.tmp-model-v\d{9}-([^-]+)-(\d+)-[0-9a-f]{32}\.json")
 
 def version_name(version: int) -> str:
     return f"model-v{version:09d}.json"
-
-
-def _this_host() -> str:
-    """This host's name as temporary names carry it (no ``-``, which separates their parts)."""
-    return socket.gethostname().replace("-", "_") or "host"
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):  # another user's process, or no pid at all: left alone
-        return True
-    return True
 
 
 class ModelVersions:
@@ -81,7 +66,7 @@ class ModelVersions:
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, filesystem: Any = None) -> None:
-        self.directory, self._files = _open_files(directory, filesystem)
+        self.directory, self._files = open_files(directory, filesystem)
 
     def __repr__(self) -> str:
         return f"ModelVersions({self.directory!r})"
@@ -147,15 +132,15 @@ class ModelVersions:
 
     @staticmethod
     def _temp_name(version: int) -> str:
-        return f".tmp-model-v{version:09d}-{_this_host()}-{os.getpid()}-{uuid.uuid4().hex}.json"
+        return f".tmp-model-v{version:09d}-{host_name()}-{os.getpid()}-{uuid.uuid4().hex}.json"
 
     def _sweep(self, names: list[str]) -> list[str]:
         """Delete the temporary files among ``names`` that writers of this host left when they were
         killed (their process no longer runs); the names deleted. Links are not listed as files."""
-        host, gone = _this_host(), []
+        host, gone = host_name(), []
         for name in names:
             found = _TEMP_NAME.fullmatch(name) if name.startswith(".tmp-model-v") else None
-            if found is not None and found.group(1) == host and not _running(int(found.group(2))):
+            if found is not None and found.group(1) == host and not process_alive(int(found.group(2))):
                 self._files.delete(name)
                 gone.append(name)
         return gone

@@ -27,8 +27,9 @@ from pyspark.ml.param import Params
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWriter
 from pyspark.sql import SparkSession
 
-from mixle_spark._files import Folder, OutputLayout, check_location_free, folder_entries, holds
+from mixle_spark._files import Folder, OutputLayout, folder_entries, holds
 from mixle_spark._locations import resolve
+from mixle_spark._outputs import check_location_free
 from mixle_spark._version import __version__
 from mixle_spark.errors import ModelFormatError, UnsupportedLocationError
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mixle_spark.em import _checkpoint_store
+from mixle_spark.em import _store_files
 from mixle_spark.em.model_versions import ModelVersions
 from mixle_spark.em.statistics import Statistics, StreamIdentity
 from mixle_spark.errors import CheckpointStoreError, ModelFormatError
@@ -124,7 +124,7 @@ def test_without_hard_links_a_version_is_created_exclusively(monkeypatch: Any, t
     def no_links(src: str, dst: str) -> None:
         raise OSError(errno.EPERM, "Operation not permitted")
 
-    monkeypatch.setattr(_checkpoint_store.os, "link", no_links)
+    monkeypatch.setattr(_store_files.os, "link", no_links)
     versions = ModelVersions(tmp_path)
     assert versions.publish(GaussianDistribution(1.0, 1.0)) == 1
     (tmp_path / "model-v000000002.json").write_text("another writer's")
@@ -138,7 +138,7 @@ def test_another_link_error_is_raised_and_leaves_no_temporary_file(monkeypatch: 
     def broken(src: str, dst: str) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(_checkpoint_store.os, "link", broken)
+    monkeypatch.setattr(_store_files.os, "link", broken)
     with pytest.raises(OSError, match="Input/output error"):
         ModelVersions(tmp_path).publish(GaussianDistribution(1.0, 1.0))
     assert os.listdir(tmp_path) == []
@@ -153,7 +153,7 @@ def test_through_a_pyarrow_filesystem_a_taken_name_is_checked_before_and_after(
     assert versions.publish(GaussianDistribution(1.0, 1.0)) == 1
     (tmp_path / "model-v000000002.json").write_text("another writer's")
     assert versions.publish(GaussianDistribution(3.0, 1.0)) == 3  # seen before the write
-    real_read = _checkpoint_store._ArrowFiles.read
+    real_read = _store_files.ArrowFiles.read
     raced: list[str] = []
 
     def read_after_a_race(self: Any, name: str) -> bytes:
@@ -162,7 +162,7 @@ def test_through_a_pyarrow_filesystem_a_taken_name_is_checked_before_and_after(
             return b"another writer's"
         return real_read(self, name)
 
-    monkeypatch.setattr(_checkpoint_store._ArrowFiles, "read", read_after_a_race)
+    monkeypatch.setattr(_store_files.ArrowFiles, "read", read_after_a_race)
     assert versions.publish(GaussianDistribution(5.0, 1.0)) == 5
     assert raced == ["model-v000000004.json"]
     assert versions.load(5).mu == 5.0

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark._files import write_file
+from mixle_spark._outputs import write_file
 from mixle_spark.parallel._slots import task_slots
 
 __all__ = ["PRECISION_BYTES", "DeviceSpec", "Resources", "precision_name", "task_slots"]
