@@ -363,7 +363,9 @@ def model_from_dict(payload: Mapping[str, Any]) -> Distribution:
         from mixle_spark.em.statistics import Statistics
 
         _check_nesting(payload["statistics"], "the model's statistics", TooLargeError)
-        model.statistics = Statistics.from_dict(payload["statistics"])
+        statistics = Statistics.from_dict(payload["statistics"])
+        statistics.check_fits(model)
+        model.statistics = statistics
     if isinstance(payload.get("update"), Mapping):
         from mixle_spark.em.incremental import UpdateResult
 
