@@ -23,6 +23,7 @@ parameters are validated on the way in, and float64 values round-trip exactly.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -43,6 +44,7 @@ from mixle_spark.stats.base import Distribution, Estimator, distribution_from_di
 __all__ = [
     "FIT_OPTIONS",
     "MAX_COMPONENTS",
+    "MAX_INTEGER_DIGITS",
     "MAX_MODEL_BYTES",
     "MAX_NESTING",
     "MAX_SPEC_BYTES",
@@ -78,6 +80,12 @@ MAX_SPEC_NODES = 1_000_000
 MAX_NESTING = 100
 """Deepest nesting of JSON objects and arrays in a spec or a saved model (real ones are rarely 20
 deep); deeper is refused before it is built, rather than running out of Python's recursion limit."""
+MAX_INTEGER_DIGITS = 308
+"""Most digits an integer in a spec or a model file may have: any such integer is a finite float64
+(the largest is about 1.8e308), and the labels, counts and seeds mixle_spark writes are far shorter.
+A longer one is refused when the file is read, naming the file and the place (Python alone refuses
+integers of more than 4,300 digits, naming neither; one of 309 to 4,300 digits would overflow a
+float parameter)."""
 MAX_SPEC_BYTES = 16 * 2**20
 """Largest spec file read (16 MiB); larger is refused before it is read whole."""
 MAX_MODEL_BYTES = 256 * 2**20
@@ -104,11 +112,58 @@ def _check_nesting(value: Any, where: str, error: type[Exception]) -> None:
         stack.extend((child, depth + 1) for child in children if isinstance(child, Mapping | list | tuple))
 
 
+class _NumberOutOfRange(ValueError):
+    """A number literal :func:`_parse_json` refuses: the literal as written and what was expected."""
+
+    def __init__(self, literal: str, expected: str, got: str) -> None:
+        super().__init__(literal)
+        self.literal, self.expected, self.got = literal, expected, got
+
+
+def _parse_int(literal: str) -> int:
+    digits = len(literal) - literal.startswith("-")
+    if digits > MAX_INTEGER_DIGITS:
+        raise _NumberOutOfRange(
+            literal,
+            f"a number of at most {MAX_INTEGER_DIGITS} digits (float64's range)",
+            f"an integer of {digits:,} digits ({_clipped(literal)})",
+        )
+    return int(literal)
+
+
+def _parse_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):  # never written (json writes a float's repr); an option or parameter is finite
+        raise _NumberOutOfRange(
+            literal, "a number within float64's range (about ±1.8e308)", _clipped(literal)
+        )
+    return value
+
+
+def _clipped(literal: str) -> str:
+    return literal if len(literal) <= 24 else f"{literal[:10]}...{literal[-10:]}"
+
+
+def _place(text: str | bytes, literal: str) -> str:
+    """`` at line L, column C`` of ``literal`` as a JSON number in ``text`` (empty if not found)."""
+    if isinstance(text, bytes):
+        text = text.decode(json.detect_encoding(text), errors="replace")
+    found = re.search(r"(?<![^\s:\[,])" + re.escape(literal) + r"(?![^\s,\]}])", text)
+    if found is None:
+        return ""
+    start = found.start()
+    line, column = text.count("\n", 0, start) + 1, start - text.rfind("\n", 0, start)
+    return f" at line {line}, column {column}"
+
+
 def _parse_json(text: str | bytes, where: str, error: type[Exception]) -> Any:
     """``json.loads`` with its errors named after ``where``; a document too deep for the parser is
-    refused as too large."""
+    refused as too large, an integer of more than :data:`MAX_INTEGER_DIGITS` digits or a number beyond
+    float64's range as ``error``, naming its line and column."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float)
+    except _NumberOutOfRange as err:
+        raise error(f"{where}{_place(text, err.literal)}: expected {err.expected}, got {err.got}") from None
     except json.JSONDecodeError as err:
         raise error(f"{where} is not valid JSON: {err}") from None
     except UnicodeDecodeError as err:
@@ -311,7 +366,9 @@ def model_from_dict(payload: Mapping[str, Any]) -> Distribution:
         from mixle_spark.em.statistics import Statistics
 
         _check_nesting(payload["statistics"], "the model's statistics", TooLargeError)
-        model.statistics = Statistics.from_dict(payload["statistics"])
+        statistics = Statistics.from_dict(payload["statistics"])
+        statistics.check_fits(model)
+        model.statistics = statistics
     if isinstance(payload.get("update"), Mapping):
         from mixle_spark.em.incremental import UpdateResult
 

@@ -15,9 +15,13 @@ from mixle_spark.cli._common import job_spark_session, malformed_row_message
 from mixle_spark.cli._engines import ENGINE_BACKENDS, open_engine_input
 from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, solo
 from mixle_spark.em.seeding import SeedingFallbackWarning
-from mixle_spark.errors import ConvergenceWarning, MalformedRowError, ModelSizeWarning
+from mixle_spark.errors import ConvergenceWarning, MalformedRowError, ModelSizeWarning, SchemaError
+from mixle_spark.stats._tables import repeated_columns
 
 __all__ = ["open_input", "read_local_input", "report_warnings"]
+
+
+_READ_BY_NAME_IN_FILE = "its columns are read by name, so each must appear once: rename the copies"
 
 
 def read_local_input(source: str) -> Any:
@@ -49,9 +53,30 @@ def read_local_input(source: str) -> Any:
         import pyarrow.json as pajson
 
         return pajson.read_json(path)
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    return pq.read_table(path)
+    try:
+        return pq.read_table(path)
+    except pa.ArrowInvalid:  # "Multiple matches for FieldRef.Name(x)": a column name given twice?
+        repeated = _repeated_parquet_columns(path, source)
+        if repeated is None:
+            raise
+        raise repeated from None
+
+
+def _repeated_parquet_columns(path: Path, source: str) -> SchemaError | None:
+    """The error for a Parquet input whose schema names a column more than once (pyarrow's dataset
+    reader refuses it as "Multiple matches for FieldRef"), from its first file; else None."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    first = path if path.is_file() else next(iter(sorted(path.rglob("*.parquet"))), None)
+    try:
+        names = [] if first is None else pq.read_schema(first).names
+    except (OSError, pa.ArrowException):  # not readable either: the reader's own error says why
+        return None
+    return repeated_columns(names, why=_READ_BY_NAME_IN_FILE, where=f"input {source}")
 
 
 def report_warnings(caught: list[warnings.WarningMessage], coord: Coordination = solo) -> list[str]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from mixle_spark.errors import ModelFormatError, SpecError
+from mixle_spark.errors import ModelFormatError, SpecError, describe_value
 from mixle_spark.parallel.backends.contract import Accumulate
 from mixle_spark.stats.base import Distribution, Estimator, estimator_from_dict
 
@@ -208,7 +208,9 @@ class Statistics:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Statistics:
-        """Read :meth:`to_dict` output (refused with a ModelFormatError naming what is wrong)."""
+        """Read :meth:`to_dict` output, refused with a ModelFormatError naming what is wrong: each
+        number is checked (a count an integer >= 0, a weight finite and >= 0, ...), and the value
+        against a fresh accumulator of the estimator (its layout, then its ``from_value``)."""
         if not isinstance(data, Mapping) or data.get("format") != STATISTICS_FORMAT:
             found = data.get("format") if isinstance(data, Mapping) else type(data).__name__
             raise ModelFormatError(f"statistics: expected format {STATISTICS_FORMAT!r}, got {found!r}")
@@ -220,27 +222,141 @@ class Statistics:
             )
         try:
             estimator = estimator_from_dict(data["estimator"])
-            last = data.get("last_batch")
-            ll, scored = (
-                value_from_json(data.get("log_likelihood")),
-                value_from_json(data.get("scored_weight")),
-            )
-            return cls(
-                estimator=estimator,
-                value=value_from_json(data["value"]),
-                weight=float(value_from_json(data["weight"])),
-                rows=int(data["rows"]),
-                updates=int(data.get("updates", 0)),
-                last_batch=None if last is None else int(last),
-                log_likelihood=None if ll is None else float(ll),
-                scored_weight=None if scored is None else float(scored),
-                template=None if data.get("template") is None else estimator_from_dict(data["template"]),
-                stream=None if data.get("stream") is None else StreamIdentity.from_dict(data["stream"]),
-            )
+            template = None if data.get("template") is None else estimator_from_dict(data["template"])
+            value = value_from_json(data["value"])
+            entries = {name: value_from_json(data.get(name, default)) for name, default, *_ in _ENTRIES}
+            stream = None if data.get("stream") is None else StreamIdentity.from_dict(data["stream"])
         except (KeyError, TypeError, ValueError, SpecError) as err:
             if isinstance(err, ModelFormatError):
                 raise
             raise ModelFormatError(f"statistics: {type(err).__name__}: {err}") from None
+        for name, default, ok, expected in _ENTRIES:
+            found = entries[name]
+            if name not in data and default is _REQUIRED:
+                raise ModelFormatError(f"statistics: no {name!r} entry; expected {expected}")
+            if not (ok(found) or (found is None and default is None)):
+                raise ModelFormatError(f"statistics: {name} must be {expected}, got {describe_value(found)}")
+        _check_value(estimator, value)
+        ll, scored = entries["log_likelihood"], entries["scored_weight"]
+        return cls(
+            estimator=estimator,
+            value=value,
+            weight=float(entries["weight"]),
+            rows=entries["rows"],
+            updates=entries["updates"],
+            last_batch=entries["last_batch"],
+            log_likelihood=None if ll is None else float(ll),
+            scored_weight=None if scored is None else float(scored),
+            template=template,
+            stream=stream,
+        )
+
+    def check_fits(self, model: Distribution) -> None:
+        """Refuse statistics laid out for another model than ``model`` (a mixture of another number
+        of components, a record of other fields): the shape of a fresh accumulator of their estimator
+        against that of ``model``'s own estimator (vocabulary sizes and array shapes aside)."""
+        theirs = _skeleton(self.estimator.accumulator_factory().make().value())
+        ours = _skeleton(model.estimator().accumulator_factory().make().value())
+        if theirs != ours:
+            raise ModelFormatError(
+                f"statistics: their estimator, {type(self.estimator).__name__} "
+                f"{_clip(self.estimator.to_dict())}, does not fit the model, a {type(model).__name__} "
+                f"estimated by {_clip(model.estimator().to_dict())}: a model file keeps the statistics "
+                "the model was estimated from"
+            )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_finite(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
+def _is_weight(value: Any) -> bool:
+    return _is_finite(value) and value >= 0
+
+
+_REQUIRED: Any = object()
+_ENTRIES: tuple[tuple[str, Any, Callable[[Any], bool], str], ...] = (
+    # name, the value when absent (None: may also be null), the check, what is expected
+    ("weight", _REQUIRED, _is_weight, "a finite number >= 0"),
+    ("rows", _REQUIRED, _is_count, "an integer >= 0"),
+    ("updates", 0, _is_count, "an integer >= 0"),
+    ("last_batch", None, _is_count, "null or an integer >= 0"),
+    ("log_likelihood", None, _is_finite, "null or a finite number"),
+    ("scored_weight", None, _is_weight, "null or a finite number >= 0"),
+)
+"""The statistics' numbers, checked when a model file is read (a negative count or weight, a NaN,
+would corrupt every later update)."""
+
+
+def _clip(spec: Any) -> str:
+    text = str(spec)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_value(estimator: Estimator, value: Any) -> None:
+    """Refuse a statistics value that ``estimator``'s accumulator cannot hold: laid out otherwise than
+    a fresh one's value (:func:`_layout_problem`), or refused by its ``from_value``."""
+    fresh = estimator.accumulator_factory().make()
+    problem = _layout_problem(value, fresh.value(), "value")
+    if problem is None:
+        try:
+            fresh.from_value(value)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError) as err:
+            problem = f"value: {type(err).__name__}: {err}"
+    if problem is not None:
+        raise ModelFormatError(
+            f"statistics: {problem}: the value does not fit their estimator, {type(estimator).__name__} "
+            f"{_clip(estimator.to_dict())}"
+        )
+
+
+def _layout_problem(value: Any, fresh: Any, where: str) -> str | None:
+    """Where ``value`` is not laid out as ``fresh`` (a fresh accumulator's value of the same
+    estimator), or None. Arrays match in dimensions and in every length ``fresh`` does not leave at 0
+    (a length the data decides); lists and dicts that ``fresh`` leaves empty may hold anything."""
+    if fresh is None:
+        return None
+    if isinstance(fresh, np.ndarray):
+        if not isinstance(value, np.ndarray):
+            return f"{where}: expected an array of shape {fresh.shape}, got {describe_value(value)}"
+        fixed = all(f in (0, v) for f, v in zip(fresh.shape, value.shape, strict=False))
+        if value.ndim != fresh.ndim or not fixed:
+            return f"{where}: expected an array of shape {fresh.shape}, got one of shape {value.shape}"
+        return None
+    if isinstance(fresh, tuple | list):
+        kind = type(fresh).__name__
+        if not isinstance(value, type(fresh)):
+            return f"{where}: expected a {kind} of {len(fresh)} entries, got {describe_value(value)}"
+        if fresh and len(value) != len(fresh):
+            return f"{where}: expected a {kind} of {len(fresh)} entries, got {len(value)}"
+        for i, (v, f) in enumerate(zip(value, fresh, strict=False)):
+            problem = _layout_problem(v, f, f"{where}[{i}]")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(fresh, Mapping):
+        return (
+            None if isinstance(value, Mapping) else f"{where}: expected a dict, got {describe_value(value)}"
+        )
+    if _is_number(fresh) or isinstance(fresh, np.number):
+        ok = (_is_number(value) or isinstance(value, np.number)) and not isinstance(value, np.bool_)
+        return None if ok else f"{where}: expected a number, got {describe_value(value)}"
+    return None
+
+
+def _skeleton(value: Any) -> Any:
+    """The nesting of tuples and lists in a statistics value (what is in an array or a dict aside)."""
+    if isinstance(value, tuple | list):
+        return (type(value).__name__, tuple(_skeleton(v) for v in value))
+    return None
 
 
 def collect_statistics(handle: Any, estimator: Estimator, model: Distribution) -> Statistics:

@@ -16,7 +16,7 @@ from mixle_spark._files import (
     remove_tree,
     table_layout,
 )
-from mixle_spark.errors import UnknownNameError
+from mixle_spark.errors import SchemaError, UnknownNameError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -141,6 +141,8 @@ def read_table(spark: SparkSession, source: str | os.PathLike[str], format: str 
         When the path (or table) does not exist, naming it.
     UnknownNameError
         For an unknown ``format``, or a file whose suffix does not tell its format.
+    SchemaError
+        When the files' schema names a column more than once (Spark reads none of it), naming it.
     """
     if format not in READ_FORMATS:
         raise UnknownNameError("table format", format, READ_FORMATS)
@@ -175,7 +177,21 @@ def read_table(spark: SparkSession, source: str | os.PathLike[str], format: str 
     except Exception as err:
         if _condition(err) == "PATH_NOT_FOUND":
             raise FileNotFoundError(f"no such file or directory: {text!r}") from None
+        if _condition(err) == "COLUMN_ALREADY_EXISTS":  # a file's schema names a column twice
+            raise _repeated_column(err, text) from None
         raise
+
+
+def _repeated_column(err: BaseException, source: str) -> SchemaError:
+    """Spark's COLUMN_ALREADY_EXISTS on reading ``source``, as one line naming the column."""
+    getter = getattr(err, "getMessageParameters", None)
+    parameters = getter() if getter is not None else None
+    name = str(parameters.get("columnName", "")).strip("`") if parameters else ""
+    what = f"column {name!r}" if name else "a column"
+    return SchemaError(
+        f"{what} appears more than once in input {source}; its columns are read by name, so each must "
+        "appear once: rename the copies"
+    )
 
 
 def _remote_format(spark: SparkSession, path: str) -> str:

@@ -12,7 +12,8 @@ through here, so they accept the same data and report the same errors.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ __all__ = [
     "chunk_bounds",
     "encode_rows",
     "one_column_error",
+    "repeated_columns",
     "split",
 ]
 
@@ -71,8 +73,43 @@ def as_table(data: Any) -> pa.Table | None:
     import pandas as pd
 
     if isinstance(data, pd.DataFrame):
-        return pa.Table.from_pandas(data, preserve_index=False)
+        if not data.columns.has_duplicates:
+            return pa.Table.from_pandas(data, preserve_index=False)
+        # Arrow takes a repeated name, pandas' converter does not: convert by position, so that the
+        # columns read are checked as a pyarrow Table's are (repeated_columns)
+        names = [str(name) for name in data.columns]
+        by_position = data.set_axis([f"_{i}" for i in range(len(names))], axis=1)
+        return pa.Table.from_pandas(by_position, preserve_index=False).rename_columns(names)
     return None
+
+
+_READ_BY_NAME = "the columns read are found by name, so each must appear once: rename or drop the copies"
+
+
+def repeated_columns(
+    columns: Sequence[str],
+    read: Iterable[str] | None = None,
+    why: str = _READ_BY_NAME,
+    where: str = "the data",
+) -> SchemaError | None:
+    """The error for the names among ``read`` (every name when None) that ``columns`` (those of
+    ``where``) holds more than once, saying ``why`` that matters; None when there are none.
+
+    >>> print(repeated_columns(["x", "y", "x"], ["x"], why="rename one"))
+    column 'x' appears 2 times in the data (its columns: ['x', 'y', 'x']); rename one
+    >>> repeated_columns(["x", "y", "x"], ["y"]) is None
+    True
+    """
+    counts = Counter(columns)
+    wanted = set(counts if read is None else read)
+    repeated = [(name, times) for name, times in counts.items() if times > 1 and name in wanted]
+    if not repeated:
+        return None
+    if len(repeated) == 1:
+        what = f"column {repeated[0][0]!r} appears {repeated[0][1]} times"
+    else:
+        what = "columns " + ", ".join(f"{n!r} ({t} times)" for n, t in repeated) + " appear more than once"
+    return SchemaError(f"{what} in {where} (its columns: {list(columns)}); {why}")
 
 
 def one_column_error(columns: list[str]) -> SchemaError:
@@ -125,6 +162,9 @@ class TableRows:
             if table is None or weights not in table.column_names:
                 names = [] if table is None else table.column_names
                 raise SchemaError(f"weight column {weights!r} not found{did_you_mean(weights, names)}")
+            repeated = repeated_columns(table.column_names, [weights])
+            if repeated is not None:
+                raise repeated
             column = table.column(weights)
             w = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
             if column.null_count:
@@ -141,7 +181,12 @@ class TableRows:
         if self.table is None:
             return self.data
         table = self.table
-        if encoder.column_names() is not None:
+        names = encoder.column_names()
+        read = names if names is not None else [] if self.column is None else [self.column]
+        repeated = repeated_columns(table.column_names, read)
+        if repeated is not None:
+            raise repeated
+        if names is not None:
             return table
         if self.column is not None:
             if self.column not in table.column_names:

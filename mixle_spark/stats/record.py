@@ -25,6 +25,7 @@ from mixle_spark.stats._product import (
     reraise_at,
     schema_error,
 )
+from mixle_spark.stats._tables import repeated_columns
 from mixle_spark.stats._validate import as_arrow_array, first_true
 from mixle_spark.stats.base import (
     Distribution,
@@ -193,6 +194,9 @@ class RecordEncoder(ProductEncoder):
             for name in self.labels:
                 if name not in available:
                     raise _not_found(name, available, "columns")
+            repeated = repeated_columns(available, self.labels)
+            if repeated is not None:
+                raise repeated
             return [data.column(name) for name in self.labels]
         if isinstance(data, pa.ChunkedArray):
             data = as_arrow_array(data)

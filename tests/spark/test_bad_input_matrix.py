@@ -611,6 +611,66 @@ CASES = {
         ),
         spec=_record(customer=_record(age="gaussian", loyalty="gaussian")),
     ),
+    # 20. a column name given twice: refused naming it before any Spark job (a repeated name the
+    # model does not read is harmless to a fit, see test_a_repeated_column_the_fit_does_not_read_...)
+    "repeated-column-read-by-the-model": Case(
+        lambda ctx: optimize(
+            ctx.df().toDF("amount", "channel", "amount", "w", "v"),
+            estimator_from_spec(_record(amount="gaussian")),
+            max_its=2,
+        ),
+        SchemaError,
+        r"^column 'amount' appears 2 times in the data \(its columns: \['amount', 'channel', 'amount', "
+        r"'w', 'v'\]\); the columns read are found by name, so each must appear once: rename or drop the "
+        r"copies$",
+    ),
+    "repeated-weight-column": Case(
+        lambda ctx: optimize(
+            ctx.df().toDF("amount", "channel", "w", "w", "v"),
+            estimator_from_spec(_record(amount="gaussian")),
+            max_its=2,
+            weights="w",
+        ),
+        SchemaError,
+        r"^column 'w' appears 2 times in the data \(its columns: \['amount', 'channel', 'w', 'w', 'v'\]\); ",
+    ),
+    "repeated-column-scored": Case(
+        lambda ctx: score(_model(), ctx.df().toDF("amount", "channel", "n_items", "w", "w")),
+        SchemaError,
+        r"^column 'w' appears 2 times in the data \(its columns: \['amount', 'channel', 'n_items', 'w', "
+        r"'w'\]\); the scores are added to every input column, so each name must appear once: rename or "
+        r"drop the copies$",
+    ),
+    "repeated-column-parquet-em_fit": Case(
+        _em_fit(),
+        2,
+        rf"column 'amount' appears more than once in input {TMP}/input\.parquet; its columns are read "
+        r"by name, so each must appear once: rename the copies",
+        job="em_fit",
+        table=pa.Table.from_arrays(
+            [BASE["amount"], BASE["channel"], BASE["amount"]], ["amount", "channel", "amount"]
+        ),
+        spec=SEGMENTS,
+    ),
+    "repeated-column-parquet-em_score": Case(
+        _em_score,
+        2,
+        rf"column 'w' appears more than once in input {TMP}/input\.parquet; its columns are read by "
+        r"name, so each must appear once: rename the copies",
+        job="em_score",
+        table=pa.Table.from_arrays([*BASE.values(), BASE["w"]], [*BASE, "w"]),
+        model=_model(),
+    ),
+    "repeated-column-csv-em_fit": Case(
+        _em_fit(),
+        2,
+        r"column 'amount' not found; the DataFrame has 'amount0', 'amount2' instead: the CSV header "
+        r"names 'amount' 2 times \(Spark's CSV reader adds each copy's position to it\); rename the "
+        r"copies in the header",
+        job="em_fit",
+        csv="amount,channel,amount\n12.5,web,1.0\n80.0,app,2.0\n",
+        spec=_record(amount="gaussian"),
+    ),
 }
 
 
@@ -750,6 +810,22 @@ def test_em_fit_with_empty_partitions_writes_the_local_backends_model(
     assert on_spark["rows"] == local["rows"] == 4
     assert on_spark["iterations"] == local["iterations"] >= 1
     assert on_spark["log_likelihood"] == pytest.approx(local["log_likelihood"], rel=1e-9)
+
+
+def test_a_repeated_column_the_fit_does_not_read_is_harmless(spark: Any) -> None:
+    table = _table().select(["amount", "channel", "n_items"])
+    df = spark.createDataFrame(table.to_pandas()).toDF("amount", "x", "x")
+    estimator = estimator_from_spec(_mixture(2, amount="gaussian"))
+    options = {"prev_estimate": _model_of_amounts(), "max_its": 2, "delta": None}
+    on_spark = optimize(df, estimator, **options)
+    local = optimize(table.select(["amount"]), estimator, backend="local", **options)
+    assert on_spark.fit_result.history[-1].nobs == 6
+    _assert_same_model(on_spark, local)
+
+
+def _model_of_amounts() -> MixtureDistribution:
+    parts = [RecordDistribution({"amount": GaussianDistribution(mu, 100.0)}) for mu in (15.0, 70.0)]
+    return MixtureDistribution(parts, [0.5, 0.5])
 
 
 def test_a_scoring_error_names_the_partition_and_its_row(spark: Any) -> None:

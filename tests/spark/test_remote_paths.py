@@ -82,8 +82,8 @@ def test_the_fit_job_writes_its_output_checkpoints_and_trace_there(
     filesystem (never in ./viewfs:/...), a re-run replaces the output and keeps the checkpoints, and a
     foreign file there is refused before the fit."""
     uri, folder = lake
-    args = ["--input", str(SAMPLE), "--model", str(SPEC), "--backend", "spark", "--trials", "1", "--seed", "7",
-            "--max-its", "2", "--no-statistics", "--quiet", "--output", f"{uri}/out",
+    args = ["--input", str(SAMPLE), "--model", str(SPEC), "--backend", "spark", "--trials", "1",
+            "--seed", "7", "--max-its", "2", "--no-statistics", "--quiet", "--output", f"{uri}/out",
             "--checkpoint-dir", f"{uri}/out/_ck", "--trace", f"{uri}/live.jsonl"]  # fmt: skip
     capsys.readouterr()
     assert fit_main(args) == 0, capsys.readouterr().err

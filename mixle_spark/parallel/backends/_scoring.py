@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from mixle_spark.errors import FieldError, SchemaError, SpecError, did_you_mean
-from mixle_spark.stats._tables import one_column_error
+from mixle_spark.stats._tables import one_column_error, repeated_columns
 from mixle_spark.stats.base import Distribution, Encoder
 from mixle_spark.stats.record import RecordDistribution
 
@@ -30,29 +30,48 @@ ON_UNSEEN = ("error", "null")
 
 
 def _missing(name: str, columns: list[str]) -> SchemaError:
+    renamed = [c for i, c in enumerate(columns) if c.lower() == f"{name}{i}".lower()]
+    if len(renamed) > 1:  # Spark's CSV reader renames a header's repeated name: name + its position
+        return SchemaError(
+            f"column {name!r} not found; the DataFrame has {', '.join(map(repr, renamed))} instead: "
+            f"the CSV header names {name!r} {len(renamed)} times (Spark's CSV reader adds each copy's "
+            "position to it); rename the copies in the header"
+        )
     hint = did_you_mean(name, columns)
     return SchemaError(f"column {name!r} not found{hint}; the DataFrame has columns {columns}")
+
+
+_KEEPS_EVERY_COLUMN = (
+    "the scores are added to every input column, so each name must appear once: rename or drop the copies"
+)
 
 
 def data_columns(
     columns: list[str], encoder: Encoder, column: str | None, weights: str | None = None
 ) -> list[str]:
     """The columns of a frame (Spark, Dask or Ray) with ``columns`` that ``encoder`` reads: a Record's
-    columns, else ``column``, else the one column there is (besides the weight column)."""
+    columns, else ``column``, else the one column there is (besides the weight column). A column read
+    (or the weight column) that ``columns`` names more than once is refused: reading it by name is
+    ambiguous (Spark's ``AMBIGUOUS_REFERENCE``)."""
     names = encoder.column_names()
     available = [c for c in columns if c != weights]
     if names is not None:
         for name in names:
             if name not in columns:
                 raise _missing(name, columns)
-        return list(names)
-    if column is not None:
+        read = list(names)
+    elif column is not None:
         if column not in columns:
             raise _missing(column, columns)
-        return [column]
-    if len(available) != 1:
+        read = [column]
+    elif len(available) != 1:
         raise one_column_error(available)
-    return available
+    else:
+        read = available
+    repeated = repeated_columns(columns, read if weights is None else [*read, weights])
+    if repeated is not None:
+        raise repeated
+    return read
 
 
 def reader(columns: list[str], reads_table: bool) -> Callable[[pa.RecordBatch], Any]:
@@ -145,6 +164,9 @@ class BatchScorer:
     def read_columns(self, available: list[str], column: str | None) -> list[str]:
         """Choose the columns to read among a frame's ``available`` ones (:func:`data_columns`); refuse
         an added column that is already there. Returns them."""
+        repeated = repeated_columns(available, why=_KEEPS_EVERY_COLUMN)
+        if repeated is not None:
+            raise repeated
         self.columns = data_columns(available, self.encoder, column)
         self.read = reader(self.columns, self.reads_table)
         for name, _ in self.added:
