@@ -12,14 +12,12 @@ file reached through a symbolic link.
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
+from pathlib import PurePosixPath
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mixle_spark._files import named_path
-from mixle_spark._outputs import write_file
+from mixle_spark._outputs import check_file, write_file
 from mixle_spark.cli._common import run_job
 from mixle_spark.spec import is_model_file, save_model
 from mixle_spark.stats import (
@@ -88,42 +86,37 @@ SCHEMA = pa.schema(
 MARKER = b"mixle_spark.sample"
 
 
-def _written_here(path: Path) -> bool:
-    """Whether the Parquet file at ``path`` is this job's: marked, or (written before the mark) of
-    exactly the sample's columns."""
+_LIMIT = 1 << 26  # 64 MiB: what is read of an existing output to tell whether it is this job's
+
+
+def _written_here(data: bytes) -> bool:
+    """Whether Parquet bytes ``data`` are this job's: marked, or (written before the mark) of exactly
+    the sample's columns."""
     try:
-        schema = pq.read_schema(path)
+        schema = pq.read_schema(pa.BufferReader(data))
     except (OSError, pa.ArrowInvalid):
         return False
     return MARKER in (schema.metadata or {}) or schema.remove_metadata().equals(SCHEMA)
 
 
-def _check_output(out: Path) -> None:
-    """Refuse, before anything is drawn, an output this job may not replace."""
-    real = named_path(out, "--output")
-    if os.path.lexists(real) and not (real.is_file() and _written_here(real)):
-        what = "a directory" if real.is_dir() else "not a sample data file written by make_sample_data"
-        raise FileExistsError(
-            f"--output {out} exists and is {what}; choose another --output or remove it yourself"
-        )
-
-
 def write_sample(output: str, rows: int, seed: int) -> str:
-    """Draw ``rows`` rows from the true model and write them (and the model) beside ``output``."""
-    out = Path(output)
-    _check_output(out)
-    truth = out.with_suffix(".truth.json")
-    real = named_path(truth, "the true model's file")
-    if os.path.lexists(real) and not (real.is_file() and is_model_file(real.read_bytes()[:4096])):
-        raise FileExistsError(f"{truth} exists and is not a mixle_spark model file; remove it yourself")
+    """Draw ``rows`` rows from the true model and write them (and the model) beside ``output`` (a
+    local path or a URI); both places are checked before anything is drawn."""
+    folder, slash, name = output.rpartition("/")
+    truth = folder + slash + PurePosixPath(name).with_suffix(".truth.json").name
+    claim = "is not a sample data file written by make_sample_data"
+    check_file(output, what="--output", ours=_written_here, claim=claim, read_bytes=_LIMIT)
+    check_file(
+        truth, what="the true model's file", ours=is_model_file, claim="is not a mixle_spark model file"
+    )
     model = true_model()
     table = pa.Table.from_pylist(model.sampler(seed).sample(rows), schema=SCHEMA)
     table = table.replace_schema_metadata({MARKER: b"1"})
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
-    write_file(out, sink.getvalue().to_pybytes(), what="--output", ours=lambda head: head.startswith(b"PAR1"))
-    save_model(model, truth, overwrite=True)  # refuses a file that is not a model file
-    return f"wrote {table.num_rows} rows to {out} (true model in {truth})"
+    write_file(output, sink.getvalue().to_pybytes(), what="--output", ours=_written_here, read_bytes=_LIMIT)
+    save_model(model, truth, overwrite=True)
+    return f"wrote {table.num_rows} rows to {output} (true model in {truth})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,7 @@ from mixle_spark._files import (
 from mixle_spark._locations import Location, resolve
 
 __all__ = [
+    "check_file",
     "check_location_free",
     "check_writable",
     "publish_directory",
@@ -59,24 +60,30 @@ def write_file(
     claim: str = "was not written by mixle_spark",
     overwrite: bool = True,
     overwrite_flag: str = "overwrite=True",
+    read_bytes: int = _HEAD_BYTES,
 ) -> str:
     """Write one file at ``path`` (a local path or a URI: :func:`mixle_spark._locations.resolve`)
     whole or not at all, replacing only what this package wrote.
 
-    An existing file is replaced only when ``ours(first bytes)`` says it is this writer's (or no
-    ``ours`` is given) and ``overwrite``; a directory, a symbolic link or another file is refused with
-    one line naming the path (FileExistsError / UnsafePathError), and nothing is written. The data
-    goes to a temporary file beside the target, created exclusively under an unpredictable name, then
-    is renamed into place. Returns the path as given.
+    An existing file is replaced only when ``ours(its first read_bytes bytes)`` says it is this
+    writer's (or no ``ours`` is given) and ``overwrite``; a directory, a symbolic link or another file
+    is refused with one line naming the path (FileExistsError / UnsafePathError), and nothing is
+    written (:func:`check_file`). The data goes to a temporary file beside the target, created
+    exclusively under an unpredictable name, then is renamed into place. Returns the path as given.
     """
     location = resolve(path, what)
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    shown = location.shown
+    kind = check_file(
+        path,
+        what=what,
+        ours=ours,
+        claim=claim,
+        overwrite=overwrite,
+        overwrite_flag=overwrite_flag,
+        read_bytes=read_bytes,
+    )
     if location.local is None:
         files, uri = location.remote, location.uri
-        kind = files.kind(uri)
-        head = files.read(uri)[:_HEAD_BYTES] if kind == "file" else b""
-        _check_file_free(shown, what, kind, head, ours, claim, overwrite, overwrite_flag)
         parent, _slash, name = uri.rpartition("/")
         temp = f"{parent}/.{name}.tmp-{host_name()}-{os.getpid()}-{uuid.uuid4().hex}"
         files.write(temp, payload, True)
@@ -88,17 +95,40 @@ def write_file(
             with contextlib.suppress(Exception):
                 files.delete(temp)
             raise
-        return shown
+        return location.shown
+    write_atomically(named_path(location.local, what), payload)
+    return location.shown
+
+
+def check_file(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "output",
+    ours: Callable[[bytes], bool] | None = None,
+    claim: str = "was not written by mixle_spark",
+    overwrite: bool = True,
+    overwrite_flag: str = "overwrite=True",
+    read_bytes: int = _HEAD_BYTES,
+) -> str:
+    """Refuse, before anything is written, a file :func:`write_file` may not replace at ``path``
+    (see there) or whose place cannot be written; what is there: ``"missing"`` or ``"file"``."""
+    location = resolve(path, what)
+    shown = location.shown
+    if location.local is None:
+        files, uri = location.remote, location.uri
+        kind = files.kind(uri)
+        head = files.read(uri)[:read_bytes] if kind == "file" else b""
+        _check_file_free(shown, what, kind, head, ours, claim, overwrite, overwrite_flag)
+        return kind
     real = named_path(location.local, what)
     kind = "missing" if not os.path.lexists(real) else ("file" if real.is_file() else "other")
     head = b""
     if kind == "file":
         with open(real, "rb") as fh:
-            head = fh.read(_HEAD_BYTES)
+            head = fh.read(read_bytes)
     _check_file_free(shown, what, kind, head, ours, claim, overwrite, overwrite_flag)
     _check_parent(real, shown, what)
-    write_atomically(real, payload)
-    return shown
+    return kind
 
 
 def _check_file_free(

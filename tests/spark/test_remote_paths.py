@@ -20,6 +20,8 @@ from mixle_spark.cli.fit import main as fit_main
 from mixle_spark.em._checkpoint_store import CheckpointStore
 from mixle_spark.em.model_versions import ModelVersions
 from mixle_spark.estimation import optimize
+from mixle_spark.parallel import Resources
+from mixle_spark.report import write_report
 from mixle_spark.spec import load_model, save_model
 from mixle_spark.stats import GaussianDistribution, GaussianEstimator, MixtureEstimator
 
@@ -40,6 +42,16 @@ def lake(spark: Any, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     conf.set("fs.viewfs.mounttable.mixle.link./lake", folder.as_uri())
     yield "viewfs://mixle/lake", folder
     conf.unset("fs.viewfs.mounttable.mixle.link./lake")
+
+
+def _sample_job() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_make_sample_data", ROOT / "jobs" / "make_sample_data.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _files(folder: Path) -> list[str]:
@@ -68,6 +80,16 @@ def test_models_and_checkpoints_go_through_the_sessions_filesystem(lake: tuple[s
     assert again.fit_result.resumed_from == 4 and again.to_dict() == first.to_dict()
     CheckpointStore(f"{uri}/ck").clear()
     assert _files(folder / "ck") == []
+
+    write_report(model, f"{uri}/report.html", title="remote")
+    assert "<title>remote</title>" in (folder / "report.html").read_text()
+    Resources.single_cpu().save(f"{uri}/resources.json")
+    assert Resources.from_json((folder / "resources.json").read_text()) == Resources.single_cpu()
+    sample = _sample_job()
+    assert sample.write_sample(f"{uri}/data/s.parquet", 30, 1).startswith(
+        f"wrote 30 rows to {uri}/data/s.parquet"
+    )
+    assert _files(folder / "data") == ["s.parquet", "s.truth.json"]
 
     versions = ModelVersions(f"{uri}/versions")
     assert [versions.publish(GaussianDistribution(float(i), 1.0)) for i in range(3)] == [1, 2, 3]

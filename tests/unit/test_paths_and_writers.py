@@ -198,7 +198,7 @@ def test_the_sample_data_job_writes_its_own_files_only(tmp_path: Path) -> None:
     for name, why in (
         ("thesis.txt", "exists and is not a sample data file written by make_sample_data"),
         ("link.parquet", "is a symbolic link"),
-        ("folder.parquet", "exists and is a directory"),
+        ("folder.parquet", "exists and is not a regular file"),
     ):
         proc = _sample_job("--output", name, cwd=tmp_path)
         assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
