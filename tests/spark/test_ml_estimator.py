@@ -715,3 +715,23 @@ def test_loading_a_stage_imports_nothing_its_metadata_names(
     assert (module in sys.modules) == imported
     assert not marker.exists()
     assert "Beautiful is better" not in capsys.readouterr().out
+
+
+def test_the_writer_replaces_only_a_stage_it_saved(fitted: Any, tmp_path: Path) -> None:
+    """Issue 51, reproduction 4: ``write().overwrite().save(v)`` deleted unrelated files in ``v`` (also
+    through a link to it), and ``save`` without overwrite wrote into a folder of other files."""
+    from mixle_spark.errors import UnsafePathError
+
+    folder = tmp_path / "v"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    (tmp_path / "link").symlink_to(folder)
+    for target in (folder, tmp_path / "link"):
+        for writer in (fitted.write(), fitted.write().overwrite()):
+            error = UnsafePathError if target.is_symlink() else FileExistsError
+            with pytest.raises(error, match=rf"{target}"):
+                writer.save(str(target))
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+    fitted.write().save(str(tmp_path / "stage"))
+    fitted.write().overwrite().save(str(tmp_path / "stage"))  # a stage it saved: replaced
+    assert sorted(p.name for p in (tmp_path / "stage").iterdir()) == ["metadata", "model"]
