@@ -1,12 +1,17 @@
 """What the tests of outputs share: a folder of someone's own files, a byte-for-byte snapshot of a
-tree (links not followed), and the id of a process that has ended."""
+tree (links not followed), the id of a process that has ended, and a job script loaded as a module
+(to run its ``main`` in the test's process)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+
+JOBS = Path(__file__).resolve().parents[1] / "jobs"
 
 
 def users_folder(path: Path) -> Path:
@@ -39,3 +44,12 @@ def dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
+
+
+def job_module(name: str, alias: str = "") -> ModuleType:
+    """``jobs/NAME.py`` loaded as a module of its own (``alias`` tells apart loads of one job)."""
+    spec = importlib.util.spec_from_file_location(f"_job_{name}{alias}", JOBS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -4,7 +4,6 @@ record the mode that was asked for, and every file not in the table is one a VAC
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -21,16 +20,13 @@ pytest.importorskip("pyspark")
 
 from mixle_spark.spec import save_model  # noqa: E402
 from mixle_spark.stats import GaussianDistribution, MixtureDistribution  # noqa: E402
+from tests._paths import job_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _em_score() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_job_em_score_concurrent", ROOT / "jobs" / "em_score.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return job_module("em_score", "_concurrent")
 
 
 def test_two_concurrent_overwrites_of_one_delta_table(spark: Any, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from mixle_spark.parallel import Resources
 from mixle_spark.report import write_report
 from mixle_spark.spec import load_model, save_model
 from mixle_spark.stats import GaussianDistribution, GaussianEstimator, MixtureEstimator
+from tests._paths import job_module
 
 pytestmark = pytest.mark.spark
 
@@ -45,13 +46,7 @@ def lake(spark: Any, tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def _sample_job() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_make_sample_data", ROOT / "jobs" / "make_sample_data.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return job_module("make_sample_data")
 
 
 def _files(folder: Path) -> list[str]:

@@ -4,7 +4,6 @@ parameters for any family, the projection) and em_fit --report."""
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import math
 import re
@@ -36,6 +35,7 @@ from mixle_spark.stats import (
     RecordEstimator,
 )
 from mixle_spark.summary import TIMINGS, count_free_parameters, information_criteria, timings_line
+from tests._paths import job_module
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "customers_sample.parquet"
@@ -362,11 +362,7 @@ def test_write_report_replaces_the_file_whole(tmp_path: Path, monkeypatch: pytes
 
 
 def _em_fit() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_job_em_fit_report", ROOT / "jobs" / "em_fit.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return job_module("em_fit", "_report")
 
 
 FIT_ARGS = (
