@@ -101,7 +101,18 @@ def hadoop_files(uri: str) -> HadoopFiles | None:
     try:
         filesystem = jvm.org.apache.hadoop.fs.Path(uri).getFileSystem(context._jsc.hadoopConfiguration())
     except Exception as err:
-        if _java_class(err) == "org.apache.hadoop.fs.UnsupportedFileSystemException":
-            return None
+        if _java_class(err) == "org.apache.hadoop.fs.UnsupportedFileSystemException" or _missing_class(err):
+            return None  # no filesystem for the scheme, or its class is not on this cluster's classpath
         raise
     return HadoopFiles(jvm, filesystem)
+
+
+def _missing_class(err: BaseException) -> bool:
+    """Whether Hadoop knows the scheme's filesystem by name but its jar is absent (``adl:`` without
+    hadoop-azure-datalake): a ClassNotFoundException, possibly wrapped."""
+    java = getattr(err, "java_exception", None)
+    while java is not None:
+        if str(java.getClass().getName()) == "java.lang.ClassNotFoundException":
+            return True
+        java = java.getCause()
+    return False

@@ -128,3 +128,15 @@ def test_the_fit_job_writes_its_output_checkpoints_and_trace_there(
         "choose another --output or remove it yourself"
     ]
     assert (folder / "out" / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    "uri", ["dbfs:/mnt/models/a2", "adl://store.azuredatalakestore.net/x"], ids=["no-filesystem", "no-jar"]
+)
+def test_a_scheme_the_sessions_hadoop_cannot_serve_is_one_line(spark: Any, uri: str) -> None:
+    """With a session up: a scheme Hadoop has no filesystem for (dbfs: off Databricks), or one whose
+    filesystem's jar is not on the classpath (adl:), is refused like one without a session."""
+    from mixle_spark.errors import UnsupportedLocationError
+
+    with pytest.raises(UnsupportedLocationError, match=rf"^--output {uri}: no filesystem here writes"):
+        resolve(uri, "--output")
