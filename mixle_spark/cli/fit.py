@@ -275,10 +275,13 @@ def fit_model(
 def _say_resumed(model: Any, progress: _Progress, reliability: dict[str, Any], coord: Coordination) -> None:
     """That the fit resumed from a checkpoint and where, or that the checkpoints found held this fit
     on other data and it started afresh: one line a pipeline's log shows, unless the progress stream
-    said it already (``--quiet`` or ``--print-iter 0`` has none). When the checkpoint was written is
-    in summary.json (``long_fit.resumed_checkpoint_written_at``)."""
+    said it already (``--quiet`` or ``--print-iter 0`` has none; when it did, a line says when the
+    checkpoint was written). summary.json has both (``long_fit.resumed_checkpoint_written_at``,
+    ``long_fit.checkpoint_refit``)."""
     result, where = model.fit_result, reliability.get("checkpoint_dir")
     if progress.said_checkpoint:
+        if result.resumed_from is not None and result.resumed_written_at is not None:
+            coord.say(f"{PROG}: the checkpoint resumed from was written {result.resumed_written_at}")
         return
     if result.checkpoint_refit is not None:
         why = result.checkpoint_refit
