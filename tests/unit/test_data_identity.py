@@ -228,4 +228,6 @@ def test_the_daily_job_fits_todays_data_and_says_so(tmp_path: Path) -> None:
     assert (tmp_path / "o3" / "model.json").read_text() == (tmp_path / "o2" / "model.json").read_text()
     loud = _job(*base[:-1], "--input", str(tmp_path / "day2.parquet"), "--output", str(tmp_path / "o4"))
     written = long_fit["resumed_checkpoint_written_at"]
-    assert f"em_fit: the checkpoint resumed from was written {written}" in loud.stderr.splitlines(), loud.stderr
+    assert f"em_fit: the checkpoint resumed from was written {written}" in loud.stderr.splitlines(), (
+        loud.stderr
+    )
