@@ -57,6 +57,7 @@ __all__ = [
     "is_model_file",
     "load_model",
     "load_spec",
+    "loads_checked",
     "model_from_dict",
     "model_from_json",
     "model_to_dict",
@@ -156,14 +157,22 @@ def _place(text: str | bytes, literal: str) -> str:
     return f" at line {line}, column {column}"
 
 
+def loads_checked(text: str | bytes, where: str, error: type[Exception]) -> Any:
+    """``json.loads`` whose numbers are checked: an integer of more than :data:`MAX_INTEGER_DIGITS`
+    digits or a number beyond float64's range is refused as ``error`` naming ``where``, its line and
+    column (Python's own refusal names neither); any other error is json's, for the caller to word."""
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float)
+    except _NumberOutOfRange as err:
+        raise error(f"{where}{_place(text, err.literal)}: expected {err.expected}, got {err.got}") from None
+
+
 def _parse_json(text: str | bytes, where: str, error: type[Exception]) -> Any:
     """``json.loads`` with its errors named after ``where``; a document too deep for the parser is
     refused as too large, an integer of more than :data:`MAX_INTEGER_DIGITS` digits or a number beyond
     float64's range as ``error``, naming its line and column."""
     try:
-        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float)
-    except _NumberOutOfRange as err:
-        raise error(f"{where}{_place(text, err.literal)}: expected {err.expected}, got {err.got}") from None
+        return loads_checked(text, where, error)
     except json.JSONDecodeError as err:
         raise error(f"{where} is not valid JSON: {err}") from None
     except UnicodeDecodeError as err:

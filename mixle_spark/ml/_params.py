@@ -53,7 +53,7 @@ from mixle_spark.errors import (
     did_you_mean,
 )
 from mixle_spark.parallel.backends.registry import CONTROL_CHECKS
-from mixle_spark.spec import MAX_SPEC_BYTES, estimator_from_spec, is_job_spec, load_spec
+from mixle_spark.spec import MAX_SPEC_BYTES, estimator_from_spec, is_job_spec, load_spec, loads_checked
 from mixle_spark.stats.base import Estimator
 
 __all__ = [
@@ -103,6 +103,7 @@ def _initial_model(value: Any) -> str:
     """``initialModel``: a fitted ``MixleModel`` (or its distribution), a model JSON file written by
     ``save_model`` / em_fit, or that JSON (text or dict) -> the model's JSON text, which is what the
     Param holds (so a saved estimator carries its starting model, not a path)."""
+    from mixle_spark.errors import ModelFormatError
     from mixle_spark.spec import load_model, model_from_dict, model_to_dict
     from mixle_spark.stats.base import Distribution
 
@@ -114,7 +115,8 @@ def _initial_model(value: Any) -> str:
             return json.dumps(model_to_dict(model_from_dict(dict(value))))
         if isinstance(value, str):
             if value.lstrip().startswith("{"):
-                return json.dumps(model_to_dict(model_from_dict(json.loads(value))))
+                checked = loads_checked(value, "the model JSON", ModelFormatError)
+                return json.dumps(model_to_dict(model_from_dict(checked)))
             return json.dumps(model_to_dict(load_model(value)))
     except (OSError, ValueError) as err:  # a missing file, a file that is not a model
         raise SpecError(f"param 'initialModel': {err}") from None
@@ -227,7 +229,8 @@ def _read_spec_file(path: str) -> Any:
             raise SpecError(f"param 'modelSpec': model spec path is not a file: {shown}")
         raise FileNotFoundError(f"param 'modelSpec': model spec file not found: {shown}")
     try:
-        return json.loads(read_bytes_bounded(Path(path), MAX_SPEC_BYTES, "the file", TooLargeError))
+        data = read_bytes_bounded(Path(path), MAX_SPEC_BYTES, "the file", TooLargeError)
+        return loads_checked(data, "the file", TooLargeError)
     except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError, TooLargeError
         reason = err if isinstance(err, TooLargeError) else f"not valid JSON ({_clip(str(err))})"
         raise SpecError(f"param 'modelSpec': model spec file {shown}: {reason}") from None
@@ -275,7 +278,9 @@ def _model_spec(value: Any) -> str:
         spec = dict(value)
     elif text is not None and text[:1] in ("{", "[", '"'):  # JSON text
         try:
-            spec = json.loads(text)
+            spec = loads_checked(text, f"{where}: JSON text", SpecError)
+        except SpecError:
+            raise
         except (ValueError, RecursionError) as err:
             raise SpecError(f"{where}: JSON text is not valid JSON ({_clip(str(err))})") from None
     elif isinstance(value, os.PathLike) or (

@@ -161,3 +161,24 @@ def test_the_jobs_exit_2_with_the_one_line(tmp_path: Path) -> None:
             [f"{job}: error: {where}: {expected} (2000000000...0000000000)"],
         )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.json", "spec.json"]
+
+
+def test_the_ml_params_refuse_a_number_json_cannot_hold_in_one_line(tmp_path: Path) -> None:
+    """modelSpec (JSON text or a file) and initialModel (the model's JSON) read numbers as model files
+    do: Python's digit-limit text never reaches the user."""
+    pytest.importorskip("pyspark")
+    from mixle_spark.ml import MixleEstimator
+
+    huge = "7" * 5000
+    with pytest.raises(
+        SpecError, match=r"^param 'modelSpec': JSON text at line 1, column 50: expected a number of"
+    ):
+        MixleEstimator(modelSpec='{"type": "mixture", "k": 2, "component": 1, "x": ' + huge + "}")
+    spec = tmp_path / "spec.json"
+    spec.write_text('{"type": "poisson", "min_lam": ' + huge + "}")
+    with pytest.raises(SpecError, match=rf"model spec file {spec}: the file at line 1, column 32: expected"):
+        MixleEstimator(modelSpec=str(spec))
+    with pytest.raises(
+        SpecError, match=r"^param 'initialModel': the model JSON at line 1, column 38: expected"
+    ):
+        MixleEstimator(initialModel='{"format": "mixle_spark.model", "x": ' + huge + "}")
