@@ -60,6 +60,17 @@ def datasets() -> dict[str, Callable[[], tuple[np.ndarray, np.ndarray, int]]]:
         x, y = sk.make_blobs(n_samples=20_000, n_features=2, centers=16, random_state=0)
         return x, y, 16
 
+    def breast_cancer_raw() -> tuple[np.ndarray, np.ndarray, int]:
+        x, y = sk.load_breast_cancer(return_X_y=True)  # as it ships: scales 1e-3 to 1e3
+        return x, y, 2
+
+    def wine_raw() -> tuple[np.ndarray, np.ndarray, int]:
+        x, y = sk.load_wine(return_X_y=True)  # as it ships: scales 1e-1 to 1e3
+        return x, y, 3
+
+    def unscaled_d15() -> tuple[np.ndarray, np.ndarray, int]:
+        return unscaled_clusters(0, d=15, k=4)
+
     return {
         "iris": iris,
         "wine": wine,
@@ -67,7 +78,25 @@ def datasets() -> dict[str, Callable[[], tuple[np.ndarray, np.ndarray, int]]]:
         "breast_cancer": breast_cancer,
         "blobs_d50": blobs_d50,
         "blobs_d2": blobs_d2,
+        "breast_cancer_raw": breast_cancer_raw,
+        "wine_raw": wine_raw,
+        "unscaled_d15": unscaled_d15,
     }
+
+
+def unscaled_clusters(seed: int, n: int = 6000, d: int = 8, k: int = 3) -> tuple[np.ndarray, np.ndarray, int]:
+    """``k`` rotated clusters of unequal size in ``d`` coordinates (axes 0.5 to 2), each coordinate
+    then multiplied by 10^U(-4, 5) and half of them offset by 1e3 or 1e6: features as a raw table
+    holds them."""
+    rng = np.random.default_rng(seed)
+    z = rng.choice(k, n, p=rng.dirichlet(np.full(k, 2.0)))
+    means = rng.normal(0.0, 4.0, (k, d))
+    rotations = [np.linalg.qr(rng.normal(size=(d, d)))[0] for _ in range(k)]
+    mixing = np.array([q * rng.uniform(0.5, 2.0, d) for q in rotations])  # rotated, axes 0.5 to 2
+    x = means[z] + np.einsum("nij,nj->ni", mixing[z], rng.normal(size=(n, d)))
+    scale = 10.0 ** rng.uniform(-4.0, 5.0, d)
+    offset = rng.choice([1e3, 1e6], d) * (rng.random(d) < 0.5)
+    return x * scale + offset, z, k
 
 
 DESCRIPTIONS = {
@@ -77,6 +106,9 @@ DESCRIPTIONS = {
     "breast_cancer": "breast cancer, standardized, PCA to 5 (k=2)",
     "blobs_d50": "20,000 rows, d=50, 8 clusters",
     "blobs_d2": "20,000 rows, d=2, 16 clusters",
+    "breast_cancer_raw": "breast cancer, as it ships (k=2)",
+    "wine_raw": "wine, as it ships (k=3)",
+    "unscaled_d15": "6,000 rows, d=15, scales 1e-4..1e5, offsets to 1e6 (k=4)",
 }
 
 

@@ -396,8 +396,9 @@ class VectorEncoder(Encoder):
     """Reads vectors of length ``dim`` centred at ``center``; base of the vector Gaussian encoders.
 
     Without ``dim`` / ``center`` (an estimator before its scan) a batch uses its own length and mean.
-    The scan is ``(count, sum vector)``, merged by adding; the estimator's ``with_scan`` fixes
-    ``dim`` and ``center = sum / count``.
+    The scan is ``(count, sum vector, squared deviations)`` (:func:`merge_vector_scans`); the
+    estimator's ``with_scan`` fixes ``dim``, ``center = sum / count`` and each coordinate's variance in
+    the data (``scale``: what its floors are relative to).
     """
 
     family = "VectorEstimator"
@@ -461,7 +462,7 @@ class VectorEncoder(Encoder):
             raise DataValueError(
                 f"{self._expected}: vectors of lengths {len(a[1])} and {len(b[1])} in one column"
             )
-        return (a[0] + b[0], np.asarray(a[1]) + np.asarray(b[1]))
+        return merge_vector_scans(a, b)
 
     @property
     def rebases(self) -> bool:
@@ -520,14 +521,35 @@ def _observed_mean(x: np.ndarray) -> np.ndarray:
 
 
 def _scan_of(x: np.ndarray) -> Any:
-    """``(count, sum)``: the rows and the sum of each coordinate; with missing coordinates the count
-    is per coordinate (the rows observing it), and the sum over those rows."""
+    """``(count, sum, m2)``: the rows, the sum of each coordinate and its sum of squared deviations
+    from this chunk's mean; with missing coordinates the count is per coordinate (the rows observing
+    it), the sums over those rows. Deviations are taken in the chunk (not ``Σx² - (Σx)²/n``), so a
+    coordinate with a large offset and a small spread keeps its spread."""
     if len(x) == 0:
         return None
     missing = np.isnan(x)
     if not missing.any():
-        return (float(len(x)), x.sum(axis=0))
-    return ((~missing).sum(axis=0).astype(np.float64), np.where(missing, 0.0, x).sum(axis=0))
+        total = x.sum(axis=0)
+        return (float(len(x)), total, ((x - total / len(x)) ** 2).sum(axis=0))
+    count = (~missing).sum(axis=0).astype(np.float64)
+    total = np.where(missing, 0.0, x).sum(axis=0)
+    mean = np.where(count > 0, total / np.maximum(count, 1.0), 0.0)
+    return (count, total, np.where(missing, 0.0, (x - mean) ** 2).sum(axis=0))
+
+
+def merge_vector_scans(a: Any, b: Any) -> Any:
+    """Two chunks' :func:`_scan_of` as one (Chan et al.'s pairwise update of the squared deviations;
+    a scan without ``m2``, of an earlier release, is merged without it)."""
+    if len(a) < 3 or len(b) < 3:
+        return (np.add(a[0], b[0]), np.asarray(a[1]) + np.asarray(b[1]))
+    (na, ta, ma), (nb, tb, mb) = a, b
+    na, nb = np.asarray(na, dtype=np.float64), np.asarray(nb, dtype=np.float64)
+    n = na + nb
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gap = np.where((na > 0) & (nb > 0), tb / np.maximum(nb, 1e-300) - ta / np.maximum(na, 1e-300), 0.0)
+        cross = np.where(n > 0, gap * gap * na * nb / np.maximum(n, 1e-300), 0.0)
+    count: Any = float(n) if n.ndim == 0 else n
+    return (count, np.asarray(ta) + np.asarray(tb), np.asarray(ma) + np.asarray(mb) + cross)
 
 
 class MomentAccumulator(Accumulator):

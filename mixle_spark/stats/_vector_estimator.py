@@ -39,6 +39,9 @@ class VectorGaussianEstimator(Estimator):
         Vector length (learnt by the scan when omitted).
     center : array of shape (d,), optional
         Centre of the statistics (the data mean, set by :meth:`with_scan`).
+    scale : array of shape (d,), optional
+        Each coordinate's variance in the data (set by :meth:`with_scan`): the floors are relative to
+        it, so that a coordinate measured in micrometres is floored as one measured in kilometres.
     keys : str, optional
         Tie this Gaussian's parameters to every other site with the same key.
 
@@ -51,6 +54,7 @@ class VectorGaussianEstimator(Estimator):
     ridge: float = option(1e-6, lambda v: v >= 0, "non-negative", read=float)
     dim: int | None = option(None, lambda v: isinstance(v, int) and v > 0, "a positive integer")
     center: Sequence[float] | np.ndarray | None = None
+    scale: Sequence[float] | np.ndarray | None = None
     name: str | None = None
     keys: str | None = None
 
@@ -71,6 +75,17 @@ class VectorGaussianEstimator(Estimator):
             dim = len(center) if dim is None else dim
             check_parameter(len(center) == dim, fam, "center", self.center, f"of length {dim}")
             self.center = center
+        if self.scale is not None:
+            scale = parameter_vector(self.scale, fam, "scale")
+            dim = len(scale) if dim is None else dim
+            check_parameter(
+                len(scale) == dim and bool(np.all(scale >= 0)),
+                fam,
+                "scale",
+                self.scale,
+                f"{dim} variances >= 0",
+            )
+            self.scale = scale
         self.dim = dim
 
     def accumulator_factory(self) -> AccumulatorFactory:
@@ -80,14 +95,29 @@ class VectorGaussianEstimator(Estimator):
         return self.encoder_class(self.dim, self.center)  # type: ignore[no-any-return]
 
     def with_scan(self, scan: Any) -> VectorGaussianEstimator:
-        """Fix the dimension and the centre (the data mean) learnt by the scan."""
+        """Fix the dimension, the centre (the data mean) and each coordinate's variance in the data
+        (``scale``) learnt by the scan."""
         if scan is None:
             return self
-        count, total = scan  # count: rows, or per coordinate the rows observing it (missing values)
+        count, total = scan[0], scan[1]  # count: rows, or per coordinate the rows observing it
         total = np.asarray(total, dtype=np.float64)
         count = np.broadcast_to(np.asarray(count, dtype=np.float64), total.shape)
         center = np.where(count > 0, total / np.maximum(count, 1e-300), 0.0)
-        return dataclasses.replace(self, dim=len(center), center=center)
+        scale = None
+        if len(scan) > 2:
+            scale = np.where(
+                count > 0, np.asarray(scan[2], dtype=np.float64) / np.maximum(count, 1e-300), 0.0
+            )
+        return dataclasses.replace(self, dim=len(center), center=center, scale=scale)
+
+    def floor_reference(self, d: int) -> np.ndarray:
+        """What each coordinate's floor is relative to, shape (d,): its variance in the data
+        (``scale``, from the scan) where positive; NaN where unknown (no scan, or a coordinate that is
+        constant in the data), where the floors of earlier releases apply."""
+        if self.scale is None or len(self.scale) != d:
+            return np.full(d, np.nan)
+        scale = np.asarray(self.scale, dtype=np.float64)
+        return np.where(scale > 0, scale, np.nan)
 
     def unit(self, d: int) -> np.ndarray:
         """The identity of the covariance form (ones for variances, the identity matrix)."""

@@ -6,9 +6,11 @@ data ``y = x - centre`` and combine at a common centre exactly.
 
 Mixture fast path: features ``[1, y, y*y]`` (``m = 2d + 1``) cached on the encoded batch.
 
-Estimator floors (documented defaults): every variance is at least
-``max(min_covar, ridge * mean(variances))`` (``min_covar = 1e-8``, ``ridge = 1e-6``). Zero total
-weight gives the prior ``suff_stat`` or unit variances around the centre.
+Estimator floors (documented defaults), relative to each coordinate's own scale: variance ``i`` is at
+least ``min_covar * s_i``, ``s_i`` the coordinate's variance in the data (the estimator's ``scale``,
+from the scan; ``min_covar = 1e-8``); where no ``s_i`` is known (no scan, a coordinate constant in
+the data), at least ``max(min_covar, ridge * mean(variances))`` (``ridge = 1e-6``), the rule of
+earlier releases. Zero total weight gives the prior ``suff_stat`` or unit variances around the centre.
 """
 
 from __future__ import annotations
@@ -146,8 +148,8 @@ class DiagonalGaussianAccumulator(MomentAccumulator):
 @register_estimator("diagonal_gaussian")
 class DiagonalGaussianEstimator(VectorGaussianEstimator):
     """Diagonal Gaussian fit; the options are :class:`VectorGaussianEstimator`'s: ``suff_stat`` is
-    ``(mu0, variances0)`` (two arrays of shape (d,)) and the variance floor is
-    ``max(min_covar, ridge * mean(variances))``.
+    ``(mu0, variances0)`` (two arrays of shape (d,)) and the variance floor is ``min_covar * scale_i``
+    (see the module docstring for a coordinate without a ``scale``).
     """
 
     distribution_class = DiagonalGaussianDistribution
@@ -162,4 +164,6 @@ class DiagonalGaussianEstimator(VectorGaussianEstimator):
 
     def floored(self, var: np.ndarray) -> np.ndarray:
         var = np.where(np.isfinite(var), var, 1.0)
-        return np.maximum(var, max(self.min_covar, self.ridge * float(var.mean())))
+        reference = self.floor_reference(len(var))
+        unscaled = max(self.min_covar, self.ridge * float(var.mean()))  # no reference known
+        return np.maximum(var, np.where(np.isnan(reference), unscaled, self.min_covar * reference))

@@ -11,10 +11,17 @@ Mixture fast path: features ``[1, y, upper triangle of y y^T]`` (``m = 1 + d + d
 the encoded batch, with coefficients from the precision matrix ``P``:
 ``log p = const - 1/2 m^T P m + (P m)^T y - 1/2 y^T P y`` with ``m = mu - centre``.
 
-Estimator floors (documented defaults): the covariance is symmetrized and ``eps * I`` is added with
-``eps = max(min_covar, ridge * trace / d)`` (``min_covar = 1e-8``, ``ridge = 1e-6``); if the Cholesky
-factorization still fails, ``eps`` grows tenfold up to 12 times, and a diagonal covariance is the
-last resort. Zero total weight gives the prior ``suff_stat`` or ``N(centre, I)``.
+Estimator floors (documented defaults), relative to each coordinate's own scale so that a fit does
+not depend on the units of measurement: the covariance is symmetrized, a variance at or below its
+floor ``min_covar * s_i`` is raised by the floor, and the result is kept (the maximum-likelihood
+estimate where no floor binds, so that EM never lowers the likelihood) when its correlation matrix
+has no eigenvalue below ``ridge``; otherwise ``diag(eps)`` is added,
+``eps_i = max(min_covar * s_i, ridge * covar_ii)``, ``s_i`` the coordinate's variance in the data
+(the estimator's ``scale``, from the scan; ``min_covar = 1e-8``, ``ridge = 1e-6``). Where no ``s_i``
+is known (no scan, a coordinate constant in the data) ``eps_i = max(min_covar, ridge * trace / d)``,
+the rule of earlier releases. If the Cholesky factorization still fails, ``eps`` grows tenfold up to
+12 times, and a diagonal covariance is the last resort. Zero total weight gives the prior
+``suff_stat`` or ``N(centre, I)``.
 """
 
 from __future__ import annotations
@@ -186,8 +193,9 @@ class MultivariateGaussianAccumulator(MomentAccumulator):
 class MultivariateGaussianEstimator(VectorGaussianEstimator):
     """Full-covariance Gaussian fit; the options are :class:`VectorGaussianEstimator`'s:
     ``suff_stat`` is ``(mu0, covar0)`` (shapes (d,) and (d, d)) and
-    ``eps = max(min_covar, ridge * trace(covar) / d)`` is added to the diagonal (ten times more
-    until the covariance is positive definite).
+    ``eps_i = max(min_covar * scale_i, ridge * covar_ii)`` is added to the diagonal (ten times more
+    until the covariance is positive definite; see the module docstring for a coordinate without a
+    ``scale``).
     """
 
     distribution_class = MultivariateGaussianDistribution
@@ -200,15 +208,34 @@ class MultivariateGaussianEstimator(VectorGaussianEstimator):
     def outer(self, a: np.ndarray) -> np.ndarray:
         return np.outer(a, a)
 
+    def _well_conditioned(self, covar: np.ndarray) -> bool:
+        """Whether ``covar`` needs no ridge: positive definite, and its correlation matrix (the
+        covariance in each coordinate's own units) has no eigenvalue below ``ridge``."""
+        variances = np.diag(covar)
+        if not np.all(variances > 0):
+            return False
+        s = np.sqrt(variances)
+        lowest = float(np.linalg.eigvalsh(covar / np.outer(s, s))[0])
+        return lowest > 0.0 and lowest >= self.ridge and _cholesky(covar) is not None
+
     def floored(self, covar: np.ndarray) -> np.ndarray:
         d = covar.shape[0]
         covar = 0.5 * (covar + covar.T)
         if not np.all(np.isfinite(covar)):
             return np.eye(d)
-        eps = max(self.min_covar, self.ridge * float(np.trace(covar)) / d)
+        variances = np.maximum(np.diag(covar), 0.0)
+        reference = self.floor_reference(d)
+        unscaled = max(self.min_covar, self.ridge * float(np.trace(covar)) / d)  # no reference known
+        floor = np.where(np.isnan(reference), unscaled, self.min_covar * reference)
+        raised = covar + np.diag(np.where(variances > floor, 0.0, floor))  # only variances on the floor
+        if self._well_conditioned(raised):
+            return raised  # otherwise the maximum-likelihood covariance itself: EM stays monotone
+        eps = np.where(
+            np.isnan(reference), unscaled, np.maximum(self.min_covar * reference, self.ridge * variances)
+        )
         for _ in range(12):
-            candidate = covar + eps * np.eye(d)
+            candidate = covar + np.diag(eps)
             if _cholesky(candidate) is not None:
                 return candidate
-            eps *= 10.0
-        return np.diag(np.maximum(np.diag(covar), eps))
+            eps = eps * 10.0
+        return np.diag(np.maximum(variances, eps))
