@@ -32,6 +32,7 @@ __all__ = [
     "EmptyDataError",
     "ExecutorError",
     "FieldError",
+    "FitQualityWarning",
     "InputChangedError",
     "MixleError",
     "ModelFormatError",
@@ -448,6 +449,12 @@ class CorruptCheckpointWarning(UserWarning):
 
 class ModelSizeWarning(UserWarning):
     """A fitted model with more free parameters than rows (the message names the field holding most)."""
+
+
+class FitQualityWarning(UserWarning):
+    """A fitted model describes its data badly in a way the fit could not avoid: a Gaussian variance
+    on its floor, a component with no data left, the best number of components at the edge of the
+    range tried (:mod:`mixle_spark.diagnostics`); the message names the field and component."""
 
 
 class ConvergenceWarning(UserWarning):

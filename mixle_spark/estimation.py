@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark._frames import frame_engine
+from mixle_spark.diagnostics import fit_warnings
 from mixle_spark.em._lockstep import can_share_passes, run_together
 from mixle_spark.em._records import (
     DECREASE_RTOL,
@@ -47,7 +48,7 @@ from mixle_spark.em.incremental import update
 from mixle_spark.em.options import FitOptions, check_trials
 from mixle_spark.em.seeding import Seeding
 from mixle_spark.em.statistics import collect_statistics
-from mixle_spark.errors import ConvergenceWarning, ModelSizeWarning
+from mixle_spark.errors import ConvergenceWarning, FitQualityWarning, ModelSizeWarning
 from mixle_spark.parallel.backends.contract import FitSession
 from mixle_spark.parallel.backends.registry import data_identity, encoded_data, is_encoded_data_handle
 from mixle_spark.stats._random import RowRandom, seed_to_int
@@ -261,10 +262,14 @@ def fit_together(
 
 def warn_model_size(model: Distribution, rows: int) -> None:
     """A :class:`~mixle_spark.errors.ModelSizeWarning` (for the caller of the public function) when
-    the fitted ``model`` has more free parameters than ``rows``."""
+    the fitted ``model`` has more free parameters than ``rows``; a
+    :class:`~mixle_spark.errors.FitQualityWarning` for each thing it says about its own fit
+    (:func:`mixle_spark.diagnostics.fit_warnings`: variances on their floor, empty components)."""
     note = parameters_warning(model, count_free_parameters(model), rows)
     if note is not None:
         warnings.warn(note, ModelSizeWarning, stacklevel=3)
+    for line in fit_warnings(model, rows):
+        warnings.warn(line, FitQualityWarning, stacklevel=3)
 
 
 def trial_seeds(seed: int | str | None, trials: int) -> list[int]:

@@ -33,7 +33,7 @@ from typing import Any
 
 from mixle_spark.em._records import unconverged_message
 from mixle_spark.em.options import FitOptions, check_trials
-from mixle_spark.errors import ConvergenceWarning, SpecError, TooFewRowsError
+from mixle_spark.errors import ConvergenceWarning, FitQualityWarning, SpecError, TooFewRowsError
 from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = [
@@ -232,6 +232,22 @@ def _label(k: int, form: str | None) -> str:
     return f"k={k}" if form is None else f"k={k} {form}"
 
 
+def _warn_at_the_edge(best_k: int, ks: list[int], criterion: str) -> None:
+    """A :class:`~mixle_spark.errors.FitQualityWarning` when the best number of components is the
+    largest tried (more may fit better), or the smallest tried above 1 (fewer may)."""
+    if len(ks) < 2 or best_k not in (ks[0], ks[-1]) or (best_k == ks[0] and best_k == 1):
+        return
+    largest = best_k == ks[-1]
+    warnings.warn(
+        f"the best number of components by {criterion} is {best_k}, the "
+        f"{'largest' if largest else 'smallest'} of those tried ({ks[0]}..{ks[-1]}): "
+        f"{'more' if largest else 'fewer'} components may fit better; try "
+        f"{'larger' if largest else 'smaller'} k",
+        FitQualityWarning,
+        stacklevel=3,
+    )
+
+
 def _warn_not_converged(fits: Mapping[tuple[int, str | None], Distribution]) -> None:
     """A ConvergenceWarning for every candidate that stopped at ``max_its``, naming its ``k`` (and
     form) (the fits' own warnings, raised while they advance together, cannot say which candidate
@@ -387,4 +403,6 @@ def select_k(
         _release(vhandle, vowned)
     _warn_not_converged(fits)
     warn_model_size(fits[best_k, best_form], n)
+    if fits[best_k, best_form].fit_result.converged:  # else the warnings above say what to do first
+        _warn_at_the_edge(best_k, sorted(candidates), criterion)
     return KSelection(criterion, best_k, fits[best_k, best_form], table, models, best_form, fits)

@@ -15,7 +15,13 @@ from mixle_spark.cli._common import job_spark_session, malformed_row_message
 from mixle_spark.cli._engines import ENGINE_BACKENDS, open_engine_input
 from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, solo
 from mixle_spark.em.seeding import SeedingFallbackWarning
-from mixle_spark.errors import ConvergenceWarning, MalformedRowError, ModelSizeWarning, SchemaError
+from mixle_spark.errors import (
+    ConvergenceWarning,
+    FitQualityWarning,
+    MalformedRowError,
+    ModelSizeWarning,
+    SchemaError,
+)
 from mixle_spark.stats._tables import repeated_columns
 
 __all__ = ["open_input", "read_local_input", "report_warnings"]
@@ -85,7 +91,7 @@ def report_warnings(caught: list[warnings.WarningMessage], coord: Coordination =
     ours = []
     for w in caught:
         if issubclass(
-            w.category, (ConvergenceWarning, SeedingFallbackWarning, ModelSizeWarning)
+            w.category, (ConvergenceWarning, SeedingFallbackWarning, ModelSizeWarning, FitQualityWarning)
         ) or "mixle_spark" in str(w.filename):
             ours.append(str(w.message))
             coord.say(f"{PROG}: warning: {w.message}")

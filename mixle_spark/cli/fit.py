@@ -134,6 +134,7 @@ from mixle_spark.em.seeding import SeedingFallbackWarning
 from mixle_spark.errors import (
     CheckpointMismatchError,
     ConvergenceWarning,
+    FitQualityWarning,
     ModelSizeWarning,
     SchemaError,
     SpecError,
@@ -238,6 +239,7 @@ def fit_model(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
         warnings.simplefilter("always", ModelSizeWarning)
+        warnings.simplefilter("always", FitQualityWarning)
         warnings.simplefilter("always", SeedingFallbackWarning)
         if ks is None and forms is not None:  # the form alone: at the spec's number of components
             ks = [len(getattr(spec.estimator, "estimators", None) or [None])]

@@ -48,7 +48,7 @@ from mixle_spark.cli._spmd import Coordination, solo
 from mixle_spark.cli._summary import build_update_summary
 from mixle_spark.cli._update_arguments import update_options
 from mixle_spark.em.incremental import DriftError, update
-from mixle_spark.errors import ConvergenceWarning, SpecError
+from mixle_spark.errors import ConvergenceWarning, FitQualityWarning, SpecError
 from mixle_spark.parallel.backends.registry import encoded_data
 from mixle_spark.profile import segment_profile
 from mixle_spark.spec import load_model, save_model
@@ -135,6 +135,7 @@ def _update(
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConvergenceWarning)
+            warnings.simplefilter("always", FitQualityWarning)
             updated = coord.agree(lambda: _fold(model, handle, options))
     finally:
         handle.close()

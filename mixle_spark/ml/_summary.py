@@ -79,6 +79,10 @@ class MixleSummary:
         self.k: int = len(model.weights)
         self.modelSelection: dict[str, Any] | None = None
         """With a list of ``k``: the criterion, the chosen k and every candidate's row (select_k)."""
+        self.warnings: list[str] = []
+        """What the fit warned of (a variance on its floor, an empty component, the best k at the
+        edge of the range, no convergence, more parameters than rows), as the fit job's summary.json
+        keeps them; each was also raised as a Python warning."""
         self.numIter: int = fit_result.n_iter
         self.logLikelihood: float = fit_result.log_likelihood
         self.logLikelihoodHistory: list[float] = [r.log_likelihood for r in fit_result.history]
@@ -123,6 +127,7 @@ class MixleSummary:
             "backend": "spark (MixleEstimator)",
             "timings": self.timings,
             "segments": self.segmentProfile,
+            "warnings": self.warnings,
         }
         return write_report(self._model.distribution, path, sample=sample, title=title, summary=info)
 

@@ -51,6 +51,7 @@ mixle_spark.errors.SpecError: param 'k': expected an integer >= 1, got 0
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,7 +63,15 @@ from pyspark.ml.stat import MultivariateGaussian
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame, SparkSession
 
-from mixle_spark.errors import DataValueError, SchemaError, SpecError, did_you_mean
+from mixle_spark.errors import (
+    ConvergenceWarning,
+    DataValueError,
+    FitQualityWarning,
+    ModelSizeWarning,
+    SchemaError,
+    SpecError,
+    did_you_mean,
+)
 from mixle_spark.estimation import FitResult, best_of, optimize
 from mixle_spark.ml._params import MixleParams, fit_plan
 from mixle_spark.ml._persistence import MixleReader, MixleWriter
@@ -323,33 +332,40 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         encoded = time.perf_counter()
         selection = None
         plan.options["keep_statistics"] = self.getKeepStatistics()
-        try:
-            forms = self.getCovarianceType()
-            if start is not None:
-                plan.options["prev_estimate"] = start
-                fitted = optimize(handle, plan.estimator, print_iter=0, **plan.options)
-            elif isinstance(self.getK(), list) or isinstance(forms, list):
-                from mixle_spark.model_selection import select_k
+        with warnings.catch_warnings(record=True) as said:
+            for category in (FitQualityWarning, ModelSizeWarning, ConvergenceWarning):
+                warnings.simplefilter("always", category)
+            try:
+                forms = self.getCovarianceType()
+                if start is not None:
+                    plan.options["prev_estimate"] = start
+                    fitted = optimize(handle, plan.estimator, print_iter=0, **plan.options)
+                elif isinstance(self.getK(), list) or isinstance(forms, list):
+                    from mixle_spark.model_selection import select_k
 
-                mixture: Any = plan.estimator
-                ks = self.getK() if isinstance(self.getK(), list) else [len(mixture.estimators)]
-                found = select_k(
-                    handle,
-                    plan.estimator,
-                    ks=ks,
-                    criterion=self.getSelectionCriterion(),
-                    forms=forms if isinstance(forms, list) else None,
-                    trials=plan.trials,
-                    **plan.options,
-                )
-                fitted, selection = found.model, found.to_dict()
-            elif plan.trials > 1:
-                _, fitted = best_of(handle, plan.estimator, trials=plan.trials, print_iter=0, **plan.options)
-            else:
-                fitted = optimize(handle, plan.estimator, print_iter=0, **plan.options)
-            num_rows = len(handle)
-        finally:
-            handle.close()
+                    mixture: Any = plan.estimator
+                    ks = self.getK() if isinstance(self.getK(), list) else [len(mixture.estimators)]
+                    found = select_k(
+                        handle,
+                        plan.estimator,
+                        ks=ks,
+                        criterion=self.getSelectionCriterion(),
+                        forms=forms if isinstance(forms, list) else None,
+                        trials=plan.trials,
+                        **plan.options,
+                    )
+                    fitted, selection = found.model, found.to_dict()
+                elif plan.trials > 1:
+                    _, fitted = best_of(
+                        handle, plan.estimator, trials=plan.trials, print_iter=0, **plan.options
+                    )
+                else:
+                    fitted = optimize(handle, plan.estimator, print_iter=0, **plan.options)
+                num_rows = len(handle)
+            finally:
+                handle.close()
+        for w in said:  # said again where the caller sees them, and kept on the summary
+            warnings.warn(w.message, w.category, stacklevel=3)
         model = self._copyValues(MixleModel(fitted))
         model._resetUid(self.uid)  # as MLlib: the model carries its estimator's uid
         model._set(**plan.from_spec)  # the model's Params say what the fit used
@@ -366,6 +382,8 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
             time.perf_counter() - started,
         )
         model._summary.modelSelection = selection
+        ours = (FitQualityWarning, ModelSizeWarning, ConvergenceWarning)
+        model._summary.warnings = [str(w.message) for w in said if issubclass(w.category, ours)]
         return model
 
     def write(self) -> MixleWriter:

@@ -735,3 +735,25 @@ def test_the_writer_replaces_only_a_stage_it_saved(fitted: Any, tmp_path: Path) 
     fitted.write().save(str(tmp_path / "stage"))
     fitted.write().overwrite().save(str(tmp_path / "stage"))  # a stage it saved: replaced
     assert sorted(p.name for p in (tmp_path / "stage").iterdir()) == ["metadata", "model"]
+
+
+def test_a_pipeline_fit_warns_of_a_floored_variance_and_keeps_it_on_the_summary(spark: Any) -> None:
+    """Issue 52: a 0/1 column modelled as a Gaussian, through a Pipeline: a FitQualityWarning naming
+    the field and components, kept in ``model.summary.warnings`` (and so in the report)."""
+    import pandas as pd
+    from pyspark.ml import Pipeline
+
+    from mixle_spark.errors import FitQualityWarning
+    from mixle_spark.ml import MixleEstimator
+
+    rng = np.random.default_rng(2)
+    z = rng.random(600) < 0.4
+    frame = pd.DataFrame(
+        {"spend": np.where(z, rng.normal(20, 3, 600), rng.normal(80, 9, 600)), "flag": z * 1.0}
+    )
+    spec = {"type": "record", "fields": {"spend": "gaussian", "flag": "gaussian"}}
+    stage = MixleEstimator(k=2, seed=1, inputCols=["spend", "flag"], modelSpec=spec)
+    with pytest.warns(FitQualityWarning, match=r"field 'flag': the Gaussian variance sits on its floor"):
+        fitted = Pipeline(stages=[stage]).fit(spark.createDataFrame(frame).repartition(2))
+    said = fitted.stages[0].summary.warnings
+    assert len(said) == 1 and said[0].startswith("field 'flag': the Gaussian variance sits on its floor in ")
