@@ -23,20 +23,16 @@ from mixle_spark.stats import (
     MultivariateGaussianEstimator,
 )
 from mixle_spark.stats._vector import _scan_of, merge_vector_scans
+from tests._paths import job_module
+
+_QUALITY = job_module("fit_quality")  # jobs/fit_quality.py: its generated sets
 
 
 def unscaled_clusters(seed: int, n: int = 3000, d: int = 8, k: int = 3) -> tuple[np.ndarray, int]:
-    """``k`` rotated clusters of unequal size in ``d`` coordinates (axes 0.5 to 2), each coordinate
-    then multiplied by 10^U(-4, 5) and half of them offset by 1e3 or 1e6."""
-    rng = np.random.default_rng(seed)
-    z = rng.choice(k, n, p=rng.dirichlet(np.full(k, 2.0)))
-    means = rng.normal(0.0, 4.0, (k, d))
-    rotations = [np.linalg.qr(rng.normal(size=(d, d)))[0] for _ in range(k)]
-    mixing = np.array([q * rng.uniform(0.5, 2.0, d) for q in rotations])  # rotated, axes 0.5 to 2
-    x = means[z] + np.einsum("nij,nj->ni", mixing[z], rng.normal(size=(n, d)))
-    scale = 10.0 ** rng.uniform(-4.0, 5.0, d)
-    offset = rng.choice([1e3, 1e6], d) * (rng.random(d) < 0.5)
-    return x * scale + offset, k
+    """jobs/fit_quality.py's unscaled set: ``k`` rotated clusters of unequal size, each coordinate then
+    multiplied by 10^U(-4, 5) and half of them offset by 1e3 or 1e6 (rows and k)."""
+    x, _labels, k = _QUALITY.unscaled_clusters(seed, n=n, d=d, k=k)
+    return x, k
 
 
 def _fit(x: np.ndarray, k: int, seed: int, **options: object) -> object:
