@@ -37,8 +37,9 @@ from typing import Any, overload
 
 import numpy as np
 
-from mixle_spark._files import named_path, write_atomically
+from mixle_spark._files import named_path
 from mixle_spark._locations import resolve
+from mixle_spark._outputs import write_file
 from mixle_spark.em._rank_records import (
     FitReport,
     RankRecord,
@@ -335,13 +336,15 @@ class EMTrace:
         return trace
 
     def to_jsonl(self, path: str | os.PathLike[str]) -> None:
-        """Write a header line ``{"metadata": ...}`` then one line per iteration, atomically; an
-        existing ``path`` is replaced only when it is a trace (:func:`check_trace_path`)."""
+        """Write a header line ``{"metadata": ...}`` then one line per iteration, atomically, to a local
+        path or a URI (:func:`mixle_spark._outputs.write_file`); an existing ``path`` is replaced only
+        when it is a trace (:func:`check_trace_path`)."""
         check_trace_path(path)
         header: dict[str, Any] = {"metadata": self.metadata}
         if self.rank_records:
             header["rank_records"] = [r.to_dict() for r in self.rank_records]
-        write_atomically(path, [_json_line(header), *(_json_line(r.to_dict()) for r in self.records)])
+        lines = [_json_line(header), *(_json_line(r.to_dict()) for r in self.records)]
+        write_file(path, "".join(lines), what="trace file")
 
     @classmethod
     def from_jsonl(cls, path: str | os.PathLike[str]) -> EMTrace:

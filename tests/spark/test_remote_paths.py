@@ -93,12 +93,13 @@ def test_models_and_checkpoints_go_through_the_sessions_filesystem(lake: tuple[s
 
 
 def test_the_fit_job_writes_its_output_checkpoints_and_trace_there(
-    lake: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+    lake: tuple[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``--output``, a nested ``--checkpoint-dir`` and ``--trace`` as URIs: the files land on that
     filesystem (never in ./viewfs:/...), a re-run replaces the output and keeps the checkpoints, and a
     foreign file there is refused before the fit."""
     uri, folder = lake
+    monkeypatch.chdir(folder.parent)  # a URI taken for a local path would land here: ./viewfs:/...
     args = ["--input", str(SAMPLE), "--model", str(SPEC), "--backend", "spark", "--trials", "1",
             "--seed", "7", "--max-its", "2", "--no-statistics", "--quiet", "--output", f"{uri}/out",
             "--checkpoint-dir", f"{uri}/out/_ck", "--trace", f"{uri}/live.jsonl"]  # fmt: skip
@@ -121,6 +122,9 @@ def test_the_fit_job_writes_its_output_checkpoints_and_trace_there(
     err = capsys.readouterr().err
     assert f"em_fit: resumed from checkpoint {uri}/out/_ck at iteration 2" in err
     assert _files(folder) == files
+    resumed = (folder / "live.jsonl").read_text().splitlines()  # rewritten from the checkpoint there
+    assert json.loads(resumed[0]) == json.loads(trace[0]) and len(resumed) == len(trace)
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["lake"]  # nothing in ./viewfs:/...
     (folder / "out" / "notes.txt").write_text("mine")
     assert fit_main([*args, "--overwrite"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
