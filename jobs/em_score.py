@@ -49,10 +49,10 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 from typing import Any
 
 from mixle_spark._files import delta_layout, table_layout
+from mixle_spark._locations import needs_session, resolve
 from mixle_spark.cli._common import (
     JobArgumentParser,
     atomic_directory,
@@ -153,12 +153,13 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     model = load_model(args.model)
     BatchScorer(model, imputed_col=args.imputed_col)  # what it cannot add fails before any engine starts
-    if "://" in args.output:
+    local = None if needs_session(args.output) else resolve(args.output, "--output").local
+    if local is None:  # dbfs:/ (without its mount), s3://, ...: never ./dbfs:/...
         raise ValueError(
             f"--output {args.output}: --backend {args.backend} writes a directory of this machine "
             "(or a mounted one), moved into place when complete"
         )
-    output = Path(args.output)
+    output = local
     check_output_free(output, args.mode == "overwrite", SCORES)  # before any engine starts
     data, engine, _ = open_engine_input(args, {})
     try:
@@ -192,8 +193,8 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
     BatchScorer(model, imputed_col=args.imputed_col)  # what it cannot add fails before any engine starts
     check_input_exists(args.input)  # a mistyped local path fails before Spark starts
     output = args.output
-    if "://" not in output:  # fail before starting Spark: a link, or what is not a Delta table
-        check_output_free(output, args.mode == "overwrite", DELTA_SCORES)
+    if not needs_session(output):  # fail before starting Spark: a link, or what is not a Delta table
+        check_output_free(resolve(output, "--output").local or output, args.mode == "overwrite", DELTA_SCORES)
     from pyspark import SparkContext
 
     # never stop a Spark that was running (a notebook's, a caller's in another thread)

@@ -16,6 +16,7 @@ from mixle_spark._files import (
     remove_tree,
     table_layout,
 )
+from mixle_spark._locations import scheme_of
 from mixle_spark.errors import SchemaError, UnknownNameError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,7 +33,6 @@ _SUFFIX_FORMATS = {
     "ndjson": "json",
 }
 _TABLE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){0,2}$|^`[^`]+`(\.`[^`]+`){0,2}$")
-_URI = re.compile(r"^[A-Za-z][\w+.-]+:")
 
 
 def _local_path(source: str | os.PathLike[str]) -> Path | None:
@@ -40,7 +40,7 @@ def _local_path(source: str | os.PathLike[str]) -> Path | None:
     text = os.fspath(source)
     if text.startswith("file:"):
         return Path(re.sub(r"^file:(//)?", "", text))
-    if _URI.match(text) and not re.match(r"^[A-Za-z]:[\\/]", text):  # a Windows drive is local
+    if scheme_of(text) is not None:  # two letters or more: a drive letter (C:) stays local
         return None
     return Path(text)
 
@@ -80,9 +80,7 @@ def _local_format(path: Path) -> str:
 
 
 def _looks_like_path(text: str) -> bool:
-    return (
-        "/" in text or os.sep in text or _URI.match(text) is not None or _format_from_name(text) is not None
-    )
+    return "/" in text or os.sep in text or scheme_of(text) is not None or _format_from_name(text) is not None
 
 
 def check_input_exists(source: str | os.PathLike[str], format: str = "auto") -> None:

@@ -283,3 +283,22 @@ def test_an_ml_stage_is_saved_only_into_an_empty_folder_or_over_a_stage(tmp_path
     check_stage_path(str(stage))  # a stage of ours: overwrite() may replace it
     check_stage_path(str(tmp_path / "new"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "stage", "v"]
+
+
+@pytest.mark.parametrize("backend", ["dask", "ray"])
+def test_em_score_on_an_engine_refuses_a_uri_it_cannot_write_before_any_engine_starts(
+    backend: str, tmp_path: Path
+) -> None:
+    """``dbfs:/x`` (one slash) passed the engines' ``://`` test and became ./dbfs:/x on the driver."""
+    save_model(GaussianDistribution(0.0, 1.0), tmp_path / "model.json")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "em_score.py"), "--backend", backend, "--input", str(SAMPLE),
+         "--model", str(tmp_path / "model.json"), "--output", "dbfs:/mnt/scores"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode != 0 and proc.stderr.splitlines() == [
+        f"em_score: error: ValueError: --output dbfs:/mnt/scores: --backend {backend} writes a directory of "
+        "this machine (or a mounted one), moved into place when complete"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.json"]
