@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from mixle_spark._checks import Check, check_fields, checked, field_check, integer, number, one_of
+from mixle_spark._locations import scheme_of
 from mixle_spark.em._checkpoint_store import checkpoint_key
 from mixle_spark.em._records import ON_DEGENERATE
 from mixle_spark.em._run import EMRun, FitInputs
@@ -199,10 +200,13 @@ class FitOptions:
         its own (``checkpoint_dir/trial-K``, ``NAME.trial-K.jsonl`` next to ``trace_path``)."""
         directory = self.checkpoint_dir
         checkpoints = None if directory is None else f"{str(directory).rstrip('/')}/trial-{k}"
-        trace = None
-        if self.trace_path is not None:
-            path = Path(self.trace_path)
-            trace = path.with_name(f"{path.stem}.trial-{k}{path.suffix or '.jsonl'}")
+        trace: str | Path | None = None
+        if self.trace_path is not None:  # as text: Path() would fold a URI's '//' (viewfs://host/x)
+            folder, slash, name = os.fspath(self.trace_path).rpartition("/")
+            stem, dot, suffix = name.rpartition(".")
+            named = f"{stem}.trial-{k}.{suffix}" if dot and stem else f"{name}.trial-{k}.jsonl"
+            uri = scheme_of(os.fspath(self.trace_path)) is not None
+            trace = folder + slash + named if uri else Path(folder + slash + named)
         return dataclasses.replace(
             self, seed=seed, checkpoint_dir=checkpoints, trace_path=trace, keep_statistics=False
         )  # best_of keeps the statistics of the trial it returns only

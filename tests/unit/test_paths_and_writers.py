@@ -302,3 +302,14 @@ def test_em_score_on_an_engine_refuses_a_uri_it_cannot_write_before_any_engine_s
         "this machine (or a mounted one), moved into place when complete"
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.json"]
+
+
+def test_best_of_names_each_trials_trace_beside_a_uri_without_folding_it() -> None:
+    from mixle_spark.em.options import FitOptions
+
+    def trial(path: str | Path) -> object:
+        return FitOptions(trace_path=path).for_trial(2, 5).trace_path
+
+    assert trial("viewfs://mixle/lake/t.jsonl") == "viewfs://mixle/lake/t.trial-2.jsonl"
+    assert trial("dbfs:/runs/t") == "dbfs:/runs/t.trial-2.jsonl"
+    assert trial(Path("runs/t.jsonl")) == Path("runs/t.trial-2.jsonl")
