@@ -43,6 +43,7 @@ __all__ = [
     "needs_session",
     "resolve",
     "scheme_of",
+    "shown_inside",
 ]
 
 DBFS_MOUNT = "/dbfs"
@@ -67,6 +68,17 @@ def needs_session(path: str | os.PathLike[str]) -> bool:
 def join(uri: str, name: str) -> str:
     """``uri/name`` (URIs always use ``/``)."""
     return f"{uri.rstrip('/')}/{name}" if uri else name
+
+
+def shown_inside(path: str | os.PathLike[str], name: str) -> str:
+    """File ``name`` inside ``path`` as a message names it: a local path as :class:`~pathlib.Path`
+    joins it, a URI with ``/`` (``Path`` would fold its ``//``)."""
+    text = os.fspath(path)
+    return (
+        join(text, name)
+        if scheme_of(text) is not None and not isinstance(path, Path)
+        else str(Path(text) / name)
+    )
 
 
 class RemoteFiles(Protocol):

@@ -108,11 +108,10 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from mixle_spark._frames import frame_engine
-from mixle_spark._locations import join, needs_session, resolve, scheme_of
+from mixle_spark._locations import needs_session, resolve, shown_inside
 from mixle_spark._outputs import check_location_free, check_writable, publish_directory
 from mixle_spark.cli._arguments import (
     PROG,
@@ -454,8 +453,7 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
         print(model.fit_result.trace.summary(times=False), file=sys.stderr)
         print(f"{PROG}: timings: {timings_line(summary['timings'])}", file=sys.stderr)
         written = ["model.json", "summary.json", "trace.jsonl", *(["report.html"] if args.report else [])]
-        local = scheme_of(args.output) is None
-        shown = [str(Path(args.output) / name) if local else join(args.output, name) for name in written]
+        shown = [shown_inside(args.output, name) for name in written]
         print(f"wrote {', '.join(shown[:-1])} and {shown[-1]}")
     return summary
 

@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from mixle_spark._locations import resolve
+from mixle_spark._locations import resolve, shown_inside
 from mixle_spark._outputs import check_location_free, publish_directory
 from mixle_spark.cli._arguments import PROG, backend_options
 from mixle_spark.cli._common import FIT_OUTPUT, UpdateDriftError
@@ -103,8 +103,8 @@ def run_update(args: argparse.Namespace, coord: Coordination = solo) -> dict[str
             f"folded {summary['rows']} rows into {source}: its statistics now hold {stats.rows} rows "
             f"and {stats.updates} update{'s' if stats.updates != 1 else ''}, {timings['total']:.1f}s"
         )
-        output = Path(args.output)
-        print(f"wrote {output / 'model.json'}, {output / 'summary.json'} and {output / 'trace.jsonl'}")
+        files = [shown_inside(args.output, n) for n in ("model.json", "summary.json", "trace.jsonl")]
+        print(f"wrote {files[0]}, {files[1]} and {files[2]}")
     return summary
 
 
