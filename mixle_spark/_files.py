@@ -46,7 +46,6 @@ __all__ = [
     "folder_json",
     "holds",
     "host_name",
-    "json_format",
     "named_path",
     "process_alive",
     "read_bytes_bounded",
@@ -215,11 +214,6 @@ def folder_json(directory: Folder, name: str) -> dict[str, Any]:
     return _json_object(directory / name)
 
 
-def json_format(path: Path) -> Any:
-    """The ``format`` field of the JSON object in file ``path``; None for anything else."""
-    return _json_object(path).get("format")
-
-
 @dataclass(frozen=True)
 class OutputLayout:
     """What one writer leaves at its output path, so that replacing it replaces only that.
@@ -258,10 +252,6 @@ _TABLE_FILE = re.compile(
 )
 
 
-def _entries(directory: Folder) -> list[Any]:
-    return folder_entries(directory)
-
-
 def _marker_files(directory: Folder) -> set[str] | None:
     """The file names :data:`TABLE_MARKER` in ``directory`` lists; None without a valid marker."""
     marker = folder_json(directory, TABLE_MARKER)
@@ -279,12 +269,12 @@ def _not_a_table(directory: Folder) -> str | None:
             return _TABLE_FILE.fullmatch(name) is not None
         return name in listed or name == TABLE_MARKER
 
-    odd = [e for e in _entries(directory) if not (e.is_file(follow_symlinks=False) and written(e.name))]
+    odd = [e for e in folder_entries(directory) if not (e.is_file(follow_symlinks=False) and written(e.name))]
     return holds(odd) if odd else None
 
 
 def _not_a_delta_table(directory: Folder) -> str | None:
-    entries = _entries(directory)
+    entries = folder_entries(directory)
     logs = [e for e in entries if e.name == "_delta_log" and e.is_dir(follow_symlinks=False)]
     return None if logs else holds(entries)
 
@@ -307,7 +297,7 @@ def _check_free(final: Path, shown: str, overwrite: bool, layout: OutputLayout) 
     if not os.path.lexists(final):
         return
     if final.is_dir() and not final.is_symlink():
-        if all(e.name in layout.keep for e in _entries(final)):
+        if all(e.name in layout.keep for e in folder_entries(final)):
             return
         why = layout.foreign(final)
     else:
@@ -394,7 +384,7 @@ def _hand_on(retired: Path | None, staging: Path, keep: frozenset[str]) -> list[
 
 
 def write_marker(staging: Path, writer: str) -> None:
-    files = sorted(e.name for e in _entries(staging))
+    files = sorted(e.name for e in folder_entries(staging))
     marker = {"format": _MARKER_FORMAT, "version": 1, "writer": writer, "files": files}
     write_atomically(staging / TABLE_MARKER, json.dumps(marker, indent=1) + "\n")
 
