@@ -290,8 +290,8 @@ pass where the data lives, the rows hashed and combined as a multiset."""
 
 
 def data_identity(data: Any, weights: Any = None) -> str | None:
-    """A digest of ``data``'s content: what a checkpoint, a stream version or kept statistics
-    record of the data they came from, so that other data is never taken for the same.
+    """A digest of ``data``'s content: what a checkpoint records of the data it came from, so that
+    other data is never taken for the same.
 
     In-memory tables and arrays are hashed here (:func:`mixle_spark._identity.content_digest`); a
     local path (what MPI and torchrun processes read) by its files, sizes and modification times; a
@@ -312,8 +312,7 @@ def data_identity(data: Any, weights: Any = None) -> str | None:
         where = BUILTIN_IDENTITIES.get(engine)
         if where is None:
             return None
-        module, function = where.split(":")
-        return str(getattr(import_module(module), function)(data))
+        return str(_Lazy(*where.split(":"))(data))
     return content_digest(data, weights)
 
 
