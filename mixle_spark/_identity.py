@@ -3,7 +3,8 @@
 A checkpoint records the identity of the data it was computed from, so that a re-run on other data
 (tomorrow's table in yesterday's checkpoint folder, an array whose values changed with its length
 kept) is never taken for the same fit. (A stream's model versions record their query instead, and
-kept statistics their stream: :mod:`mixle_spark.streaming`.) The identity is a digest of the content, never of the container's name:
+kept statistics their stream: :mod:`mixle_spark.streaming`.) The identity is a digest of the
+content, never of the container's name:
 
 - in-memory tables (pandas, pyarrow) and arrays: every row is hashed (64 bits, vectorized by
   :func:`pandas.util.hash_pandas_object` over whole columns), and the rows are combined as a
