@@ -19,17 +19,22 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["DaskCluster", "RayRuntime", "connect_dask", "start_local_dask", "start_local_ray"]
 
 LOOPBACK = "127.0.0.1"
+STOP_TIMEOUT = 60.0
+"""Seconds a job waits for its Dask client, then its cluster, to close before killing the workers."""
+logger = logging.getLogger(__name__)
 _HEALTH_ONLY = ["distributed.http.health"]
 RAY_TOKEN_AUTH = (2, 52)
 """The first Ray release with token authentication."""
@@ -42,10 +47,82 @@ class DaskCluster:
     def __init__(self, client: Any, cluster: Any = None) -> None:
         self.client, self.cluster = client, cluster
 
-    def stop(self) -> None:
-        self.client.close()
-        if self.cluster is not None:
-            self.cluster.close()
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Close the client, then the job's cluster, waiting at most ``timeout`` seconds for each. A
+        cluster that has not stopped by then has its worker processes killed (only this process's
+        own children), is given ``timeout`` more seconds, and a warning is logged: a job never hangs
+        on its way out."""
+        workers = _worker_processes(self.cluster)
+        if not _Closing(self.client.close).wait(timeout):
+            logger.warning("the Dask client did not close within %.0f s", timeout)
+        if self.cluster is None:
+            return
+        closing = _Closing(self.cluster.close)
+        if closing.wait(timeout):
+            return
+        killed = _kill_alive(workers)
+        logger.warning(
+            "the Dask cluster did not stop within %.0f s; killed %d worker process(es)%s",
+            timeout,
+            killed,
+            "" if closing.wait(timeout) else ", and it has still not stopped",
+        )
+
+
+class _Closing:
+    """``close()`` run in a thread of its own, so that waiting for it can end without cancelling it
+    (a Dask close cancelled half-way never finishes, and its exit handler then waits for it)."""
+
+    def __init__(self, close: Callable[[], Any]) -> None:
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, args=(close,), name="mixle-dask-close", daemon=True).start()
+
+    def _run(self, close: Callable[[], Any]) -> None:
+        try:
+            close()
+        except BaseException as err:  # re-raised by wait(), in the caller's thread
+            self._error = err
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        """True once the close has finished (raising what it raised); False after ``timeout`` s."""
+        if not self._done.wait(timeout):
+            return False
+        if self._error is not None:
+            raise self._error
+        return True
+
+
+def _worker_processes(cluster: Any) -> list[Any]:
+    """The worker processes a local cluster's nannies started (children of this process), as
+    psutil handles taken now, so that a pid the system reuses later is never mistaken for them."""
+    if cluster is None:
+        return []
+    import psutil
+
+    mine = {child.pid: child for child in psutil.Process().children(recursive=True)}
+    pids = []
+    for nanny in getattr(cluster, "workers", {}).values():
+        process = getattr(getattr(nanny, "process", None), "process", None)
+        pid = getattr(process, "pid", None)
+        if pid in mine:
+            pids.append(mine[pid])
+    return pids
+
+
+def _kill_alive(processes: list[Any]) -> int:
+    """Kill those of ``processes`` still running; their parent (the nanny) reaps them."""
+    import psutil
+
+    killed = 0
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.is_running():  # the same process: psutil compares its start time too
+                process.kill()
+                killed += 1
+    return killed
 
 
 def start_local_dask(workers: int, *, silence_logs: int = 50) -> DaskCluster:

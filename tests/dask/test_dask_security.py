@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import operator
+import os
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,15 @@ from mixle_spark.cli._engines import open_dask_input
 pytestmark = pytest.mark.dask
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "customers_sample.parquet"
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float = 20) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _args(scheduler: str | None = None) -> argparse.Namespace:
@@ -128,3 +139,32 @@ def test_a_job_at_dask_scheduler_uses_dasks_tls_settings(job_cluster: Any, tmp_p
     message = str(info.value)
     assert message.startswith(f"cannot connect to the Dask scheduler at {address}: ")
     assert "distributed.comm.tls.client.cert" in message and "docs/security.md" in message
+
+
+def _freeze() -> int:
+    """Stops the worker process that runs it (SIGSTOP): it answers nothing, SIGTERM included."""
+    import os
+    import signal
+
+    pid = os.getpid()
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
+def test_a_cluster_slow_to_stop_has_its_workers_killed(caplog: pytest.LogCaptureFixture) -> None:
+    import psutil
+
+    from mixle_spark.cli._runtimes import start_local_dask
+
+    session = start_local_dask(1, silence_logs=50)
+    (pid,) = session.client.run(os.getpid).values()
+    worker = psutil.Process(pid)
+    frozen = session.client.submit(_freeze, pure=False)  # never answers
+    assert _wait_for(lambda: worker.status() == psutil.STATUS_STOPPED) and not frozen.done()
+    started = time.monotonic()
+    with caplog.at_level("WARNING", logger="mixle_spark.cli._runtimes"):
+        session.stop(timeout=1)  # dask's own close waits 4-5 s for a worker that does not answer
+    assert time.monotonic() - started < 10
+    assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+    assert "the Dask cluster did not stop within 1 s; killed 1 worker process(es)\n" in caplog.text + "\n"
+    assert session.cluster.status.name == "closed"  # the close went on (not cancelled) and finished
