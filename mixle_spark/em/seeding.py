@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.em._nested_seeding import AssignNested, nested_plan
 from mixle_spark.em._seeding_passes import (
     Assign,
     Candidates,
@@ -179,17 +180,35 @@ def kmeans_parallel(
         return None
     run = handle.pysp_row_pass
     started = time.perf_counter()
-    found = _centres(lambda task: run(SeedStatsFactory(), task)[1], target, seed, seeding)
+    passes_of = lambda task: run(SeedStatsFactory(), task)[1]  # noqa: E731
+    nested = nested_plan(bound, target)
+    found = None
+    if nested is not None:  # K * k flat clusters; too few distinct points for them: K as usual
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SeedingFallbackWarning)
+            flat = Target(target.kind, target.encoder, nested.flat_k(target.k))
+            found = _centres(passes_of, flat, seed, seeding)
+        if found is None:
+            nested = None
+    if found is None:
+        found = _centres(passes_of, target, seed, seeding)
     if found is None:
         return None
     space, centres, passes = found
+    task: Any = Assign(target, space, centres, seed)
+    what = f"{target.k} centres"
+    if nested is not None:
+        rng = np.random.default_rng(int(RowRandom(seed, [0]).child("kmeans||-nested").bits()[0]))
+        owner, inner = nested.groups(centres, target.k, rng)
+        task = AssignNested(target, space, centres, seed, nested, owner, inner)
+        what = f"{target.k} x {nested.k} centres (the mixture in field {nested.name!r} seeded with its own)"
     factory = bound.accumulator_factory()
-    nobs, value = run(factory, Assign(target, space, centres, seed))
+    nobs, value = run(factory, task)
     from mixle_spark.parallel.fold import fold_key_passes
 
     model = bound.estimate(nobs, fold_key_passes(factory.make().from_value(value)).value())
     report(
-        f"kmeans|| seeding: {target.k} centres in {passes + 1} passes over the data "
+        f"kmeans|| seeding: {what} in {passes + 1} passes over the data "
         f"({time.perf_counter() - started:.2f} s)"
     )
     return model

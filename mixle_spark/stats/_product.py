@@ -244,6 +244,17 @@ class ProductAccumulator(Accumulator):
         for acc, e, stream in zip(self.children, enc, self.streams, strict=True):
             acc.seq_initialize(e, weights, rng.child(stream))
 
+    def seq_initialize_assigned(
+        self, enc: tuple[Any, ...], weights: np.ndarray, rng: RowRandom, field: int, resp: np.ndarray
+    ) -> None:
+        """:meth:`seq_initialize`, except that child ``field`` (a mixture) starts from the
+        responsibilities ``resp`` (n, k) (``seq_assign``) rather than random ones."""
+        for i, (acc, e, stream) in enumerate(zip(self.children, enc, self.streams, strict=True)):
+            if i == field:
+                acc.seq_assign(e, weights, resp, rng.child(stream))  # type: ignore[attr-defined]
+            else:
+                acc.seq_initialize(e, weights, rng.child(stream))
+
     def combine(self, value: Any) -> ProductAccumulator:
         for acc, v in zip(self.children, value, strict=True):
             acc.combine(v)

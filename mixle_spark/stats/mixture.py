@@ -47,6 +47,7 @@ from mixle_spark.stats._mixture_kernels import (
 )
 from mixle_spark.stats._mixture_kernels import reference_kernels as reference_kernels  # documented here
 from mixle_spark.stats._partial_labels import LabelledBatch, LabelledEncoder, checked_labels
+from mixle_spark.stats._product import ProductAccumulator
 from mixle_spark.stats.base import (
     Accumulator,
     Distribution,
@@ -388,10 +389,19 @@ class MixtureAccumulator(Accumulator):
             return
         self.seq_assign(enc, weights, rng.dirichlet_like(k, alpha=1.0 / k**2), rng)
 
-    def seq_assign(self, enc: Any, weights: np.ndarray, resp: np.ndarray, rng: RowRandom) -> None:
+    def seq_assign(
+        self,
+        enc: Any,
+        weights: np.ndarray,
+        resp: np.ndarray,
+        rng: RowRandom,
+        nested: tuple[int, np.ndarray] | None = None,
+    ) -> None:
         """Initial statistics from given responsibilities ``resp`` of shape (n, K) (the seeding's
         hard assignments, or random ones; a labelled row's are one-hot at its label); each component
-        initializes from its weighted rows."""
+        initializes from its weighted rows. ``nested = (field, responsibilities)``: the mixture in
+        that field of every (record / composite) component starts from those responsibilities
+        rather than random ones (:mod:`mixle_spark.em._nested_seeding`)."""
         if isinstance(enc, LabelledBatch):
             labels = checked_labels(enc.labels, len(self.accumulators))
             known = np.flatnonzero(labels >= 0)
@@ -402,7 +412,10 @@ class MixtureAccumulator(Accumulator):
         r = np.asarray(resp, dtype=np.float64) * np.asarray(weights, dtype=np.float64)[:, None]
         self.counts += r.sum(axis=0)
         for j, acc in enumerate(self.accumulators):
-            acc.seq_initialize(enc, np.ascontiguousarray(r[:, j]), rng.child(j))
+            if nested is not None and isinstance(acc, ProductAccumulator):
+                acc.seq_initialize_assigned(enc, np.ascontiguousarray(r[:, j]), rng.child(j), *nested)
+            else:
+                acc.seq_initialize(enc, np.ascontiguousarray(r[:, j]), rng.child(j))
 
     def combine(self, value: Any) -> MixtureAccumulator:
         counts, comp_values = value

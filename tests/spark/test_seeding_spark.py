@@ -22,6 +22,8 @@ from mixle_spark.stats import (
     RecordEstimator,
 )
 from tests.unit._cases import model_numbers as _numbers
+from tests.unit.test_nested_seeding import EST as NESTED
+from tests.unit.test_nested_seeding import nested_table
 
 pytestmark = pytest.mark.spark
 
@@ -61,6 +63,21 @@ def test_kmeans_init_on_spark_equals_local_for_any_layout(segments: Any) -> None
                 handle.end_fit()
         np.testing.assert_allclose(got, local, rtol=1e-9, atol=1e-12, err_msg=str(options))
     assert not np.allclose(_numbers(initialize(rows, EST, seed=5)), local)
+
+
+def test_a_nested_mixtures_start_on_spark_equals_local(spark: Any) -> None:
+    """The K x k flat clusters of a mixture nested in a record (tests/unit/test_nested_seeding.py)."""
+    table = nested_table(5, n=2000)
+    local = _numbers(initialize(table, NESTED, seed=6))
+    df = spark.createDataFrame(table.to_pandas())
+    for options in ({"resident": False}, {"resident": True}):
+        with SparkEncodedData(df, estimator=NESTED, **options) as handle:
+            handle.begin_fit()
+            try:
+                got = _numbers(initialize(handle, NESTED, seed=6))
+            finally:
+                handle.end_fit()
+        np.testing.assert_allclose(got, local, rtol=1e-9, atol=1e-12, err_msg=str(options))
 
 
 def test_default_fit_on_spark_recovers_all_eight_centres_in_50_dimensions(spark: Any) -> None:

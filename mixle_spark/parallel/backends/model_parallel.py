@@ -199,8 +199,15 @@ class ModelParallelAccumulator(Accumulator):
     def seq_initialize(self, enc: Any, weights: np.ndarray, rng: RowRandom) -> None:
         self.inner.seq_initialize(enc, weights, rng)
 
-    def seq_assign(self, enc: Any, weights: np.ndarray, resp: np.ndarray, rng: RowRandom) -> None:
-        self.inner.seq_assign(enc, weights, resp, rng)  # type: ignore[attr-defined]
+    def seq_assign(
+        self,
+        enc: Any,
+        weights: np.ndarray,
+        resp: np.ndarray,
+        rng: RowRandom,
+        nested: tuple[int, np.ndarray] | None = None,
+    ) -> None:
+        self.inner.seq_assign(enc, weights, resp, rng, nested)  # type: ignore[attr-defined]
 
     def combine(self, value: Any) -> ModelParallelAccumulator:
         self.inner.combine(value)
