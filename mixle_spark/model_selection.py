@@ -69,6 +69,10 @@ class CandidateFit:
     form: str | None = None
     """The covariance form (mclust's name: :mod:`mixle_spark.stats._covariance`); None when
     ``select_k`` was given no ``forms``."""
+    seed: int | None = None
+    """The seed of the start this fit came from."""
+    starts: int = 1
+    """Starts tried: ``trials``, plus :data:`RESTARTS` when the candidate stalled (:func:`stalled`)."""
 
     @property
     def k_form(self) -> tuple[int, str | None]:
@@ -227,6 +231,52 @@ def with_components(
     return type(estimator).from_dict({**spec, key: [parts[0]] * k})
 
 
+RESTARTS = 3
+"""New starts :func:`select_k` gives a candidate that stalled (:func:`stalled`)."""
+STALL_RATIO = 10.0
+STALL_PER_ROW = 1e-3
+
+
+def stalled(
+    log_likelihoods: Mapping[tuple[int, str | None], float], n: float
+) -> list[tuple[int, str | None]]:
+    """The candidates ``(k, form)`` whose fit looks stuck in a poor start: with the same form, some
+    larger k gains more than :data:`STALL_RATIO` times as much log-likelihood per added component
+    over it as it gained over the next smaller k, and more than :data:`STALL_PER_ROW` per row and
+    component. Log-likelihood grows with k with diminishing returns when each fit reaches its
+    optimum; a k whose extra component added almost nothing while more components find structure
+    it missed has merged two clusters that a better start separates. The smallest and the largest
+    k of a form cannot be judged."""
+    by_form: dict[str | None, list[int]] = {}
+    for k, form in log_likelihoods:
+        by_form.setdefault(form, []).append(k)
+    out = []
+    for form, ks in by_form.items():
+        ks = sorted(ks)
+        ll = [log_likelihoods[k, form] for k in ks]
+        for i in range(1, len(ks) - 1):
+            if not all(math.isfinite(v) for v in ll[i - 1 :]):
+                continue
+            gain = max(ll[i] - ll[i - 1], 0.0) / (ks[i] - ks[i - 1])
+            later = max((ll[j] - ll[i]) / (ks[j] - ks[i]) for j in range(i + 1, len(ks)))
+            if later > max(STALL_RATIO * gain, STALL_PER_ROW * n):
+                out.append((ks[i], form))
+    return out
+
+
+def _keep_best(
+    fits: dict[tuple[int, str | None], Any],
+    won: dict[tuple[int, str | None], int],
+    owners: list[tuple[tuple[int, str | None], int]],
+    fitted: list[Any],
+) -> None:
+    """Keep in ``fits`` each candidate's highest log-likelihood fit (the first of equal ones), and
+    in ``won`` the seed it started from."""
+    for (pair, seed), model in zip(owners, fitted, strict=True):
+        if pair not in fits or model.fit_result.log_likelihood > fits[pair].fit_result.log_likelihood:
+            fits[pair], won[pair] = model, seed
+
+
 def _label(k: int, form: str | None) -> str:
     """How a candidate is named in lines and warnings: ``k=3`` or ``k=3 EEE``."""
     return f"k={k}" if form is None else f"k={k} {form}"
@@ -294,7 +344,9 @@ def select_k(
     vdata : optional
         Validation data (required by ``criterion="validation"``; scored for every candidate).
     trials : int
-        Restarts per candidate (``best_of``); 1 runs ``optimize``.
+        Restarts per candidate (``best_of``); 1 runs ``optimize``. Whatever ``trials``, a candidate
+        whose fit stalled in a poor start (:func:`stalled`) is fitted again from :data:`RESTARTS`
+        new seeds and keeps its best fit (its table row's ``seed`` and ``starts`` say so).
     options : FitOptions, optional
         ``optimize``'s options (:class:`~mixle_spark.em.options.FitOptions`), each also accepted as a
         keyword; here ``max_its`` defaults to 100, ``delta`` to 1e-6 and ``print_iter`` to 0 (``out``
@@ -357,14 +409,27 @@ def select_k(
             for t, trial_seed in enumerate(seeds):
                 label = _label(k, form) + ("" if trials == 1 else f" trial {t}") + ": "
                 runs.append(quiet.fit(estimators[k, form], seed=trial_seed, label=label))
-                owners.append((k, form))
+                owners.append(((k, form), trial_seed))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             fitted = fit_together(handle, runs, shared=fit.sdc_audit is None)
         fits: dict[tuple[int, str | None], Distribution] = {}
-        for pair, model in zip(owners, fitted, strict=True):
-            if pair not in fits or model.fit_result.log_likelihood > fits[pair].fit_result.log_likelihood:
-                fits[pair] = model
+        won: dict[tuple[int, str | None], int] = {}
+        _keep_best(fits, won, owners, fitted)
+        starts = dict.fromkeys(pairs, len(seeds))
+        again = stalled({pair: model.fit_result.log_likelihood for pair, model in fits.items()}, n)
+        if again:  # one more round: every stalled candidate from RESTARTS new seeds, in shared passes
+            more = trial_seeds(fit.seed, len(seeds) + RESTARTS)[len(seeds) :]
+            runs, owners = [], []
+            for pair in again:
+                starts[pair] += RESTARTS
+                for r, restart_seed in enumerate(more):
+                    label = f"{_label(*pair)} restart {r + 1}: "
+                    runs.append(quiet.fit(estimators[pair], seed=restart_seed, label=label))
+                    owners.append((pair, restart_seed))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                _keep_best(fits, won, owners, fit_together(handle, runs, shared=fit.sdc_audit is None))
         table: list[CandidateFit] = []
         for k, form in pairs:
             model = fits[k, form]
@@ -383,6 +448,8 @@ def select_k(
                 converged=bool(result.converged),
                 seconds=float(result.seconds),
                 form=form,
+                seed=won[k, form],
+                starts=starts[k, form],
             )
             table.append(row)
             if out is not None:
@@ -390,7 +457,8 @@ def select_k(
                 out.write(
                     f"{_label(k, form)}: log-likelihood {row.log_likelihood:.6f}  BIC {row.bic:.3f}  "
                     f"AIC {row.aic:.3f}{extra}  {row.iterations} iterations"
-                    f"{'' if row.converged else ' (not converged)'}\n"
+                    f"{'' if row.converged else ' (not converged)'}"
+                    f"{f' (best of {row.starts} starts: it stalled)' if row.starts > len(seeds) else ''}\n"
                 )
         chosen = _chosen(table, criterion)
         best_k, best_form = chosen.k, chosen.form

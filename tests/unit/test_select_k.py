@@ -252,3 +252,60 @@ def test_bad_forms_are_one_line_errors() -> None:
         SpecError, match=r"^select_k varies the covariance forms of Gaussian mixtures, not of a"
     ):
         with_components(hmm, 2, "EEE")
+
+
+def test_stalled_names_a_k_whose_component_added_nothing_while_larger_ks_find_more() -> None:
+    from mixle_spark.model_selection import stalled
+
+    n = 6000.0
+    # a fit of k=4 stuck at k=3's optimum (one component wasted), k=5 too; k=6 finds the clusters
+    stuck = {1: -53848.6, 2: -52955.8, 3: -52131.6, 4: -52131.3, 5: -52131.0, 6: -50980.5}
+    assert stalled({(k, "EEE"): v for k, v in stuck.items()}, n) == [(4, "EEE"), (5, "EEE")]
+    # diminishing returns (each fit at its optimum), and small late gains: nothing to restart
+    fine = {1: -53848.6, 2: -52955.8, 3: -52131.6, 4: -50981.2, 5: -50976.0, 6: -50970.5}
+    assert stalled({(k, None): v for k, v in fine.items()}, n) == []
+    # forms are judged apart; the smallest and largest k of a form cannot be, nor a non-finite fit
+    mixed = {(k, "VVV"): v for k, v in fine.items()} | {(2, "EII"): -6e4, (3, "EII"): -6e4}
+    assert stalled(mixed | {(4, "EII"): -5e4}, n) == [(3, "EII")]
+    assert stalled({(2, None): -math.inf, (3, None): -6e4, (4, None): -5e4}, n) == []
+    assert stalled({(2, None): -6e4, (3, None): math.nan, (4, None): -5e4}, n) == []
+
+
+def _rotated(seed: int, d: int = 4, n: int = 6000) -> np.ndarray:
+    """Four clusters of 40/30/20/10% of the rows sharing one rotated covariance (axes 0.2 to 3)."""
+    rng = np.random.default_rng(seed)
+    z = rng.choice(4, n, p=[0.4, 0.3, 0.2, 0.1])
+    means = rng.normal(0.0, 3.0, (4, d))
+    q = np.linalg.qr(rng.normal(size=(d, d)))[0]
+    root = np.linalg.cholesky(q @ np.diag(rng.uniform(0.2, 3.0, d) ** 2) @ q.T)
+    return np.asarray(means[z] + rng.normal(size=(n, d)) @ root.T)
+
+
+@pytest.mark.filterwarnings("ignore::mixle_spark.errors.ConvergenceWarning")
+def test_a_candidate_stuck_in_a_poor_start_is_restarted_and_the_true_k_is_found() -> None:
+    from mixle_spark.model_selection import RESTARTS
+    from mixle_spark.stats import MultivariateGaussianEstimator
+
+    out = io.StringIO()
+    found = select_k(
+        list(_rotated(100)),
+        MixtureEstimator([MultivariateGaussianEstimator()]),
+        ks=range(1, 7),
+        forms="all",
+        out=out,
+    )
+    assert (found.best_k, found.best_form) == (4, "EEE"), str(found)
+    row = next(r for r in found.table if r.k_form == (4, "EEE"))
+    first = [r.seed for r in found.table if r.starts == 1]
+    assert row.starts == 1 + RESTARTS and row.seed not in first and len(set(first)) == 1
+    assert f"k=4 EEE: log-likelihood {row.log_likelihood:.6f}" in out.getvalue()
+    assert f"(best of {1 + RESTARTS} starts: it stalled)" in out.getvalue()
+    # the restarted fit is the one its seed gives alone
+    alone = optimize(
+        list(_rotated(100)),
+        with_components(MixtureEstimator([MultivariateGaussianEstimator()]), 4, "EEE"),
+        max_its=100,
+        delta=1e-6,
+        seed=row.seed,
+    )
+    assert row.log_likelihood == pytest.approx(alone.fit_result.log_likelihood, rel=1e-12)
