@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import secrets
@@ -29,7 +30,14 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["DaskCluster", "RayRuntime", "connect_dask", "start_local_dask", "start_local_ray"]
+__all__ = [
+    "DaskCluster",
+    "RayRuntime",
+    "connect_dask",
+    "finalize_failed_clients",
+    "start_local_dask",
+    "start_local_ray",
+]
 
 LOOPBACK = "127.0.0.1"
 STOP_TIMEOUT = 60.0
@@ -158,6 +166,16 @@ def start_local_dask(workers: int, *, silence_logs: int = 50) -> DaskCluster:
         raise
 
 
+def finalize_failed_clients() -> None:
+    """Close now the ``distributed.Client`` objects whose constructor failed. Such a client stays in
+    a reference cycle with its exception's frames, and a later garbage collection would close it at
+    whatever point it runs. If that point is inside distributed's loop start (a new client or
+    cluster), the close waits for a lock that same thread holds, and the process hangs. So this
+    collects them here, where nothing holds that lock; call it after the failed constructor's
+    exception has been let go."""
+    gc.collect()
+
+
 def connect_dask(address: str) -> DaskCluster:
     """A client of the cluster at ``address``, with dask's own settings: TLS from
     ``distributed.comm.tls.*``, the wait from ``distributed.comm.timeouts.connect``. ConnectionError
@@ -166,15 +184,19 @@ def connect_dask(address: str) -> DaskCluster:
     import distributed
 
     timeout = dask.config.get("distributed.comm.timeouts.connect")
+    reason = None
     try:
         client = distributed.Client(address, timeout=timeout)  # Security() reads distributed.comm.tls.*
     except (OSError, TypeError, ValueError) as err:  # refused, timed out, or TLS without a credential
+        reason = f"{type(err).__name__}: {err}"
+    if reason is not None:
+        finalize_failed_clients()
         raise ConnectionError(
-            f"cannot connect to the Dask scheduler at {address}: {err}. A scheduler that requires TLS "
-            "needs a tls:// address and this client's credential in dask's settings "
+            f"cannot connect to the Dask scheduler at {address}: {reason}. A scheduler that requires "
+            "TLS needs a tls:// address and this client's credential in dask's settings "
             "(distributed.comm.tls.ca-file, distributed.comm.tls.client.cert, "
             "distributed.comm.tls.client.key; see docs/security.md)"
-        ) from err
+        )
     return DaskCluster(client)
 
 

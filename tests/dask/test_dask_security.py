@@ -119,7 +119,10 @@ def _client_tls_files(security: Any, folder: Path) -> dict[str, str]:
 
 
 def test_a_job_at_dask_scheduler_uses_dasks_tls_settings(job_cluster: Any, tmp_path: Path) -> None:
+    import gc
+
     import dask
+    from distributed import Client
 
     address = job_cluster.client.scheduler.address
     extra: dict[str, Any] = {}
@@ -139,6 +142,10 @@ def test_a_job_at_dask_scheduler_uses_dasks_tls_settings(job_cluster: Any, tmp_p
     message = str(info.value)
     assert message.startswith(f"cannot connect to the Dask scheduler at {address}: ")
     assert "distributed.comm.tls.client.cert" in message and "docs/security.md" in message
+    # the refused client is closed now, not by some later garbage collection: one that ran inside
+    # distributed's loop start (the next cluster's) would close it there and hang on the loop's lock
+    del info
+    assert [c for c in gc.get_objects() if isinstance(c, Client) and c.status == "connecting"] == []
 
 
 def _freeze() -> int:
@@ -168,3 +175,51 @@ def test_a_cluster_slow_to_stop_has_its_workers_killed(caplog: pytest.LogCapture
     assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
     assert "the Dask cluster did not stop within 1 s; killed 1 worker process(es)\n" in caplog.text + "\n"
     assert session.cluster.status.name == "closed"  # the close went on (not cancelled) and finished
+
+
+_REFUSED_THEN_NEW_CLUSTER = """
+import gc, sys, threading
+from mixle_spark.cli._runtimes import connect_dask, start_local_dask
+
+def main():
+    first = start_local_dask(1, silence_logs=50)
+    try:
+        connect_dask(first.client.scheduler.address)  # no credential in dask's settings: refused
+    except ConnectionError:
+        pass
+    start = threading.Thread.start
+
+    def collecting_start(thread):  # a garbage collection that happens to run as a thread starts
+        gc.collect()
+        start(thread)
+
+    threading.Thread.start = collecting_start  # ... as distributed starts the next cluster's loop
+    second = start_local_dask(1, silence_logs=50)
+    threading.Thread.start = start
+    print("started", flush=True)
+    second.stop()
+    first.stop()
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_refused_connection_cannot_hang_the_next_cluster_start(tmp_path: Path) -> None:
+    """The stall behind a CI run stopped at 90 minutes: a client refused at connection, left to the
+    garbage collector, was closed by a collection that ran inside distributed's loop start, under
+    the class-wide lock its close waits for."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "refused_then_new_cluster.py"
+    script.write_text(_REFUSED_THEN_NEW_CLUSTER)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0 and done.stdout.splitlines() == ["started"], done.stderr[-2000:]

@@ -51,16 +51,21 @@ EST = MixtureEstimator(
 )
 
 
+def _initialized_on_spark(df: Any, est: Any, seed: int, **options: Any) -> np.ndarray:
+    """The numbers of ``est``'s initial model from ``seed``, seeded over ``df`` by Spark."""
+    with SparkEncodedData(df, estimator=est, **options) as handle:
+        handle.begin_fit()
+        try:
+            return _numbers(initialize(handle, est, seed=seed))
+        finally:
+            handle.end_fit()
+
+
 def test_kmeans_init_on_spark_equals_local_for_any_layout(segments: Any) -> None:
     df, rows = segments
     local = _numbers(initialize(rows, EST, seed=4))
     for options in ({"resident": False}, {"resident": False, "num_chunks": 3}, {"resident": True}):
-        with SparkEncodedData(df, estimator=EST, **options) as handle:
-            handle.begin_fit()
-            try:
-                got = _numbers(initialize(handle, EST, seed=4))
-            finally:
-                handle.end_fit()
+        got = _initialized_on_spark(df, EST, 4, **options)
         np.testing.assert_allclose(got, local, rtol=1e-9, atol=1e-12, err_msg=str(options))
     assert not np.allclose(_numbers(initialize(rows, EST, seed=5)), local)
 
@@ -71,12 +76,7 @@ def test_a_nested_mixtures_start_on_spark_equals_local(spark: Any) -> None:
     local = _numbers(initialize(table, NESTED, seed=6))
     df = spark.createDataFrame(table.to_pandas())
     for options in ({"resident": False}, {"resident": True}):
-        with SparkEncodedData(df, estimator=NESTED, **options) as handle:
-            handle.begin_fit()
-            try:
-                got = _numbers(initialize(handle, NESTED, seed=6))
-            finally:
-                handle.end_fit()
+        got = _initialized_on_spark(df, NESTED, 6, **options)
         np.testing.assert_allclose(got, local, rtol=1e-9, atol=1e-12, err_msg=str(options))
 
 
