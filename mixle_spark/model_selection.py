@@ -234,7 +234,7 @@ def with_components(
 RESTARTS = 3
 """New starts :func:`select_k` gives a candidate that stalled (:func:`stalled`)."""
 STALL_RATIO = 10.0
-STALL_PER_ROW = 1e-3
+STALL_PER_ROW = 1e-2
 
 
 def stalled(
