@@ -159,11 +159,19 @@ def start_local_dask(workers: int, *, silence_logs: int = 50) -> DaskCluster:
             scheduler_kwargs={"dashboard": False},  # ... without the dashboard
             silence_logs=silence_logs,
         )
+    reason = None
     try:
-        return DaskCluster(distributed.Client(cluster, security=security), cluster)
+        client = distributed.Client(cluster, security=security)
+    except Exception as err:  # let go with err as this block ends, then collected below
+        reason = f"{type(err).__name__}: {err}"
     except BaseException:
         cluster.close()
         raise
+    if reason is None:
+        return DaskCluster(client, cluster)
+    cluster.close()
+    finalize_failed_clients()
+    raise RuntimeError(f"the local Dask cluster started, but its client could not connect to it: {reason}")
 
 
 def finalize_failed_clients() -> None:

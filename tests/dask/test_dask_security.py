@@ -223,3 +223,28 @@ def test_a_refused_connection_cannot_hang_the_next_cluster_start(tmp_path: Path)
         cwd=Path(__file__).resolve().parents[2],
     )
     assert done.returncode == 0 and done.stdout.splitlines() == ["started"], done.stderr[-2000:]
+
+
+def test_a_client_that_cannot_join_the_new_cluster_is_collected_with_it_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gc
+
+    import distributed
+    import psutil
+
+    from mixle_spark.cli._runtimes import start_local_dask
+
+    real = distributed.Client
+
+    def without_the_credential(cluster: Any, security: Any = None, **kwargs: Any) -> Any:
+        return real(cluster, security=distributed.Security(), **kwargs)  # no credential: cannot join
+
+    monkeypatch.setattr(distributed, "Client", without_the_credential)
+    children = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(RuntimeError, match=r"its client could not connect to it: TypeError: .*TLS"):
+        start_local_dask(1, silence_logs=50)
+    assert [c for c in gc.get_objects() if isinstance(c, real) and c.status == "connecting"] == []
+    new = [p for p in psutil.Process().children(recursive=True) if p.pid not in children]
+    workers = [p for p in new if "resource_tracker" not in " ".join(p.cmdline())]  # the tracker stays
+    assert _wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in workers))
