@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.em._seeding_passes import ASSIGN_EPSILON, Space, Target, nearest
+from mixle_spark.em._seeding_passes import Assign, Target, one_hot
 from mixle_spark.stats._mixture_encoder import MixtureEncoder
 from mixle_spark.stats._product import ProductEncoder
+from mixle_spark.stats._random import RowRandom
 from mixle_spark.stats.base import Estimator
 
 __all__ = ["AssignNested", "Nested", "nested_plan"]
@@ -120,31 +121,17 @@ def nested_plan(estimator: Estimator, target: Target) -> Nested | None:
 
 
 @dataclass(frozen=True)
-class AssignNested:
+class AssignNested(Assign):
     """:class:`~mixle_spark.em._seeding_passes.Assign` for a mixture with a nested mixture field:
-    every unit is one-hot on the outer component of its nearest flat centre and, in the nested
-    field, on that centre's nested component (:data:`ASSIGN_EPSILON` spread over the others)."""
+    every unit is one-hot on the outer component of its nearest flat centre (``centres`` are the
+    flat ones) and, in the nested field, on that centre's nested component."""
 
-    target: Target
-    space: Space
-    centres: np.ndarray
-    seed: int
     nested: Nested
     owner: np.ndarray
     inner: np.ndarray
 
-    def fold(self, acc: Any, enc: Any, w: np.ndarray, ids: np.ndarray) -> None:
-        from mixle_spark.stats._random import RowRandom
-
-        emb, _wu, _keys = self.target.units(enc, w, ids)
-        index, _d2 = nearest(self.space(emb), self.centres)
-        outer = _one_hot(self.owner[index], self.target.k)
-        nested = _one_hot(self.inner[index], self.nested.k)
-        rng = RowRandom(self.seed, ids).child("init")
-        acc.seq_assign(enc, w, outer, rng, nested=(self.nested.field, nested))
-
-
-def _one_hot(index: np.ndarray, k: int) -> np.ndarray:
-    resp = np.full((len(index), k), ASSIGN_EPSILON / k)
-    resp[np.arange(len(index)), index] += 1.0 - ASSIGN_EPSILON
-    return resp
+    def assign(self, acc: Any, enc: Any, w: np.ndarray, index: np.ndarray, rng: RowRandom) -> None:
+        outer = one_hot(self.owner[index], self.target.k)
+        acc.seq_assign(
+            enc, w, outer, rng, nested=(self.nested.field, one_hot(self.inner[index], self.nested.k))
+        )

@@ -35,6 +35,7 @@ __all__ = [
     "lloyd_sums",
     "moved_centres",
     "nearest",
+    "one_hot",
 ]
 
 ASSIGN_EPSILON = 1e-6
@@ -277,7 +278,15 @@ class Assign:
     def fold(self, acc: Any, enc: Any, w: np.ndarray, ids: np.ndarray) -> None:
         emb, _wu, _keys = self.target.units(enc, w, ids)
         index, _d2 = nearest(self.space(emb), self.centres)
-        k = self.target.k
-        resp = np.full((len(index), k), ASSIGN_EPSILON / k)
-        resp[np.arange(len(index)), index] += 1.0 - ASSIGN_EPSILON
-        acc.seq_assign(enc, w, resp, RowRandom(self.seed, ids).child("init"))
+        self.assign(acc, enc, w, index, RowRandom(self.seed, ids).child("init"))
+
+    def assign(self, acc: Any, enc: Any, w: np.ndarray, index: np.ndarray, rng: RowRandom) -> None:
+        """Fold units whose nearest centre is ``index`` into ``acc``."""
+        acc.seq_assign(enc, w, one_hot(index, self.target.k), rng)
+
+
+def one_hot(index: np.ndarray, k: int) -> np.ndarray:
+    """Responsibilities (n, k) one-hot at ``index``, :data:`ASSIGN_EPSILON` spread over the rest."""
+    resp = np.full((len(index), k), ASSIGN_EPSILON / k)
+    resp[np.arange(len(index)), index] += 1.0 - ASSIGN_EPSILON
+    return resp

@@ -180,7 +180,10 @@ def kmeans_parallel(
         return None
     run = handle.pysp_row_pass
     started = time.perf_counter()
-    passes_of = lambda task: run(SeedStatsFactory(), task)[1]  # noqa: E731
+
+    def passes_of(task: Any) -> Any:
+        return run(SeedStatsFactory(), task)[1]
+
     nested = nested_plan(bound, target)
     found = None
     if nested is not None:  # K * k flat clusters; too few distinct points for them: K as usual
