@@ -34,7 +34,6 @@ __all__ = [
     "DaskCluster",
     "RayRuntime",
     "connect_dask",
-    "finalize_failed_clients",
     "start_local_dask",
     "start_local_ray",
 ]
@@ -121,7 +120,7 @@ def _worker_processes(cluster: Any) -> list[Any]:
 
 
 def _kill_alive(processes: list[Any]) -> int:
-    """Kill those of ``processes`` still running; their parent (the nanny) reaps them."""
+    """Kill those of ``processes`` still running; their nannies (in this process) reap them."""
     import psutil
 
     killed = 0
@@ -159,29 +158,31 @@ def start_local_dask(workers: int, *, silence_logs: int = 50) -> DaskCluster:
             scheduler_kwargs={"dashboard": False},  # ... without the dashboard
             silence_logs=silence_logs,
         )
-    reason = None
     try:
-        client = distributed.Client(cluster, security=security)
-    except Exception as err:  # let go with err as this block ends, then collected below
-        reason = f"{type(err).__name__}: {err}"
+        client, reason = _new_client(lambda: distributed.Client(cluster, security=security), Exception)
     except BaseException:
         cluster.close()
         raise
     if reason is None:
         return DaskCluster(client, cluster)
     cluster.close()
-    finalize_failed_clients()
     raise RuntimeError(f"the local Dask cluster started, but its client could not connect to it: {reason}")
 
 
-def finalize_failed_clients() -> None:
-    """Close now the ``distributed.Client`` objects whose constructor failed. Such a client stays in
-    a reference cycle with its exception's frames, and a later garbage collection would close it at
-    whatever point it runs. If that point is inside distributed's loop start (a new client or
-    cluster), the close waits for a lock that same thread holds, and the process hangs. So this
-    collects them here, where nothing holds that lock; call it after the failed constructor's
-    exception has been let go."""
+def _new_client(make: Callable[[], Any], refused: Any) -> tuple[Any, str | None]:
+    """``(make(), None)``, or ``(None, "Type: message")`` when ``make`` raises one of ``refused``.
+
+    A ``distributed.Client`` whose constructor failed stays in a reference cycle with its exception's
+    frames, and a later garbage collection would close it wherever that collection runs. Inside
+    distributed's loop start (a new client or cluster) the close waits for a lock that same thread
+    holds, and the process hangs. So the exception is let go here and the failed client collected
+    at once, where nothing holds that lock; the caller raises its own error from the reason."""
+    try:
+        return make(), None
+    except refused as err:
+        reason = f"{type(err).__name__}: {err}"
     gc.collect()
+    return None, reason
 
 
 def connect_dask(address: str) -> DaskCluster:
@@ -192,13 +193,10 @@ def connect_dask(address: str) -> DaskCluster:
     import distributed
 
     timeout = dask.config.get("distributed.comm.timeouts.connect")
-    reason = None
-    try:
-        client = distributed.Client(address, timeout=timeout)  # Security() reads distributed.comm.tls.*
-    except (OSError, TypeError, ValueError) as err:  # refused, timed out, or TLS without a credential
-        reason = f"{type(err).__name__}: {err}"
+    # Security() reads distributed.comm.tls.*; refused, timed out, or TLS without a credential:
+    refused = (OSError, TypeError, ValueError)
+    client, reason = _new_client(lambda: distributed.Client(address, timeout=timeout), refused)
     if reason is not None:
-        finalize_failed_clients()
         raise ConnectionError(
             f"cannot connect to the Dask scheduler at {address}: {reason}. A scheduler that requires "
             "TLS needs a tls:// address and this client's credential in dask's settings "

@@ -33,6 +33,15 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 20) -> bool:
     return True
 
 
+def _connecting_clients() -> list[Any]:
+    """The ``distributed.Client`` objects still alive (garbage included) in state "connecting"."""
+    import gc
+
+    from distributed.client import Client  # the class, also while a test replaces distributed.Client
+
+    return [c for c in gc.get_objects() if isinstance(c, Client) and c.status == "connecting"]
+
+
 def _args(scheduler: str | None = None) -> argparse.Namespace:
     return argparse.Namespace(
         input=str(SAMPLE), backend="dask", dask_scheduler=scheduler, num_workers=1, verbose=False
@@ -119,10 +128,7 @@ def _client_tls_files(security: Any, folder: Path) -> dict[str, str]:
 
 
 def test_a_job_at_dask_scheduler_uses_dasks_tls_settings(job_cluster: Any, tmp_path: Path) -> None:
-    import gc
-
     import dask
-    from distributed import Client
 
     address = job_cluster.client.scheduler.address
     extra: dict[str, Any] = {}
@@ -145,12 +151,11 @@ def test_a_job_at_dask_scheduler_uses_dasks_tls_settings(job_cluster: Any, tmp_p
     # the refused client is closed now, not by some later garbage collection: one that ran inside
     # distributed's loop start (the next cluster's) would close it there and hang on the loop's lock
     del info
-    assert [c for c in gc.get_objects() if isinstance(c, Client) and c.status == "connecting"] == []
+    assert _connecting_clients() == []
 
 
 def _freeze() -> int:
     """Stops the worker process that runs it (SIGSTOP): it answers nothing, SIGTERM included."""
-    import os
     import signal
 
     pid = os.getpid()
@@ -228,8 +233,6 @@ def test_a_refused_connection_cannot_hang_the_next_cluster_start(tmp_path: Path)
 def test_a_client_that_cannot_join_the_new_cluster_is_collected_with_it_closed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import gc
-
     import distributed
     import psutil
 
@@ -244,7 +247,7 @@ def test_a_client_that_cannot_join_the_new_cluster_is_collected_with_it_closed(
     children = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(RuntimeError, match=r"its client could not connect to it: TypeError: .*TLS"):
         start_local_dask(1, silence_logs=50)
-    assert [c for c in gc.get_objects() if isinstance(c, real) and c.status == "connecting"] == []
+    assert _connecting_clients() == []
     new = [p for p in psutil.Process().children(recursive=True) if p.pid not in children]
     workers = [p for p in new if "resource_tracker" not in " ".join(p.cmdline())]  # the tracker stays
     assert _wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in workers))
