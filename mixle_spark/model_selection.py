@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mixle_spark.em._records import unconverged_message
-from mixle_spark.em.options import FitOptions, check_trials
+from mixle_spark.em.options import TOL, FitOptions, check_trials
 from mixle_spark.errors import ConvergenceWarning, FitQualityWarning, SpecError, TooFewRowsError
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -349,7 +349,9 @@ def select_k(
         new seeds and keeps its best fit (its table row's ``seed`` and ``starts`` say so).
     options : FitOptions, optional
         ``optimize``'s options (:class:`~mixle_spark.em.options.FitOptions`), each also accepted as a
-        keyword; here ``max_its`` defaults to 100, ``delta`` to 1e-6 and ``print_iter`` to 0 (``out``
+        keyword; here ``max_its`` defaults to 100, ``tol`` to 1e-6 per row
+        (:data:`~mixle_spark.em.options.TOL`; ``delta`` when given replaces it) and ``print_iter``
+        to 0 (``out``
         gets one line per candidate, and EM progress every ``print_iter`` iterations when > 0); every
         candidate starts from the same ``seed``. ``checkpoint_dir`` and ``trace_path`` belong to a
         single fit and are refused.
@@ -368,7 +370,7 @@ def select_k(
     Warns
     -----
     ConvergenceWarning
-        One per candidate that stopped at ``max_its`` before its gain fell below ``delta``, naming
+        One per candidate that stopped at ``max_its`` before its gain fell below ``tol`` (``delta``), naming
         its ``k`` (and form), the iterations and the last gain (its table row says ``converged=False``).
     """
     from mixle_spark.em.statistics import collect_statistics
@@ -383,7 +385,7 @@ def select_k(
     if criterion == "validation" and vdata is None:
         raise SpecError("criterion='validation' needs vdata (the held-out rows to score every candidate on)")
     trials = check_trials(trials)
-    defaults = FitOptions(max_its=100, delta=1e-6, print_iter=0) if options is None else options
+    defaults = FitOptions(max_its=100, tol=TOL, print_iter=0) if options is None else options
     fit, backend_options = FitOptions.gather(defaults, keywords)
     single = [name for name in ("checkpoint_dir", "trace_path") if getattr(fit, name) is not None]
     if single:

@@ -67,7 +67,7 @@ __all__ = [
 
 MODEL_FORMAT = "mixle_spark.model"
 MODEL_FORMAT_VERSION = 1
-FIT_OPTIONS = ("max_its", "delta", "init", "init_steps", "init_p", "seed", "trials", "print_iter")
+FIT_OPTIONS = ("max_its", "tol", "delta", "init", "init_steps", "init_p", "seed", "trials", "print_iter")
 """The options a spec's fit section may give: fields of :class:`~mixle_spark.em.options.FitOptions`,
 which declares their checks, and ``trials`` (``best_of``'s restarts). The fit job's flags of the same
 names override them; the ML Params that stand for them are ``mixle_spark.ml``'s ``FIT_OPTION_PARAMS``."""
@@ -303,6 +303,11 @@ def _check_fit_section(fit: Mapping[str, Any], where: str) -> None:
     FitOptions` declares each option's check; ``trials`` is ``best_of``'s), when the spec is read."""
     from mixle_spark.em.options import FitOptions, check_trials
 
+    if fit.get("tol") is not None and fit.get("delta") is not None:
+        raise SpecError(
+            f"{where}: fit section: give one stopping rule, 'tol' (a gain per row) or 'delta' (a gain "
+            f"of the total log-likelihood), not both (got tol={fit['tol']!r}, delta={fit['delta']!r})"
+        )
     try:
         FitOptions(**{name: value for name, value in fit.items() if name != "trials"})
         if "trials" in fit:

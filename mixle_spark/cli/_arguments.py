@@ -15,7 +15,7 @@ from mixle_spark.cli._common import EXIT_BAD_INPUT, JobArgumentParser, error_lin
 from mixle_spark.cli._engines import ENGINE_BACKENDS, add_engine_addresses, check_engine_addresses
 from mixle_spark.cli._spmd import SPMD_BACKENDS
 from mixle_spark.cli._update_arguments import add_update_arguments, check_update_arguments
-from mixle_spark.em.options import option_check
+from mixle_spark.em.options import TOL, option_check
 from mixle_spark.em.sdc_audit import SDCAudit
 from mixle_spark.em.seeding import INIT_MODES
 from mixle_spark.errors import CheckpointStoreError, SpecError
@@ -97,7 +97,16 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         "over the new rows (>= 1, default 5)",
     )
     fit.add_argument(
-        "--delta", type=_flag("delta", "number"), help="stop when the log-likelihood gain is below this"
+        "--tol",
+        type=_flag("tol", "number"),
+        help="stop when the log-likelihood gains less than this per row (default 1e-6 unless the spec "
+        "gives delta; with --update-from, per new row)",
+    )
+    fit.add_argument(
+        "--delta",
+        type=_flag("delta", "number"),
+        help="instead of --tol: stop when the total log-likelihood gains less than this (with "
+        "--update-from: this times the new rows' log-likelihood)",
     )
     fit.add_argument("--seed", type=_flag("seed", expected="an integer"), help="initialization seed")
     fit.add_argument(
@@ -222,6 +231,8 @@ def resolve_args(
     """Parse ``argv`` and fill in the sample defaults; argument conflicts, and a local ``--input``
     that does not exist (but under mpi / torchrun), exit with code 2 (one line on stderr)."""
     args = parser.parse_args(argv)
+    if args.tol is not None and args.delta is not None:
+        parser.error("give one stopping rule: --tol (a gain per row) or --delta, not both")
     check_update_arguments(parser, args, argv)
     if args.update_from is None:
         if sample is None and (args.input is None or args.model is None):
@@ -300,12 +311,18 @@ def _single_fit_only(parser: argparse.ArgumentParser, args: argparse.Namespace, 
 
 
 def fit_options(args: argparse.Namespace, spec: ModelSpec) -> dict[str, Any]:
-    """The spec's fit options overridden by the command line."""
+    """The spec's fit options overridden by the command line (a stopping rule given there, ``--tol``
+    or ``--delta``, replaces the spec's); without a rule in either, ``tol`` at its default."""
     options = dict(spec.fit)
+    if args.tol is not None or args.delta is not None:
+        options.pop("tol", None)
+        options.pop("delta", None)
     for key in FIT_OPTIONS:
         value = getattr(args, key)
         if value is not None:
             options[key] = value
+    if "tol" not in options and "delta" not in options:
+        options["tol"] = TOL
     options.setdefault("init", FitOptions.init)
     return options
 

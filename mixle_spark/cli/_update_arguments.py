@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from mixle_spark.em._records import TOL
 from mixle_spark.em.incremental import METHODS, TIME_UNITS, UPDATE_CHECKS  # update()'s checks
 
 __all__ = [
@@ -19,7 +20,7 @@ __all__ = [
     "update_options",
 ]
 
-REFIT_OPTIONS = {"max_its": 200, "delta": 1e-6}
+REFIT_OPTIONS = {"max_its": 200, "tol": TOL}
 """How ``--on-drift refit`` fits the new rows from scratch (until converged, as the bundled spec fits)."""
 
 ON_DRIFT = {"warn": "warn", "fail": "raise", "refit": "refit"}
@@ -162,7 +163,7 @@ def check_update_arguments(
     if args.method == "stepwise":
         one_pass = [
             flag
-            for dest, flag in (("max_its", "--max-its"), ("delta", "--delta"))
+            for dest, flag in (("max_its", "--max-its"), ("tol", "--tol"), ("delta", "--delta"))
             if getattr(args, dest) is not None
         ]
         if one_pass:
@@ -191,7 +192,7 @@ def update_options(args: argparse.Namespace) -> dict[str, Any]:
         "on_drift": ON_DRIFT[args.on_drift],
         "refit_options": REFIT_OPTIONS,
     }
-    for key in ("decay", "half_life", "alpha", "max_its", "delta", "max_drop"):
+    for key in ("decay", "half_life", "alpha", "max_its", "tol", "delta", "max_drop"):
         if getattr(args, key) is not None:
             options[key] = getattr(args, key)
     return options

@@ -19,9 +19,11 @@ from mixle_spark.stats.mixture import MixtureEstimator
 __all__ = [
     "BYTES_PER_SCORE",
     "DECREASE_RTOL",
+    "DELTA",
     "FLOOR_WEIGHT",
     "MAX_RESEEDS",
     "ON_DEGENERATE",
+    "TOL",
     "FitResult",
     "IterationRecord",
     "Progress",
@@ -82,14 +84,32 @@ class FitResult:
     free_parameters: int | None = None
     """The fitted model's free parameters as its estimator fits it (fixed ones not counted, tied ones
     once): what BIC and AIC count (:meth:`~mixle_spark.stats.base.Estimator.n_free_parameters`)."""
+    tol: float | None = None
+    """The stopping rule's gain per unit of row weight, when the fit stopped on one (then ``delta``
+    did not count)."""
 
 
-def not_converged_message(max_its: int, delta: float | None, gain: float | None) -> str:
+def not_converged_message(
+    max_its: int,
+    delta: float | None,
+    gain: float | None,
+    tol: float | None = None,
+    weight: float | None = None,
+) -> str:
     """The text of the ConvergenceWarning of a fit that stopped at ``max_its`` with ``gain`` (the
-    last log-likelihood gain) still above ``delta``."""
+    last log-likelihood gain, over rows of total ``weight``) still above ``tol`` per unit of weight
+    when ``tol`` is given, else above ``delta``."""
+    if tol is None:
+        return (
+            f"EM did not converge in {max_its} iterations (delta={delta}, last gain={gain}); "
+            "raise max_its or delta"
+        )
+    per_row = None if gain is None or not weight else gain / weight
     return (
-        f"EM did not converge in {max_its} iterations (delta={delta}, last gain={gain}); "
-        "raise max_its or delta"
+        f"EM did not converge in {max_its} iterations (tol={tol} per row, last gain={per_row:.3g} per row "
+        f"over {weight:.6g} rows); raise max_its or tol"
+        if per_row is not None
+        else f"EM did not converge in {max_its} iterations (tol={tol} per row); raise max_its or tol"
     )
 
 
@@ -98,10 +118,12 @@ def unconverged_message(result: FitResult) -> str | None:
     above ``delta``; None for a fit that converged, ran without ``delta`` or stopped otherwise. For
     fits that advance together (``best_of``, ``select_k``), whose own warnings cannot say which fit
     they come from: the caller names it."""
-    if result.delta is None or result.converged or result.stopped_because != "max_its":
+    stops = result.tol is not None or result.delta is not None
+    if not stops or result.converged or result.stopped_because != "max_its":
         return None
-    gain = result.history[-1].gain if result.history else None
-    return not_converged_message(result.max_its, result.delta, gain)
+    last = result.history[-1] if result.history else None
+    gain, weight = (None, None) if last is None else (last.gain, last.nobs)
+    return not_converged_message(result.max_its, result.delta, gain, result.tol, weight)
 
 
 def check_rows(handle: Any, estimator: Estimator) -> None:
@@ -203,6 +225,13 @@ def has_converged(gain: float | None, ll: float, delta: float) -> bool:
 def has_decreased(ll: float, best_ll: float) -> bool:
     return ll < best_ll - DECREASE_RTOL * max(1.0, abs(best_ll))
 
+
+DELTA = 1e-9
+"""``optimize``'s default ``delta`` (the reference's): a gain of the total log-likelihood."""
+TOL = 1e-6
+"""The default ``tol`` (a gain per unit of row weight, as scikit-learn's ``tol``) of the surfaces that
+stop on one by default: ``select_k``, the fit job (a spec without a stopping rule), ``update`` and
+``MixleEstimator``."""
 
 ON_DEGENERATE = ("stop", "floor", "reseed")
 """What the EM driver does when an M-step degenerates a mixture component (see ``optimize``)."""

@@ -153,6 +153,7 @@ class EMRun:
                 "init": options.seeding.mode,
                 "max_its": options.max_its,
                 "delta": options.delta,
+                "tol": options.tol,
                 "on_degenerate": options.on_degenerate,
             }
         )
@@ -177,7 +178,6 @@ class EMRun:
         check_rows(self.handle, self.estimator)
         check_memory(self.handle, self.estimator)
         finished = self._restore()
-        delta = self.options.delta
         try:
             self._open_sinks()
             if finished is not None:
@@ -194,7 +194,7 @@ class EMRun:
                     break
                 gain = self.history[-1].gain
                 self.model, self.iteration = nxt, self.iteration + 1
-                if delta is not None and has_converged(gain, self.history[-1].log_likelihood, delta):
+                if self._converged(gain):
                     self.converged, self.stopped = True, "converged"
                     break
                 if self.checkpoints is not None and self.checkpoints.due(self.iteration):
@@ -202,6 +202,13 @@ class EMRun:
             return self._finish()
         finally:
             self._close_sinks()
+
+    def _converged(self, gain: float | None) -> bool:
+        """Whether the last scored model's ``gain`` meets the stopping rule (``tol`` per unit of the
+        pass's row weight, or ``delta``)."""
+        last = self.history[-1]
+        threshold = self.options.stop_gain(last.nobs)
+        return threshold is not None and has_converged(gain, last.log_likelihood, threshold)
 
     def _close_sinks(self) -> None:
         for sink in self.sinks:
@@ -225,7 +232,6 @@ class EMRun:
 
     def _finish(self) -> Distribution:
         assert self.model is not None
-        delta = self.options.delta
         if self.stopped != "decrease":
             t0 = time.perf_counter()
             self._reset_parts()
@@ -237,14 +243,13 @@ class EMRun:
                 nobs, ll = self.handle.pysp_seq_log_density_sum(self.model)
             if not self._score(ll, nobs, time.perf_counter() - t0, self.model, self._backend_events()):
                 self.stopped = "decrease"
-            elif not self.converged and delta is not None:
+            elif not self.converged and self._converged(self.history[-1].gain):
                 # The last model's gain is known too: a run that reached max_its exactly as the
-                # gain fell below delta has converged.
-                if has_converged(self.history[-1].gain, self.history[-1].log_likelihood, delta):
-                    self.converged, self.stopped = True, "converged"
+                # gain fell below the stopping rule's has converged.
+                self.converged, self.stopped = True, "converged"
         if self.best is None:  # only the initial model was scored and it had -inf rows
             raise nonfinite_error(self.iteration, self.history[-1].log_likelihood, self.model, self.handle)
-        final = self.best[2] if (delta is not None or self.vhandle is not None) else self.model
+        final = self.best[2] if (self.options.stops or self.vhandle is not None) else self.model
         done = Finished(
             model=final,
             log_likelihood=self.best[1] if final is self.best[2] else self.history[-1].log_likelihood,
@@ -275,6 +280,7 @@ class EMRun:
             log_likelihood=done.log_likelihood,
             seed=self.seed,
             delta=self.options.delta,
+            tol=self.options.tol,
             max_its=done.max_its,
             history=self.history,
             validation_log_likelihood=done.validation_log_likelihood,
@@ -291,10 +297,10 @@ class EMRun:
     def _warn_not_converged(self, max_its: int) -> None:
         """The ConvergenceWarning of a fit that stopped at ``max_its`` (also when a finished fit is
         returned from its checkpoint: the warning is part of the result)."""
-        delta = self.options.delta
-        if delta is not None and not self.converged and self.stopped == "max_its":
+        if self.options.stops and not self.converged and self.stopped == "max_its":
+            last = self.history[-1]
             warnings.warn(
-                not_converged_message(max_its, delta, self.history[-1].gain),
+                not_converged_message(max_its, self.options.delta, last.gain, self.options.tol, last.nobs),
                 ConvergenceWarning,
                 stacklevel=5,
             )
@@ -541,12 +547,7 @@ class EMRun:
         self._record(rec, mdl, events)
         sel = ll if self.vhandle is None else self.vhandle.pysp_seq_log_density_sum(mdl)[1]
         best = self.best
-        if (
-            best is not None
-            and self.options.delta is not None
-            and has_decreased(ll, best[1])
-            and self.vhandle is None
-        ):
+        if best is not None and self.options.stops and has_decreased(ll, best[1]) and self.vhandle is None:
             warnings.warn(
                 f"EM log-likelihood decreased at iteration {it} ({best[1]:.12g} -> {ll:.12g}); "
                 "returning the best model seen",

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mixle_spark._checks import Check, integer, number, one_of
+from mixle_spark.em._records import TOL
 from mixle_spark.em.statistics import Statistics, collect_statistics, value_from_json, value_to_json
 from mixle_spark.errors import DegenerateComponentError, MixleError, SpecError
 from mixle_spark.parallel.backends.contract import Accumulate, FitSession, OneTask, RowPasses
@@ -78,7 +79,8 @@ UPDATE_CHECKS: dict[str, Check] = {
     "method": one_of(METHODS),
     "time_unit": one_of(TIME_UNITS),
     "max_its": integer(1),
-    "delta": number(0),
+    "delta": number(0, optional=True),
+    "tol": number(0, optional=True),
     "max_drop": number(0, optional=True),
     "on_drift": one_of(("warn", "raise", "refit")),
     "batch_id": Check("None or an integer", lambda v: v is None or integer(0).kind(v), normal=lambda v: v),
@@ -87,7 +89,18 @@ UPDATE_CHECKS: dict[str, Check] = {
 _DECAY, _HALF_LIFE, _ALPHA = UPDATE_CHECKS["decay"], UPDATE_CHECKS["half_life"], UPDATE_CHECKS["alpha"]
 _METHOD, _TIME_UNIT, _MAX_ITS = UPDATE_CHECKS["method"], UPDATE_CHECKS["time_unit"], UPDATE_CHECKS["max_its"]
 _DELTA, _MAX_DROP, _ON_DRIFT = UPDATE_CHECKS["delta"], UPDATE_CHECKS["max_drop"], UPDATE_CHECKS["on_drift"]
-_BATCH = UPDATE_CHECKS["batch_id"]
+_BATCH, _TOL = UPDATE_CHECKS["batch_id"], UPDATE_CHECKS["tol"]
+
+
+def _stop_rule(delta: Any, tol: Any) -> tuple[float | None, float | None]:
+    """``(delta, tol)`` of an update, checked: at most one given; neither: ``tol`` at its default."""
+    delta, tol = _DELTA(delta, "delta"), _TOL(tol, "tol")
+    if delta is not None and tol is not None:
+        raise SpecError(
+            f"give one stopping rule: tol={tol!r} (a gain per row) or delta={delta!r} "
+            "(a gain relative to the new rows' log-likelihood), not both"
+        )
+    return delta, (TOL if delta is None and tol is None else tol)
 
 
 class DriftError(MixleError, ValueError):
@@ -285,7 +298,8 @@ def update(
     half_life: float | None = None,
     time_unit: str = "batches",
     max_its: int = 5,
-    delta: float = 1e-6,
+    delta: float | None = None,
+    tol: float | None = None,
     alpha: float = 0.7,
     batch_id: int | None = None,
     max_drop: float | None = None,
@@ -312,9 +326,11 @@ def update(
     method : {"incremental", "stepwise"}
         See the module docstring.
     decay, half_life, time_unit : how the kept statistics are down-weighted first (module docstring).
-    max_its, delta : passes over the new rows (incremental): at most ``max_its``, stopping when the
-        new rows' log-likelihood gains less than ``delta`` times its size (default 1e-6: the kept
-        statistics hold the model in place, so a few passes settle the new rows' responsibilities).
+    max_its, tol, delta : passes over the new rows (incremental): at most ``max_its``, stopping when
+        the new rows' log-likelihood gains less than ``tol`` per unit of their weight (per row;
+        default 1e-6, :data:`~mixle_spark.em.options.TOL`: the kept statistics hold the model in
+        place, so a few passes settle the new rows' responsibilities), or, when ``delta`` is given
+        instead, less than ``delta`` times its size (the earlier rule, kept for calls that give it).
     alpha : stepwise step-size exponent, in (0.5, 1].
     batch_id : int, optional
         The micro-batch's id: recorded as ``statistics.last_batch``; a batch id at or below the
@@ -337,7 +353,7 @@ def update(
         )
     method = _METHOD(method, "method")
     max_its = _MAX_ITS(max_its, "max_its")
-    delta = _DELTA(delta, "delta")
+    delta, tol = _stop_rule(delta, tol)
     alpha = _ALPHA(alpha, "alpha")
     max_drop = _MAX_DROP(max_drop, "max_drop")
     on_drift = _ON_DRIFT(on_drift, "on_drift")
@@ -355,7 +371,7 @@ def update(
         if whole is not None:  # small new rows: the whole update where they are, in one task
             options = dict(
                 statistics=statistics, method=method, decay=decay, half_life=half_life, time_unit=time_unit,
-                max_its=max_its, delta=delta, alpha=alpha, batch_id=batch_id, max_drop=max_drop,
+                max_its=max_its, delta=delta, tol=tol, alpha=alpha, batch_id=batch_id, max_drop=max_drop,
                 on_drift=on_drift, refit_options=refit_options,
             )  # fmt: skip
             folded = _in_one_task(whole, model, estimator, options, out, started)
@@ -442,7 +458,8 @@ def update(
                 gain = float(ll) - previous
                 if new_model.to_dict() == last.to_dict():
                     break  # a fixed point (a model without latent variables gets there at once)
-                if math.isfinite(previous) and 0 <= gain < delta * max(abs(previous), 1.0):
+                enough = tol * float(nobs) if tol is not None else (delta or 0.0) * max(abs(previous), 1.0)
+                if math.isfinite(previous) and 0 <= gain < enough:
                     break
         new_ll_total = None if kept.log_likelihood is None else gamma * kept.log_likelihood + scored_ll
         new_model.statistics = Statistics(

@@ -112,6 +112,7 @@ def fit_fingerprint(
     delta: float | None,
     on_degenerate: str,
     prev_estimate: Distribution | None = None,
+    tol: float | None = None,
     init_estimator: Estimator | None = None,
     init: Mapping[str, Any] | None = None,
     data: str | None = None,
@@ -132,6 +133,7 @@ def fit_fingerprint(
         "prev_estimate": None if prev_estimate is None else _digest(model_to_dict(prev_estimate)["model"]),
         "init_estimator": _digest(_estimator_spec(init_estimator)) if init_estimator is not None else None,
         "init": None if init is None or prev_estimate is not None else dict(init),
+        **({} if tol is None else {"tol": float(tol)}),  # absent when unset: older checkpoints match
     }
 
 
@@ -141,6 +143,7 @@ _WHAT = {
     "seed": "the seed",
     "init_p": "init_p",
     "delta": "delta",
+    "tol": "tol",
     "on_degenerate": "on_degenerate",
     "prev_estimate": "prev_estimate",
     "init_estimator": "init_estimator",
@@ -274,6 +277,7 @@ class Checkpointer:
             seed=seed_to_int(options.seed),
             init_p=options.init_p,
             delta=options.delta,
+            tol=options.tol,
             on_degenerate=options.on_degenerate,
             prev_estimate=prev_estimate,
             init_estimator=options.init_estimator,

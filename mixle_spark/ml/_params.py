@@ -1,13 +1,13 @@
 """Params shared by :class:`~mixle_spark.ml.MixleEstimator` and :class:`~mixle_spark.ml.MixleModel`.
 
-The names and defaults of ``pyspark.ml.clustering.GaussianMixture`` (``featuresCol``,
-``predictionCol``, ``probabilityCol``, ``k=2``, ``maxIter=100``, ``tol=0.01``, ``seed``,
-``aggregationDepth=2``, ``weightCol``), pyspark.ml ``KMeans``'s ``initMode`` and ``initSteps``, plus
-ours (``inputCols``, ``modelSpec``, ``initFraction``, ``numPartitions``, ``logLikelihoodCol``). Every
-Param's type converter also validates, so a bad value is refused when it is set, with a message naming
-the Param and the value. A Param that stands for a fit option (:data:`FIT_OPTION_PARAMS`) or a backend
-control (``numPartitions``, ``aggregationDepth``) runs that option's declared check, the one the
-Python API, a spec's fit section and the fit job's flags run.
+The names and defaults of ``pyspark.ml.clustering.GaussianMixture`` (``featuresCol``, ``predictionCol``,
+``probabilityCol``, ``k=2``, ``maxIter=100``, ``seed``, ``aggregationDepth=2``, ``weightCol``; ``tol``
+is per row here, default 1e-6), pyspark.ml ``KMeans``'s ``initMode`` and ``initSteps``, plus ours
+(``inputCols``, ``modelSpec``, ``initFraction``, ``numPartitions``, ``logLikelihoodCol``). Every Param's
+type converter also validates, so a bad value is refused when it is set, with a message naming the Param
+and the value. A Param that stands for a fit option (:data:`FIT_OPTION_PARAMS`) or a backend control
+(``numPartitions``, ``aggregationDepth``) runs that option's declared check, the one the Python API, a
+spec's fit section and the fit job's flags run.
 
 ``modelSpec`` accepts a spec file path, a full spec (``{"estimator": ..., "fit": ...}``), an
 estimator spec or a mixle Estimator, and stores canonical JSON; its errors are one line, with any
@@ -43,7 +43,7 @@ from pyspark.ml.param.shared import (
 
 from mixle_spark._checks import integer
 from mixle_spark._files import read_bytes_bounded
-from mixle_spark.em.options import option_check
+from mixle_spark.em.options import TOL, option_check
 from mixle_spark.errors import (
     SchemaError,
     SpecError,
@@ -185,14 +185,15 @@ ECHO_LIMIT = 80
 
 FIT_OPTION_PARAMS = {
     "max_its": "maxIter",
-    "delta": "tol",
+    "tol": "tol",
     "init": "initMode",
     "init_steps": "initSteps",
     "init_p": "initFraction",
     "seed": "seed",
 }
 """A spec's fit option -> the Param that overrides it when set (``trials`` has no Param and is
-applied as is; ``print_iter`` is ignored: the estimator prints nothing)."""
+applied as is; ``print_iter`` is ignored: the estimator prints nothing). A spec's ``delta`` (a gain of
+the total log-likelihood) has no Param either: it is the stopping rule unless ``tol`` is set."""
 
 
 def _clip(text: str, limit: int = ECHO_LIMIT) -> str:
@@ -262,7 +263,7 @@ def _check_job_spec(spec: Mapping[str, Any], where: str) -> None:
     fit = spec.get("fit") or {}
     if not isinstance(fit, Mapping):
         raise SpecError(f"{where}: the spec's 'fit' must be a dict of fit options, got {describe_value(fit)}")
-    for option in (*FIT_OPTION_PARAMS, "trials"):
+    for option in (*FIT_OPTION_PARAMS, "delta", "trials"):
         if option in fit:
             _fit_value(option, fit[option], where)
 
@@ -390,8 +391,9 @@ class MixleParams(
     tol: Param[float] = Param(
         Params._dummy(),
         "tol",
-        "stop when the gain of the total (weighted) log-likelihood is in [0, tol) (>= 0).",
-        typeConverter=_option("delta", "tol"),
+        "stop when the log-likelihood gain per unit of row weight (per row) is in [0, tol) (>= 0; "
+        "scikit-learn's meaning, not MLlib's total).",
+        typeConverter=_option("tol", "tol"),
     )
     seed: Param[int] = Param(
         Params._dummy(),
@@ -466,7 +468,7 @@ class MixleParams(
             probabilityCol="probability",
             k=2,
             maxIter=100,
-            tol=0.01,
+            tol=TOL,
             seed=DEFAULT_SEED,
             aggregationDepth=2,
             initFraction=0.1,
@@ -583,6 +585,9 @@ def _fit_options(params: MixleParams, fit: Mapping[str, Any]) -> tuple[dict[str,
             options[option] = from_spec[name] = _fit_value(option, fit[option])
         else:
             options[option] = params.getOrDefault(param)
+    if fit.get("delta") is not None and "tol" not in fit and not params.isSet(params.tol):
+        options["delta"] = _fit_value("delta", fit["delta"])  # the spec's total-gain rule
+        options.pop("tol")
     options["init"] = "random" if options["init"] == "random" else "kmeans||"  # optimize's spelling
     return options, from_spec
 

@@ -11,21 +11,23 @@ SparkContext on the fit, transform or persistence paths).
 file's content as a dict, the estimator part alone (a dict, JSON text or a family name) or a
 mixle_spark Estimator; it is stored as JSON (a file is read when the Param is set).
 A spec's ``fit`` section gives the fit options whose Param is not set explicitly: ``max_its`` ->
-``maxIter``, ``delta`` -> ``tol``, ``init`` -> ``initMode``, ``init_steps`` -> ``initSteps``,
+``maxIter``, ``tol`` -> ``tol`` (a spec's ``delta`` when ``tol`` is not set), ``init`` -> ``initMode``,
+``init_steps`` -> ``initSteps``,
 ``init_p`` -> ``initFraction``, ``seed`` -> ``seed``; ``trials`` (no Param) runs that many restarts
 and keeps the best, and ``print_iter`` is ignored (the estimator prints nothing).
 
-Convergence (``tol``) is mapped to ``optimize(delta=tol)``. MLlib stops when the total (weighted)
-log-likelihood of successive models changes by at most ``tol`` (``|change| <= tol``); here EM stops
-when that gain is in ``[0, tol)``, so the scale of ``tol`` is the same (absolute, on the total
-over all rows, not per row). The differences: a decrease beyond rounding stops the fit and returns
-the best model seen (MLlib stops too, keeping the last); not converging within ``maxIter``
+Convergence (``tol``) is mapped to ``optimize(tol=tol)``: EM stops when the log-likelihood gain per unit
+of row weight (per row, for unweighted data) is in ``[0, tol)``, as scikit-learn's ``tol``, default
+1e-6, so one value means the same on a thousand rows and on a billion. MLlib's ``tol`` (default 0.01) is
+on the *total* log-likelihood (``|change| <= tol``), which on a large table never stops before
+``maxIter``; its value does not carry over (MLlib's 0.01 over n rows is ``0.01 / n`` here). A spec's
+``delta`` keeps the total-gain rule. The other differences: a decrease beyond rounding stops the fit and
+returns the best model seen (MLlib stops too, keeping the last); not converging within ``maxIter``
 iterations emits a :class:`~mixle_spark.errors.ConvergenceWarning` (MLlib is silent); and
-``summary.logLikelihood`` is that of the returned model (MLlib reports the one before its last
-M-step). Densities are computed in log space (MLlib adds machine epsilon to each weighted
-component density in linear space), and covariances get a small ridge (see
-:mod:`mixle_spark.stats.multivariate_gaussian`), so fits agree with MLlib's to rounding on
-well-conditioned data, not bit for bit.
+``summary.logLikelihood`` is that of the returned model (MLlib reports the one before its last M-step).
+Densities are computed in log space (MLlib adds machine epsilon to each weighted component density in
+linear space), and covariances get a small ridge (see :mod:`mixle_spark.stats.multivariate_gaussian`),
+so fits agree with MLlib's to rounding on well-conditioned data, not bit for bit.
 
 Performance: on classic Spark the EM iterations are cheapest when the training data has at most
 one partition per task slot (set ``numPartitions``): the backend then keeps decoded partitions in
@@ -63,6 +65,7 @@ from pyspark.ml.stat import MultivariateGaussian
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame, SparkSession
 
+from mixle_spark.em.options import TOL
 from mixle_spark.errors import (
     ConvergenceWarning,
     DataValueError,
@@ -127,8 +130,8 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         ``selectionCriterion``, every (k, form) candidate advancing in the same data passes, as
         mclust chooses; the model's ``covarianceType`` is then the chosen one.
     tol : float
-        Convergence tolerance on the gain of the total log-likelihood (default 0.01; see the
-        module docstring for how it relates to MLlib's).
+        Convergence tolerance on the log-likelihood gain per row (default 1e-6; see the module
+        docstring for how it relates to MLlib's, which is on the total).
     maxIter : int
         Most EM iterations (default 100).
     seed : int
@@ -152,7 +155,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         file is read once, when the Param is set, and its content is stored (and saved with the
         estimator), not its path. The spec's ``fit`` section is applied unless a Param overrides
         it: a Param set explicitly wins, otherwise the option replaces the Param's default
-        (``max_its`` -> ``maxIter``, ``delta`` -> ``tol``, ``init`` -> ``initMode``,
+        (``max_its`` -> ``maxIter``, ``tol`` -> ``tol``, ``init`` -> ``initMode``,
         ``init_steps`` -> ``initSteps``, ``init_p`` -> ``initFraction``, ``seed`` -> ``seed``;
         the fitted model's Params show the values used). ``trials`` > 1 (no Param) runs that many
         EM restarts with :func:`~mixle_spark.estimation.best_of` and keeps the best (with a list
@@ -187,7 +190,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         predictionCol: str = "prediction",
         k: Any = 2,
         probabilityCol: str = "probability",
-        tol: float = 0.01,
+        tol: float = TOL,
         maxIter: int = 100,
         seed: int | None = None,
         aggregationDepth: int = 2,
@@ -216,7 +219,7 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         predictionCol: str = "prediction",
         k: Any = 2,
         probabilityCol: str = "probability",
-        tol: float = 0.01,
+        tol: float = TOL,
         maxIter: int = 100,
         seed: int | None = None,
         aggregationDepth: int = 2,

@@ -173,7 +173,7 @@ def test_init_mode_and_steps_reach_the_fit(vectors: Any) -> None:
             warnings.simplefilter("ignore")
             model = ours.fit(vectors)
             want = optimize(
-                vectors, est, max_its=2, delta=0.01, seed=3, init=init, init_steps=1, column="features"
+                vectors, est, max_its=2, tol=1e-6, seed=3, init=init, init_steps=1, column="features"
             )
         np.testing.assert_allclose(model.weights, want.w, rtol=1e-9)
     assert MixleEstimator().getInitMode() == "k-means||" and MixleEstimator().getInitSteps() == 2
@@ -194,7 +194,7 @@ def test_a_list_of_k_fits_every_candidate_and_keeps_the_best(vectors: Any, tmp_p
         MixtureEstimator([MultivariateGaussianEstimator()]),
         ks=[1, 2, 3, 4, 5],
         seed=3,
-        delta=0.01,
+        tol=1e-6,
         column="features",
     )
     assert [row["bic"] for row in found["table"]] == pytest.approx([r.bic for r in want.table], rel=1e-9)
@@ -251,7 +251,7 @@ def test_covariance_type_fits_a_form_or_chooses_one_with_k(vectors: Any, tmp_pat
     found = chosen.summary.modelSelection
     want = select_k(
         vectors, MixtureEstimator([MultivariateGaussianEstimator()]), ks=[2, 3], forms="VII,VVI,VVV",
-        seed=3, delta=0.01, column="features",
+        seed=3, tol=1e-6, column="features",
     )  # fmt: skip
     assert (found["best_k"], found["best_form"]) == (want.best_k, want.best_form)
     assert [(r["k"], r["form"]) for r in found["table"]] == [(r.k, r.form) for r in want.table]
@@ -571,10 +571,26 @@ def test_a_spec_file_and_its_dict_apply_the_fit_section(points: Any, tmp_path: P
             model = MixleEstimator(modelSpec=spec, featuresCol="x", **params).fit(points)
         assert model.summary.numIter == its and model.fitResult.max_its == its, form
         assert model.fitResult.seed == 7 and model.fitResult.delta == 1e-12, form
-        assert (model.getMaxIter(), model.getSeed(), model.getTol()) == (its, 7, 1e-12), form
+        assert model.fitResult.tol is None, form  # the spec's delta (a total gain; no Param) is the rule
+        assert (model.getMaxIter(), model.getSeed()) == (its, 7), form
         fitted[form] = model
     assert fitted["path"].weights == fitted["dict"].weights
     assert fitted["path"].summary.logLikelihood < fitted["maxIter=5"].summary.logLikelihood
+
+
+def test_tol_is_per_row_and_a_specs_delta_a_total(points: Any) -> None:
+    from mixle_spark.ml import MixleEstimator
+
+    spec = {**X_SPEC, "fit": {"max_its": 60, "tol": 1e-5, "seed": 7}}
+    model = MixleEstimator(modelSpec=spec, featuresCol="x").fit(points)
+    assert model.getTol() == 1e-5 and model.fitResult.tol == 1e-5 and model.fitResult.converged
+    total = {**X_SPEC, "fit": {"max_its": 60, "delta": 1e-5 * N, "seed": 7}}  # the same rule on N rows
+    same = MixleEstimator(modelSpec=total, featuresCol="x").fit(points)
+    assert same.fitResult.tol is None and same.fitResult.delta == 1e-5 * N
+    assert model.summary.numIter == same.summary.numIter > 1 and model.weights == same.weights
+    looser = MixleEstimator(modelSpec=spec, featuresCol="x", tol=1e-2).fit(points)  # the Param wins
+    assert looser.fitResult.tol == 1e-2 and looser.summary.numIter < model.summary.numIter
+    assert MixleEstimator().getTol() == 1e-6
 
 
 def test_a_spec_files_trials_run_best_of(points: Any, tmp_path: Path) -> None:
@@ -663,7 +679,7 @@ def check_connect_pipeline(facts: dict[str, Any]) -> None:
     assert facts["same"] and facts["num_iter"] == 2 and sum(facts["cluster_sizes"]) == N
     assert facts["ll_sum"] == pytest.approx(facts["ll"], rel=1e-9)
     estimator = estimator_from_spec({"type": "mixture", "k": 3, "component": "multivariate_gaussian"})
-    want = optimize(list(_blobs()), estimator, max_its=3, delta=0.01, seed=3)
+    want = optimize(list(_blobs()), estimator, max_its=3, tol=1e-6, seed=3)
     assert want.fit_result.converged and want.fit_result.n_iter == 2  # k-means|| seeding: close at once
     got = model_from_dict(facts["model"])
     np.testing.assert_allclose(got.w, want.w, rtol=1e-9)

@@ -109,9 +109,9 @@ def test_every_candidate_stopped_at_max_its_warns_naming_its_k() -> None:
     assert [w.category for w in caught] == [ConvergenceWarning, ConvergenceWarning]
     for w, k in zip(caught, [2, 3], strict=True):
         gain = found.models[k].fit_result.history[-1].gain
-        assert str(w.message) == (
-            f"k={k}: EM did not converge in 2 iterations (delta=1e-06, last gain={gain}); "
-            "raise max_its or delta"
+        assert str(w.message) == (  # select_k's default rule: tol, per row
+            f"k={k}: EM did not converge in 2 iterations (tol=1e-06 per row, last gain={gain / 300:.3g} "
+            "per row over 300 rows); raise max_its or tol"
         )
         assert w.filename == __file__  # attributed to the caller of select_k
     with warnings.catch_warnings(record=True) as caught:
@@ -305,7 +305,7 @@ def test_a_candidate_stuck_in_a_poor_start_is_restarted_and_the_true_k_is_found(
         list(_rotated(100)),
         with_components(MixtureEstimator([MultivariateGaussianEstimator()]), 4, "EEE"),
         max_its=100,
-        delta=1e-6,
+        tol=1e-6,  # select_k's default rule
         seed=row.seed,
     )
     assert row.log_likelihood == pytest.approx(alone.fit_result.log_likelihood, rel=1e-12)

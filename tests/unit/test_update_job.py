@@ -188,7 +188,7 @@ def test_drift_with_on_drift_refit_fits_the_new_rows_from_scratch(
     fresh = want.fit_result
     assert done.stderr.splitlines() == [
         *(f"em_fit: warning: {w}" for w in summary["warnings"]),
-        f"em_fit: refit from scratch ({fresh.n_iter} EM iterations, converged=False): 2500 rows, mean "
+        f"em_fit: refit from scratch ({fresh.n_iter} EM iterations, converged=True): 2500 rows, mean "
         f"log-likelihood {fresh.log_likelihood / 2500:.6g} (before, under the old model: "
         f"{want.update_result.mean_log_likelihood_before:.6g})",
     ]
