@@ -43,7 +43,7 @@ Examples
 --------
 >>> estimator = MixleEstimator(k=3, seed=1)
 >>> estimator.getK(), estimator.getMaxIter(), estimator.getTol(), estimator.getFeaturesCol()
-(3, 100, 0.01, 'features')
+(3, 100, 1e-06, 'features')
 >>> estimator.setK(0)
 Traceback (most recent call last):
 ...

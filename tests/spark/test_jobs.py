@@ -136,8 +136,8 @@ def test_em_fit_on_spark_writes_model_and_summary(fitted: tuple[Any, Path]) -> N
     assert summary["rows"] == 5000 and summary["converged"] is True and summary["seed"] == 7
     assert summary["iterations"] == len(summary["history"]) - 1
     # the Spark backend starts from the same model as the local one for one seed: same path
-    assert summary["iterations"] == 15
-    assert summary["log_likelihood"] == pytest.approx(-56519.613108, abs=1e-4)
+    assert summary["iterations"] == 9
+    assert summary["log_likelihood"] == pytest.approx(-56519.613213, abs=1e-4)
     assert summary["free_parameters"] == 35 and summary["bic"] > summary["aic"]
 
 

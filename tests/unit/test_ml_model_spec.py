@@ -25,12 +25,12 @@ from mixle_spark.ml._params import fit_plan, spec_parts
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "conf" / "models" / "sample.json"
 SAMPLE_COLUMNS = ["amount", "channel", "n_items", "tags"]
-DEFAULTS = {"max_its": 100, "delta": 0.01, "init": "kmeans||", "init_steps": 2, "init_p": 0.1}
+DEFAULTS = {"max_its": 100, "tol": 1e-6, "init": "kmeans||", "init_steps": 2, "init_p": 0.1}
 SMALL = {
     "estimator": {"type": "mixture", "k": 2, "component": "gaussian"},
     "fit": {
         "max_its": 3,
-        "delta": 0.5,
+        "tol": 0.5,
         "init": "random",
         "init_steps": 4,
         "init_p": 0.25,
@@ -100,7 +100,7 @@ def test_the_fit_section_fills_the_params_left_unset() -> None:
         "seed": 7,
     }
     # a Param set explicitly wins, even when set to its default value, before or after modelSpec
-    explicit = MixleEstimator(maxIter=100, initMode="k-means||", seed=1, modelSpec=SMALL).setTol(0.01)
+    explicit = MixleEstimator(maxIter=100, initMode="k-means||", seed=1, modelSpec=SMALL).setTol(1e-6)
     plan = fit_plan(explicit, ["features"])
     assert plan.options == {**DEFAULTS, "init_steps": 4, "init_p": 0.25, "seed": 1}
     assert plan.from_spec == {"initSteps": 4, "initFraction": 0.25}
@@ -112,6 +112,13 @@ def test_the_fit_section_fills_the_params_left_unset() -> None:
     for bare in (SMALL["estimator"], {"estimator": SMALL["estimator"]}, {**SMALL, "fit": None}):
         plan = fit_plan(MixleEstimator(modelSpec=bare, seed=3), ["features"])
         assert plan.options == {**DEFAULTS, "seed": 3} and plan.trials == 1 and plan.from_spec == {}
+    # a spec written before tol: its delta (a total gain, no Param) is the rule, unless tol is set
+    old = {**SMALL, "fit": {"delta": 0.5}}
+    plan = fit_plan(MixleEstimator(modelSpec=old, seed=3), ["features"])
+    assert plan.options == {**{k: v for k, v in DEFAULTS.items() if k != "tol"}, "seed": 3, "delta": 0.5}
+    assert plan.from_spec == {}
+    plan = fit_plan(MixleEstimator(modelSpec=old, seed=3, tol=1e-4), ["features"])
+    assert plan.options == {**DEFAULTS, "seed": 3, "tol": 1e-4} and "delta" not in plan.options
 
 
 def test_a_sequence_spec_with_an_estimator_key_is_an_estimator_spec() -> None:
@@ -163,7 +170,7 @@ TAGS = ("estimator", "component", "fields", "tags", "estimator")
         ),
         (
             {**_sample(), "fit": {"verbose": 3}},
-            "unknown fit option(s) ['verbose']; expected one of max_its, delta, init, init_steps, "
+            "unknown fit option(s) ['verbose']; expected one of max_its, tol, delta, init, init_steps, "
             "init_p, seed, trials, print_iter",
         ),
         ({**_sample(), "fit": [3]}, "the spec's 'fit' must be a dict of fit options, got list [3]"),

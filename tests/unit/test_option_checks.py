@@ -22,6 +22,7 @@ from mixle_spark.spec import FIT_OPTIONS, load_spec
 # option -> (job flag, refused command-line word, accepted word and the value it gives)
 FLAGS: dict[str, tuple[str, str, str, Any]] = {
     "max_its": ("--max-its", "-1", "0", 0),
+    "tol": ("--tol", "-0.5", "0", 0.0),
     "delta": ("--delta", "-0.5", "0", 0.0),
     "init_steps": ("--init-steps", "0", "3", 3),
     "init_p": ("--init-p", "1.5", "1", 1.0),
@@ -32,6 +33,7 @@ FLAGS: dict[str, tuple[str, str, str, Any]] = {
 # option -> a value every entry point refuses (one out of range, one of the wrong kind)
 REFUSED: dict[str, tuple[Any, Any]] = {
     "max_its": (-1, "10"),
+    "tol": (-0.5, "small"),
     "delta": (-0.5, "small"),
     "init_steps": (0, 2.5),
     "init_p": (0.0, "all"),
