@@ -2,14 +2,16 @@
 
 ``kmeans||`` is Bahmani et al.'s scalable k-means++ (VLDB 2012), the seeding of Spark's ``KMeans``:
 
-1. one pass for the embedding's moments (:mod:`mixle_spark.stats._embed`: numbers standardized,
-   labels one-hot, counts on a log scale, ...) and a first centre drawn by weight;
+1. one pass for the embedding's moments (:mod:`mixle_spark.stats._embed`: numbers standardized, a
+   vector's coordinates together when their spreads are alike, labels one-hot, counts on a log
+   scale, ...) and a first centre drawn by weight;
 2. ``steps`` rounds (pyspark.ml's ``initSteps``), one pass each, in which every unit becomes a
    candidate with probability ``min(1, l d²/φ)`` (``l = oversampling * k``);
 3. one pass weighting each candidate by the units nearest to it; on the driver a weighted k-means++
-   (greedy, ``2 + ln k`` tries per centre) and Lloyd iterations reduce the candidates to ``k`` centres;
-4. at most ``lloyd_iterations`` Lloyd passes over the data (stopping when the centres move less than
-   ``tol`` times the mean variance, as scikit-learn's ``KMeans``);
+   (greedy, ``2 + ln k`` tries per centre) and Lloyd iterations reduce the candidates to ``k`` centres,
+   the best (lowest weighted cost) of :data:`LOCAL_STARTS` such runs;
+4. Lloyd passes over the data until the centres settle (they move less than ``tol`` times the mean
+   variance, as scikit-learn's ``KMeans`` stops), at most ``lloyd_iterations``;
 5. one pass in which every unit is assigned to its nearest centre and each component's own estimator
    builds the component from its units (so any component family works).
 
@@ -59,6 +61,15 @@ INIT_MODES = ("kmeans||", "random")
 LOCAL_LLOYD_ITERATIONS = 30
 """Lloyd iterations over the weighted candidates on the driver (as Spark's LocalKMeans)."""
 
+LOCAL_STARTS = 5
+"""Greedy k-means++ runs over the weighted candidates on the driver; the one of lowest weighted cost
+is kept (cheap: the candidates are a few times ``k`` points, not the data)."""
+
+SHARED_SCALE_RATIO = 5.0
+"""The coordinates of one vector share one seeding scale when their standard deviations are within
+this factor of each other (same units, as likely as not); beyond it each is standardized alone
+(features in different units: one scale would let the largest decide the clusters)."""
+
 
 class SeedingFallbackWarning(UserWarning):
     """``init="kmeans||"`` could not seed this model or data; the fit started from ``init="random"``."""
@@ -87,7 +98,7 @@ class Seeding:
     mode: str = "kmeans||"
     steps: int = 2
     oversampling: float = 2.0
-    lloyd_iterations: int = 10
+    lloyd_iterations: int = 50
     tol: float = 1e-4
 
     @classmethod
@@ -251,7 +262,7 @@ def _centres(
         weights = run(Lloyd(target, space, centres))[0]["count"]
         passes += 1
         rng = np.random.default_rng(int(RowRandom(seed, [0]).child("kmeans||-local").bits()[0]))
-        centres = local_kmeans(centres, weights, k, rng)
+        centres = best_local_kmeans(centres, weights, k, rng, LOCAL_STARTS)
     tol = seeding.tol * float(np.mean(_coordinate_variance(moments, space)))
     for step in range(seeding.lloyd_iterations):
         sums = run(Lloyd(target, space, centres))[0]
@@ -276,10 +287,19 @@ def _variance(moments: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
 
 def _space(target: Target, moments: tuple[np.ndarray, np.ndarray, np.ndarray]) -> Space:
     """Standardize the number columns (by the weighted standard deviation; a constant one by 1),
-    centre every column."""
+    centre every column. The coordinates of one vector (:meth:`Encoder.embedding_groups`) whose
+    standard deviations are within :data:`SHARED_SCALE_RATIO` of each other share one scale, the
+    root mean square of theirs: scaling them one by one would distort rotated clusters."""
     standardize = np.asarray(target.encoder.embedding_scales(), dtype=bool)
     sd = np.sqrt(_variance(moments))
     scale = np.where(standardize & (sd > 0), sd, 1.0)
+    groups = np.asarray(target.encoder.embedding_groups())
+    for group in np.unique(groups):
+        columns = np.flatnonzero(groups == group)
+        part = sd[columns]
+        if len(columns) > 1 and standardize[columns].all() and part.min() > 0:
+            if part.max() <= SHARED_SCALE_RATIO * part.min():
+                scale[columns] = np.sqrt(np.mean(part**2))
     return Space(np.asarray(moments[1], dtype=np.float64), scale)
 
 
@@ -287,6 +307,21 @@ def _coordinate_variance(moments: tuple[np.ndarray, np.ndarray, np.ndarray], spa
     """The variance of every seeding coordinate (one 0 for an empty embedding)."""
     var = _variance(moments) / space.scale**2
     return var if len(var) else np.zeros(1)
+
+
+def best_local_kmeans(
+    points: np.ndarray, weights: np.ndarray, k: int, rng: np.random.Generator, starts: int
+) -> np.ndarray:
+    """The ``k`` centres of :func:`local_kmeans` from ``starts`` starts (drawn in turn from ``rng``)
+    with the lowest weighted cost over ``points``; the first of equal costs."""
+    best, best_cost = None, np.inf
+    for _ in range(starts):
+        centres = local_kmeans(points, weights, k, rng)
+        cost = lloyd_sums(points, np.maximum(np.asarray(weights, dtype=np.float64), 0.0), centres)[2]
+        if cost < best_cost:
+            best, best_cost = centres, cost
+    assert best is not None
+    return best
 
 
 def local_kmeans(points: np.ndarray, weights: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:

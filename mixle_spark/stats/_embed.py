@@ -7,7 +7,9 @@ per dimension, lists and bags of words as normalized label frequencies. ``NaN`` 
 the seeding puts it at the column mean, so a missing field pulls towards no cluster.
 
 Which columns are standardized is declared by :meth:`Encoder.embedding_scales` (True: a number whose
-unit is arbitrary; False: already on a comparable scale, e.g. one-hot). One-hot columns are scaled by
+unit is arbitrary; False: already on a comparable scale, e.g. one-hot), and which are the coordinates
+of one vector by :meth:`Encoder.embedding_groups` (they share one scale when their spreads are alike,
+so that rotated clusters keep their shape). One-hot columns are scaled by
 ``1/sqrt(2)`` so two different labels are at squared distance 1, as two numbers one standard deviation
 apart are. Vocabularies larger than :data:`MAX_LABEL_COLUMNS` are folded (code modulo the width).
 """

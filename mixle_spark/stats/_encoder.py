@@ -130,6 +130,12 @@ class Encoder(ABC):
         :class:`~mixle_spark.errors.EmbeddingUnavailableError` when the family has no embedding."""
         raise EmbeddingUnavailableError(f"{type(self).__name__} has no numeric embedding for seeding")
 
+    def embedding_groups(self) -> np.ndarray:
+        """One integer per column of :meth:`embed`: columns with the same number are the coordinates of
+        one vector, in one unit, which the seeding may scale together (keeping its rotations) rather
+        than one by one. Default: every column on its own."""
+        return np.arange(len(self.embedding_scales()))
+
     def embed(self, enc: Encoded) -> np.ndarray:
         """The batch as a float64 array of shape (n, m), m = ``len(embedding_scales())``; NaN = missing."""
         raise EmbeddingUnavailableError(f"{type(self).__name__} has no numeric embedding for seeding")

@@ -91,5 +91,8 @@ class MixtureEncoder(Encoder):
     def embedding_scales(self) -> Any:
         return self.inner.embedding_scales()
 
+    def embedding_groups(self) -> Any:
+        return self.inner.embedding_groups()
+
     def embed(self, enc: Any) -> Any:
         return self.inner.embed(enc)

@@ -216,6 +216,9 @@ class LabelledEncoder(Encoder):
     def embedding_scales(self) -> np.ndarray:
         return self.inner.embedding_scales()
 
+    def embedding_groups(self) -> np.ndarray:
+        return self.inner.embedding_groups()
+
     def embed(self, enc: LabelledBatch) -> np.ndarray:
         return self.inner.embed(enc.inner)
 

@@ -209,6 +209,14 @@ class ProductEncoder(Encoder):
         parts = [child.embedding_scales() for child in self.children]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
+    def embedding_groups(self) -> np.ndarray:
+        parts, offset = [], 0
+        for child in self.children:
+            groups = np.asarray(child.embedding_groups(), dtype=np.int64)
+            parts.append(groups + offset)
+            offset += int(groups.max()) + 1 if len(groups) else 0
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
     def embed(self, enc: Any) -> np.ndarray:
         parts = [child.embed(e) for child, e in zip(self.children, enc, strict=True)]
         return np.hstack(parts) if parts else np.zeros((0, 0))

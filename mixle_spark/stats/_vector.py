@@ -503,6 +503,9 @@ class VectorEncoder(Encoder):
             raise EmbeddingUnavailableError(f"{type(self).__name__}: the vector length is not known yet")
         return np.ones(self.dim, dtype=bool)
 
+    def embedding_groups(self) -> np.ndarray:
+        return np.zeros(len(self.embedding_scales()), dtype=np.int64)  # one vector
+
     def embed(self, enc: Any) -> np.ndarray:
         """The vectors, a missing coordinate at the centre (the data mean: k-means|| seeding)."""
         return np.asarray(enc.filled(enc.c), dtype=np.float64)

@@ -275,6 +275,9 @@ class OptionalEncoder(Encoder):
     def embedding_scales(self) -> np.ndarray:
         return self.child.embedding_scales()
 
+    def embedding_groups(self) -> np.ndarray:
+        return self.child.embedding_groups()
+
     def embed(self, enc: Any) -> np.ndarray:
         width = len(self.child.embedding_scales())
         present = self.child.embed(enc.child) if len(enc.present_index) else np.zeros((0, width))

@@ -306,6 +306,12 @@ class SequenceEncoder(LengthEncoding, Encoder):
     def embedding_scales(self) -> np.ndarray:
         return length_scales(self.child.embedding_scales(), self.len_encoder is not None)
 
+    def embedding_groups(self) -> np.ndarray:
+        groups = np.asarray(self.child.embedding_groups(), dtype=np.int64)
+        if self.len_encoder is None:
+            return groups
+        return np.append(groups, int(groups.max()) + 1 if len(groups) else 0)  # the length
+
     def embed(self, enc: Any) -> np.ndarray:
         """The mean of the elements' embeddings (label frequencies for labels), then ``log1p(length)``
         when the model has a length distribution."""
