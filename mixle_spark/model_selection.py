@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mixle_spark.em._records import unconverged_message
+from mixle_spark.em._records import DECREASE_RTOL, unconverged_message
 from mixle_spark.em.options import TOL, FitOptions, check_trials
 from mixle_spark.errors import ConvergenceWarning, FitQualityWarning, SpecError, TooFewRowsError
 from mixle_spark.stats.base import Distribution, Estimator
@@ -270,10 +270,16 @@ def _keep_best(
     owners: list[tuple[tuple[int, str | None], int]],
     fitted: list[Any],
 ) -> None:
-    """Keep in ``fits`` each candidate's highest log-likelihood fit (the first of equal ones), and
-    in ``won`` the seed it started from."""
+    """Keep in ``fits`` each candidate's highest log-likelihood fit (the first of those equal within
+    rounding, as ``best_of`` keeps: the same fit on every backend), and in ``won`` the seed it
+    started from."""
     for (pair, seed), model in zip(owners, fitted, strict=True):
-        if pair not in fits or model.fit_result.log_likelihood > fits[pair].fit_result.log_likelihood:
+        ll = model.fit_result.log_likelihood
+        if pair not in fits:
+            fits[pair], won[pair] = model, seed
+            continue
+        kept = fits[pair].fit_result.log_likelihood
+        if ll > kept + DECREASE_RTOL * max(1.0, abs(kept)):
             fits[pair], won[pair] = model, seed
 
 
