@@ -21,10 +21,10 @@ from mixle_spark.stats.base import Distribution
 __all__ = ["FLOORED_VARIANCE", "fit_warnings", "model_parts"]
 
 FLOORED_VARIANCE = 1.0001e-8
-"""A Gaussian variance at or below this (the families' default floor, 1e-8) sits on its floor."""
+"""A log-Gaussian variance at or below this (its default floor, 1e-8) sits on its floor."""
 COLLAPSED = 1e-6
-"""A vector Gaussian's variance below this fraction of the largest variance of the same coordinate in
-the mixture's other components has collapsed onto its (relative) floor."""
+"""A Gaussian variance below this fraction of the largest variance of the same coordinate in the
+mixture's other components, or of the spread of their means, has collapsed onto its (relative) floor."""
 
 _GAUSSIAN_VARIANCES = {
     "GaussianDistribution": "sigma2",
@@ -55,12 +55,14 @@ def model_parts(
                     yield from model_parts(child, (*where, f"{word} {j}"))
 
 
-def _variances(part: Distribution) -> np.ndarray | None:
+def _variances(part: Distribution) -> tuple[np.ndarray, np.ndarray] | None:
+    """(variances, means) of a Gaussian part, per coordinate; None for other families."""
     name = _GAUSSIAN_VARIANCES.get(type(part).__name__)
     if name is None:
         return None
     value = np.asarray(getattr(part, name), dtype=np.float64)
-    return np.diag(value) if value.ndim == 2 else np.atleast_1d(value)
+    variances = np.diag(value) if value.ndim == 2 else np.atleast_1d(value)
+    return variances, np.atleast_1d(np.asarray(part.mu, dtype=np.float64))  # type: ignore[attr-defined]
 
 
 def _shown(where: tuple[str, ...]) -> str:
@@ -70,22 +72,26 @@ def _shown(where: tuple[str, ...]) -> str:
 def _floored_variances(model: Distribution) -> list[str]:
     """One warning per field whose Gaussian variance sits on its floor, naming the components."""
     found: dict[tuple[str, ...], list[str]] = {}
-    sites: dict[tuple[str, ...], list[tuple[str, np.ndarray, bool]]] = {}
+    sites: dict[tuple[str, ...], list[tuple[str, np.ndarray, np.ndarray, str]]] = {}
     for where, part in model_parts(model):
-        variances = _variances(part)
-        if variances is None:
+        found_parts = _variances(part)
+        if found_parts is None:
             continue
         components = [w for w in where if w.startswith("component ")]
         field = tuple(w for w in where if not w.startswith("component "))
-        absolute = type(part).__name__ in ("GaussianDistribution", "LogGaussianDistribution")
-        sites.setdefault(field, []).append((", ".join(components), variances, absolute))
+        kind = type(part).__name__
+        sites.setdefault(field, []).append((", ".join(components), *found_parts, kind))
     for field, entries in sites.items():
-        largest = np.max([v for _, v, _ in entries], axis=0)
-        for owner, variances, absolute in entries:
-            # scalar families floor at an absolute 1e-8; vector ones relative to the data's scale
-            on_floor = variances <= COLLAPSED * largest
-            if absolute:
+        # what a collapsed variance is small against: the largest of the field's components, or the
+        # spread of their means (every component may sit on a value of a 0/1 or integer column)
+        spread = np.var([m for _, _, m, _ in entries], axis=0) if len(entries) > 1 else 0.0
+        reference = np.maximum(np.max([v for _, v, _, _ in entries], axis=0), spread)
+        for owner, variances, _means, kind in entries:
+            on_floor = variances <= COLLAPSED * reference
+            if kind == "LogGaussianDistribution":  # its floor is an absolute 1e-8
                 on_floor |= variances <= FLOORED_VARIANCE
+            elif kind == "GaussianDistribution":  # relative to the column's variance; 1e-8 without one
+                on_floor |= np.isclose(variances, 1e-8, rtol=1e-4, atol=0.0)
             if np.any(on_floor):
                 coordinates = np.flatnonzero(on_floor)
                 label = owner or "the model"

@@ -8,12 +8,14 @@ exactly, so any split of the data merged in any order gives the same statistics 
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
+from mixle_spark.stats._parameters import option
 from mixle_spark.stats._scalar_common import (
     ScalarEncoder,
     ScalarFamily,
@@ -22,6 +24,8 @@ from mixle_spark.stats._scalar_common import (
     positive,
     prior_tuple,
 )
+from mixle_spark.stats._validate import arrow_float_values, float_values
+from mixle_spark.stats._vector import _scan_of, merge_vector_scans
 from mixle_spark.stats.base import (
     Accumulator,
     Distribution,
@@ -40,6 +44,14 @@ __all__ = [
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _is_scale(value: Any) -> bool:
+    return value is None or (math.isfinite(float(value)) and float(value) >= 0)
+
+
 def shift_moments(sw: float, s1: float, s2: float, old: float, new: float) -> tuple[float, float]:
     """Re-express weighted sums of (x - old) and (x - old)^2 as sums of (x - new), (x - new)^2."""
     d = old - new
@@ -48,10 +60,59 @@ def shift_moments(sw: float, s1: float, s2: float, old: float, new: float) -> tu
 
 class GaussianEncoder(ScalarEncoder):
     """Reads finite numbers (any Arrow integer / floating / decimal column) into a float64 array of
-    shape (n,)."""
+    shape (n,).
+
+    An estimator's encoder before its scan (``scanning``) asks for one: the values' count, sum and
+    squared deviations (as a vector coordinate's), from which the estimator learns the column's
+    variance, what its variance floor is relative to. The encoded batch does not depend on the scan.
+    """
 
     estimator_name = "GaussianEstimator"
     schema_expectation = "a numeric column"
+
+    def __init__(self, scanning: bool = False) -> None:
+        self.scanning = bool(scanning)
+
+    @property
+    def needs_scan(self) -> bool:
+        return self.scanning
+
+    def scan(self, records: Any) -> Any:
+        return _variance_scan(float_values(records, self.expected))
+
+    def scan_arrow(self, data: Any) -> Any:
+        return _variance_scan(arrow_float_values(data, self.expected))
+
+    def merge_scans(self, a: Any, b: Any) -> Any:
+        if a is None or b is None:
+            return b if a is None else a
+        return merge_vector_scans(a, b)
+
+    @property
+    def rebases(self) -> bool:
+        return True  # the batch is the values whatever the scan
+
+    def __eq__(self, other: object) -> bool:  # a scan or none, the same encoding
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self).__name__)
+
+
+def _variance_scan(x: np.ndarray) -> Any:
+    """``(count, sum, m2)`` of the finite values (one coordinate of :func:`_scan_of`); None when none
+    (a bad value is refused when the batch is encoded)."""
+    x = x[np.isfinite(x)]
+    return _scan_of(x[:, None]) if len(x) else None
+
+
+def scanned_variance(scan: Any) -> float | None:
+    """The column's variance from a merged scan (None when it saw no value)."""
+    if scan is None or len(scan) < 3:
+        return None
+    count = float(np.asarray(scan[0], dtype=np.float64).ravel()[0])
+    m2 = float(np.asarray(scan[2], dtype=np.float64).ravel()[0])
+    return m2 / count if count > 0 else None
 
 
 @register_distribution("gaussian")
@@ -177,10 +238,14 @@ class GaussianEstimator(Estimator):
     suff_stat : (float, float), optional
         Prior mean and variance.
     min_var : float
-        Variance floor (default 1e-8): a component that collapses onto one value keeps a finite
-        density instead of becoming NaN.
+        Variance floor (default 1e-8), relative to the column's variance in the data (``scale``): a
+        component that collapses onto one value keeps the variance ``min_var * scale`` and a finite
+        density, whatever the unit the column is measured in. Where no ``scale`` is known (no scan,
+        a constant column) the floor is ``min_var`` itself, the rule of earlier releases.
     keys : str, optional
         Tie this Gaussian's parameters to every other site with the same key.
+    scale : float, optional
+        The column's variance in the data, learnt by the scan (:meth:`with_scan`).
     """
 
     pseudo_count: float | None = None
@@ -190,16 +255,36 @@ class GaussianEstimator(Estimator):
     min_var: float = floor(1e-8)
     name: str | None = None
     keys: str | None = None
+    scale: float | None = option(None, _is_scale, "a finite number >= 0", read=_number)
 
     accumulator_class = GaussianAccumulator
     encoder_class = GaussianEncoder
 
+    def encoder(self) -> GaussianEncoder:
+        return GaussianEncoder(scanning=self.scale is None)
+
+    def with_scan(self, scan: Any) -> GaussianEstimator:
+        """This estimator with the column's variance in the data (``scale``) from the scan."""
+        variance = scanned_variance(scan)
+        if variance is None:
+            return self
+        bound = copy.copy(self)  # not dataclasses.replace: a subclass may take other arguments
+        bound.scale = variance
+        return bound
+
+    @property
+    def variance_floor(self) -> float:
+        """``min_var`` times the column's variance in the data, or ``min_var`` where that is unknown
+        or zero."""
+        return self.min_var * self.scale if self.scale else self.min_var
+
     def estimate(self, nobs: float | None, value: Any) -> GaussianDistribution:
         sw, s1, s2, shift = value
         pc = self.pseudo_count or 0.0
+        least = self.variance_floor
         if sw <= 0.0 and (pc == 0.0 or self.suff_stat is None):
             mu0, var0 = self.suff_stat if self.suff_stat is not None else (shift, 1.0)
-            return GaussianDistribution(mu0, max(var0, self.min_var))
+            return GaussianDistribution(mu0, max(var0, least))
         mean_d = s1 / sw if sw > 0 else 0.0
         ss = max(s2 - sw * mean_d * mean_d, 0.0)  # Σw(x - mean)^2
         if self.suff_stat is not None and pc > 0:
@@ -211,5 +296,5 @@ class GaussianEstimator(Estimator):
         else:
             mu, var = shift + mean_d, (ss + pc) / (sw + pc)
         if not math.isfinite(var):
-            var = self.min_var
-        return GaussianDistribution(mu, max(var, self.min_var))
+            var = least
+        return GaussianDistribution(mu, max(var, least))
