@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from mixle_spark.estimation import FitOptions, optimize
 from mixle_spark.model_selection import select_k
 from mixle_spark.spec import load_spec
 from mixle_spark.stats import GaussianEstimator, MixtureEstimator, MultivariateGaussianEstimator
+from tests.unit.test_jobs import _run as _job  # em_fit --backend local in a subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 QUIET: dict[str, Any] = {"print_iter": 0}
@@ -142,16 +141,6 @@ def test_update_stops_per_new_row_by_default_and_refuses_both() -> None:
         assert gains[-1] < 1e-6 * 1000 and all(g >= 1e-6 * 1000 for g in gains[:-1])
     with pytest.raises(SpecError, match=r"give one stopping rule: tol=0\.001"):
         update(model, new, tol=1e-3, delta=1e-6)
-
-
-def _job(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "em_fit.py"), "--backend", "local", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
 
 
 def test_the_fit_job_refuses_both_flags_and_a_flag_replaces_the_specs_rule(tmp_path: Path) -> None:
