@@ -337,7 +337,7 @@ CASES = {
         _em_fit(),
         2,
         r"unknown key 'sigma' in gaussian spec; expected one of: keys, min_var, name, pseudo_count, "
-        r"suff_stat, type",
+        r"scale, suff_stat, type",
         job="em_fit",
         spec=_record(amount={"type": "gaussian", "sigma": 1.0}),
     ),
