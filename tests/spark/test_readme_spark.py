@@ -1,24 +1,23 @@
-"""The README's Spark example runs as written (on the shared test session)."""
+"""The Spark examples of the README and of the pages under docs/ (```python blocks starting
+``# spark``) run as written, on the shared test session."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests._markdown import ROOT, page_id, pages, python_blocks
+
 pytestmark = pytest.mark.spark
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGES_WITH_SPARK = [page for page in pages() if any(block.spark for block in python_blocks(page))]
 
 
-def test_readme_spark_blocks_run(spark: Any) -> None:
-    blocks = [
-        b
-        for b in re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-        if b.startswith("# spark")
-    ]
-    assert blocks, "README has no Spark example"
-    for block in blocks:
-        exec(compile(block, str(README), "exec"), {"__name__": "readme"})
+@pytest.mark.parametrize("page", PAGES_WITH_SPARK, ids=page_id)
+def test_spark_blocks_run(page: Path, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # examples read data/ and conf/ as a user in a clone does
+    for block in python_blocks(page):
+        if block.spark:
+            block.run()  # spark_session(...) in the block returns the shared session

@@ -1,22 +1,38 @@
-"""The README's Python examples run as written."""
+"""The README and the pages under docs/: their Python examples run as written (the Spark ones in
+tests/spark/test_readme_spark.py), their links point to files that exist, and the README names every
+em_fit option and every family."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
+
 from mixle_spark.cli._arguments import build_parser
+from tests._markdown import README, ROOT, broken_links, page_id, pages, python_blocks
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGES_WITH_PYTHON = [page for page in pages() if python_blocks(page)]
 
 
-def test_readme_python_blocks_run() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert blocks, "README has no python example"
-    for block in blocks:
-        if block.startswith("# spark"):
-            continue  # run by tests/spark/test_readme_spark.py
-        exec(compile(block, str(README), "exec"), {"__name__": "readme"})  # a warning of ours fails
+@pytest.mark.parametrize("page", PAGES_WITH_PYTHON, ids=page_id)
+def test_python_blocks_run(page: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # examples read data/ and conf/ as a user in a clone does
+    for block in python_blocks(page):
+        if block.spark or not block.runs:
+            block.compiled()  # run by tests/spark/test_readme_spark.py, or an outline
+        else:
+            block.run()
+
+
+def test_readme_first_screen_shows_the_two_commands() -> None:
+    first_screen = "\n".join(README.read_text().splitlines()[:20])
+    assert "make demo" in first_screen and "make test" in first_screen
+
+
+@pytest.mark.parametrize("page", pages(), ids=page_id)
+def test_relative_links_point_to_existing_files(page: Path) -> None:
+    assert broken_links(page) == []
 
 
 def _section(text: str, heading: str) -> str:
@@ -34,21 +50,18 @@ def test_readme_jobs_section_names_every_em_fit_option() -> None:
     assert missing == [], f"README's Jobs section does not mention em_fit's {', '.join(missing)}"
 
 
-def test_readme_first_screen_shows_the_two_commands() -> None:
-    first_screen = "\n".join(README.read_text().splitlines()[:20])
-    assert "make demo" in first_screen and "make test" in first_screen
+def _families() -> set[str]:
+    from mixle_spark import stats
+
+    return {
+        name[: -len("Distribution")]
+        for name in stats.__all__
+        if name.endswith("Distribution") and name != "Distribution"
+    }
 
 
 def test_the_package_table_names_every_family() -> None:
     """The README's one-line family list (the package table's `mixle_spark.stats` row) names every
     distribution class the package exports."""
-    from mixle_spark import stats
-
     row = next(line for line in README.read_text().splitlines() if line.startswith("| `mixle_spark.stats` |"))
-    families = {
-        name[: -len("Distribution")]
-        for name in stats.__all__
-        if name.endswith("Distribution") and name != "Distribution"
-    }
-    missing = sorted(f for f in families if not re.search(rf"\b{f}\b", row))
-    assert missing == []
+    assert sorted(f for f in _families() if not re.search(rf"\b{f}\b", row)) == []
