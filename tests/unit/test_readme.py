@@ -1,6 +1,6 @@
 """The README and the pages under docs/: their Python examples run as written (the Spark ones in
-tests/spark/test_readme_spark.py), their links point to files that exist, and the README names every
-em_fit option and every family."""
+tests/spark/test_readme_spark.py), their links point to files that exist, the README stays a front
+page, and the pages that document a surface name all of it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mixle_spark.cli._arguments import build_parser
-from tests._markdown import README, ROOT, broken_links, page_id, pages, python_blocks
+from tests._markdown import DOCS, README, ROOT, broken_links, page_id, pages, python_blocks
 
 PAGES_WITH_PYTHON = [page for page in pages() if python_blocks(page)]
 
@@ -30,24 +30,35 @@ def test_readme_first_screen_shows_the_two_commands() -> None:
     assert "make demo" in first_screen and "make test" in first_screen
 
 
+def test_readme_is_a_front_page_with_a_spark_fit_near_the_top() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 400, f"README.md has {len(lines)} lines; move a topic to docs/"
+    spark = [b for b in python_blocks(README) if b.spark]
+    assert spark, "README has no Spark example"
+    first = spark[0]
+    last_line = first.line + first.code.count("\n") - 1
+    assert last_line <= 80, f"README's first Spark example ends at line {last_line}, not within the first 80"
+    assert "read_table" in first.code and "optimize" in first.code and "score(" in first.code
+
+
+def test_readme_links_every_docs_page() -> None:
+    targets = re.findall(r"\]\((docs/[^)#]+)", README.read_text())
+    linked = {Path(target).name for target in targets}
+    assert sorted(p.name for p in DOCS.glob("*.md") if p.name not in linked) == []
+
+
 @pytest.mark.parametrize("page", pages(), ids=page_id)
 def test_relative_links_point_to_existing_files(page: Path) -> None:
     assert broken_links(page) == []
 
 
-def _section(text: str, heading: str) -> str:
-    start = text.index(f"\n{heading}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end >= 0 else len(text)]
-
-
-def test_readme_jobs_section_names_every_em_fit_option() -> None:
-    jobs = _section(README.read_text(), "## Jobs: fit and score tables")
+def test_jobs_page_names_every_em_fit_option() -> None:
+    jobs = (DOCS / "jobs.md").read_text()
     options = [o for action in build_parser()._actions for o in action.option_strings]
     options = [o for o in options if o not in ("-h", "--help")]
     assert "--k" in options and "--criterion" in options and "--report" in options
     missing = [o for o in options if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", jobs)]
-    assert missing == [], f"README's Jobs section does not mention em_fit's {', '.join(missing)}"
+    assert missing == [], f"docs/jobs.md does not mention em_fit's {', '.join(missing)}"
 
 
 def _families() -> set[str]:
@@ -61,7 +72,13 @@ def _families() -> set[str]:
 
 
 def test_the_package_table_names_every_family() -> None:
-    """The README's one-line family list (the package table's `mixle_spark.stats` row) names every
-    distribution class the package exports."""
-    row = next(line for line in README.read_text().splitlines() if line.startswith("| `mixle_spark.stats` |"))
+    """The package map's one-line family list (the `mixle_spark.stats` row) names every distribution
+    class the package exports."""
+    text = (DOCS / "package-map.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `mixle_spark.stats` |"))
     assert sorted(f for f in _families() if not re.search(rf"\b{f}\b", row)) == []
+
+
+def test_the_families_page_names_every_family() -> None:
+    text = (DOCS / "families.md").read_text()
+    assert sorted(f for f in _families() if not re.search(rf"\b{f}\b", text)) == []
