@@ -21,6 +21,8 @@ DOCS = ROOT / "docs"
 _FENCED = re.compile(r"^```[^\n]*\n.*?^```", flags=re.S | re.M)
 _PYTHON = re.compile(r"^```python\n(.*?)^```", flags=re.S | re.M)
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+# a file or folder of the repository named in a code span: `mixle_spark/io/_tables.py`, `conf/models/`
+_NAMED_PATH = re.compile(r"`((?:mixle_spark|jobs|conf|tests|notebooks|data|docs)/[^`\s*<>{}]*)`")
 
 
 def pages() -> list[Path]:
@@ -98,3 +100,10 @@ def broken_links(page: Path) -> list[str]:
         elif anchor and file.suffix == ".md" and anchor not in anchors(file):
             broken.append(target)
     return broken
+
+
+def missing_named_paths(page: Path) -> list[str]:
+    """The repository paths the page names in code spans (outside code blocks) that do not exist, so
+    that a moved or renamed module shows up here."""
+    text = _FENCED.sub("", page.read_text())
+    return [path for path in _NAMED_PATH.findall(text) if not (ROOT / path).exists()]

@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 from mixle_spark.cli._arguments import build_parser
-from tests._markdown import DOCS, README, ROOT, broken_links, page_id, pages, python_blocks
+from tests._markdown import (
+    DOCS,
+    README,
+    ROOT,
+    broken_links,
+    missing_named_paths,
+    page_id,
+    pages,
+    python_blocks,
+)
 
 PAGES_WITH_PYTHON = [page for page in pages() if python_blocks(page)]
 
@@ -50,6 +59,11 @@ def test_readme_links_every_docs_page() -> None:
 @pytest.mark.parametrize("page", pages(), ids=page_id)
 def test_relative_links_point_to_existing_files(page: Path) -> None:
     assert broken_links(page) == []
+
+
+@pytest.mark.parametrize("page", pages(), ids=page_id)
+def test_the_files_a_page_names_exist(page: Path) -> None:
+    assert missing_named_paths(page) == []
 
 
 def test_jobs_page_names_every_em_fit_option() -> None:
