@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.report.parameters import describe_parameters
 from mixle_spark.stats.base import Distribution
 
 __all__ = ["CERTAINTY_BINS", "assignment_summary", "field_cell", "merge_assignments", "segment_profile"]
@@ -232,8 +233,6 @@ def _rows(specs: list[Mapping[str, Any]], path: str, weights: np.ndarray) -> lis
 
 
 def _text_row(specs: list[Mapping[str, Any]], path: str, what: str) -> dict[str, Any]:
-    from mixle_spark.report import describe_parameters
-
     cells = [{"text": describe_parameters(s)} for s in specs]
     return {
         "field": path or "(model)",

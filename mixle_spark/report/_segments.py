@@ -11,8 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark._report_html import _bar, _esc, _Html, _note, _section, _table
-from mixle_spark.profile import CERTAINTY_BINS, assignment_summary, segment_profile
+# the module, not its names: importing mixle_spark.profile first runs this package (profile reads its
+# parameter text from mixle_spark.report.parameters) while profile is still half-initialised
+from mixle_spark import profile as profiles
+from mixle_spark.report._html import _bar, _esc, _Html, _note, _section, _table
 from mixle_spark.stats.base import Distribution
 
 _LABELS_SHOWN = 12
@@ -27,8 +29,8 @@ def _segments(model: Distribution, proba: np.ndarray | None, info: Mapping[str, 
     if profile is None or profile.get("assignments") is None:  # sizes from the sample, said so
         assignments = None
         if proba is not None and len(proba) > 0:
-            assignments = assignment_summary(proba, f"a sample of {len(proba):,} rows")
-        profile = segment_profile(model, assignments)
+            assignments = profiles.assignment_summary(proba, f"a sample of {len(proba):,} rows")
+        profile = profiles.segment_profile(model, assignments)
     comps, rows = profile["components"], profile["fields"]
     parts = [_sizes(comps, profile.get("assignments"))]
     header = ["field", *(f"component {c['component']}" for c in comps)]
@@ -137,15 +139,16 @@ def _certainty(assignments: Mapping[str, Any] | None) -> str:
         return ""
     top = max(hist)
     bars = "".join(
-        f'<div title="{j / CERTAINTY_BINS:.2f}-{(j + 1) / CERTAINTY_BINS:.2f}: {v:,} rows" '
+        f'<div title="{j / profiles.CERTAINTY_BINS:.2f}-{(j + 1) / profiles.CERTAINTY_BINS:.2f}: {v:,} rows" '
         f'style="height:{100 * v / top:.1f}%"></div>'
         for j, v in enumerate(hist)
     )
-    sure = sum(hist[int(0.9 * CERTAINTY_BINS) :]) / total
-    unsure = sum(hist[: CERTAINTY_BINS // 2 + CERTAINTY_BINS // 10]) / total
+    sure = sum(hist[int(0.9 * profiles.CERTAINTY_BINS) :]) / total
+    unsure = sum(hist[: profiles.CERTAINTY_BINS // 2 + profiles.CERTAINTY_BINS // 10]) / total
+    bins = profiles.CERTAINTY_BINS
     text = (
         f"How sure the assignments are: rows by their largest posterior probability (0 to 1, in "
-        f"{CERTAINTY_BINS} bins). {100 * sure:.1f}% of rows are assigned with probability 0.9 or more; "
+        f"{bins} bins). {100 * sure:.1f}% of rows are assigned with probability 0.9 or more; "
         f"{100 * unsure:.1f}% with less than 0.6."
     )
     axis = '<div class="axis"><span>0</span><span>0.5</span><span>1</span></div>'
