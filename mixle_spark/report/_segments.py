@@ -15,6 +15,7 @@ import numpy as np
 # parameter text from mixle_spark.report.parameters) while profile is still half-initialised
 from mixle_spark import profile as profiles
 from mixle_spark.report._html import _bar, _esc, _Html, _note, _section, _table
+from mixle_spark.report.separation import SAME_THRESHOLD
 from mixle_spark.stats.base import Distribution
 
 _LABELS_SHOWN = 12
@@ -22,8 +23,9 @@ _LABELS_SHOWN = 12
 
 
 def _segments(model: Distribution, proba: np.ndarray | None, info: Mapping[str, Any]) -> str:
-    """Each component's fields in the data's units, side by side, with sizes and certainty (over the
-    whole table when ``info`` has them, else over the sample whose posteriors ``proba`` are)."""
+    """Each component's fields in the data's units, side by side, ranked by how much they separate the
+    components, with sizes and certainty (over the whole table when ``info`` has them, else over the
+    sample whose posteriors ``proba`` are); fields the same in all components on one line."""
     heading = "Segment profiles"
     profile = info.get("segments")
     if profile is None or profile.get("assignments") is None:  # sizes from the sample, said so
@@ -31,15 +33,24 @@ def _segments(model: Distribution, proba: np.ndarray | None, info: Mapping[str, 
         if proba is not None and len(proba) > 0:
             assignments = profiles.assignment_summary(proba, f"a sample of {len(proba):,} rows")
         profile = profiles.segment_profile(model, assignments)
-    comps, rows = profile["components"], profile["fields"]
+    elif any("separation" not in row for row in profile["fields"]):  # a summary written before ranking
+        profile = {**profile, "fields": profiles.segment_profile(model)["fields"]}
+    comps = profile["components"]
+    ranked, same, unscored = rank_fields(profile["fields"])
     parts = [_sizes(comps, profile.get("assignments"))]
-    header = ["field", *(f"component {c['component']}" for c in comps)]
+    scored = bool(ranked or same)
+    header = ["field", *(["separation"] if scored else []), *(f"component {c['component']}" for c in comps)]
     table_rows = []
-    for row in rows:
+    for row in [*ranked, *unscored]:
         cells = [_cell(row, cell, _span(row)) for cell in row["cells"]]
-        table_rows.append([_Html(f"{_esc(row['field'])}<br><small>{_esc(row['family'])}</small>"), *cells])
+        score = [_score(row.get("separation"))] if scored else []
+        field = _Html(f"{_esc(row['field'])}<br><small>{_esc(row['family'])}</small>")
+        table_rows.append([field, *score, *cells])
     if table_rows:
-        parts.append(_table(header, table_rows))
+        parts.append(_table(header, table_rows, numeric=(1,) if scored else ()))
+    if same:
+        parts.append(_same_line(same, comps))
+    if table_rows:
         parts.append(
             _note(
                 "Numbers: the median and quartiles where the family has them (log-normal, Gaussian, "
@@ -48,8 +59,45 @@ def _segments(model: Distribution, proba: np.ndarray | None, info: Mapping[str, 
                 "median (or mean). Labels: every label's probability within the component."
             )
         )
+    if scored:
+        parts.append(_note(_SEPARATION_NOTE))
     parts.append(_certainty(profile.get("assignments")))
     return _section("segments", heading, "\n".join(p for p in parts if p))
+
+
+_SEPARATION_NOTE = (
+    "Fields are ranked by separation: the information a field's value gives about a row's component, as "
+    "a share of the components' entropy (0: the same distribution in every component; 1: the field "
+    "alone tells the component). Fields below "
+    f"{SAME_THRESHOLD} are the same in all segments and listed on one line; n/a: a family with no "
+    "measure here whose parameters differ, listed last."
+)
+
+
+def rank_fields(
+    rows: Sequence[Mapping[str, Any]],
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """A profile's field rows as ``(ranked, same, unscored)``: the rows whose separation is at least
+    :data:`~mixle_spark.report.separation.SAME_THRESHOLD`, most separating first; the rows below it
+    (the same in all segments), in the model's order; the rows without a separation, in the model's
+    order."""
+    scored = [r for r in rows if r.get("separation") is not None]
+    same = [r for r in scored if r["separation"] < SAME_THRESHOLD]
+    ranked = sorted((r for r in scored if r["separation"] >= SAME_THRESHOLD), key=lambda r: -r["separation"])
+    return ranked, same, [r for r in rows if r.get("separation") is None]
+
+
+def _score(value: float | None) -> Any:
+    if value is None:
+        return "n/a"
+    return _Html(f"{value:.3f}{_bar(100 * value)}")
+
+
+def _same_line(rows: Sequence[Mapping[str, Any]], comps: Sequence[Mapping[str, Any]]) -> str:
+    """One line for the fields the same in all segments, each with its value in the largest component."""
+    big = max(range(len(comps)), key=lambda k: float(comps[k]["weight"]))
+    items = " · ".join(f"{row['field']}: {row['cells'][big]['text']}" for row in rows)
+    return f'<p class="same"><strong>Same in all segments:</strong> {_esc(items)}</p>'
 
 
 def _sizes(comps: Sequence[Mapping[str, Any]], assignments: Mapping[str, Any] | None) -> str:
