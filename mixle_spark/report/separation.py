@@ -15,8 +15,9 @@ the values), and so comparable across fields of any family.
 How it is computed, by family:
 
 * labels (categorical, integer categorical, Bernoulli, a multinomial's tokens): exactly, over the labels;
-* counts (Poisson, geometric, binomial, negative binomial): exactly over the integers that hold all but
-  ~1e-30 of every component's mass;
+* counts (Poisson, geometric, binomial, negative binomial): exactly over the integers within 40 standard
+  deviations of every component's mean (by the normal approximation where a standard deviation
+  passes 500);
 * continuous numbers (Gaussian, log-normal, exponential, gamma, beta, Student-t, von Mises): by the
   trapezoidal rule on each component's own grid (dense around its centre, reaching far into its
   tails), merged; positive families are integrated over ``ln x`` and beta over ``logit x``, which
@@ -73,28 +74,34 @@ def discrete_separation(pmfs: Any, weights: Sequence[float] | np.ndarray) -> flo
     0.3113
     """
     p = np.asarray(pmfs, dtype=np.float64)
-    w = np.asarray(weights, dtype=np.float64)
-    m = w @ p
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(p > 0, p * (np.log(p) - np.log(m)), 0.0)
-    return _normalised(float(w @ terms.sum(axis=1)), w)
+    with np.errstate(divide="ignore"):
+        return _from_logs(np.log(p), np.asarray(weights, dtype=np.float64), None)
+
+
+def _from_logs(logs: np.ndarray, w: np.ndarray, steps: np.ndarray | None) -> float | None:
+    """The separation from the components' log probabilities (components x points): a sum over the
+    points, or with ``steps`` (the points' spacing) the trapezoidal rule over them. The mixture's log
+    density is a log-sum-exp, so no term divides by an underflowed mixture."""
+    keep = w > 0
+    logs, w = logs[keep], w[keep]
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        logs = np.where(np.isnan(logs), -np.inf, logs)
+        log_m = np.logaddexp.reduce(np.log(w)[:, None] + logs, axis=0)
+        dens = np.exp(logs)
+        terms = w @ np.where(dens > 0, dens * (logs - log_m), 0.0)
+    info = float(terms.sum()) if steps is None else float(np.sum((terms[1:] + terms[:-1]) * steps) / 2)
+    return _normalised(info, w)
 
 
 def _continuous(
     logpdfs: list[Callable[[np.ndarray], np.ndarray]], grids: list[np.ndarray], w: np.ndarray
-) -> float:
-    """``I`` by the trapezoidal rule over the merged grids of the components' log densities."""
+) -> float | None:
+    """The separation by the trapezoidal rule over the merged grids of the components' log densities."""
     u = np.unique(np.concatenate(grids))
     u = u[np.isfinite(u)]
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         logs = np.array([f(u) for f in logpdfs])
-        logs = np.where(np.isnan(logs), -np.inf, logs)
-        top = logs.max(axis=0)
-        safe = np.where(np.isfinite(top), top, 0.0)
-        log_m = safe + np.log(w @ np.exp(logs - safe))
-        dens = np.exp(logs)
-        integrand = w @ np.where(dens > 0, dens * (logs - log_m), 0.0)
-    return float(np.sum((integrand[1:] + integrand[:-1]) * np.diff(u)) / 2)
+    return _from_logs(logs, w, np.diff(u))
 
 
 def _log_i0(kappa: float) -> float:
@@ -180,16 +187,24 @@ _COUNT_MOMENTS: dict[str, Callable[[Mapping[str, Any]], tuple[float, float]]] = 
 }
 
 
+_EXACT_COUNT_SD = 500.0
+"""Counts whose standard deviation is above this are taken as Gaussians of the same mean and variance
+(the windows of exact sums would pass 40,000 values)."""
+
+
 def _counts(specs: Sequence[Mapping[str, Any]], w: np.ndarray) -> float | None:
-    """Exactly over the union of the components' windows (mean +- 40 sd, and 0 .. 60)."""
+    """Exactly over the union of the components' windows (mean +- 40 sd, and 0 .. 60); with a standard
+    deviation over :data:`_EXACT_COUNT_SD`, by the normal approximation of every component."""
+    moments = [tuple(float(v) for v in _COUNT_MOMENTS[str(s["type"])](s)) for s in specs]
+    if max(var for _, var in moments) > _EXACT_COUNT_SD**2:
+        gaussians = [_density({"type": "gaussian", "mu": mean, "sigma2": var}) for mean, var in moments]
+        return _continuous([f for f, _ in gaussians], [g for _, g in gaussians], w)
     windows = [np.arange(0.0, 61.0)]
-    for s in specs:
-        mean, var = (float(v) for v in _COUNT_MOMENTS[str(s["type"])](s))
+    for mean, var in moments:
         half = 40.0 * math.sqrt(max(var, 0.0)) + 60.0
         windows.append(np.arange(max(0.0, math.floor(mean - half)), math.ceil(mean + half) + 1))
     x = np.unique(np.concatenate(windows)).astype(np.float64)
-    pmfs = np.exp(np.array([_count_log_pmf(s, x) for s in specs]))
-    return discrete_separation(pmfs, w)
+    return _from_logs(np.array([_count_log_pmf(s, x) for s in specs]), w, None)
 
 
 def _labels(pmaps: Sequence[Sequence[tuple[Any, float]]], w: np.ndarray) -> float | None:
@@ -244,4 +259,4 @@ def separation(specs: Sequence[Mapping[str, Any]], weights: Sequence[float] | np
     except KeyError:  # no closed form: only "the same everywhere" can be said
         same = len({json.dumps(s, sort_keys=True, default=str) for s in specs}) == 1
         return 0.0 if same and _entropy(w) > 0 else None
-    return _normalised(_continuous([f for f, _ in parts], [g for _, g in parts], w), w)
+    return _continuous([f for f, _ in parts], [g for _, g in parts], w)

@@ -93,6 +93,10 @@ def test_the_separation_of_counts_and_chains_and_the_fallback() -> None:
     pmf = np.array([np.exp(k * math.log(v) - v - np.array([math.lgamma(i + 1) for i in k])) for v in lam])
     want = discrete_separation(pmf, w)
     assert separation([{"type": "poisson", "lam": v} for v in lam], w) == pytest.approx(want, rel=1e-9)
+    big = [{"type": "poisson", "lam": 2e5}, {"type": "poisson", "lam": 2e5 + 500}]  # pmfs far below 1e-300
+    normal = [{"type": "gaussian", "mu": s["lam"], "sigma2": s["lam"]} for s in big]
+    assert separation(big, w) == pytest.approx(separation(normal, w), rel=1e-3)
+    assert 0.1 < separation(big, w) < 0.3
     one = MarkovChainDistribution({"a": 1.0}, {"a": {"a": 0.5, "b": 0.5}})
     two = MarkovChainDistribution({"a": 1.0}, {"a": {"a": 0.5, "b": 0.5}, "b": {"a": 1.0}})
     # first two labels: (a, a) and (a, b) at 1/2 each in both: nothing to tell them apart by
