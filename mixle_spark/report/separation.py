@@ -242,6 +242,10 @@ def separation(specs: Sequence[Mapping[str, Any]], weights: Sequence[float] | np
     form and the specs differ, or for a single segment."""
     w = np.asarray(weights, dtype=np.float64)
     w = w / w.sum() if w.sum() > 0 else w
+    if _entropy(w) <= 0.0:
+        return None
+    if len({json.dumps(s, sort_keys=True, default=str) for s in specs}) == 1:
+        return 0.0  # the same parameters everywhere: exactly, not to rounding
     families = {str(s.get("type")) for s in specs}
     family = families.pop() if len(families) == 1 else ""
     if family in ("categorical", "multinomial"):
@@ -256,7 +260,6 @@ def separation(specs: Sequence[Mapping[str, Any]], weights: Sequence[float] | np
         return _markov(specs, w)
     try:
         parts = [_density(s) for s in specs]
-    except KeyError:  # no closed form: only "the same everywhere" can be said
-        same = len({json.dumps(s, sort_keys=True, default=str) for s in specs}) == 1
-        return 0.0 if same and _entropy(w) > 0 else None
+    except KeyError:  # no closed form, and the parameters differ
+        return None
     return _continuous([f for f, _ in parts], [g for _, g in parts], w)

@@ -80,7 +80,7 @@ def test_the_separation_of_gaussians_matches_an_independent_integral_and_its_bou
     assert separation(specs, w) == pytest.approx(info / _entropy(np.array(w)), rel=1e-6)
     log_normal = [{**s, "type": "log_gaussian"} for s in specs]  # the same in ln x: units do not matter
     assert separation(log_normal, w) == pytest.approx(separation(specs, w), rel=1e-12)
-    assert separation([specs[0], specs[0]], w) == pytest.approx(0.0, abs=1e-9)
+    assert separation([specs[0], specs[0]], w) == 0.0
     far = [specs[0], {"type": "gaussian", "mu": 1e4, "sigma2": 1.0}]
     assert separation(far, w) == pytest.approx(1.0, abs=1e-9)
     assert separation([specs[0]], [1.0]) is None  # one segment separates nothing
@@ -118,7 +118,7 @@ def test_the_report_ranks_the_separating_field_first_and_collapses_the_same_one(
     profile = segment_profile(shop)
     scores = {row["field"]: row["separation"] for row in profile["fields"]}
     assert [row["field"] for row in profile["fields"]] == ["plan", "visits", "spend"]  # the model's order
-    assert scores["plan"] == pytest.approx(0.0, abs=1e-12)
+    assert scores["plan"] == 0.0  # the same parameters: exactly
     assert scores["spend"] > 0.95 and SAME_THRESHOLD < scores["visits"] < 0.2
     ranked, same, unscored = rank_fields(profile["fields"])
     assert [r["field"] for r in ranked] == ["spend", "visits"]
