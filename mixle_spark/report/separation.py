@@ -115,9 +115,8 @@ def _density(spec: Mapping[str, Any]) -> tuple[Callable[[np.ndarray], np.ndarray
     family = str(spec["type"])
     if family in ("gaussian", "log_gaussian"):  # a log-normal is a Gaussian in ln x
         mu, var = float(spec["mu"]), float(spec["sigma2"])
-        return (lambda u: -0.5 * (u - mu) ** 2 / var - 0.5 * math.log(2 * math.pi * var)), mu + math.sqrt(
-            var
-        ) * _DENSE
+        const = 0.5 * math.log(2 * math.pi * var)
+        return (lambda u: -0.5 * (u - mu) ** 2 / var - const), mu + math.sqrt(var) * _DENSE
     if family == "exponential":  # u = ln x
         lb = math.log(float(spec["beta"]))
         return (lambda u: u - lb - np.exp(u - lb)), lb + np.linspace(-45.0, 5.0, 2001)

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from mixle_spark.profile import segment_profile
+from mixle_spark.profile import assignment_summary, segment_profile
 from mixle_spark.report import describe_parameters, report_html
 from mixle_spark.report._segments import rank_fields
 from mixle_spark.report.separation import SAME_THRESHOLD, discrete_separation, separation
@@ -177,3 +177,13 @@ def test_markov_chains_and_hidden_markov_models_show_their_top_transitions() -> 
         "emissions[0] mu 0; emissions[0] sigma2 1; emissions[1] mu 3; emissions[1] sigma2 1; "
         "initial 1 0.75, 0 0.25; transitions 0 -> 0 0.90, 0 -> 1 0.10, 1 -> 1 0.80, 1 -> 0 0.20"
     )
+
+
+def test_a_summary_written_before_the_ranking_is_ranked_from_the_model(shop: MixtureDistribution) -> None:
+    old = segment_profile(shop, assignment_summary(np.array([[0.9, 0.1], [0.2, 0.8], [0.7, 0.3]])))
+    for row in old["fields"]:
+        del row["separation"]
+    text = _segments_text(report_html(shop, summary={"segments": old}))
+    assert re.findall(r"<tr><td>([a-z]+)<br><small>", text) == ["spend", "visits"]
+    assert "Same in all segments:</strong> plan:" in text
+    assert "<td class=num>2</td><td class=num>66.7%</td>" in text  # the rows the summary counted
