@@ -154,6 +154,7 @@ def test_markov_chains_and_hidden_markov_models_show_their_top_transitions() -> 
                 "home": {"home": 0.08141041183907949, "cart": 0.9185895881609205},
                 "cart": {"checkout": checkout, "home": rest * 0.6, "cart": rest * 0.3, "help": rest * 0.1},
             },
+            len_dist=PoissonDistribution(4.0),
         )
         return RecordDistribution({"path": chain})
 
@@ -161,13 +162,14 @@ def test_markov_chains_and_hidden_markov_models_show_their_top_transitions() -> 
     spec = model.components[0].fields["path"].to_dict()
     assert describe_parameters(spec) == (
         "initial home 0.70, cart 0.30; transitions cart -> checkout 0.42, cart -> home 0.35, "
-        "cart -> cart 0.17, …, home -> cart 0.92, home -> home 0.08"
+        "cart -> cart 0.17, …, home -> cart 0.92, home -> home 0.08; len_dist lam 4"
     )
     page = report_html(model)
     text = _segments_text(page)
     assert "cart -&gt; checkout 0.42, cart -&gt; home 0.35" in text
     assert "cart -&gt; home 0.57" in text  # the other segment's
     assert "0.0814104" not in page and "[[" not in text
+    assert "len_dist" not in text and "Same in all segments:</strong> path (length): mean 4 (sd 2)" in text
     hmm = HiddenMarkovDistribution(
         [GaussianDistribution(0.0, 1.0), GaussianDistribution(3.0, 1.0)],
         [0.25, 0.75],
