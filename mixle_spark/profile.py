@@ -226,7 +226,8 @@ def _rows(specs: list[Mapping[str, Any]], path: str, weights: np.ndarray) -> lis
                 *rows,
                 {**_label_rows(f"{path} (tokens)", family, pmaps, weights), **_scored(specs, weights)},
             ]
-        chains = [{key: v for key, v in s.items() if key != "len_dist"} for s in specs]  # length: its own row
+        # the length has its own row
+        chains: list[Mapping[str, Any]] = [{k: v for k, v in s.items() if k != "len_dist"} for s in specs]
         return [*rows, _text_row(chains, path, "parameters", weights)]
     if family in ("diagonal_gaussian", "multivariate_gaussian"):
         means = [np.asarray(s["mu"], dtype=np.float64) for s in specs]
