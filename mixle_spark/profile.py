@@ -15,7 +15,11 @@ model into that description, side by side across components, as JSON-able data t
 * an optional field: its missing rate, labelled as such, then what its present values look like;
 * a sequence: its length and its elements;
 * a vector Gaussian: each coordinate's mean and standard deviation;
-* any other family (Markov chains, hidden Markov models, nested mixtures): its parameters as text.
+* any other family (Markov chains, hidden Markov models, nested mixtures): its parameters as text
+  (:func:`mixle_spark.report.describe_parameters`; a chain's as its most probable transitions).
+
+Every field row also says how much the field separates the components (``separation``, in [0, 1]:
+:mod:`mixle_spark.report.separation`), which the report ranks the fields by.
 
 The components' sizes by hard assignment and how sure the assignments are come from the data, not the
 model: :func:`assignment_summary` builds them from posterior probabilities (``predict_proba``), and
@@ -40,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.report.parameters import describe_parameters
+from mixle_spark.report.separation import separation
 from mixle_spark.stats.base import Distribution
 
 __all__ = ["CERTAINTY_BINS", "assignment_summary", "field_cell", "merge_assignments", "segment_profile"]
@@ -167,7 +173,7 @@ def _rows(specs: list[Mapping[str, Any]], path: str, weights: np.ndarray) -> lis
     """The profile rows of one field: ``specs`` holds that field's spec in every component."""
     family = str(specs[0].get("type"))
     if any(str(s.get("type")) != family for s in specs):  # components that differ in form
-        return [_text_row(specs, path, "mixed families")]
+        return [_text_row(specs, path, "mixed families", weights)]
     if family == "ignored":
         return []
     if family == "record":
@@ -186,22 +192,28 @@ def _rows(specs: list[Mapping[str, Any]], path: str, weights: np.ndarray) -> lis
         ]
     if family in _SCALARS:
         cells = [_SCALARS[family](s) for s in specs]
-        return [{"field": path, "family": family, "kind": _NUMBER, "cells": cells}]
+        return [{"field": path, "family": family, "kind": _NUMBER, "cells": cells, **_scored(specs, weights)}]
     if family == "bernoulli":
         cells = [{"share": float(s["p"]), "text": f"{100 * float(s['p']):.1f}% ones"} for s in specs]
-        return [{"field": path, "family": family, "kind": _SHARE, "cells": cells}]
+        return [{"field": path, "family": family, "kind": _SHARE, "cells": cells, **_scored(specs, weights)}]
     if family == "categorical":
         pmaps = [[(label, float(p)) for label, p in s["pmap"]] for s in specs]
-        return [_label_rows(path, family, pmaps, weights)]
+        return [{**_label_rows(path, family, pmaps, weights), **_scored(specs, weights)}]
     if family == "integer_categorical":
         pmaps = [[(int(s["min_val"]) + i, float(p)) for i, p in enumerate(s["p_vec"])] for s in specs]
-        return [_label_rows(path, family, pmaps, weights)]
+        return [{**_label_rows(path, family, pmaps, weights), **_scored(specs, weights)}]
     if family == "optional":
         rows = []
+        present = weights
         if all(s.get("p") is not None for s in specs):
-            cells = [{"share": float(s["p"]), "text": f"{100 * float(s['p']):.1f}% missing"} for s in specs]
-            rows.append({"field": f"{path} (missing rate)", "family": family, "kind": _SHARE, "cells": cells})
-        return rows + _rows([s["dist"] for s in specs], path, weights)
+            missing = np.array([float(s["p"]) for s in specs])
+            cells = [{"share": p, "text": f"{100 * p:.1f}% missing"} for p in missing.tolist()]
+            score = _scored([{"type": "bernoulli", "p": p} for p in missing.tolist()], weights)
+            name = f"{path} (missing rate)"
+            rows.append({"field": name, "family": family, "kind": _SHARE, "cells": cells, **score})
+            present = weights * (1.0 - missing)  # the segments among rows where the field is present
+            present = present / present.sum() if present.sum() > 0 else weights
+        return rows + _rows([s["dist"] for s in specs], path, present)
     if family in ("sequence", "multinomial", "markov_chain", "hidden_markov"):
         rows = []
         if all(s.get("len_dist") is not None for s in specs):
@@ -210,8 +222,13 @@ def _rows(specs: list[Mapping[str, Any]], path: str, weights: np.ndarray) -> lis
             return rows + _rows([s["dist"] for s in specs], f"{path} (elements)", weights)
         if family == "multinomial":
             pmaps = [[(label, float(p)) for label, p in s["pmap"]] for s in specs]
-            return [*rows, _label_rows(f"{path} (tokens)", family, pmaps, weights)]
-        return [*rows, _text_row(specs, path, "parameters")]
+            return [
+                *rows,
+                {**_label_rows(f"{path} (tokens)", family, pmaps, weights), **_scored(specs, weights)},
+            ]
+        # the length has its own row
+        chains: list[Mapping[str, Any]] = [{k: v for k, v in s.items() if k != "len_dist"} for s in specs]
+        return [*rows, _text_row(chains, path, "parameters", weights)]
     if family in ("diagonal_gaussian", "multivariate_gaussian"):
         means = [np.asarray(s["mu"], dtype=np.float64) for s in specs]
         sds = [
@@ -225,15 +242,26 @@ def _rows(specs: list[Mapping[str, Any]], path: str, weights: np.ndarray) -> lis
                 "family": family,
                 "kind": _NUMBER,
                 "cells": [_normal(float(m[j]), float(sd[j])) for m, sd in zip(means, sds, strict=True)],
+                **_scored(
+                    [
+                        {"type": "gaussian", "mu": m[j], "sigma2": sd[j] ** 2}
+                        for m, sd in zip(means, sds, strict=True)
+                    ],
+                    weights,
+                ),
             }
             for j in range(len(means[0]))
         ]
-    return [_text_row(specs, path, "parameters")]
+    return [_text_row(specs, path, "parameters", weights)]
 
 
-def _text_row(specs: list[Mapping[str, Any]], path: str, what: str) -> dict[str, Any]:
-    from mixle_spark.report import describe_parameters
+def _scored(specs: list[Mapping[str, Any]], weights: np.ndarray) -> dict[str, Any]:
+    """``{"separation": score}``: how much the field separates the components
+    (:func:`mixle_spark.report.separation.separation`; None where it has no measure)."""
+    return {"separation": separation(specs, weights)}
 
+
+def _text_row(specs: list[Mapping[str, Any]], path: str, what: str, weights: np.ndarray) -> dict[str, Any]:
     cells = [{"text": describe_parameters(s)} for s in specs]
     return {
         "field": path or "(model)",
@@ -241,6 +269,7 @@ def _text_row(specs: list[Mapping[str, Any]], path: str, what: str) -> dict[str,
         "kind": _TEXT,
         "note": what,
         "cells": cells,
+        **_scored(specs, weights),
     }
 
 
@@ -265,8 +294,10 @@ def segment_profile(model: Distribution, assignments: Mapping[str, Any] | None =
         ``components``: per component its ``weight`` and, with ``assignments``, ``rows``, ``share``
         and ``mean_certainty`` (the mean maximum posterior of its rows); ``fields``: one row per
         field (and per part of an optional or sequence field) with ``field``, ``family``, ``kind``
-        (``number``, ``labels``, ``share`` or ``text``) and one ``cells`` entry per component, each
-        with a ``text`` and its numbers; ``assignments``: the ``assignments`` given (or None).
+        (``number``, ``labels``, ``share`` or ``text``), ``separation`` (how much the field separates
+        the components, :func:`mixle_spark.report.separation.separation`; None where it has no
+        measure) and one ``cells`` entry per component, each with a ``text`` and its numbers;
+        ``assignments``: the ``assignments`` given (or None).
     """
     spec = model.to_dict()
     if spec.get("type") == "mixture":

@@ -109,27 +109,40 @@ class MixleSummary:
         profiles (:attr:`segmentProfile`), history, weights, parameters, and a 2-D projection of about
         ``sample_rows`` training rows drawn at random (each segment keeps its share)."""
         from pyspark.ml.functions import vector_to_array
+        from pyspark.ml.linalg import VectorUDT
 
         from mixle_spark.report import write_report
 
-        columns = self.inputCols or [self.featuresCol]
+        columns, column = self._columns()
         frame = self._dataset.select(*columns)
-        if not self.inputCols:
-            frame = frame.select(vector_to_array(frame[self.featuresCol]).alias(self.featuresCol))
+        if column is not None and isinstance(frame.schema[column].dataType, VectorUDT):
+            frame = frame.select(vector_to_array(frame[column]).alias(column))
         sample = None
         if sample_rows > 0:
             fraction = min(1.0, sample_rows / self.numRows) if self.numRows > 0 else 1.0
             sample = frame.sample(fraction=fraction, seed=0).toPandas()
-        if sample is not None and not self.inputCols:
-            sample = np.stack(sample[self.featuresCol].to_numpy()) if len(sample) else None
+        if sample is not None and column is not None:  # the one column's values, not a table
+            values = sample[column].tolist()
+            is_array = dict(frame.dtypes)[column].startswith("array")
+            sample = (np.stack(values) if is_array else values) if values else None
         info = {
             "rows": self.numRows,
             "backend": "spark (MixleEstimator)",
             "timings": self.timings,
             "segments": self.segmentProfile,
             "warnings": self.warnings,
+            **({"model_selection": self.modelSelection} if self.modelSelection else {}),
         }
         return write_report(self._model.distribution, path, sample=sample, title=title, summary=info)
+
+    def _columns(self) -> tuple[list[str], str | None]:
+        """The training data's columns the model reads, and the one column it reads unnamed (else None):
+        a record model (``inputCols``, or a ``modelSpec`` whose fields name columns) reads its fields'
+        columns, any other model ``featuresCol``."""
+        reads = self._model.distribution.encoder().column_names()
+        if reads is not None:
+            return list(self.inputCols or reads), None
+        return [self.featuresCol], self.featuresCol
 
     @property
     def segmentProfile(self) -> dict[str, Any]:
@@ -140,8 +153,8 @@ class MixleSummary:
             from mixle_spark.scoring import assignment_counts
 
             model = self._model.distribution
-            column = None if self.inputCols else self.featuresCol
-            frame = self._dataset.select(*(self.inputCols or [self.featuresCol]))
+            columns, column = self._columns()
+            frame = self._dataset.select(*columns)
             self._profile = segment_profile(model, assignment_counts(model, frame, column=column))
         return self._profile
 

@@ -703,6 +703,27 @@ def test_summary_writes_the_fit_report(points: Any, tmp_path: Path) -> None:
     assert "2,000" in html or "2000" in html  # the training rows in the overview
 
 
+def test_summary_report_reads_the_columns_a_model_spec_names(points: Any, tmp_path: Path) -> None:
+    """A record modelSpec reads its fields' columns and no featuresCol: the summary's profile and its
+    report (with a k chosen from a list) read those columns too."""
+    from mixle_spark.errors import FitQualityWarning
+    from mixle_spark.ml import MixleEstimator
+
+    spec = {"type": "record", "fields": {"x": "gaussian", "y": "gaussian"}}
+    estimator = MixleEstimator(modelSpec=spec, k=[3, 5, 7], seed=1, maxIter=200, tol=1e-3)
+    with pytest.warns(FitQualityWarning, match="best number of components by bic is 3, the smallest"):
+        model = estimator.fit(points)  # three blobs
+    summary = model.summary
+    assert summary.inputCols is None and summary.modelSelection["best_k"] == model.getK()
+    assert sum(c["rows"] for c in summary.segmentProfile["components"]) == N
+    page = summary.report(tmp_path / "report.html", sample_rows=300)
+    html = page.read_text()
+    for section in ("overview", "model-selection", "segments", "parameters", "projection"):
+        assert f'id="{section}"' in html
+    projection = html[html.index('id="projection"') :]
+    assert "Skipped" not in projection and "the model&#x27;s numeric fields" in projection
+
+
 @pytest.mark.parametrize(
     ("saved_class", "module"),
     [("this.s", "this"), ("unittest.__main__.X", "unittest.__main__"), ("os.system", "os")],

@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 
 from mixle_spark import report
-from mixle_spark._report_projection import _numeric_columns
 from mixle_spark.estimation import optimize
-from mixle_spark.report import PLOT_HINT, SECTIONS, report_html, write_report
+from mixle_spark.report import PLOT_HINT, SECTIONS, _page, report_html, write_report
+from mixle_spark.report._projection import _numeric_columns
 from mixle_spark.stats import (
     CategoricalDistribution,
     CategoricalEstimator,
@@ -351,7 +351,7 @@ def test_write_report_replaces_the_file_whole(tmp_path: Path, monkeypatch: pytes
     def fail(*_args: Any, **_kwargs: Any) -> str:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(report, "report_html", fail)
+    monkeypatch.setattr(_page, "report_html", fail)
     with pytest.raises(RuntimeError, match="boom"):
         write_report(GaussianDistribution(0.0, 1.0), target)
     assert [p.name for p in tmp_path.iterdir()] == ["report.html"]

@@ -11,8 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark._report_html import _bar, _esc, _Html, _note, _section, _table
-from mixle_spark.profile import CERTAINTY_BINS, assignment_summary, segment_profile
+# the module, not its names: importing mixle_spark.profile first runs this package (profile reads its
+# parameter text from mixle_spark.report.parameters) while profile is still half-initialised
+from mixle_spark import profile as profiles
+from mixle_spark.report._html import _bar, _esc, _Html, _note, _section, _table
+from mixle_spark.report.separation import SAME_THRESHOLD
 from mixle_spark.stats.base import Distribution
 
 _LABELS_SHOWN = 12
@@ -20,24 +23,34 @@ _LABELS_SHOWN = 12
 
 
 def _segments(model: Distribution, proba: np.ndarray | None, info: Mapping[str, Any]) -> str:
-    """Each component's fields in the data's units, side by side, with sizes and certainty (over the
-    whole table when ``info`` has them, else over the sample whose posteriors ``proba`` are)."""
+    """Each component's fields in the data's units, side by side, ranked by how much they separate the
+    components, with sizes and certainty (over the whole table when ``info`` has them, else over the
+    sample whose posteriors ``proba`` are); fields the same in all components on one line."""
     heading = "Segment profiles"
     profile = info.get("segments")
     if profile is None or profile.get("assignments") is None:  # sizes from the sample, said so
         assignments = None
         if proba is not None and len(proba) > 0:
-            assignments = assignment_summary(proba, f"a sample of {len(proba):,} rows")
-        profile = segment_profile(model, assignments)
-    comps, rows = profile["components"], profile["fields"]
+            assignments = profiles.assignment_summary(proba, f"a sample of {len(proba):,} rows")
+        profile = profiles.segment_profile(model, assignments)
+    elif any("separation" not in row for row in profile["fields"]):  # a summary written before ranking
+        profile = {**profile, "fields": profiles.segment_profile(model)["fields"]}
+    comps = profile["components"]
+    ranked, same, unscored = rank_fields(profile["fields"])
     parts = [_sizes(comps, profile.get("assignments"))]
-    header = ["field", *(f"component {c['component']}" for c in comps)]
+    scored = bool(ranked or same)
+    header = ["field", *(["separation"] if scored else []), *(f"component {c['component']}" for c in comps)]
     table_rows = []
-    for row in rows:
+    for row in [*ranked, *unscored]:
         cells = [_cell(row, cell, _span(row)) for cell in row["cells"]]
-        table_rows.append([_Html(f"{_esc(row['field'])}<br><small>{_esc(row['family'])}</small>"), *cells])
+        score = [_score(row.get("separation"))] if scored else []
+        field = _Html(f"{_esc(row['field'])}<br><small>{_esc(row['family'])}</small>")
+        table_rows.append([field, *score, *cells])
     if table_rows:
-        parts.append(_table(header, table_rows))
+        parts.append(_table(header, table_rows, numeric=(1,) if scored else ()))
+    if same:
+        parts.append(_same_line(same, comps))
+    if table_rows:
         parts.append(
             _note(
                 "Numbers: the median and quartiles where the family has them (log-normal, Gaussian, "
@@ -46,8 +59,45 @@ def _segments(model: Distribution, proba: np.ndarray | None, info: Mapping[str, 
                 "median (or mean). Labels: every label's probability within the component."
             )
         )
+    if scored:
+        parts.append(_note(_SEPARATION_NOTE))
     parts.append(_certainty(profile.get("assignments")))
     return _section("segments", heading, "\n".join(p for p in parts if p))
+
+
+_SEPARATION_NOTE = (
+    "Fields are ranked by separation: the information a field's value gives about a row's component, as "
+    "a share of the components' entropy (0: the same distribution in every component; 1: the field "
+    "alone tells the component). Fields below "
+    f"{SAME_THRESHOLD} are the same in all segments and listed on one line; n/a: a family with no "
+    "measure here whose parameters differ, listed last."
+)
+
+
+def rank_fields(
+    rows: Sequence[Mapping[str, Any]],
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """A profile's field rows as ``(ranked, same, unscored)``: the rows whose separation is at least
+    :data:`~mixle_spark.report.separation.SAME_THRESHOLD`, most separating first; the rows below it
+    (the same in all segments), in the model's order; the rows without a separation, in the model's
+    order."""
+    scored = [r for r in rows if r.get("separation") is not None]
+    same = [r for r in scored if r["separation"] < SAME_THRESHOLD]
+    ranked = sorted((r for r in scored if r["separation"] >= SAME_THRESHOLD), key=lambda r: -r["separation"])
+    return ranked, same, [r for r in rows if r.get("separation") is None]
+
+
+def _score(value: float | None) -> Any:
+    if value is None:
+        return "n/a"
+    return _Html(f"{value:.3f}{_bar(100 * value)}")
+
+
+def _same_line(rows: Sequence[Mapping[str, Any]], comps: Sequence[Mapping[str, Any]]) -> str:
+    """One line for the fields the same in all segments, each with its value in the largest component."""
+    big = max(range(len(comps)), key=lambda k: float(comps[k]["weight"]))
+    items = " · ".join(f"{row['field']}: {row['cells'][big]['text']}" for row in rows)
+    return f'<p class="same"><strong>Same in all segments:</strong> {_esc(items)}</p>'
 
 
 def _sizes(comps: Sequence[Mapping[str, Any]], assignments: Mapping[str, Any] | None) -> str:
@@ -137,15 +187,16 @@ def _certainty(assignments: Mapping[str, Any] | None) -> str:
         return ""
     top = max(hist)
     bars = "".join(
-        f'<div title="{j / CERTAINTY_BINS:.2f}-{(j + 1) / CERTAINTY_BINS:.2f}: {v:,} rows" '
+        f'<div title="{j / profiles.CERTAINTY_BINS:.2f}-{(j + 1) / profiles.CERTAINTY_BINS:.2f}: {v:,} rows" '
         f'style="height:{100 * v / top:.1f}%"></div>'
         for j, v in enumerate(hist)
     )
-    sure = sum(hist[int(0.9 * CERTAINTY_BINS) :]) / total
-    unsure = sum(hist[: CERTAINTY_BINS // 2 + CERTAINTY_BINS // 10]) / total
+    sure = sum(hist[int(0.9 * profiles.CERTAINTY_BINS) :]) / total
+    unsure = sum(hist[: profiles.CERTAINTY_BINS // 2 + profiles.CERTAINTY_BINS // 10]) / total
+    bins = profiles.CERTAINTY_BINS
     text = (
         f"How sure the assignments are: rows by their largest posterior probability (0 to 1, in "
-        f"{CERTAINTY_BINS} bins). {100 * sure:.1f}% of rows are assigned with probability 0.9 or more; "
+        f"{bins} bins). {100 * sure:.1f}% of rows are assigned with probability 0.9 or more; "
         f"{100 * unsure:.1f}% with less than 0.6."
     )
     axis = '<div class="axis"><span>0</span><span>0.5</span><span>1</span></div>'

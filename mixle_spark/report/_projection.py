@@ -10,8 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark import _report_figures as figures
-from mixle_spark._report_html import PLOT_HINT, _length, _note, _num, _numeric_array, _section, _table
+import mixle_spark.report._figures as figures
+from mixle_spark import profile as profiles  # the module: see _segments
+from mixle_spark.report._html import PLOT_HINT, _length, _note, _num, _numeric_array, _section, _table
 from mixle_spark.stats.base import Distribution
 
 
@@ -130,9 +131,7 @@ def _field_mean(spec: Mapping[str, Any]) -> float:
     """A numeric field's mean in the projection's scale (a log-normal's: of the logarithm)."""
     if spec["type"] in ("gaussian", "log_gaussian", "student_t"):
         return float(spec["mu"])
-    from mixle_spark.profile import field_cell
-
-    return float(field_cell(spec)["mean"])
+    return float(profiles.field_cell(spec)["mean"])
 
 
 def _modelled_columns(

@@ -17,37 +17,27 @@ True
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mixle_spark import _report_figures as figures
+import mixle_spark.report._figures as figures
 from mixle_spark._locations import scheme_of
 from mixle_spark._outputs import write_file
-from mixle_spark._report_html import (
-    PLOT_HINT,
-    _esc,
-    _Html,
-    _note,
-    _num,
-    _numeric_array,
-    _posteriors,
-    _section,
-    _table,
-)
-from mixle_spark._report_projection import _projection
-from mixle_spark._report_segments import _segments
 from mixle_spark._version import __version__
+from mixle_spark.report._html import PLOT_HINT, _esc, _Html, _note, _num, _posteriors, _section, _table
+from mixle_spark.report._projection import _projection
+from mixle_spark.report._segments import _segments
+from mixle_spark.report.parameters import flatten_parameters
 from mixle_spark.stats.base import Distribution
 from mixle_spark.summary import count_free_parameters, information_criteria, labelled_timings
 
-__all__ = ["PLOT_HINT", "SECTIONS", "describe_parameters", "report_html", "write_report"]
+__all__ = ["GENERATOR", "SECTIONS", "report_html", "write_report"]
 
 SECTIONS = ("overview", "segments", "log-likelihood", "weights", "parameters", "projection")
 """The ``id`` of every ``<section>`` of a report, in page order; a fit that chose its number of
@@ -334,14 +324,6 @@ def _weights(spec: Mapping[str, Any], figure_class: Any) -> str:
     return _section("weights", "Component weights", chart + _table(["component", "weight", ""], rows, [1]))
 
 
-# -- segments --------------------------------------------------------------------------------------
-
-
-def describe_parameters(spec: Mapping[str, Any]) -> str:
-    """A model's (or field's) parameters as one short text: ``"mu 0.5; sigma2 2"``."""
-    return "; ".join(f"{path + ' ' if path else ''}{key} {text}" for path, _, key, text in _flatten(spec, ""))
-
-
 # -- parameters ----------------------------------------------------------------------------------
 
 
@@ -353,62 +335,10 @@ def _parameters(spec: Mapping[str, Any]) -> str:
         columns, parts = ["model"], [spec]
     table: dict[tuple[str, str], dict[str, Any]] = {}
     for k, part in enumerate(parts):
-        for path, family, key, text in _flatten(part, ""):
+        for path, family, key, text in flatten_parameters(part):
             row = table.setdefault((path, key), {"family": family, "cells": [""] * len(parts)})
             row["cells"][k] = text
     rows = [[path or "(top level)", row["family"], key, *row["cells"]] for (path, key), row in table.items()]
     body = _table(["field", "family", "parameter", *columns], rows)
     note = _note("Categorical fields show their five most probable labels; matrices their diagonal.")
     return _section("parameters", "Parameters per component", note + body)
-
-
-def _flatten(spec: Mapping[str, Any], path: str) -> Iterator[tuple[str, str, str, str]]:
-    """``(field path, family, parameter, value text)`` for every leaf parameter of ``spec``."""
-    family = str(spec.get("type", "?"))
-    for key, value in spec.items():
-        if key == "type":
-            continue
-        if key == "fields" and isinstance(value, Mapping):
-            for name, child in value.items():
-                yield from _flatten(child, f"{path}.{name}" if path else str(name))
-        elif isinstance(value, Mapping) and "type" in value:
-            yield from _flatten(value, f"{path}.{key}" if path else key)
-        elif isinstance(value, list) and value and all(isinstance(c, Mapping) and "type" in c for c in value):
-            for i, child in enumerate(value):
-                yield from _flatten(child, f"{path}.{key}[{i}]" if path else f"{key}[{i}]")
-        else:
-            yield path, family, key, _summarise(key, value)
-
-
-def _vector(values: np.ndarray, limit: int = 8) -> str:
-    shown = ", ".join(_num(v, 4) for v in values[: limit if len(values) <= limit else 6])
-    return f"[{shown}]" if len(values) <= limit else f"[{shown}, … ({len(values)} values)]"
-
-
-def _summarise(key: str, value: Any) -> str:
-    """A short text for one parameter value (pmaps: top labels; matrices: shape and diagonal)."""
-    if (
-        key == "pmap"
-        and isinstance(value, list)
-        and all(isinstance(kv, list) and len(kv) == 2 for kv in value)
-    ):
-        top = sorted(value, key=lambda kv: -float(kv[1]))[:5]
-        more = f", … ({len(value) - 5} more)" if len(value) > 5 else ""
-        return ", ".join(f"{label!r}: {float(p):.3f}" for label, p in top) + more
-    array = _numeric_array(value)
-    if array is not None and array.ndim == 1:
-        return _vector(array)
-    if array is not None:
-        rows, cols = array.shape
-        if rows != cols:
-            return f"{rows}×{cols} matrix"
-        text = f"{rows}×{cols}, diagonal {_vector(np.diag(array))}"
-        diag = np.sqrt(np.abs(np.diag(array)))
-        if rows > 1 and "cov" in key and np.all(diag > 0):
-            corr = array / np.outer(diag, diag)
-            text += f", max |correlation| {np.max(np.abs(corr[~np.eye(rows, dtype=bool)])):.3f}"
-        return text
-    if isinstance(value, (bool, int, float, np.number)) or value is None:
-        return _num(value, 4)
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= 120 else text[:117] + "…"
