@@ -23,6 +23,7 @@ __all__ = [
     "FLOOR_WEIGHT",
     "MAX_RESEEDS",
     "ON_DEGENERATE",
+    "ON_OTHER_DATA",
     "TOL",
     "FitResult",
     "IterationRecord",
@@ -235,6 +236,10 @@ stop on one by default: ``select_k``, the fit job (a spec without a stopping rul
 
 ON_DEGENERATE = ("stop", "floor", "reseed")
 """What the EM driver does when an M-step degenerates a mixture component (see ``optimize``)."""
+
+ON_OTHER_DATA = ("raise", "refit")
+"""What a checkpoint of this fit on other data does: raise, or a fit from scratch replacing it
+(:mod:`mixle_spark.em.resilient`)."""
 
 MAX_RESEEDS = 3
 """How often ``on_degenerate="reseed"`` restarts one component in a fit before the fit stops."""

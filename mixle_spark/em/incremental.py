@@ -49,6 +49,8 @@ import numpy as np
 
 from mixle_spark._checks import Check, integer, number, one_of
 from mixle_spark.em._records import TOL
+from mixle_spark.em.handles import fit_data, warn_model_size
+from mixle_spark.em.options import FitOptions
 from mixle_spark.em.statistics import Statistics, collect_statistics, value_from_json, value_to_json
 from mixle_spark.errors import DegenerateComponentError, MixleError, SpecError
 from mixle_spark.parallel.backends.contract import Accumulate, FitSession, OneTask, RowPasses
@@ -568,11 +570,12 @@ def _refit(
     line: str,
     options: dict[str, Any],
 ) -> Distribution:
-    from mixle_spark.estimation import optimize
-
     if out is not None:
         out(f"{line}: refitting the new rows from scratch")
-    fresh = optimize(handle, estimator, **{"print_iter": 0, **options, "keep_statistics": True})
+    fit, backend_options = FitOptions.gather(None, {"print_iter": 0, **options, "keep_statistics": True})
+    fresh, rows = fit_data(handle, estimator, fit, backend_options, started=time.perf_counter())
+    if rows is not None:
+        warn_model_size(fresh, rows)
     if batch_id is not None:
         fresh.statistics = fresh.statistics.with_value(
             fresh.statistics.value, fresh.statistics.weight, fresh.statistics.rows, last_batch=batch_id

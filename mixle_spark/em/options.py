@@ -18,9 +18,8 @@ from typing import IO, Any
 from mixle_spark._checks import Check, check_fields, checked, field_check, integer, number, one_of
 from mixle_spark._locations import scheme_of
 from mixle_spark.em._checkpoint_store import checkpoint_key
-from mixle_spark.em._records import DELTA, ON_DEGENERATE, TOL
+from mixle_spark.em._records import DELTA, ON_DEGENERATE, ON_OTHER_DATA, TOL
 from mixle_spark.em._run import EMRun, FitInputs
-from mixle_spark.em.resilient import ON_OTHER_DATA
 from mixle_spark.em.seeding import INIT_MODES, Seeding
 from mixle_spark.errors import SpecError
 from mixle_spark.stats.base import Distribution, Estimator

@@ -55,7 +55,7 @@ from mixle_spark.em._checkpoint_store import (
     CheckpointStoreError,
     CorruptCheckpointWarning,
 )
-from mixle_spark.em._records import IterationRecord
+from mixle_spark.em._records import ON_OTHER_DATA, IterationRecord
 from mixle_spark.em.observability import EMTrace
 from mixle_spark.errors import CheckpointMismatchError
 from mixle_spark.parallel.backends.contract import on_writer
@@ -152,8 +152,6 @@ _WHAT = {
 }
 DATA_KEYS = ("rows", "data")
 """The fingerprint's keys that describe the data (the rest describe the fit's settings)."""
-ON_OTHER_DATA = ("raise", "refit")
-"""What a checkpoint of this fit on other data does: raise, or a fit from scratch replacing it."""
 
 
 def fingerprint_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, str]:
