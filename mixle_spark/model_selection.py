@@ -36,6 +36,7 @@ from mixle_spark.em.handles import fit_together, open_handle, release, trial_see
 from mixle_spark.em.options import TOL, FitOptions, check_trials
 from mixle_spark.em.statistics import collect_statistics
 from mixle_spark.errors import ConvergenceWarning, FitQualityWarning, SpecError, TooFewRowsError
+from mixle_spark.spec import estimator_from_spec
 from mixle_spark.stats._random import seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
 from mixle_spark.summary import count_free_parameters, information_criteria
@@ -204,8 +205,6 @@ def with_components(
     """``estimator`` (a mixture of identical components or a hidden Markov model, possibly threaded by
     ``ModelParallelEstimator``, or its spec) with ``k`` components / states, its other options kept
     (and, given a ``form``, the mixture's covariance form set to it)."""
-    from mixle_spark.spec import estimator_from_spec
-
     if not isinstance(estimator, Estimator):
         estimator = estimator_from_spec(estimator)  # type: ignore[arg-type]
     inner = getattr(estimator, "inner", None)

@@ -120,7 +120,7 @@ def fit_fingerprint(
     """What identifies a fit for resuming: the data (its row count and ``data``, the digest of its
     content) and the settings that change its path (``max_its`` is not one: a resumed fit may run
     longer)."""
-    from mixle_spark.spec import model_to_dict
+    from mixle_spark.model_file import model_to_dict
 
     return {
         "estimator": _digest(_estimator_spec(estimator)),
@@ -204,13 +204,13 @@ def checkpointed_fold(
 def _plain_model(model: Distribution) -> str:
     """The model as saved-model JSON text (a string, so the checkpoint's sorted keys cannot reorder
     a record's fields)."""
-    from mixle_spark.spec import model_to_json
+    from mixle_spark.model_file import model_to_json
 
     return model_to_json(model)
 
 
 def _load_model(payload: Any) -> Distribution:
-    from mixle_spark.spec import model_from_json
+    from mixle_spark.model_file import model_from_json
 
     return model_from_json(payload)
 
