@@ -6,9 +6,10 @@ The graph (:func:`import_graph`) has a node per module of ``mixle_spark`` (a pac
 * an import, at module level or inside a function (a lazy import is still a dependency), not under
   ``if TYPE_CHECKING:`` (it never runs): ``import x.y`` is an edge to ``x.y``; ``from x import n`` to
   the module ``x.n`` when there is one, else to the module ``n`` comes from (below), else to ``x``;
-* a string constant that names a module of the package, ``"mixle_spark.x.y"`` or a name in it
-  ``"mixle_spark.x.y.Name"`` (a registry's entry, ``importlib.import_module("...")``): naming a
-  module in a string to import it later is importing it. A logger's name
+* a string that names a module of the package, ``"mixle_spark.x.y"``, a name in it
+  ``"mixle_spark.x.y.Name"`` or an entry point ``"mixle_spark.x.y:name"`` (a registry's entry,
+  ``importlib.import_module("...")``; an f-string counts when made of text and module-level string
+  constants): naming a module in a string to import it later is importing it. A logger's name
   (``logging.getLogger("mixle_spark.estimation")``) names a logger, not a module, and is no edge.
 
 A package ``__init__``'s re-exports are set aside, as the architecture allows: an ``__init__`` only
@@ -51,6 +52,26 @@ def _is_logger_name(node: ast.AST, parents: Mapping[ast.AST, ast.AST]) -> bool:
     )
 
 
+def _text(node: ast.AST, constants: Mapping[str, str]) -> str | None:
+    """The text of a string constant, or of an f-string made of text and module-level string
+    constants (``f"{_BACKENDS}.local:make_local"``); None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if not isinstance(node, ast.JoinedStr):
+        return None
+    parts = []
+    for part in node.values:
+        if isinstance(part, ast.Constant) and isinstance(part.value, str):
+            parts.append(part.value)
+        elif isinstance(part, ast.FormattedValue) and isinstance(part.value, ast.Name):
+            if part.value.id not in constants or part.format_spec is not None:
+                return None
+            parts.append(constants[part.value.id])
+        else:
+            return None
+    return "".join(parts)
+
+
 class _Source:
     """What one module's source says: the modules it imports and names, and (for an ``__init__``)
     where each name it re-exports comes from."""
@@ -62,6 +83,15 @@ class _Source:
         self.strings: list[str] = []
         self.exports: dict[str, str] = {}  # an __init__'s name -> the module it is taken from
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        constants = {  # module-level NAME = "text": what an f-string's {NAME} stands for
+            target.id: node.value.value
+            for node in tree.body
+            if isinstance(node, ast.Assign | ast.AnnAssign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Name)
+        }
 
         def visit(node: ast.AST, typing_only: bool) -> None:
             if isinstance(node, ast.If) and _is_type_checking(node):
@@ -84,9 +114,12 @@ class _Source:
                     if isinstance(key, ast.Constant) and isinstance(value, ast.Constant):
                         if isinstance(key.value, str) and isinstance(value.value, str):
                             self.exports.setdefault(key.value, value.value)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and not typing_only:
-                if node.value.startswith(ROOT + ".") and not _is_logger_name(node, parents):
-                    self.strings.append(node.value)
+            text = _text(node, constants)
+            if text is not None and not typing_only:
+                if text.startswith(ROOT + ".") and not _is_logger_name(node, parents):
+                    self.strings.append(text)
+            if isinstance(node, ast.JoinedStr):
+                return  # its parts are not strings of their own
             for child in ast.iter_child_nodes(node):
                 visit(child, typing_only)
 
@@ -122,7 +155,9 @@ def _home(sources: Mapping[str, _Source], target: str, name: str | None, seen: f
 
 
 def _named_module(sources: Mapping[str, _Source], text: str) -> str | None:
-    """The module a string names (``mixle_spark.x.y`` or ``mixle_spark.x.y.Name``), else None."""
+    """The module a string names (``mixle_spark.x.y``, ``mixle_spark.x.y.Name`` or, as an entry
+    point, ``mixle_spark.x.y:name``), else None."""
+    text = text.partition(":")[0]
     if text in sources and text != ROOT:
         return text
     head, _, name = text.rpartition(".")
@@ -153,6 +188,12 @@ def import_graph(sources: Mapping[str, _Source]) -> dict[str, set[str]]:
 def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
     """Each strongly connected set of more than one module, as one cycle through it
     (``[a, b, ..., a]``), sorted; empty when the graph has no cycle."""
+    return sorted(_one_cycle(graph, component) for component in strongly_connected(graph))
+
+
+def strongly_connected(graph: Mapping[str, Iterable[str]]) -> list[set[str]]:
+    """The sets of more than one module each of which reaches every other (Tarjan's algorithm,
+    without recursion)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -193,7 +234,7 @@ def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
                         break
                 if len(component) > 1:
                     components.append(component)
-    return sorted(_one_cycle(graph, component) for component in components)
+    return components
 
 
 def _one_cycle(graph: Mapping[str, Iterable[str]], component: set[str]) -> list[str]:
@@ -227,7 +268,8 @@ def _shown(found: list[list[str]]) -> str:
 
 def test_the_package_has_no_import_cycle() -> None:
     found = cycles(GRAPH)
-    assert found == [], f"import cycles:\n{_shown(found)}"
+    tangles = "\n".join(sorted(", ".join(sorted(c)) for c in strongly_connected(GRAPH)))
+    assert found == [], f"import cycles:\n{_shown(found)}\nmodules in each tangle:\n{tangles}"
 
 
 def test_the_graph_reads_every_kind_of_edge() -> None:
