@@ -17,7 +17,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from mixle_spark.em.statistics import Statistics, collect_statistics, statistics
 from mixle_spark.errors import ConvergenceWarning
 from mixle_spark.parallel.backends.contract import (
     Accumulate,
+    EncodedData,
     PartitionAudit,
     PartReports,
     SingleWriter,
@@ -79,7 +80,7 @@ class FitInputs:
     """
 
     prev_estimate: Distribution | None = None
-    vhandle: Any = None
+    vhandle: EncodedData | None = None
     label: str = ""
     started: float | None = None
     data: str | None = None
@@ -95,7 +96,7 @@ def _mixture_of(estimator: Estimator) -> Any:
 
 
 def start_model(
-    handle: Any,
+    handle: EncodedData,
     estimator: Estimator,
     seed: int,
     init_p: float | None,
@@ -121,7 +122,7 @@ class EMRun:
     (``checkpoints``, None without ``checkpoint_dir``)."""
 
     def __init__(
-        self, handle: Any, estimator: Estimator, options: FitOptions, inputs: FitInputs = FitInputs()
+        self, handle: EncodedData, estimator: Estimator, options: FitOptions, inputs: FitInputs = FitInputs()
     ) -> None:
         from mixle_spark.em.observability import EMTrace
 
@@ -379,13 +380,14 @@ class EMRun:
             if audited:
                 from mixle_spark.parallel.fold import PassOptions
 
-                nobs, ll, nxt = self.handle.pysp_em_step(
+                audited_handle = cast(PartitionAudit, self.handle)  # an audit runs on such handles only
+                nobs, ll, nxt = audited_handle.pysp_em_step(
                     self.estimator, model, options=PassOptions(keep=audited)
                 )
-                first = {r.part: r.kept for r in self.handle.last_parts if r.kept is not None}
-                parts = self.handle.last_parts
-                second = self.handle.pysp_partition_payloads(self.estimator, model, audited)
-                self.handle.last_parts = parts
+                first = {r.part: r.kept for r in audited_handle.last_parts if r.kept is not None}
+                parts = audited_handle.last_parts
+                second = audited_handle.pysp_partition_payloads(self.estimator, model, audited)
+                audited_handle.last_parts = parts
                 events.append(audit.check(self.iteration, first, second).describe())
             else:
                 nobs, ll, nxt = em_step(self.handle, self.estimator, model)
@@ -517,7 +519,7 @@ class EMRun:
             raise self._stopped(
                 err, f"reseeding component {j} failed: the fresh start could not build {which}; stopped"
             ) from err
-        return fresh.components[j]  # type: ignore[no-any-return]
+        return fresh.components[j]  # type: ignore[attr-defined, no-any-return]  # a mixture: checked above
 
     def _stopped(self, err: Any, message: str) -> Any:
         """A DegenerateComponentError for this iteration, carrying the model it started from."""

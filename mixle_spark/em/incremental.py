@@ -54,7 +54,7 @@ from mixle_spark.em.options import FitOptions
 from mixle_spark.em.statistics import Statistics, collect_statistics
 from mixle_spark.em.update_record import UpdateResult
 from mixle_spark.errors import DegenerateComponentError, MixleError, SpecError
-from mixle_spark.parallel.backends.contract import Accumulate, FitSession, OneTask, RowPasses
+from mixle_spark.parallel.backends.contract import Accumulate, EncodedData, FitSession, OneTask, RowPasses
 from mixle_spark.parallel.backends.registry import encoded_data, is_encoded_data_handle
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -457,7 +457,7 @@ def _result(
 
 
 def _refit(
-    handle: Any,
+    handle: EncodedData,
     estimator: Estimator,
     model: Distribution,
     base: dict[str, Any],

@@ -58,7 +58,7 @@ from mixle_spark.em._checkpoint_store import (
 from mixle_spark.em._records import ON_OTHER_DATA, IterationRecord
 from mixle_spark.em.observability import EMTrace
 from mixle_spark.errors import CheckpointMismatchError
-from mixle_spark.parallel.backends.contract import on_writer
+from mixle_spark.parallel.backends.contract import EncodedData, on_writer
 from mixle_spark.stats._random import seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -257,7 +257,7 @@ class Checkpointer:
 
     def __init__(
         self,
-        handle: Any,
+        handle: EncodedData,
         estimator: Estimator,
         options: FitOptions,
         prev_estimate: Distribution | None = None,

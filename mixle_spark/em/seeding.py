@@ -47,7 +47,7 @@ from mixle_spark.em._seeding_passes import (
     moved_centres,
 )
 from mixle_spark.errors import EmbeddingUnavailableError, SpecError
-from mixle_spark.parallel.backends.contract import RowPasses
+from mixle_spark.parallel.backends.contract import EncodedData, RowPasses
 from mixle_spark.stats._random import RowRandom
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -165,7 +165,7 @@ def _fallback(reason: str) -> None:
 
 
 def kmeans_parallel(
-    handle: Any,
+    handle: EncodedData,
     estimator: Estimator,
     seed: int,
     seeding: Seeding,
