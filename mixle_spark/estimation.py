@@ -47,6 +47,7 @@ from mixle_spark.em.handles import (
     trial_seeds,
     warn_model_size,
 )
+from mixle_spark.em.handles import row_count as row_count  # importable here as before
 from mixle_spark.em.incremental import update
 from mixle_spark.em.options import FitOptions, check_trials
 from mixle_spark.em.seeding import Seeding

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.em._nested_seeding import AssignNested, nested_plan
+from mixle_spark.em._seeding_passes import LOCAL_LLOYD_ITERATIONS as LOCAL_LLOYD_ITERATIONS  # as before
 from mixle_spark.em._seeding_passes import (
     Assign,
     Candidates,
