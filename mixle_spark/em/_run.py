@@ -36,10 +36,11 @@ from mixle_spark.em._records import (
     nonfinite_error,
     not_converged_message,
 )
+from mixle_spark.em.observability import EMTrace, IterationTrace, JsonLinesSink, MlflowSink, PartitionTiming
 from mixle_spark.em.resilient import Checkpointer, Finished, Snapshot
 from mixle_spark.em.seeding import Seeding, kmeans_parallel
 from mixle_spark.em.statistics import Statistics, collect_statistics, statistics_of_pass
-from mixle_spark.errors import ConvergenceWarning
+from mixle_spark.errors import ConvergenceWarning, DegenerateComponentError
 from mixle_spark.parallel.backends.contract import (
     Accumulate,
     EncodedData,
@@ -49,8 +50,10 @@ from mixle_spark.parallel.backends.contract import (
     WorkerEvents,
     backend_name,
 )
+from mixle_spark.parallel.fold import PassOptions
 from mixle_spark.stats._random import seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
+from mixle_spark.stats.mixture import MixtureDistribution, MixtureEstimator
 
 if TYPE_CHECKING:
     from mixle_spark.em.options import FitOptions
@@ -88,8 +91,6 @@ class FitInputs:
 
 def _mixture_of(estimator: Estimator) -> Any:
     """The MixtureEstimator ``estimator`` is (or threads), else None."""
-    from mixle_spark.stats.mixture import MixtureEstimator
-
     inner = getattr(estimator, "inner", None)
     candidate = estimator if inner is None else inner
     return candidate if isinstance(candidate, MixtureEstimator) else None
@@ -124,8 +125,6 @@ class EMRun:
     def __init__(
         self, handle: EncodedData, estimator: Estimator, options: FitOptions, inputs: FitInputs = FitInputs()
     ) -> None:
-        from mixle_spark.em.observability import EMTrace
-
         self.handle, self.estimator, self.options, self.vhandle = handle, estimator, options, inputs.vhandle
         self.prev_estimate = inputs.prev_estimate
         self.data = inputs.data
@@ -370,16 +369,12 @@ class EMRun:
 
     def _step(self, model: Distribution) -> tuple[float, float, Distribution, list[str]]:
         """One pass and M-step from ``model``, with the audit and the degenerate-component policy."""
-        from mixle_spark.errors import DegenerateComponentError
-
         events: list[str] = []
         audit = self.options.sdc_audit
         audited = frozenset() if audit is None or not audit.due(self.iteration) else self._audit_parts()
         self._reset_parts()
         try:
             if audited:
-                from mixle_spark.parallel.fold import PassOptions
-
                 audited_handle = cast(PartitionAudit, self.handle)  # an audit runs on such handles only
                 nobs, ll, nxt = audited_handle.pysp_em_step(
                     self.estimator, model, options=PassOptions(keep=audited)
@@ -421,9 +416,6 @@ class EMRun:
 
     # -- degenerate components ---------------------------------------------------------------
     def _degenerate(self, err: Any, model: Distribution, events: list[str]) -> Distribution:
-        from mixle_spark.errors import DegenerateComponentError
-        from mixle_spark.stats.mixture import MixtureDistribution
-
         policy = self.options.on_degenerate
         which = ", ".join(f"component {j} ({why})" for j, why in err.failures)
         top = isinstance(model, MixtureDistribution) and err.components is not None
@@ -456,8 +448,6 @@ class EMRun:
         return MixtureDistribution(comps, self._fixed_weights(w, failed, policy))
 
     def _dead_components(self, model: Distribution, events: list[str]) -> Distribution:
-        from mixle_spark.stats.mixture import MixtureDistribution
-
         if not isinstance(model, MixtureDistribution):
             return model
         w = np.asarray(model.w, dtype=np.float64)
@@ -497,8 +487,6 @@ class EMRun:
         """Component ``j`` of a fresh random initial model (rows and responsibilities drawn from the
         seed, the iteration and ``j``): what the component would have started as. The
         :data:`MAX_RESEEDS`-th + 1 restart of one component stops the fit instead."""
-        from mixle_spark.errors import DegenerateComponentError
-
         mixture = _mixture_of(self.estimator)
         if mixture is None:
             raise ValueError("on_degenerate='reseed' needs a MixtureEstimator")
@@ -523,8 +511,6 @@ class EMRun:
 
     def _stopped(self, err: Any, message: str) -> Any:
         """A DegenerateComponentError for this iteration, carrying the model it started from."""
-        from mixle_spark.errors import DegenerateComponentError
-
         raised = DegenerateComponentError(
             err.failures, err.components, err.weights, message=f"iteration {self.iteration}: {message}"
         )
@@ -562,8 +548,6 @@ class EMRun:
         return True
 
     def _record(self, rec: IterationRecord, mdl: Distribution, events: Any, note: bool = False) -> None:
-        from mixle_spark.em.observability import IterationTrace, PartitionTiming
-
         self.history.append(rec)
         parts = [
             PartitionTiming(r.part, r.seconds, r.rows, r.stat_bytes)
@@ -587,8 +571,6 @@ class EMRun:
             sink(entry)
 
     def _open_sinks(self) -> None:
-        from mixle_spark.em.observability import JsonLinesSink, MlflowSink
-
         writer = not isinstance(self.handle, SingleWriter) or self.handle.is_root
         if self.options.trace_path is not None and writer:
             path = self.options.trace_path
