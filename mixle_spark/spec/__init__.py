@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from mixle_spark.spec.estimators import MAX_COMPONENTS, MAX_SPEC_NODES, estimator_from_spec
 from mixle_spark.spec.json_text import MAX_INTEGER_DIGITS, MAX_NESTING, MAX_SPEC_BYTES, loads_checked
+from mixle_spark.stats.base import distribution_from_dict as distribution_from_dict  # as before
+from mixle_spark.stats.base import estimator_from_dict as estimator_from_dict
 
 if TYPE_CHECKING:
     from mixle_spark.jobspec import FIT_OPTIONS, ModelSpec, is_job_spec, load_spec
