@@ -23,14 +23,8 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from mixle_spark._frames import frame_engine
-from mixle_spark.diagnostics import fit_warnings
-from mixle_spark.em._lockstep import can_share_passes, run_together
 from mixle_spark.em._records import (
     DECREASE_RTOL,
     FLOOR_WEIGHT,
@@ -44,16 +38,23 @@ from mixle_spark.em._records import (
     unconverged_message,
 )
 from mixle_spark.em._run import start_model
+from mixle_spark.em.handles import (
+    data_identity_of,
+    fit_data,
+    fit_together,
+    open_handle,
+    release,
+    trial_seeds,
+    warn_model_size,
+)
+from mixle_spark.em.handles import row_count as row_count  # importable here as before
 from mixle_spark.em.incremental import update
 from mixle_spark.em.options import FitOptions, check_trials
 from mixle_spark.em.seeding import Seeding
 from mixle_spark.em.statistics import collect_statistics
-from mixle_spark.errors import ConvergenceWarning, FitQualityWarning, ModelSizeWarning
-from mixle_spark.parallel.backends.contract import FitSession
-from mixle_spark.parallel.backends.registry import data_identity, encoded_data, is_encoded_data_handle
-from mixle_spark.stats._random import RowRandom, seed_to_int
+from mixle_spark.errors import ConvergenceWarning
+from mixle_spark.stats._random import seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
-from mixle_spark.summary import count_free_parameters, parameters_warning
 
 __all__ = [
     "DECREASE_RTOL",
@@ -74,66 +75,6 @@ __all__ = [
 logger = logging.getLogger("mixle_spark.estimation")
 
 
-def _handle(
-    data: Any,
-    estimator: Estimator | None,
-    options: dict[str, Any],
-    on_encoded: Callable[[Any], None] | None = None,
-) -> tuple[Any, bool]:
-    """(handle, created_here) for ``data``: an existing handle is used as it is. ``on_encoded`` gets
-    the handle before the fit begins (so the encoding it times ends there)."""
-    owned = not is_encoded_data_handle(data)
-    handle = encoded_data(data, estimator, **options) if owned else encoded_data(data, **options)
-    if on_encoded is not None:
-        try:
-            on_encoded(handle)
-        except BaseException:
-            if owned:
-                handle.close()
-            raise
-    return _begin(handle), owned
-
-
-def row_count(data: Any) -> int | None:
-    """Rows of ``data`` without encoding it (a Spark DataFrame: ``count()``, which reads only metadata
-    for Parquet and Delta); None for what cannot be counted so."""
-    engine = frame_engine(data)
-    if engine == "spark":
-        return int(data.count())
-    if engine is not None:  # Dask, Ray: counting would read every partition; the handle counts
-        return None
-    if hasattr(data, "num_rows"):  # pyarrow Table / RecordBatch
-        return int(data.num_rows)
-    if hasattr(data, "__len__") and not isinstance(data, (str, bytes)):
-        return len(data)
-    return None
-
-
-def _identity(fit: FitOptions, data: Any, backend_options: dict[str, Any]) -> str | None:
-    """The identity of ``data`` (:func:`~mixle_spark.parallel.backends.registry.data_identity`)
-    when the fit checkpoints (its checkpoints record it), else None: no pass is spent on it."""
-    if fit.checkpoint_dir is None:
-        return None
-    return data_identity(data, backend_options.get("weights"))
-
-
-def _begin(handle: Any) -> Any:
-    """Tell a handle a fit starts (backends may then keep long-lived workers, e.g. resident tasks)."""
-    if isinstance(handle, FitSession):
-        handle.begin_fit()
-    return handle
-
-
-def _release(handle: Any, owned: bool) -> None:
-    """Tell a handle the fit ended (freeing long-lived workers); close it if this call built it."""
-    if handle is None:
-        return
-    if isinstance(handle, FitSession):
-        handle.end_fit()
-    if owned:
-        handle.close()
-
-
 def initialize(
     data: Any,
     estimator: Estimator,
@@ -149,13 +90,13 @@ def initialize(
     clusters to seed) rows kept with probability ``p`` (by a hash of seed and row id) and randomised
     statistics (mixtures: random responsibilities) from the same row-keyed stream."""
     seeding = Seeding.build(init, init_steps)
-    handle, owned = _handle(data, estimator, backend_options)
+    handle, owned = open_handle(data, estimator, backend_options)
     try:
         check_rows(handle, estimator)
         check_memory(handle, estimator)
         return start_model(handle, estimator, seed_to_int(seed), p, seeding)
     finally:
-        _release(handle, owned)
+        release(handle, owned)
 
 
 _OPTIMIZE_POSITIONAL = (
@@ -218,64 +159,25 @@ def optimize(
     vdata = keywords.pop("vdata", None)
     on_encoded = keywords.pop("on_encoded", None)
     fit, backend_options = FitOptions.gather(options, keywords)
-    started = time.perf_counter()
-    identity = _identity(fit, data, backend_options)
-    if vdata is None and fit.checkpoint_dir is not None and fit.resume and not is_encoded_data_handle(data):
-        rows = row_count(data)
-        done = (
-            None
-            if rows is None
-            else fit.finished(estimator, rows, prev_estimate=prev_estimate, data=identity)
-        )
-        if done is not None:  # a finished fit of this data: returned without encoding it
-            return done
-    handle, owned = _handle(data, estimator, backend_options, on_encoded)
-    vhandle, vowned = (None, False) if vdata is None else _handle(vdata, estimator, {})
-    try:
-        run = fit.fit(estimator, prev_estimate=prev_estimate, vhandle=vhandle, started=started, data=identity)
-        model = run(handle)
-        warn_model_size(model, len(handle))
-        return model
-    finally:
-        _release(handle, owned)
-        _release(vhandle, vowned)
+    model, rows = fit_data(
+        data,
+        estimator,
+        fit,
+        backend_options,
+        prev_estimate=prev_estimate,
+        vdata=vdata,
+        on_encoded=on_encoded,
+        started=time.perf_counter(),
+    )
+    if rows is not None:  # not when a finished fit came back from its checkpoint
+        warn_model_size(model, rows)
+    return model
 
 
 def iterate(data: Any, estimator: Estimator, max_its: int = 10, **kwargs: Any) -> Distribution:
     """Exactly ``max_its`` EM iterations (``optimize`` with ``delta=None``)."""
     kwargs.pop("delta", None)
     return optimize(data, estimator, max_its=max_its, delta=None, **kwargs)
-
-
-def fit_together(
-    handle: Any, runs: list[Callable[[Any], Distribution]], shared: bool = True
-) -> list[Distribution]:
-    """The models of ``runs`` (fits over ``handle``), advanced together with one pass over the data
-    per step for every fit still running (:mod:`mixle_spark.em._lockstep`) when the backend runs row
-    passes and ``shared``; else one after the other. Either way each model equals its fit run alone."""
-    if shared and len(runs) > 1 and can_share_passes(handle):
-        models, passes = run_together(handle, runs)
-        logger.info(f"{len(runs)} fits advanced together in {passes} passes over the data")
-        return models
-    return [run(handle) for run in runs]
-
-
-def warn_model_size(model: Distribution, rows: int) -> None:
-    """A :class:`~mixle_spark.errors.ModelSizeWarning` (for the caller of the public function) when
-    the fitted ``model`` has more free parameters than ``rows``; a
-    :class:`~mixle_spark.errors.FitQualityWarning` for each thing it says about its own fit
-    (:func:`mixle_spark.diagnostics.fit_warnings`: variances on their floor, empty components)."""
-    note = parameters_warning(model, count_free_parameters(model), rows)
-    if note is not None:
-        warnings.warn(note, ModelSizeWarning, stacklevel=3)
-    for line in fit_warnings(model, rows):
-        warnings.warn(line, FitQualityWarning, stacklevel=3)
-
-
-def trial_seeds(seed: int | str | None, trials: int) -> list[int]:
-    """Distinct, reproducible seeds for ``trials`` restarts derived from one seed."""
-    bits = RowRandom(seed_to_int(seed), np.arange(trials, dtype=np.uint64)).child("best_of").bits()
-    return [int(b) for b in bits]
 
 
 def best_of(
@@ -305,9 +207,9 @@ def best_of(
     on_encoded = keywords.pop("on_encoded", None)
     trials = check_trials(trials)
     fit, backend_options = FitOptions.gather(options, keywords)
-    identity = _identity(fit, data, backend_options)
-    handle, owned = _handle(data, estimator, backend_options, on_encoded)
-    vhandle, vowned = (None, False) if vdata is None else _handle(vdata, estimator, {})
+    identity = data_identity_of(fit, data, backend_options)
+    handle, owned = open_handle(data, estimator, backend_options, on_encoded)
+    vhandle, vowned = (None, False) if vdata is None else open_handle(vdata, estimator, {})
     best: tuple[float, Distribution] | None = None
     try:
         runs = [
@@ -343,6 +245,6 @@ def best_of(
             best[1].statistics = collect_statistics(handle, estimator, best[1])
         warn_model_size(best[1], len(handle))
     finally:
-        _release(handle, owned)
-        _release(vhandle, vowned)
+        release(handle, owned)
+        release(vhandle, vowned)
     return best

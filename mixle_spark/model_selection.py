@@ -32,9 +32,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mixle_spark.em._records import DECREASE_RTOL, unconverged_message
+from mixle_spark.em.handles import fit_together, open_handle, release, trial_seeds, warn_model_size
 from mixle_spark.em.options import TOL, FitOptions, check_trials
+from mixle_spark.em.statistics import collect_statistics
 from mixle_spark.errors import ConvergenceWarning, FitQualityWarning, SpecError, TooFewRowsError
+from mixle_spark.spec import estimator_from_spec
+from mixle_spark.stats._random import seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
+from mixle_spark.summary import count_free_parameters, information_criteria
 
 __all__ = [
     "CRITERIA",
@@ -200,8 +205,6 @@ def with_components(
     """``estimator`` (a mixture of identical components or a hidden Markov model, possibly threaded by
     ``ModelParallelEstimator``, or its spec) with ``k`` components / states, its other options kept
     (and, given a ``form``, the mixture's covariance form set to it)."""
-    from mixle_spark.spec import estimator_from_spec
-
     if not isinstance(estimator, Estimator):
         estimator = estimator_from_spec(estimator)  # type: ignore[arg-type]
     inner = getattr(estimator, "inner", None)
@@ -379,10 +382,6 @@ def select_k(
         One per candidate that stopped at ``max_its`` before its gain fell below ``tol`` (``delta``), naming
         its ``k`` (and form), the iterations and the last gain (its table row says ``converged=False``).
     """
-    from mixle_spark.em.statistics import collect_statistics
-    from mixle_spark.estimation import _handle, _release, fit_together, trial_seeds, warn_model_size
-    from mixle_spark.stats._random import seed_to_int
-    from mixle_spark.summary import count_free_parameters, information_criteria
 
     candidates = parse_ks(ks)
     form_list: list[str | None] = [None] if forms is None else list(parse_forms(forms))
@@ -401,7 +400,7 @@ def select_k(
     pairs = [(k, form) for k in candidates for form in form_list]
     estimators = {(k, form): with_components(estimator, k, form) for k, form in pairs}
 
-    handle, owned = _handle(data, estimators[pairs[-1]], backend_options, on_encoded)
+    handle, owned = open_handle(data, estimators[pairs[-1]], backend_options, on_encoded)
     vhandle, vowned = None, False
     try:
         n = len(handle)
@@ -410,7 +409,7 @@ def select_k(
                 f"ks: k={candidates[-1]} components need at least as many rows, but the data has {n}"
             )
         if vdata is not None:
-            vhandle, vowned = _handle(vdata, estimators[pairs[-1]], {})
+            vhandle, vowned = open_handle(vdata, estimators[pairs[-1]], {})
         seeds = trial_seeds(fit.seed, trials) if trials > 1 else [seed_to_int(fit.seed)]
         runs, owners = [], []
         for k, form in pairs:
@@ -475,8 +474,8 @@ def select_k(
             best = fits[best_k, best_form]
             best.statistics = collect_statistics(handle, estimators[best_k, best_form], best)
     finally:
-        _release(handle, owned)
-        _release(vhandle, vowned)
+        release(handle, owned)
+        release(vhandle, vowned)
     _warn_not_converged(fits)
     warn_model_size(fits[best_k, best_form], n)
     if fits[best_k, best_form].fit_result.converged:  # else the warnings above say what to do first

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from mixle_spark.em._shared_passes import SharedPass
 from mixle_spark.parallel.backends.contract import (
+    EncodedData,
     FoldSize,
     RowDiagnosis,
     RowPasses,
@@ -36,7 +37,7 @@ from mixle_spark.stats.base import Distribution, Estimator
 __all__ = ["SharedPassHandle", "can_share_passes", "run_together"]
 
 
-def can_share_passes(handle: Any) -> bool:
+def can_share_passes(handle: EncodedData) -> bool:
     """Whether ``handle`` runs row tasks (:class:`RowPasses`), which shared passes are."""
     return isinstance(handle, RowPasses)
 
@@ -67,7 +68,7 @@ class _Coordinator:
     fit that wakes early and asks again can only add a new request, never lose one.
     """
 
-    def __init__(self, handle: Any, count: int) -> None:
+    def __init__(self, handle: EncodedData, count: int) -> None:
         self.handle = handle
         self.cond = threading.Condition()
         self.pending: dict[int, _Request] = {}
@@ -132,7 +133,7 @@ class _Coordinator:
                 return [(None, err)]
         try:
             shared = SharedPass(tuple(r.member for r in batch))  # type: ignore[misc]
-            _nobs, value = self.handle.pysp_row_pass(shared.factory(), shared)
+            _nobs, value = cast(RowPasses, self.handle).pysp_row_pass(shared.factory(), shared)
             self.passes += 1
             values, nobs, ll, _touched = value
             parts = tuple(getattr(self.handle, "last_parts", ()))
@@ -165,7 +166,7 @@ class SharedPassHandle(PayloadHandle):
         self.n = len(self._handle)
 
     def bind(self, estimator: Estimator) -> Estimator:
-        return self._handle.bind(estimator)  # type: ignore[no-any-return]
+        return cast(RowPasses, self._handle).bind(estimator)
 
     def fold_rows(self) -> int:
         return self._handle.fold_rows() if isinstance(self._handle, FoldSize) else 0  # type: ignore[no-any-return]
@@ -197,7 +198,7 @@ class SharedPassHandle(PayloadHandle):
         return self._coordinator.ask(self._slot, member=request[:3])  # type: ignore[no-any-return]
 
 
-def run_together(handle: Any, fits: Sequence[Callable[[Any], Any]]) -> tuple[list[Any], int]:
+def run_together(handle: EncodedData, fits: Sequence[Callable[[Any], Any]]) -> tuple[list[Any], int]:
     """Run ``fits`` (each called with its :class:`SharedPassHandle`) with shared passes; returns their
     results in order (an exception a fit raised is raised here, the first in fit order) and the
     number of shared passes made."""

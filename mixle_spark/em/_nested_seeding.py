@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.em._seeding_passes import Assign, Target, one_hot
+from mixle_spark.em._seeding_passes import Assign, Target, local_kmeans, one_hot
 from mixle_spark.stats._mixture_encoder import MixtureEncoder
 from mixle_spark.stats._product import ProductEncoder
 from mixle_spark.stats._random import RowRandom
@@ -49,8 +49,6 @@ class Nested:
         """(outer component, nested component) of each of the ``outer * k`` flat ``centres``: the
         centres are grouped ``k`` to a group by the other fields' coordinates (all coordinates when
         the field is the only one), each centre to the nearest group centroid with room left."""
-        from mixle_spark.em.seeding import local_kmeans
-
         start, stop = self.columns
         others = np.ones(centres.shape[1], dtype=bool)
         others[start:stop] = False

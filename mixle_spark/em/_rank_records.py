@@ -22,10 +22,13 @@ from mixle_spark.errors import describe_value
 __all__ = [
     "FitReport",
     "RankRecord",
+    "binary_size",
     "detect_stragglers",
     "fit_report",
     "imbalance_receipt",
     "plan_rebalance_weights",
+    "si_number",
+    "straggler_ids",
 ]
 
 _MAD_SCALE = 1.4826  # MAD of a normal sample times this estimates its standard deviation
@@ -126,9 +129,10 @@ def _checked_records(records: Iterable[Any], where: str) -> list[RankRecord]:
     return out
 
 
-def _straggler_ids(
+def straggler_ids(
     ids: Sequence[int], seconds: Sequence[float], threshold_ratio: float, z_threshold: float
 ) -> tuple[int, ...]:
+    """The ``ids`` whose ``seconds`` are stragglers' (:func:`detect_stragglers`' rule)."""
     if len(ids) == 0:
         return ()
     t = np.asarray(seconds, dtype=np.float64)
@@ -191,7 +195,7 @@ def detect_stragglers(
             raise ValueError(f"detect_stragglers: expected the records of one round, got rounds {rounds}")
         ids = [r.rank for r in records]
         seconds = [r.e_step_seconds for r in records]
-    return _straggler_ids(ids, seconds, threshold_ratio, z_threshold)
+    return straggler_ids(ids, seconds, threshold_ratio, z_threshold)
 
 
 def imbalance_receipt(records: Iterable[RankRecord]) -> dict[str, Any]:
@@ -299,7 +303,7 @@ class FitReport:
             f"  round {rnd}: ranks {list(ranks)}" for rnd, ranks in self.stragglers_by_round.items() if ranks
         ]
         lines.append(
-            f"bytes: {_binary_size(self.bytes_processed)} read, max/mean "
+            f"bytes: {binary_size(self.bytes_processed)} read, max/mean "
             f"{self.imbalance['max_over_mean']:.3g}, max/min {self.imbalance['max_over_min']:.3g}"
         )
         return "\n".join(lines)
@@ -330,7 +334,7 @@ def fit_report(
     )
 
 
-def _si(value: float) -> str:
+def si_number(value: float) -> str:
     """``2430000 -> '2.43M'``: three significant digits and a K/M/G/T suffix."""
     if not math.isfinite(value):
         return str(value)
@@ -340,7 +344,7 @@ def _si(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _binary_size(n: float) -> str:
+def binary_size(n: float) -> str:
     """``12595 -> '12.3 KiB'``."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale * 0.9995:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from mixle_spark.errors import NonFiniteLikelihoodError, TooFewRowsError, TooLargeError
-from mixle_spark.parallel.backends.contract import EMStep, FoldSize, RowDiagnosis
+from mixle_spark.parallel.backends.contract import EMStep, EncodedData, FoldSize, RowDiagnosis
 from mixle_spark.stats.base import Distribution, Estimator
 from mixle_spark.stats.hidden_markov import HiddenMarkovEstimator
 from mixle_spark.stats.mixture import MixtureEstimator
@@ -23,6 +23,7 @@ __all__ = [
     "FLOOR_WEIGHT",
     "MAX_RESEEDS",
     "ON_DEGENERATE",
+    "ON_OTHER_DATA",
     "TOL",
     "FitResult",
     "IterationRecord",
@@ -126,7 +127,7 @@ def unconverged_message(result: FitResult) -> str | None:
     return not_converged_message(result.max_its, result.delta, gain, result.tol, weight)
 
 
-def check_rows(handle: Any, estimator: Estimator) -> None:
+def check_rows(handle: EncodedData, estimator: Estimator) -> None:
     need = estimator.min_rows()
     if len(handle) < need:
         raise TooFewRowsError(
@@ -145,7 +146,7 @@ def _memory_text(nbytes: float) -> str:
     return f"{nbytes / 2**30:,.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:,.0f} MiB"
 
 
-def check_memory(handle: Any, estimator: Estimator) -> None:
+def check_memory(handle: EncodedData, estimator: Estimator) -> None:
     """Refuse, before the first pass, a mixture (or hidden Markov model) whose E-step cannot fit in a
     worker's memory: ``BYTES_PER_SCORE`` x components x the most rows a fold scores at once."""
     if not isinstance(handle, FoldSize):
@@ -179,7 +180,9 @@ def init_fraction(init_p: float | None, estimator: Estimator, n: int) -> float:
     return p
 
 
-def em_step(handle: Any, estimator: Estimator, model: Distribution) -> tuple[float, float, Distribution]:
+def em_step(
+    handle: EncodedData, estimator: Estimator, model: Distribution
+) -> tuple[float, float, Distribution]:
     if isinstance(handle, EMStep):
         return handle.pysp_em_step(estimator, model)
     # A reference-style handle without the fused pass: score, then estimate (two passes).
@@ -187,7 +190,9 @@ def em_step(handle: Any, estimator: Estimator, model: Distribution) -> tuple[flo
     return nobs, ll, handle.pysp_seq_estimate(estimator, model)
 
 
-def nonfinite_error(iteration: int, ll: float, model: Distribution, handle: Any) -> NonFiniteLikelihoodError:
+def nonfinite_error(
+    iteration: int, ll: float, model: Distribution, handle: EncodedData
+) -> NonFiniteLikelihoodError:
     parts = [f"log-likelihood is {ll} at iteration {iteration}"]
     bad = model.nonfinite_parameters()
     if bad:
@@ -235,6 +240,10 @@ stop on one by default: ``select_k``, the fit job (a spec without a stopping rul
 
 ON_DEGENERATE = ("stop", "floor", "reseed")
 """What the EM driver does when an M-step degenerates a mixture component (see ``optimize``)."""
+
+ON_OTHER_DATA = ("raise", "refit")
+"""What a checkpoint of this fit on other data does: raise, or a fit from scratch replacing it
+(:mod:`mixle_spark.em.resilient`)."""
 
 MAX_RESEEDS = 3
 """How often ``on_degenerate="reseed"`` restarts one component in a fit before the fit stops."""

@@ -17,7 +17,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -36,20 +36,24 @@ from mixle_spark.em._records import (
     nonfinite_error,
     not_converged_message,
 )
+from mixle_spark.em.observability import EMTrace, IterationTrace, JsonLinesSink, MlflowSink, PartitionTiming
 from mixle_spark.em.resilient import Checkpointer, Finished, Snapshot
 from mixle_spark.em.seeding import Seeding, kmeans_parallel
 from mixle_spark.em.statistics import Statistics, collect_statistics, statistics_of_pass
-from mixle_spark.errors import ConvergenceWarning
+from mixle_spark.errors import ConvergenceWarning, DegenerateComponentError
 from mixle_spark.parallel.backends.contract import (
     Accumulate,
+    EncodedData,
     PartitionAudit,
     PartReports,
     SingleWriter,
     WorkerEvents,
     backend_name,
 )
+from mixle_spark.parallel.fold import PassOptions
 from mixle_spark.stats._random import seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
+from mixle_spark.stats.mixture import MixtureDistribution, MixtureEstimator
 
 if TYPE_CHECKING:
     from mixle_spark.em.options import FitOptions
@@ -79,7 +83,7 @@ class FitInputs:
     """
 
     prev_estimate: Distribution | None = None
-    vhandle: Any = None
+    vhandle: EncodedData | None = None
     label: str = ""
     started: float | None = None
     data: str | None = None
@@ -87,15 +91,13 @@ class FitInputs:
 
 def _mixture_of(estimator: Estimator) -> Any:
     """The MixtureEstimator ``estimator`` is (or threads), else None."""
-    from mixle_spark.stats.mixture import MixtureEstimator
-
     inner = getattr(estimator, "inner", None)
     candidate = estimator if inner is None else inner
     return candidate if isinstance(candidate, MixtureEstimator) else None
 
 
 def start_model(
-    handle: Any,
+    handle: EncodedData,
     estimator: Estimator,
     seed: int,
     init_p: float | None,
@@ -121,10 +123,8 @@ class EMRun:
     (``checkpoints``, None without ``checkpoint_dir``)."""
 
     def __init__(
-        self, handle: Any, estimator: Estimator, options: FitOptions, inputs: FitInputs = FitInputs()
+        self, handle: EncodedData, estimator: Estimator, options: FitOptions, inputs: FitInputs = FitInputs()
     ) -> None:
-        from mixle_spark.em.observability import EMTrace
-
         self.handle, self.estimator, self.options, self.vhandle = handle, estimator, options, inputs.vhandle
         self.prev_estimate = inputs.prev_estimate
         self.data = inputs.data
@@ -369,23 +369,20 @@ class EMRun:
 
     def _step(self, model: Distribution) -> tuple[float, float, Distribution, list[str]]:
         """One pass and M-step from ``model``, with the audit and the degenerate-component policy."""
-        from mixle_spark.errors import DegenerateComponentError
-
         events: list[str] = []
         audit = self.options.sdc_audit
         audited = frozenset() if audit is None or not audit.due(self.iteration) else self._audit_parts()
         self._reset_parts()
         try:
             if audited:
-                from mixle_spark.parallel.fold import PassOptions
-
-                nobs, ll, nxt = self.handle.pysp_em_step(
+                audited_handle = cast(PartitionAudit, self.handle)  # an audit runs on such handles only
+                nobs, ll, nxt = audited_handle.pysp_em_step(
                     self.estimator, model, options=PassOptions(keep=audited)
                 )
-                first = {r.part: r.kept for r in self.handle.last_parts if r.kept is not None}
-                parts = self.handle.last_parts
-                second = self.handle.pysp_partition_payloads(self.estimator, model, audited)
-                self.handle.last_parts = parts
+                first = {r.part: r.kept for r in audited_handle.last_parts if r.kept is not None}
+                parts = audited_handle.last_parts
+                second = audited_handle.pysp_partition_payloads(self.estimator, model, audited)
+                audited_handle.last_parts = parts
                 events.append(audit.check(self.iteration, first, second).describe())
             else:
                 nobs, ll, nxt = em_step(self.handle, self.estimator, model)
@@ -419,9 +416,6 @@ class EMRun:
 
     # -- degenerate components ---------------------------------------------------------------
     def _degenerate(self, err: Any, model: Distribution, events: list[str]) -> Distribution:
-        from mixle_spark.errors import DegenerateComponentError
-        from mixle_spark.stats.mixture import MixtureDistribution
-
         policy = self.options.on_degenerate
         which = ", ".join(f"component {j} ({why})" for j, why in err.failures)
         top = isinstance(model, MixtureDistribution) and err.components is not None
@@ -454,8 +448,6 @@ class EMRun:
         return MixtureDistribution(comps, self._fixed_weights(w, failed, policy))
 
     def _dead_components(self, model: Distribution, events: list[str]) -> Distribution:
-        from mixle_spark.stats.mixture import MixtureDistribution
-
         if not isinstance(model, MixtureDistribution):
             return model
         w = np.asarray(model.w, dtype=np.float64)
@@ -495,8 +487,6 @@ class EMRun:
         """Component ``j`` of a fresh random initial model (rows and responsibilities drawn from the
         seed, the iteration and ``j``): what the component would have started as. The
         :data:`MAX_RESEEDS`-th + 1 restart of one component stops the fit instead."""
-        from mixle_spark.errors import DegenerateComponentError
-
         mixture = _mixture_of(self.estimator)
         if mixture is None:
             raise ValueError("on_degenerate='reseed' needs a MixtureEstimator")
@@ -517,12 +507,10 @@ class EMRun:
             raise self._stopped(
                 err, f"reseeding component {j} failed: the fresh start could not build {which}; stopped"
             ) from err
-        return fresh.components[j]  # type: ignore[no-any-return]
+        return fresh.components[j]  # type: ignore[attr-defined, no-any-return]  # a mixture: checked above
 
     def _stopped(self, err: Any, message: str) -> Any:
         """A DegenerateComponentError for this iteration, carrying the model it started from."""
-        from mixle_spark.errors import DegenerateComponentError
-
         raised = DegenerateComponentError(
             err.failures, err.components, err.weights, message=f"iteration {self.iteration}: {message}"
         )
@@ -560,8 +548,6 @@ class EMRun:
         return True
 
     def _record(self, rec: IterationRecord, mdl: Distribution, events: Any, note: bool = False) -> None:
-        from mixle_spark.em.observability import IterationTrace, PartitionTiming
-
         self.history.append(rec)
         parts = [
             PartitionTiming(r.part, r.seconds, r.rows, r.stat_bytes)
@@ -585,8 +571,6 @@ class EMRun:
             sink(entry)
 
     def _open_sinks(self) -> None:
-        from mixle_spark.em.observability import JsonLinesSink, MlflowSink
-
         writer = not isinstance(self.handle, SingleWriter) or self.handle.is_root
         if self.options.trace_path is not None and writer:
             path = self.options.trace_path

@@ -14,6 +14,7 @@ models (whose states are seeded from clusters of the emissions).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from mixle_spark.stats.base import Encoder
 
 __all__ = [
     "ASSIGN_EPSILON",
+    "LOCAL_LLOYD_ITERATIONS",
     "Assign",
     "Candidates",
     "Lloyd",
@@ -33,10 +35,14 @@ __all__ = [
     "Space",
     "Target",
     "lloyd_sums",
+    "local_kmeans",
     "moved_centres",
     "nearest",
     "one_hot",
 ]
+
+LOCAL_LLOYD_ITERATIONS = 30
+"""Lloyd iterations over the weighted candidates on the driver (as Spark's LocalKMeans)."""
 
 ASSIGN_EPSILON = 1e-6
 """Responsibility every component gets from every unit in the initial hard assignment, so a component
@@ -290,3 +296,41 @@ def one_hot(index: np.ndarray, k: int) -> np.ndarray:
     resp = np.full((len(index), k), ASSIGN_EPSILON / k)
     resp[np.arange(len(index)), index] += 1.0 - ASSIGN_EPSILON
     return resp
+
+
+def local_kmeans(points: np.ndarray, weights: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """``k`` centres of weighted ``points`` (c, m): greedy k-means++ then Lloyd iterations.
+
+    Greedy k-means++ (Arthur & Vassilvitskii 2007, as scikit-learn's ``kmeans_plusplus``) tries
+    ``2 + ln k`` candidates per centre and keeps the one that lowers the weighted cost most.
+    """
+    weights = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
+    if weights.sum() <= 0:
+        weights = np.ones(len(points))
+    tries = 2 + int(math.log(k))
+    chosen = [int(rng.choice(len(points), p=weights / weights.sum()))]
+    closest = ((points - points[chosen[0]]) ** 2).sum(axis=1)
+    for _ in range(1, k):
+        mass = weights * closest
+        total = mass.sum()
+        if total <= 0:
+            remaining = np.setdiff1d(np.arange(len(points)), chosen)
+            pick = int(remaining[0]) if len(remaining) else chosen[-1]
+        else:
+            cumulative = np.cumsum(mass)
+            tried = np.searchsorted(cumulative, rng.random(tries) * total, side="right")
+            tried = np.minimum(tried, len(points) - 1)
+            d2 = ((points[None, :, :] - points[tried][:, None, :]) ** 2).sum(axis=2)
+            costs = (weights[None, :] * np.minimum(closest[None, :], d2)).sum(axis=1)
+            pick = int(tried[int(np.argmin(costs))])
+        chosen.append(pick)
+        closest = np.minimum(closest, ((points - points[pick]) ** 2).sum(axis=1))
+    centres = points[chosen].copy()
+    for _ in range(LOCAL_LLOYD_ITERATIONS):
+        count, sums, _cost = lloyd_sums(points, weights, centres)
+        moved = moved_centres(count, sums, centres)
+        if np.allclose(moved, centres, rtol=0.0, atol=1e-12):
+            centres = moved
+            break
+        centres = moved
+    return centres

@@ -42,21 +42,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from mixle_spark._checks import Check, integer, number, one_of
 from mixle_spark.em._records import TOL
-from mixle_spark.em.statistics import Statistics, collect_statistics, value_from_json, value_to_json
+from mixle_spark.em.handles import fit_data, warn_model_size
+from mixle_spark.em.options import FitOptions
+from mixle_spark.em.statistics import Statistics, collect_statistics
+from mixle_spark.em.update_record import UpdateResult
 from mixle_spark.errors import DegenerateComponentError, MixleError, SpecError
-from mixle_spark.parallel.backends.contract import Accumulate, FitSession, OneTask, RowPasses
+from mixle_spark.parallel.backends.contract import Accumulate, EncodedData, FitSession, OneTask, RowPasses
 from mixle_spark.parallel.backends.registry import encoded_data, is_encoded_data_handle
 from mixle_spark.stats.base import Distribution, Estimator
-
-if TYPE_CHECKING:
-    from mixle_spark.em.observability import EMTrace
 
 __all__ = [
     "METHODS",
@@ -109,107 +109,6 @@ class DriftError(MixleError, ValueError):
     def __init__(self, message: str, result: UpdateResult) -> None:
         super().__init__(message)
         self.result = result
-
-
-@dataclass(frozen=True)
-class UpdateResult:
-    """What one :func:`update` did; attached to the returned model as ``model.update_result``.
-
-    Attributes
-    ----------
-    rows, weight : the new rows and their total weight.
-    method : "incremental" or "stepwise"; ``passes`` over the new rows it made.
-    decay : the factor the kept statistics were multiplied by.
-    mean_log_likelihood_before : the new rows' mean log-likelihood under the model before the update.
-    reference_mean_log_likelihood : the kept statistics' rows' mean log-likelihood (under the models
-        that folded them): what ``before`` is compared with; None when unknown.
-    drift : ``reference - before`` in nats per row (positive: the new rows fit worse); None when
-        the reference is unknown.
-    weights_before, weights_after : mixture weights (None for a model that is not a mixture).
-    weight_shift : total-variation distance between them (half the L1 distance; 0..1).
-    unseen_rows : weight of new rows that scored -inf under the old model (a label it had not seen);
-        they count in the statistics, not in ``before``.
-    seconds : wall time of the update.
-    refitted : True when ``on_drift="refit"`` fitted the new rows from scratch.
-    history : the new rows' log-likelihood under the model each pass started from.
-    pass_seconds : each pass's wall time (E-step, merge, M-step).
-    """
-
-    rows: int
-    weight: float
-    method: str
-    passes: int
-    decay: float
-    mean_log_likelihood_before: float
-    reference_mean_log_likelihood: float | None
-    drift: float | None
-    weights_before: list[float] | None
-    weights_after: list[float] | None
-    weight_shift: float | None
-    unseen_rows: float
-    seconds: float
-    refitted: bool = False
-    history: list[float] = field(default_factory=list)
-    pass_seconds: list[float] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Strict-JSON data (saved in the model file beside the statistics)."""
-        return {name: value_to_json(value) for name, value in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> UpdateResult:
-        known = {f.name for f in fields(cls)}
-        return cls(**{name: value_from_json(value) for name, value in data.items() if name in known})
-
-    def trace(self) -> EMTrace:
-        """The update as an EM trace (what ``em_fit --update-from`` writes to ``trace.jsonl``): the
-        header's metadata holds ``"kind": "update"`` and the drift fields, then one record per pass
-        (the new rows' log-likelihood under the model the pass started from, its gain, its time; the
-        last carries the weights after the update). A refit's trace is the fresh fit's
-        (``model.fit_result.trace``)."""
-        from mixle_spark.em.observability import EMTrace, IterationTrace
-
-        meta = {k: v for k, v in self.to_dict().items() if k not in ("history", "pass_seconds")}
-        trace = EMTrace(metadata={"kind": "update", **meta})
-        after = None if self.weights_after is None else tuple(self.weights_after)
-        for i, ll in enumerate(self.history):
-            secs = self.pass_seconds[i] if i < len(self.pass_seconds) else 0.0
-            gain = None if i == 0 or not math.isfinite(self.history[i - 1]) else ll - self.history[i - 1]
-            events = [self.summary()] if i == 0 else []
-            trace.append(
-                IterationTrace(
-                    iteration=i,
-                    log_likelihood=ll,
-                    delta=gain,
-                    rows=self.rows,
-                    weight=self.weight,
-                    seconds=secs,
-                    rows_per_second=self.rows / secs if secs > 0 else 0.0,
-                    stat_bytes=0,
-                    partitions=0,
-                    partition_seconds=(0.0, 0.0, 0.0),
-                    skew=1.0,
-                    stragglers=(),
-                    component_weights=after if i == len(self.history) - 1 else None,
-                    events=tuple(events),
-                )
-            )
-        return trace
-
-    def summary(self) -> str:
-        """One line for a log or stderr."""
-        parts = [
-            f"update ({self.method}, {self.passes} pass{'es' if self.passes != 1 else ''}): "
-            f"{self.rows} rows, decay {self.decay:.6g}",
-            f"mean log-likelihood before {self.mean_log_likelihood_before:.6g}",
-        ]
-        if self.drift is not None:
-            parts.append(f"drift {self.drift:+.4g} nats/row")
-        if self.weight_shift is not None:
-            parts.append(f"weights moved {self.weight_shift:.4g} (total variation)")
-        if self.unseen_rows:
-            parts.append(f"{self.unseen_rows:g} rows with labels the model had not seen")
-        return ", ".join(parts)
 
 
 def decay_factor(
@@ -558,7 +457,7 @@ def _result(
 
 
 def _refit(
-    handle: Any,
+    handle: EncodedData,
     estimator: Estimator,
     model: Distribution,
     base: dict[str, Any],
@@ -568,11 +467,12 @@ def _refit(
     line: str,
     options: dict[str, Any],
 ) -> Distribution:
-    from mixle_spark.estimation import optimize
-
     if out is not None:
         out(f"{line}: refitting the new rows from scratch")
-    fresh = optimize(handle, estimator, **{"print_iter": 0, **options, "keep_statistics": True})
+    fit, backend_options = FitOptions.gather(None, {"print_iter": 0, **options, "keep_statistics": True})
+    fresh, rows = fit_data(handle, estimator, fit, backend_options, started=time.perf_counter())
+    if rows is not None:
+        warn_model_size(fresh, rows)
     if batch_id is not None:
         fresh.statistics = fresh.statistics.with_value(
             fresh.statistics.value, fresh.statistics.weight, fresh.statistics.rows, last_batch=batch_id

@@ -10,9 +10,12 @@ same model, equal to one process running the same mini-batches.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from mixle_spark.em.handles import fit_data, warn_model_size
 from mixle_spark.em.incremental import update
+from mixle_spark.em.options import FitOptions
 from mixle_spark.errors import describe_value
 from mixle_spark.parallel.backends.registry import encoded_data
 from mixle_spark.stats.base import Distribution, Estimator
@@ -38,8 +41,6 @@ def minibatch_em(
     mini-batch through the ``torchrun`` backend, where each rank runs the E-step of its share.
     ``update_options`` go to :func:`~mixle_spark.em.incremental.update`.
     """
-    from mixle_spark.estimation import optimize
-
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be an integer >= 1, got {describe_value(epochs)}")
     distributed = datamodule.world_size > 1 if distributed is None else distributed
@@ -53,8 +54,13 @@ def minibatch_em(
         for batch in datamodule.global_minibatches(epoch):
             data = rows_of(batch)
             try:
-                if model is None:
-                    model = optimize(data, estimator, keep_statistics=True, seed=seed, print_iter=0)
+                if model is None:  # as optimize(data, estimator, keep_statistics=True, ...) fits it
+                    fit, backend_options = FitOptions.gather(
+                        None, {"keep_statistics": True, "seed": seed, "print_iter": 0}
+                    )
+                    model, rows = fit_data(data, estimator, fit, backend_options, started=time.perf_counter())
+                    if rows is not None:
+                        warn_model_size(model, rows)
                 else:
                     model = update(model, data, method="stepwise", alpha=alpha, **update_options)
             finally:

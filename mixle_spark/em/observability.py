@@ -43,13 +43,13 @@ from mixle_spark._outputs import write_file
 from mixle_spark.em._rank_records import (
     FitReport,
     RankRecord,
-    _binary_size,
-    _si,
-    _straggler_ids,
+    binary_size,
     detect_stragglers,
     fit_report,
     imbalance_receipt,
     plan_rebalance_weights,
+    si_number,
+    straggler_ids,
 )
 from mixle_spark.errors import describe_value
 from mixle_spark.parallel.fold import stat_nbytes
@@ -172,7 +172,7 @@ class IterationTrace:
         if times:
             low, mid, high = min(times), float(np.median(times)), max(times)
             skew = high / mid if mid > 0 else (1.0 if high == 0 else math.inf)
-            stragglers = _straggler_ids([p.part for p in parts], times, 1.5, 3.0)
+            stragglers = straggler_ids([p.part for p in parts], times, 1.5, 3.0)
         else:
             low = mid = high = 0.0
             skew, stragglers = 1.0, ()
@@ -216,8 +216,8 @@ class IterationTrace:
         gain = "-" if self.delta is None else f"{self.delta:.4g}"
         line = (
             f"iteration {self.iteration:4d}  log-likelihood {self.log_likelihood:.8f}  gain {gain}  "
-            f"rows {self.rows}  {self.seconds:.3f}s  {_si(self.rows_per_second)} rows/s  "
-            f"skew {self.skew:.2f}  stats {_binary_size(self.stat_bytes)}"
+            f"rows {self.rows}  {self.seconds:.3f}s  {si_number(self.rows_per_second)} rows/s  "
+            f"skew {self.skew:.2f}  stats {binary_size(self.stat_bytes)}"
         )
         if self.stragglers:
             line += f"  stragglers {list(self.stragglers)}"
@@ -404,7 +404,7 @@ class EMTrace:
             f"EM trace: {len(self.records)} iterations ({self.records[0].iteration}-{last.iteration})",
             f"final log-likelihood {last.log_likelihood:.8f}{gain}",
             (f"total {seconds:.3f}s, " if times else "")
-            + f"mean {_si(rows / seconds if seconds > 0 else 0.0)} rows/s",
+            + f"mean {si_number(rows / seconds if seconds > 0 else 0.0)} rows/s",
             f"worst skew {worst.skew:.2f} at iteration {worst.iteration}"
             + (f"; stragglers in iterations {flagged}" if flagged else ""),
         ]

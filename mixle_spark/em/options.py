@@ -13,16 +13,16 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from mixle_spark._checks import Check, check_fields, checked, field_check, integer, number, one_of
 from mixle_spark._locations import scheme_of
 from mixle_spark.em._checkpoint_store import checkpoint_key
-from mixle_spark.em._records import DELTA, ON_DEGENERATE, TOL
+from mixle_spark.em._records import DELTA, ON_DEGENERATE, ON_OTHER_DATA, TOL
 from mixle_spark.em._run import EMRun, FitInputs
-from mixle_spark.em.resilient import ON_OTHER_DATA
 from mixle_spark.em.seeding import INIT_MODES, Seeding
 from mixle_spark.errors import SpecError
+from mixle_spark.parallel.backends.contract import EncodedData
 from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = ["DELTA", "TOL", "TRIALS", "FitOptions", "check_trials", "option_check"]
@@ -253,7 +253,7 @@ class FitOptions:
         *,
         seed: int | None = None,
         prev_estimate: Distribution | None = None,
-        vhandle: Any = None,
+        vhandle: EncodedData | None = None,
         label: str = "",
         started: float | None = None,
         data: str | None = None,
@@ -268,7 +268,7 @@ class FitOptions:
             prev_estimate=prev_estimate, vhandle=vhandle, label=label, started=started, data=data
         )
 
-        def run(handle: Any) -> Distribution:
+        def run(handle: EncodedData) -> Distribution:
             fit = EMRun(handle, estimator, options, inputs)
             model = fit.run()
             if options.keep_statistics:
@@ -291,7 +291,8 @@ class FitOptions:
         if self.checkpoint_dir is None or not self.resume or self.keep_statistics:
             return None  # keep_statistics: the statistics are a pass over the data
         inputs = FitInputs(prev_estimate=prev_estimate, data=data)
-        return EMRun(_Rows(rows), estimator, self, inputs).finished()
+        rows_only = cast(EncodedData, _Rows(rows))  # finished() reads the row count, nothing else
+        return EMRun(rows_only, estimator, self, inputs).finished()
 
 
 def option_check(name: str) -> Check:

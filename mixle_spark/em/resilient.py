@@ -55,10 +55,10 @@ from mixle_spark.em._checkpoint_store import (
     CheckpointStoreError,
     CorruptCheckpointWarning,
 )
-from mixle_spark.em._records import IterationRecord
+from mixle_spark.em._records import ON_OTHER_DATA, IterationRecord
 from mixle_spark.em.observability import EMTrace
 from mixle_spark.errors import CheckpointMismatchError
-from mixle_spark.parallel.backends.contract import on_writer
+from mixle_spark.parallel.backends.contract import EncodedData, on_writer
 from mixle_spark.stats._random import seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -120,7 +120,7 @@ def fit_fingerprint(
     """What identifies a fit for resuming: the data (its row count and ``data``, the digest of its
     content) and the settings that change its path (``max_its`` is not one: a resumed fit may run
     longer)."""
-    from mixle_spark.spec import model_to_dict
+    from mixle_spark.model_file import model_to_dict
 
     return {
         "estimator": _digest(_estimator_spec(estimator)),
@@ -152,8 +152,6 @@ _WHAT = {
 }
 DATA_KEYS = ("rows", "data")
 """The fingerprint's keys that describe the data (the rest describe the fit's settings)."""
-ON_OTHER_DATA = ("raise", "refit")
-"""What a checkpoint of this fit on other data does: raise, or a fit from scratch replacing it."""
 
 
 def fingerprint_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, str]:
@@ -206,13 +204,13 @@ def checkpointed_fold(
 def _plain_model(model: Distribution) -> str:
     """The model as saved-model JSON text (a string, so the checkpoint's sorted keys cannot reorder
     a record's fields)."""
-    from mixle_spark.spec import model_to_json
+    from mixle_spark.model_file import model_to_json
 
     return model_to_json(model)
 
 
 def _load_model(payload: Any) -> Distribution:
-    from mixle_spark.spec import model_from_json
+    from mixle_spark.model_file import model_from_json
 
     return model_from_json(payload)
 
@@ -259,7 +257,7 @@ class Checkpointer:
 
     def __init__(
         self,
-        handle: Any,
+        handle: EncodedData,
         estimator: Estimator,
         options: FitOptions,
         prev_estimate: Distribution | None = None,

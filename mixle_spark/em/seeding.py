@@ -25,7 +25,6 @@ subset of rows, exactly as before ``kmeans||`` existed.
 from __future__ import annotations
 
 import logging
-import math
 import time
 import warnings
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.em._nested_seeding import AssignNested, nested_plan
+from mixle_spark.em._seeding_passes import LOCAL_LLOYD_ITERATIONS as LOCAL_LLOYD_ITERATIONS  # as before
 from mixle_spark.em._seeding_passes import (
     Assign,
     Candidates,
@@ -44,10 +44,11 @@ from mixle_spark.em._seeding_passes import (
     Space,
     Target,
     lloyd_sums,
+    local_kmeans,
     moved_centres,
 )
 from mixle_spark.errors import EmbeddingUnavailableError, SpecError
-from mixle_spark.parallel.backends.contract import RowPasses
+from mixle_spark.parallel.backends.contract import EncodedData, RowPasses
 from mixle_spark.stats._random import RowRandom
 from mixle_spark.stats.base import Distribution, Estimator
 
@@ -57,9 +58,6 @@ logger = logging.getLogger("mixle_spark.estimation")
 
 INIT_MODES = ("kmeans||", "random")
 """The initialization strategies of ``optimize(..., init=...)``."""
-
-LOCAL_LLOYD_ITERATIONS = 30
-"""Lloyd iterations over the weighted candidates on the driver (as Spark's LocalKMeans)."""
 
 LOCAL_STARTS = 5
 """Greedy k-means++ runs over the weighted candidates on the driver; the one of lowest weighted cost
@@ -168,7 +166,7 @@ def _fallback(reason: str) -> None:
 
 
 def kmeans_parallel(
-    handle: Any,
+    handle: EncodedData,
     estimator: Estimator,
     seed: int,
     seeding: Seeding,
@@ -322,41 +320,3 @@ def best_local_kmeans(
             best, best_cost = centres, cost
     assert best is not None
     return best
-
-
-def local_kmeans(points: np.ndarray, weights: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """``k`` centres of weighted ``points`` (c, m): greedy k-means++ then Lloyd iterations.
-
-    Greedy k-means++ (Arthur & Vassilvitskii 2007, as scikit-learn's ``kmeans_plusplus``) tries
-    ``2 + ln k`` candidates per centre and keeps the one that lowers the weighted cost most.
-    """
-    weights = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
-    if weights.sum() <= 0:
-        weights = np.ones(len(points))
-    tries = 2 + int(math.log(k))
-    chosen = [int(rng.choice(len(points), p=weights / weights.sum()))]
-    closest = ((points - points[chosen[0]]) ** 2).sum(axis=1)
-    for _ in range(1, k):
-        mass = weights * closest
-        total = mass.sum()
-        if total <= 0:
-            remaining = np.setdiff1d(np.arange(len(points)), chosen)
-            pick = int(remaining[0]) if len(remaining) else chosen[-1]
-        else:
-            cumulative = np.cumsum(mass)
-            tried = np.searchsorted(cumulative, rng.random(tries) * total, side="right")
-            tried = np.minimum(tried, len(points) - 1)
-            d2 = ((points[None, :, :] - points[tried][:, None, :]) ** 2).sum(axis=2)
-            costs = (weights[None, :] * np.minimum(closest[None, :], d2)).sum(axis=1)
-            pick = int(tried[int(np.argmin(costs))])
-        chosen.append(pick)
-        closest = np.minimum(closest, ((points - points[pick]) ** 2).sum(axis=1))
-    centres = points[chosen].copy()
-    for _ in range(LOCAL_LLOYD_ITERATIONS):
-        count, sums, _cost = lloyd_sums(points, weights, centres)
-        moved = moved_centres(count, sums, centres)
-        if np.allclose(moved, centres, rtol=0.0, atol=1e-12):
-            centres = moved
-            break
-        centres = moved
-    return centres

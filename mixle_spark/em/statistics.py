@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import ModelFormatError, SpecError, describe_value
-from mixle_spark.parallel.backends.contract import Accumulate
+from mixle_spark.parallel.backends.contract import Accumulate, EncodedData
 from mixle_spark.stats.base import Distribution, Estimator, estimator_from_dict
 
 __all__ = [
@@ -359,7 +359,7 @@ def _skeleton(value: Any) -> Any:
     return None
 
 
-def collect_statistics(handle: Any, estimator: Estimator, model: Distribution) -> Statistics:
+def collect_statistics(handle: EncodedData, estimator: Estimator, model: Distribution) -> Statistics:
     """The statistics of ``model``'s E-step over ``handle`` (one pass over the data): what
     ``keep_statistics=True`` attaches to a fitted model."""
     if not isinstance(handle, Accumulate):
@@ -368,7 +368,9 @@ def collect_statistics(handle: Any, estimator: Estimator, model: Distribution) -
     return statistics_of_pass(handle, estimator, nobs, ll, value)
 
 
-def statistics_of_pass(handle: Any, estimator: Estimator, nobs: float, ll: float, value: Any) -> Statistics:
+def statistics_of_pass(
+    handle: EncodedData, estimator: Estimator, nobs: float, ll: float, value: Any
+) -> Statistics:
     """The :class:`Statistics` of one ``pysp_accumulate`` pass over ``handle`` (its weight,
     log-likelihood and value), e.g. the pass that scored a fit's last model."""
     bound = handle.bind(estimator) if hasattr(handle, "bind") else estimator

@@ -199,11 +199,11 @@ def test_forms_are_chosen_with_k_in_shared_passes() -> None:
         calls.append(len(runs))
         return fit_together(handle, runs, shared=shared)
 
-    import mixle_spark.estimation as estimation
+    import mixle_spark.model_selection as model_selection  # where select_k looks fit_together up
 
     est = MixtureEstimator([MultivariateGaussianEstimator()])
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(estimation, "fit_together", counting)
+        patch.setattr(model_selection, "fit_together", counting)
         found = select_k(x, est, ks="2:4", forms="all", seed=1)
     assert calls == [3 * 8]  # one shared fit of every (k, form) candidate
     assert (found.best_k, found.best_form) == (3, "EEE"), str(found)
