@@ -63,6 +63,7 @@ from mixle_spark.stats.base import (
     register_distribution,
     register_estimator,
 )
+from mixle_spark.stats.criteria import count_free_parameters, information_criteria
 
 MapFunction = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]
 """``map``, or an executor's ordered ``map``: how a batch's independent work items run."""
@@ -269,8 +270,6 @@ class MixtureDistribution(Distribution):
         return self._criteria(X)["aic"]
 
     def _criteria(self, X: Any) -> dict[str, float]:
-        from mixle_spark.summary import count_free_parameters, information_criteria
-
         ll = self.score_samples(X)
         return information_criteria(float(ll.sum()), count_free_parameters(self), float(len(ll)))
 

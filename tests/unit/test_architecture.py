@@ -386,3 +386,32 @@ def test_the_registry_knows_every_built_in_backend_by_name() -> None:
     names = ["dask", "local", "model_parallel", "mp", "mpi", "ray", "spark", "torchrun"]
     assert available_encoded_data_backends() == names
     assert sorted(name for name, *_ in BUILTIN_BACKENDS) == names
+
+
+def _parallel_strings(trees: dict[str, ast.Module]) -> list[str]:
+    """String constants under stats/ (docstrings included) that name a module of the parallel
+    package: a module imported by name gets around the layering the import checks see."""
+    bad = []
+    for module, tree in sorted(trees.items()):
+        if not _within(module, ("mixle_spark.stats",)):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and PARALLEL in node.value:
+                bad.append(f"{module}:{node.lineno} names {PARALLEL}")
+    return bad
+
+
+def test_statistics_name_no_backend_in_a_string() -> None:
+    """Nothing under stats/ names ``mixle_spark.parallel`` in a string (a family registered outside
+    stats is declared by the package's entry, :mod:`mixle_spark._providers`). The check is live: a
+    planted module name is reported."""
+    trees = {
+        _module_name(p): ast.parse(p.read_text(encoding="utf-8")) for p in (PACKAGE / "stats").rglob("*.py")
+    }
+    assert "mixle_spark.stats._registry" in trees
+    assert _parallel_strings(trees) == []
+    planted = dict(trees)
+    planted["mixle_spark.stats._registry"] = ast.parse(
+        f'import importlib\n\n_PROVIDERS = {{"model_parallel": "{BACKENDS}.model_parallel"}}\n'
+    )
+    assert _parallel_strings(planted) == [f"mixle_spark.stats._registry:3 names {PARALLEL}"]
