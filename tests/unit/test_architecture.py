@@ -415,3 +415,25 @@ def test_statistics_name_no_backend_in_a_string() -> None:
         f'import importlib\n\n_PROVIDERS = {{"model_parallel": "{BACKENDS}.model_parallel"}}\n'
     )
     assert _parallel_strings(planted) == [f"mixle_spark.stats._registry:3 names {PARALLEL}"]
+
+
+MAX_LINES = 600
+
+
+def _oversized(root: Path) -> list[str]:
+    """Modules under ``root`` longer than :data:`MAX_LINES` lines, with their sizes, longest first."""
+    sizes = {p: len(p.read_text(encoding="utf-8").splitlines()) for p in root.rglob("*.py")}
+    big = sorted((p for p, n in sizes.items() if n > MAX_LINES), key=lambda p: (-sizes[p], str(p)))
+    return [f"{p.relative_to(root.parent)}: {sizes[p]} lines" for p in big]
+
+
+def test_no_module_is_over_600_lines(tmp_path: Path) -> None:
+    """A module that grows past 600 lines is split along a seam of its own (STYLE.md), so later
+    features cannot grow one back. The check is live: a planted oversized source is reported."""
+    assert _oversized(PACKAGE) == []
+    package = tmp_path / "mixle_spark"
+    (package / "stats").mkdir(parents=True)
+    (package / "stats" / "huge.py").write_text("x = 1\n" * (MAX_LINES + 1), encoding="utf-8")
+    (package / "stats" / "fits.py").write_text("x = 1\n" * MAX_LINES, encoding="utf-8")
+    (package / "big.py").write_text("x = 1\n" * 700, encoding="utf-8")
+    assert _oversized(package) == ["mixle_spark/big.py: 700 lines", "mixle_spark/stats/huge.py: 601 lines"]
