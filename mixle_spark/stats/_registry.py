@@ -11,7 +11,7 @@ from mixle_spark._providers import declared_families
 from mixle_spark.errors import SpecError, UnknownNameError, describe_value, did_you_mean
 
 if TYPE_CHECKING:
-    from mixle_spark.stats.base import Distribution, Estimator
+    from mixle_spark.stats._family import Distribution, Estimator
 
 __all__ = [
     "check_spec_keys",
