@@ -37,7 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from mixle_spark.parallel.backends.spark import _resident_wire as wire
+import mixle_spark.parallel.backends.spark._resident_wire as wire
 from mixle_spark.parallel.backends.spark._resident_listener import Listener as _Listener
 from mixle_spark.parallel.backends.spark._resident_listener import listen_addresses
 from mixle_spark.parallel.fold import stat_nbytes
