@@ -54,13 +54,12 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from pyspark import keyword_only
 from pyspark.ml.base import Estimator, Model
-from pyspark.ml.linalg import DenseMatrix, DenseVector, Vector
+from pyspark.ml.linalg import DenseMatrix, DenseVector
 from pyspark.ml.stat import MultivariateGaussian
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame, SparkSession
@@ -73,26 +72,22 @@ from mixle_spark.errors import (
     ModelSizeWarning,
     SchemaError,
     SpecError,
-    did_you_mean,
 )
 from mixle_spark.estimation import FitResult, best_of, optimize
-from mixle_spark.ml._params import MixleParams, fit_plan
+from mixle_spark.ml._fit_plan import fit_plan
+from mixle_spark.ml._mllib_face import component_moments, record_of
+from mixle_spark.ml._params import MixleParams
 from mixle_spark.ml._persistence import MixleReader, MixleWriter
 from mixle_spark.ml._summary import MixleSummary
+from mixle_spark.ml._transform import score_frame
 from mixle_spark.parallel import encoded_data
 from mixle_spark.spec import model_from_json, model_to_json
 from mixle_spark.stats import (
-    DiagonalGaussianDistribution,
-    GaussianDistribution,
     MixtureDistribution,
-    MultivariateGaussianDistribution,
-    RecordDistribution,
 )
 from mixle_spark.stats.base import Distribution
 
 __all__ = ["MixleEstimator", "MixleModel"]
-
-_PRIVATE_LL = "__mixle_log_likelihood"
 
 
 class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEstimator"], MLWritable):
@@ -513,34 +508,10 @@ class MixleModel(Model, MixleParams, MLReadable["MixleModel"], MLWritable):
         return SparkSession.active().createDataFrame(rows, ["mean", "cov"])
 
     def _moments(self, index: int, component: Distribution) -> tuple[np.ndarray, np.ndarray]:
-        if isinstance(component, MultivariateGaussianDistribution):
-            return np.asarray(component.mu), np.asarray(component.covar)
-        if isinstance(component, DiagonalGaussianDistribution):
-            return np.asarray(component.mu), np.diag(component.covar)
-        if isinstance(component, RecordDistribution) and all(
-            isinstance(f, GaussianDistribution) for f in component.fields.values()
-        ):
-            names = self._optional(self.inputCols) or list(component.fields)
-            fields = [component.fields[name] for name in names]
-            return np.array([f.mu for f in fields]), np.diag([f.sigma2 for f in fields])
-        raise TypeError(
-            f"gaussians needs Gaussian components, but component {index} is {type(component).__name__}; "
-            "use model.distribution"
-        )
+        return component_moments(index, component, self._optional(self.inputCols))
 
     def _record(self, value: Any) -> Any:
-        reads = self.distribution.encoder().column_names()
-        if reads is None:
-            return value.toArray() if isinstance(value, Vector) else value
-        if hasattr(value, "asDict"):
-            return value.asDict()
-        if isinstance(value, Mapping):
-            return dict(value)
-        values = value.toArray().tolist() if isinstance(value, Vector) else list(value)
-        names = self._optional(self.inputCols) or list(reads)
-        if len(values) != len(names):
-            raise DataValueError(f"expected {len(names)} values for columns {names}", value=value)
-        return dict(zip(names, values, strict=True))
+        return record_of(self.distribution.encoder().column_names(), value, self._optional(self.inputCols))
 
     def predictProbability(self, value: Any) -> DenseVector:
         """Component probabilities of one record: an ML Vector (or a sequence / dict / Row for
@@ -571,48 +542,14 @@ class MixleModel(Model, MixleParams, MLReadable["MixleModel"], MLWritable):
 
     # -- transform --------------------------------------------------------------------------------
     def _transform(self, dataset: DataFrame) -> DataFrame:
-        from pyspark.ml.functions import array_to_vector, vector_to_array
-        from pyspark.ml.linalg import VectorUDT
-        from pyspark.sql import functions as F
-
-        from mixle_spark.scoring import score
-
-        model = self.distribution
-        column = None
-        if model.encoder().column_names() is None:
-            column = self.getFeaturesCol()
-            if column not in dataset.columns:
-                hint = did_you_mean(column, dataset.columns)
-                raise SchemaError(
-                    f"param 'featuresCol': column {column!r} not found{hint}; "
-                    f"the DataFrame has {dataset.columns}"
-                )
-        prediction, probability = self.getPredictionCol(), self.getProbabilityCol()
-        log_likelihood = self.getLogLikelihoodCol()
-        for param, name in (
-            ("predictionCol", prediction),
-            ("probabilityCol", probability),
-            ("logLikelihoodCol", log_likelihood),
-        ):
-            if name and name in dataset.columns:
-                raise SchemaError(f"param {param!r}: column {name!r} already exists in the DataFrame")
-        vectors = [f.name for f in dataset.schema.fields if isinstance(f.dataType, VectorUDT)]
-        frame = dataset
-        for name in vectors:  # the Arrow pass carries arrays cheaply, ML Vectors slowly
-            frame = frame.withColumn(name, vector_to_array(F.col(name)))
-        scored = score(
-            model,
-            frame,
-            column=column,
-            log_likelihood_col=log_likelihood or _PRIVATE_LL,
-            prediction_col=prediction or None,
-            probability_col=probability or None,
+        return score_frame(
+            self.distribution,
+            dataset,
+            features_col=self.getFeaturesCol(),
+            prediction_col=self.getPredictionCol(),
+            probability_col=self.getProbabilityCol(),
+            log_likelihood_col=self.getLogLikelihoodCol(),
         )
-        for name in vectors:
-            scored = scored.withColumn(name, array_to_vector(F.col(name)))
-        if probability:
-            scored = scored.withColumn(probability, array_to_vector(F.col(probability)))
-        return scored if log_likelihood else scored.drop(_PRIVATE_LL)
 
     # -- persistence ------------------------------------------------------------------------------
     def write(self) -> MixleWriter:

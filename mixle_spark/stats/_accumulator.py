@@ -15,7 +15,7 @@ from mixle_spark.stats._encoder import Encoded, Encoder
 from mixle_spark.stats._random import RowRandom
 
 if TYPE_CHECKING:
-    from mixle_spark.stats.base import Distribution
+    from mixle_spark.stats._family import Distribution
 
 __all__ = [
     "SCALE_FACTOR",

@@ -7,10 +7,11 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from mixle_spark._providers import declared_families
 from mixle_spark.errors import SpecError, UnknownNameError, describe_value, did_you_mean
 
 if TYPE_CHECKING:
-    from mixle_spark.stats.base import Distribution, Estimator
+    from mixle_spark.stats._family import Distribution, Estimator
 
 __all__ = [
     "check_spec_keys",
@@ -27,13 +28,13 @@ E = TypeVar("E", bound="type[Estimator]")
 
 _DISTRIBUTIONS: dict[str, type[Distribution]] = {}
 _ESTIMATORS: dict[str, type[Estimator]] = {}
-_PROVIDERS = {"model_parallel": "mixle_spark.parallel.backends.model_parallel"}
-"""Built-in estimator families registered by a module outside ``stats`` (imported when first named or
-listed, so a spec reads, and an error lists, the same families whatever the caller imported)."""
 
 
 def _load_providers() -> None:
-    for name, module in _PROVIDERS.items():
+    """Import the modules that register the families declared outside ``stats``
+    (:func:`mixle_spark._providers.declare_family`), so a spec reads, and an error lists, the same
+    families whatever the caller imported."""
+    for name, module in declared_families().items():
         if name not in _ESTIMATORS:
             importlib.import_module(module)
 

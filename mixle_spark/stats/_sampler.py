@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from mixle_spark.stats.base import Distribution
+    from mixle_spark.stats._family import Distribution
 
 __all__ = ["Sampler"]
 

@@ -4,9 +4,9 @@ A Python list of records, a numpy array, a pandas DataFrame or a pyarrow Table /
 becomes :class:`TableRows`: its row count, its per-row weights (an array or a weight column), and the
 source an encoder reads (the whole table for a Record model, else the one column it reads). Rows are
 cut into contiguous chunks and encoded chunk by chunk; a bad value is reported at its row in the
-whole data set. The local and mp backends (:mod:`mixle_spark.parallel.backends`) and the models'
-scikit-learn-style methods (``MixtureDistribution.score_samples``, ``predict``, ...) all encode
-through here, so they accept the same data and report the same errors.
+whole data set. The in-process backends (local, mp) and the models' scikit-learn-style methods
+(``MixtureDistribution.score_samples``, ``predict``, ...) all encode through here, so they accept the
+same data and report the same errors.
 """
 
 from __future__ import annotations

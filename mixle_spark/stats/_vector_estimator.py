@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mixle_spark.errors import EmptyDataError
-from mixle_spark.stats._vector import moments_about_mean, parameter_vector
+from mixle_spark.stats._vector import parameter_vector
+from mixle_spark.stats._vector_moments import moments_about_mean
 from mixle_spark.stats.base import (
     AccumulatorFactory,
     Distribution,

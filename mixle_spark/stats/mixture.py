@@ -20,18 +20,16 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
 
-from mixle_spark.errors import DegenerateComponentError, NonFiniteLikelihoodError, SpecError
+from mixle_spark.errors import SpecError
 from mixle_spark.stats._accumulator import widened_parts, widening_target
 from mixle_spark.stats._covariance import (
     FORM_CHOICES,
     check_form_components,
     covariance_form,
-    form_m_step,
     form_parameters,
     is_form,
 )
@@ -46,6 +44,7 @@ from mixle_spark.stats._mixture_kernels import (
     responsibilities,
 )
 from mixle_spark.stats._mixture_kernels import reference_kernels as reference_kernels  # documented here
+from mixle_spark.stats._mixture_m_step import estimate_components, mixture_weights
 from mixle_spark.stats._partial_labels import LabelledBatch, LabelledEncoder, checked_labels
 from mixle_spark.stats._product import ProductAccumulator
 from mixle_spark.stats.base import (
@@ -63,6 +62,7 @@ from mixle_spark.stats.base import (
     register_distribution,
     register_estimator,
 )
+from mixle_spark.stats.criteria import count_free_parameters, information_criteria
 
 MapFunction = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]
 """``map``, or an executor's ordered ``map``: how a batch's independent work items run."""
@@ -269,8 +269,6 @@ class MixtureDistribution(Distribution):
         return self._criteria(X)["aic"]
 
     def _criteria(self, X: Any) -> dict[str, float]:
-        from mixle_spark.summary import count_free_parameters, information_criteria
-
         ll = self.score_samples(X)
         return information_criteria(float(ll.sum()), count_free_parameters(self), float(len(ll)))
 
@@ -566,34 +564,9 @@ class MixtureEstimator(Estimator):
 
     def estimate(self, nobs: float | None, value: Any) -> MixtureDistribution:
         counts, comp_values = value
-        counts = np.asarray(counts, dtype=np.float64)
-        if not np.all(np.isfinite(counts)):
-            raise NonFiniteLikelihoodError(f"MixtureEstimator: non-finite component counts {counts.tolist()}")
-        k = len(self.estimators)
-        w = counts + (self.pseudo_count or 0.0) / k
-        total = float(w.sum())
-        if not (total > 0 and math.isfinite(total)):
-            w = np.full(k, 1.0 / k)
-        else:
-            w = w / total
-        if self.w_min > 0:
-            w = np.maximum(w, self.w_min)
-            w /= w.sum()
-        comps: list[Distribution | None] = []
-        failures: list[tuple[int, str]] = []
-        if self.covariance is not None:
-            estimate = form_m_step(self.covariance, self.estimators, counts, comp_values)
-        else:
-            estimate = [partial(e.estimate, float(c)) for e, c in zip(self.estimators, counts, strict=True)]
-        for j, (m_step, v) in enumerate(zip(estimate, comp_values, strict=True)):
-            try:
-                comps.append(m_step(v))
-            except (ValueError, ArithmeticError) as err:  # e.g. statistics that overflowed to inf
-                comps.append(None)
-                failures.append((j, f"{type(err).__name__}: {err}"))
-        if failures:
-            raise DegenerateComponentError(sorted(set(failures)), comps, w)
-        return MixtureDistribution([c for c in comps if c is not None], w, covariance=self.covariance)
+        w = mixture_weights(counts, len(self.estimators), self.pseudo_count, self.w_min)
+        comps = estimate_components(self.estimators, self.covariance, counts, comp_values, w)
+        return MixtureDistribution(comps, w, covariance=self.covariance)
 
     def n_free_parameters(self, model: Distribution, tied: set[Any] | None = None) -> int:
         """The weights (k - 1) and the components; ``keys = (weight_key, comp_key)`` tie each part

@@ -34,15 +34,13 @@ import numpy as np
 
 from mixle_spark.errors import SpecError
 from mixle_spark.stats._vector import (
-    MomentAccumulator,
     VectorBatch,
     VectorEncoder,
-    conditional_fill,
-    marginal_log_density,
     parameter_vector,
     triangle_indices,
 )
 from mixle_spark.stats._vector_estimator import VectorGaussianEstimator
+from mixle_spark.stats._vector_moments import MomentAccumulator, conditional_fill, marginal_log_density
 from mixle_spark.stats.base import (
     Distribution,
     Parameter,

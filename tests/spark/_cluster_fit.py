@@ -20,8 +20,8 @@ import numpy as np
 from mixle_spark.estimation import optimize
 from mixle_spark.io import spark_session
 from mixle_spark.parallel._slots import task_slots
-from mixle_spark.parallel.backends._spark_resident import ResidentSession
 from mixle_spark.parallel.backends.spark import SparkEncodedData
+from mixle_spark.parallel.backends.spark._resident import ResidentSession
 from mixle_spark.stats import MixtureEstimator, MultivariateGaussianEstimator
 
 ROWS, DIM, K, ITS = 20_000, 3, 3, 12

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from mixle_spark.parallel import LocalEncodedData, encoded_data
-from mixle_spark.parallel.backends._spark_chunks import COPIES_ENV, remove_copies
+from mixle_spark.parallel.backends.spark._chunks import COPIES_ENV, remove_copies
 from mixle_spark.stats import (
     CategoricalEstimator,
     GaussianEstimator,
@@ -110,7 +110,7 @@ class _Planted:
 
 
 def test_a_planted_copy_is_never_unpickled(frame: Any, want: Any, tmp_path: Path) -> None:
-    from mixle_spark.parallel.backends._spark_chunks import _copy_parts
+    from mixle_spark.parallel.backends.spark._chunks import _copy_parts
 
     marker = tmp_path / "marker"
     with encoded_data(frame, EST, weights="w", resident=False, num_chunks=3) as handle:
@@ -123,7 +123,7 @@ def test_a_planted_copy_is_never_unpickled(frame: Any, want: Any, tmp_path: Path
 
 
 def _copy_file(tmp_path: Path, key: bytes) -> tuple[Path, Any]:
-    from mixle_spark.parallel.backends._spark_chunks import _copy_parts
+    from mixle_spark.parallel.backends.spark._chunks import _copy_parts
 
     chunk = ({"x": np.arange(5.0), "c": np.arange(3, dtype=np.int32)}, None, np.arange(10, 15))
     path = tmp_path / "10.chunk"
@@ -134,7 +134,7 @@ def _copy_file(tmp_path: Path, key: bytes) -> tuple[Path, Any]:
 def test_a_copy_maps_its_arrays_and_checks_both_macs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from mixle_spark.parallel.backends import _spark_chunks as C
+    from mixle_spark.parallel.backends.spark import _chunks as C
 
     key = bytes(range(32))
     path, chunk = _copy_file(tmp_path, key)
@@ -217,7 +217,7 @@ def test_copies_can_be_turned_off(frame: Any, want: Any, monkeypatch: pytest.Mon
 
 
 def test_unbalanced_layouts_are_spread() -> None:
-    from mixle_spark.parallel.backends._spark_encoding import unbalanced
+    from mixle_spark.parallel.backends.spark._encoding import unbalanced
 
     assert unbalanced({0: [(0, 65536), (65536, 65536)], 1: []}, 2)  # one slot would idle
     assert unbalanced({0: [(0, 65536)] * 4, 1: [(9, 100)]}, 2)  # 2x its share
@@ -259,7 +259,7 @@ def test_copies_kept_on_another_host_are_removed_by_a_job(frame: Any) -> None:
 
 
 def test_closing_a_handle_without_copies_runs_no_job(frame: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mixle_spark.parallel.backends._spark_encoding import ChunkFrame
+    from mixle_spark.parallel.backends.spark._encoding import ChunkFrame
 
     handle = encoded_data(frame, EST, weights="w", num_chunks=3)  # the resident path keeps no copies
     handle._copies.places = {("another-host", "/nonexistent")}
@@ -275,7 +275,7 @@ def test_one_pass_encoding_rebases_chunks_of_partial_vocabularies(
     # chunks written in the encoding pass are re-expressed under the merged one, as they are read
     # (small scans) or by a pass that rewrites them and their copies under a new key; E-steps from
     # the copies and from the cells equal local either way
-    from mixle_spark.parallel.backends import spark as backend
+    from mixle_spark.parallel.backends.spark import _handle as backend
 
     if not on_read:
         monkeypatch.setattr(backend, "REBASE_ON_READ_BYTES", 0)
@@ -318,7 +318,7 @@ def test_chunk_frame_readers_wait_for_the_one_check(fails: bool, monkeypatch: py
     import threading
     import time
 
-    from mixle_spark.parallel.backends._spark_encoding import ChunkFrame
+    from mixle_spark.parallel.backends.spark._encoding import ChunkFrame
 
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)

@@ -199,7 +199,7 @@ def test_an_update_encodes_the_new_rows_in_its_resident_session(
     """Default options, new rows not small enough for one task: they are encoded by the barrier job
     that then serves the update's passes (one Spark job; the chunks with the unseen label rebased as
     they are read)."""
-    import mixle_spark.parallel.backends.spark as spark_backend
+    import mixle_spark.parallel.backends.spark._handle as spark_backend
 
     monkeypatch.setattr(spark_backend, "ONE_TASK_BYTES", 0)
     _old, new = tables()

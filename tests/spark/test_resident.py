@@ -53,7 +53,7 @@ def test_resident_equals_per_iteration_jobs_and_local(frame: Any) -> None:
 
 
 def test_the_handle_runs_its_passes_through_the_executor_its_session_can_run(frame: Any) -> None:
-    from mixle_spark.parallel.backends._spark_executors import JobExecutor, ResidentExecutor
+    from mixle_spark.parallel.backends.spark._executors import JobExecutor, ResidentExecutor
 
     df, _x = frame
     with SparkEncodedData(df, estimator=EST, num_chunks=2) as handle:  # resident tasks, jobs behind them
@@ -150,7 +150,7 @@ def test_a_killed_python_worker_restarts_the_session_and_keeps_the_estimates(
     import os
     import signal
 
-    from mixle_spark.parallel.backends._spark_resident import ResidentSession
+    from mixle_spark.parallel.backends.spark._resident import ResidentSession
 
     df, x = frame
     original = ResidentSession.request
@@ -202,11 +202,11 @@ def test_a_barrier_stage_without_free_slots_is_cancelled_and_the_fit_goes_on(
     import threading
     import time
 
-    from mixle_spark.parallel.backends import _spark_resident
+    from mixle_spark.parallel.backends.spark import _resident
 
     df, x = frame
     sc = spark.sparkContext
-    monkeypatch.setattr(_spark_resident, "LAUNCH_TIMEOUT", 3.0)
+    monkeypatch.setattr(_resident, "LAUNCH_TIMEOUT", 3.0)
 
     def occupy_one_slot() -> None:  # another job on the session holds one of the two slots
         sc.setJobGroup("someone-else", "a long job of another user")
@@ -310,7 +310,7 @@ def test_deferred_encoding_raises_a_bad_value_at_the_first_pass_and_releases_the
 def test_deferred_encoding_falls_back_to_a_job_when_resident_tasks_cannot_encode(
     frame: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mixle_spark.parallel.backends._spark_executors import FusedEncoding
+    from mixle_spark.parallel.backends.spark._executors import FusedEncoding
 
     def refuse(_self: Any) -> str:
         return "no slots (test)"

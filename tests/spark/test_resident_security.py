@@ -20,9 +20,9 @@ import pyarrow as pa
 import pytest
 
 from mixle_spark.estimation import optimize
-from mixle_spark.parallel.backends import _resident_wire as wire
-from mixle_spark.parallel.backends._spark_resident import ResidentSession
 from mixle_spark.parallel.backends.spark import SparkEncodedData
+from mixle_spark.parallel.backends.spark import _resident_wire as wire
+from mixle_spark.parallel.backends.spark._resident import ResidentSession
 from mixle_spark.stats import GaussianDistribution, GaussianEstimator, MixtureDistribution, MixtureEstimator
 
 pytestmark = pytest.mark.spark

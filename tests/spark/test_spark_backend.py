@@ -21,7 +21,7 @@ from mixle_spark.parallel import (
     encoded_data,
     plan,
 )
-from mixle_spark.parallel.backends._spark_chunks import CHUNK_ROWS, chunk_reader
+from mixle_spark.parallel.backends.spark._chunks import CHUNK_ROWS, chunk_reader
 from mixle_spark.stats import (
     CategoricalEstimator,
     GaussianDistribution,
@@ -357,8 +357,8 @@ def test_a_mixture_too_big_for_a_workers_memory_is_refused_before_its_first_pass
     """A fold is one chunk of the encoded data (at most CHUNK_ROWS rows of a partition); under a local
     master a worker has this machine's memory."""
     from mixle_spark.errors import TooLargeError
-    from mixle_spark.parallel.backends import spark as spark_backend
     from mixle_spark.parallel.backends._handle import machine_memory
+    from mixle_spark.parallel.backends.spark import _handle as spark_backend
 
     rows = np.random.default_rng(3).normal(size=(5000, 1))
     df = spark.createDataFrame(rows.tolist(), "x double").repartition(2)

@@ -20,7 +20,7 @@ from mixle_spark.spec import load_spec
 pytest.importorskip("pyspark")
 
 from mixle_spark.ml import MixleEstimator
-from mixle_spark.ml._params import fit_plan, spec_parts
+from mixle_spark.ml._fit_plan import fit_plan, spec_parts
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "conf" / "models" / "sample.json"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mixle_spark.parallel.backends import _resident_wire as wire
+from mixle_spark.parallel.backends.spark import _resident_wire as wire
 
 SECRET = b"s" * 32
 
@@ -224,7 +224,7 @@ def test_the_handshake_refuses_a_peer_at_its_first_wrong_byte() -> None:
 def test_a_task_authenticating_while_the_listener_closes_is_hung_up_on() -> None:
     """A channel that authenticates while the driver closes its listener is either taken before the
     close or closed by it: never left open in the queue (the task would wait on it for good)."""
-    from mixle_spark.parallel.backends._spark_resident import _Listener
+    from mixle_spark.parallel.backends.spark._resident import _Listener
 
     server = socket.create_server(("127.0.0.1", 0))
     listener = _Listener(server, SECRET)
@@ -253,7 +253,7 @@ def test_a_task_authenticating_while_the_listener_closes_is_hung_up_on() -> None
 
 
 def _listener(**options: Any) -> tuple[Any, tuple[str, int]]:
-    from mixle_spark.parallel.backends._spark_resident import _Listener
+    from mixle_spark.parallel.backends.spark._resident import _Listener
 
     server = socket.create_server(("127.0.0.1", 0), backlog=socket.SOMAXCONN)
     return _Listener(server, SECRET, **options), server.getsockname()
@@ -386,14 +386,14 @@ class _Session:
 
 @pytest.mark.parametrize("master", ["local", "local[2]", "local[*]", "local[4,2]", "local-cluster[2,1,1024]"])
 def test_a_local_master_listens_on_loopback_whatever_the_driver_host(master: str) -> None:
-    from mixle_spark.parallel.backends._resident_listener import listen_addresses
+    from mixle_spark.parallel.backends.spark._resident_listener import listen_addresses
 
     session = _Session(master, **{"spark.driver.host": "node-7.example.com"})
     assert listen_addresses(session) == ("127.0.0.1", "127.0.0.1")
 
 
 def test_a_cluster_master_listens_where_the_executors_reach_the_driver() -> None:
-    from mixle_spark.parallel.backends._resident_listener import listen_addresses
+    from mixle_spark.parallel.backends.spark._resident_listener import listen_addresses
 
     host = {"spark.driver.host": "10.0.0.5"}
     assert listen_addresses(_Session("spark://m:7077", **host)) == ("10.0.0.5", "10.0.0.5")

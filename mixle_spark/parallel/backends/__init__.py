@@ -7,9 +7,10 @@
   backend shares (:class:`PayloadHandle`: each partition folds its chunks into one payload, payloads
   are merged, the M-step runs once); ``_handle``: what backends share beyond it; ``model_parallel``:
   the threaded E-step any backend can use (``num_workers``).
-- One module per backend: ``local`` (also ``model_parallel``), ``spark`` (its passes run by
-  ``_spark_executors``: a job per pass or resident tasks; with ``_spark_encoding``, ``_spark_chunks``,
-  ``_spark_copies``, ``_spark_common``, ``_spark_resident``, ``_resident_listener``, ``_resident_wire``),
+- One module per backend, a package where a backend needs several: ``local`` (also
+  ``model_parallel``), ``spark`` (a package: the handle in ``spark._handle``, its passes run by
+  ``spark._executors``: a job per pass or resident tasks; with ``_encoding``, ``_chunks``, ``_copies``,
+  ``_common``, ``_fused``, ``_resident``, ``_resident_listener``, ``_resident_wire`` and the others there),
   ``multiprocessing`` (``mp``), ``mpi`` (with ``_mpi_io``), ``torchrun`` (the mpi handle over
   ``torch.distributed``), ``dask`` (partitions held by the workers of a ``dask.distributed`` cluster)
   and ``ray`` (row ranges held by actors of a Ray cluster).

@@ -281,7 +281,7 @@ _SOURCES: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDicti
 """What each handle :func:`encoded_data` made was encoded from (data, weights), while it lives."""
 
 BUILTIN_IDENTITIES: dict[str, str] = {
-    "spark": f"{_BACKENDS}._spark_common:content_identity",
+    "spark": f"{_BACKENDS}.spark._common:content_identity",
     "dask": f"{_BACKENDS}.dask:content_identity",
     "ray": f"{_BACKENDS}.ray:content_identity",
 }

@@ -1,32 +1,7 @@
-"""The ``spark`` backend: encoded data as a persisted Spark DataFrame of encoded chunks.
-
-Building a handle (:class:`SparkEncodedData`) reads the selected columns once (:mod:`._spark_encoding`):
-each task learns its partition's vocabularies / ranges (the encoders' scans), validates every value
-with a batch-local encoder (so a string in a numeric column, a null without Optional, NaN, a negative
-count... are reported before any EM iteration, with the column, the value, the global row and the
-count of bad rows), counts its rows and writes what every later pass consumes (:mod:`._spark_chunks`):
-the encoder's output for chunks of rows, with their weights and row ids, one binary cell per chunk,
-persisted (``MEMORY_AND_DISK``). Chunks whose own scan differs from the merged one are then rebased
-in a pass over the cached chunks, which reads no input. (A family that cannot rebase its batches
-caches the input columns, scans them, then encodes from the cache.) So the data is read from its
-source once, and validated, looked up and converted once.
-
-Each EM iteration is one pass, run by the handle's executor (:mod:`._spark_executors`, chosen when
-the handle is built): resident tasks that hold their decoded partition while a fit runs (when the
-session can run them), else one Spark job that unpickles each chunk, or reads its executor-local
-copy, and folds it. ``mapInArrow`` yields one small payload per partition (total weight,
-log-likelihood of the current model, statistics); payloads merge with ``treeAggregate`` (``depth``,
-default 2) or, without RDDs (Spark Connect, or ``merge="dataframe"``), with rounds of ``repartition``
-+ ``mapInArrow`` merges whose last few rows are collected. On the job path the encoded data is laid
-out with at most one partition per task the session runs at once (one wave of tasks a pass). Only
-statistics reach the driver. The E-step has no side effects, so task retries and speculative
-execution do not change the result.
-
-Rows keep a stable global id (their index in the input DataFrame's order, from
-``monotonically_increasing_id`` and per-partition counts), so initialization selects the same rows
-and draws the same random responsibilities as the local backend for one seed, whatever
-``num_chunks`` is.
-"""
+"""The ``spark`` backend's handle: :class:`SparkEncodedData` (encoded data as a persisted Spark
+DataFrame of encoded chunks, its passes run by the executor it holds) and the registry's factory,
+:func:`make_spark`. The package's docstring (:mod:`mixle_spark.parallel.backends.spark`) tells how a
+handle is built and how a pass runs."""
 
 from __future__ import annotations
 
@@ -44,13 +19,14 @@ from pyspark.sql import functions as F
 
 from mixle_spark.errors import SchemaError, did_you_mean
 from mixle_spark.parallel.backends._handle import bind_estimator, machine_memory
-from mixle_spark.parallel.backends._scoring import BatchScorer, data_columns, reader
-from mixle_spark.parallel.backends._spark_chunks import (
+from mixle_spark.parallel.backends._scoring import data_columns, reader
+from mixle_spark.parallel.backends.registry import check_control, take_controls
+from mixle_spark.parallel.backends.spark._chunks import (
     Rebase,
     chunk_reader,
     copies_wanted,
 )
-from mixle_spark.parallel.backends._spark_common import (
+from mixle_spark.parallel.backends.spark._common import (
     ROW_ID_COLUMN,
     WEIGHT_COLUMN,
     _check_schema,
@@ -61,11 +37,11 @@ from mixle_spark.parallel.backends._spark_common import (
     resident_blocker,
     session_parallelism,
     slots_for_layout,
-    unreadable_cell,
     whole_table_task,
 )
-from mixle_spark.parallel.backends._spark_copies import ChunkCopies
-from mixle_spark.parallel.backends._spark_encoding import (
+from mixle_spark.parallel.backends.spark._copies import ChunkCopies
+from mixle_spark.parallel.backends.spark._deferred import DeferredExecutor
+from mixle_spark.parallel.backends.spark._encoding import (
     ChunkFrame,
     PendingChunks,
     Settled,
@@ -75,27 +51,18 @@ from mixle_spark.parallel.backends._spark_encoding import (
     unbalanced,
     write_chunks,
 )
-from mixle_spark.parallel.backends._spark_executors import (
-    DeferredExecutor,
+from mixle_spark.parallel.backends.spark._executors import (
     Events,
     Executor,
     FusedEncoding,
     JobExecutor,
     ResidentExecutor,
-    claim_slots,
 )
-from mixle_spark.parallel.backends.registry import check_control, take_controls
+from mixle_spark.parallel.backends.spark._slots import claim_slots
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
-__all__ = [
-    "ROW_ID_COLUMN",
-    "WEIGHT_COLUMN",
-    "SparkEncodedData",
-    "add_scores",
-    "is_spark_connect",
-    "make_spark",
-]
+__all__ = ["SPARK_CONTROLS", "SparkEncodedData", "make_spark"]
 
 logger = logging.getLogger("mixle_spark.parallel.backends.spark")
 
@@ -138,7 +105,7 @@ class SparkEncodedData(PayloadHandle):
         ``treeAggregate`` depth for merging partition payloads (>= 1).
     resident : bool, optional
         Keep decoded partitions in long-lived tasks for the whole fit (one barrier job, E-steps
-        requested over an authenticated socket; see :mod:`mixle_spark.parallel.backends._spark_executors`).
+        requested over an authenticated socket; see :mod:`mixle_spark.parallel.backends.spark._executors`).
         None (default) uses them during fits run by :mod:`mixle_spark.estimation` whenever the session
         can (classic Spark without dynamic allocation, partitions <= task slots); a lost task ends the
         session, the step is recomputed by a Spark job and the next step starts a new session (both
@@ -158,7 +125,7 @@ class SparkEncodedData(PayloadHandle):
         record's fields; see :mod:`mixle_spark.parallel.backends.model_parallel`), e.g. ``spark.task.cpus``.
     defer_encoding : bool
         Encode the data in its first pass instead of now, where it can run inside the resident
-        session of a fit (:mod:`._spark_fused`: a classic session with resident tasks, the layout
+        session of a fit (:mod:`._fused`: a classic session with resident tasks, the layout
         left to the backend, a one-pass encoding, no more input partitions than task slots): the
         encoding and the session's start are one Spark job, for a handle that serves a few passes
         at once (``update``, a streaming micro-batch). A bad value then raises at that pass. Where
@@ -218,7 +185,7 @@ class SparkEncodedData(PayloadHandle):
         """The backend lays the encoded data out for the task slots (one partition each), again
         whenever a resident session starts with another number of slots."""
         self.one_pass = estimator is None or not base.needs_scan or base.rebases
-        """Whether the encoding pass also wrote the chunks (:mod:`._spark_encoding`); else the
+        """Whether the encoding pass also wrote the chunks (:mod:`._encoding`); else the
         input columns were cached, validated, then encoded from the cache."""
         tasks = 0
         if self.auto_layout:
@@ -272,7 +239,7 @@ class SparkEncodedData(PayloadHandle):
     def _deferrable_parts(self, frame: DataFrame, slots: int) -> int:
         """The input's partitions when the encoding can run inside the first resident session
         (``defer_encoding``: a classic session that runs resident tasks, the layout left to the
-        backend, a one-pass encoding (:mod:`._spark_encoding`), no more input partitions than task
+        backend, a one-pass encoding (:mod:`._encoding`), no more input partitions than task
         slots), else 0."""
         if self.connect or not self.auto_layout:  # auto_layout: resident tasks can run, no num_chunks
             return 0
@@ -477,7 +444,7 @@ class SparkEncodedData(PayloadHandle):
     # -- what the executors hold ----------------------------------------------------------------
     @property
     def frame(self) -> DataFrame:
-        """The persisted encoded DataFrame: one row per chunk (:mod:`._spark_chunks`)."""
+        """The persisted encoded DataFrame: one row per chunk (:mod:`._chunks`)."""
         frame: DataFrame = self.chunks.frame
         return frame
 
@@ -488,7 +455,7 @@ class SparkEncodedData(PayloadHandle):
 
     @property
     def copies(self) -> bool:
-        """Whether E-step jobs fold executor-local copies of the chunks (:mod:`._spark_chunks`): on the
+        """Whether E-step jobs fold executor-local copies of the chunks (:mod:`._chunks`): on the
         job path (``resident=False``, Spark Connect, dynamic allocation); off again for this handle when
         a pass finds none of them."""
         return self.jobs.copies
@@ -618,50 +585,3 @@ def make_spark(data: Any, estimator: Any = None, model: Any = None, **options: A
     if resources is not None and controls.get("num_chunks") is None:
         controls["num_chunks"] = len(resources.devices)
     return SparkEncodedData(data, estimator=estimator, model=model, **controls, **options)
-
-
-def add_scores(df: DataFrame, scorer: BatchScorer, column: str | None) -> DataFrame:
-    """``df`` with ``scorer``'s columns added lazily through ``mapInArrow``, keeping every input
-    column (:func:`mixle_spark.scoring.score`); ML Vector input columns are read as array<double>
-    (and returned as such). A bad cell raises naming its partition and its row there."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import ArrayType, DoubleType, IntegerType, StructField, StructType
-
-    encoder = scorer.encoder
-    columns = scorer.read_columns(df.columns, column)
-    df = _vector_columns_to_arrays(df, columns)
-    try:
-        _check_schema(df, encoder, columns)
-    except SchemaError as err:  # name the first cell that does not read, where there is one
-        raise unreadable_cell(df, encoder, columns) or err from None
-    spark_types = {pa.float64(): DoubleType(), pa.int32(): IntegerType()}
-    added = [
-        StructField(
-            name,
-            spark_types[typ] if typ in spark_types else ArrayType(spark_types[typ.value_type], False),
-            scorer.nulls,
-        )
-        for name, typ in scorer.added
-    ]
-    out_schema = StructType(list(df.schema.fields) + added)
-    arrow_schema = to_arrow_schema(out_schema)
-
-    def partition() -> str:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        return "the input" if ctx is None else f"partition {ctx.partitionId()}"
-
-    def score_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        first = 0  # rows of this partition before the batch, so errors name the partition's row
-        for batch in batches:
-            if batch.num_rows == 0:
-                yield pa.RecordBatch.from_pylist([], schema=arrow_schema)
-                continue
-            enc = scorer.encode(batch, first, partition)
-            first += batch.num_rows
-            yield pa.RecordBatch.from_arrays(
-                [*batch.columns, *scorer.scores(batch, enc)], schema=arrow_schema
-            )
-
-    return df.mapInArrow(score_partition, out_schema)

@@ -28,7 +28,7 @@ if the file has changed since (:data:`_VERIFIED`). An E-step job then runs over 
 (or, after a miss, over the chunk frame's two small columns, whose tasks Spark places where the cached
 partitions are) and each task folds its partition's files; a task that misses one reports the
 partition missing, and the handle folds those partitions from the cached cells in a second job
-(:class:`~._spark_executors.JobExecutor`). Turn them off with ``MIXLE_SPARK_CHUNK_COPIES=0`` in the
+(:class:`~._executors.JobExecutor`). Turn them off with ``MIXLE_SPARK_CHUNK_COPIES=0`` in the
 driver's environment.
 """
 
@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.parallel.backends._spark_common import ROW_ID_COLUMN, _global_ids, _weights
+from mixle_spark.parallel.backends.spark._common import ROW_ID_COLUMN, _global_ids, _weights
 
 __all__ = [
     "CHUNK_BYTES",
@@ -83,7 +83,7 @@ CHUNK_SCHEMA = "first long, rows int, chunk binary"
 """One row per chunk: its first row's input id (chunks sort by it, as by the global row ids), its
 row count, the pickled chunk. A chunk stores its rows' input ids (``monotonically_increasing_id``):
 the encoding pass writes chunks before it knows how many rows earlier partitions hold, and readers
-map them to global row ids with the handle's per-partition offsets (:func:`~._spark_common._global_ids`).
+map them to global row ids with the handle's per-partition offsets (:func:`~._common._global_ids`).
 The one-pass encoding also leaves one report row per partition (``rows`` -1) that readers skip."""
 CHUNK_ROWS = 65_536
 """Most rows in a chunk: a fold scores one chunk at once (see the memory bound, ``fold_rows``)."""
@@ -410,7 +410,7 @@ def stored_chunks(batch: pa.RecordBatch) -> Iterator[tuple[int, int, bytes]]:
 
 class Rebase:
     """Chunks the one-pass encoding wrote under a scan of their own rows, re-expressed by the merged
-    ``encoder`` each time they are read (:mod:`._spark_encoding` decides when that is cheaper than
+    ``encoder`` each time they are read (:mod:`._encoding` decides when that is cheaper than
     rewriting them): ``todo`` maps such a chunk's first input row id to its scan, from which
     ``estimator`` builds the encoder that wrote it (whose containers the chunk's pickle refers to)."""
 

@@ -2,7 +2,7 @@
 partition and, for the families whose batches can be rebased, the chunks written in the same pass.
 
 **One pass** (every family whose encoder :attr:`~mixle_spark.stats.base.Encoder.rebases`): each task
-reads its input partition once. Per chunk of rows (:func:`~._spark_chunks.chunk_batches`) it scans
+reads its input partition once. Per chunk of rows (:func:`~._chunks.chunk_batches`) it scans
 the chunk, encodes it with the encoder of that scan and writes it (:func:`one_pass_writer`); it ends
 with one report row (``rows`` -1): what it scanned, chunk by chunk, the rows it counted and the
 first bad value it found. The driver merges the scans; a chunk whose own scan already equals the
@@ -17,7 +17,7 @@ Errors are found and reported alike on both ways: the first bad value in the tab
 batch-local encoder, with the count of bad values.
 
 Either way (:func:`write_chunks`) leaves a :class:`ChunkFrame`: the persisted chunks every later pass
-reads, which the handle's executors share (:mod:`._spark_executors`).
+reads, which the handle's executors share (:mod:`._executors`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from mixle_spark.errors import EmptyDataError, FieldError, InputChangedError, SchemaError
-from mixle_spark.parallel.backends._spark_chunks import (
+from mixle_spark.parallel.backends.spark._chunks import (
     CHUNK_SCHEMA,
     CopyKey,
     Layout,
@@ -50,7 +50,7 @@ from mixle_spark.parallel.backends._spark_chunks import (
     spread_chunks,
     stored_chunks,
 )
-from mixle_spark.parallel.backends._spark_common import (
+from mixle_spark.parallel.backends.spark._common import (
     _LOW_BITS,
     _SCAN_SCHEMA,
     WEIGHT_COLUMN,
@@ -58,7 +58,7 @@ from mixle_spark.parallel.backends._spark_common import (
     _payload_batch,
     _weights,
 )
-from mixle_spark.parallel.backends._spark_fused import DIGEST_SCHEMA, chunk_digests
+from mixle_spark.parallel.backends.spark._fused import DIGEST_SCHEMA, chunk_digests
 from mixle_spark.stats._validate import check_weights, unreadable_cells
 
 __all__ = [
@@ -327,7 +327,7 @@ def settle(
 
 
 class ChunkFrame:
-    """The persisted DataFrame of encoded chunks (:mod:`._spark_chunks`) every pass of a handle reads.
+    """The persisted DataFrame of encoded chunks (:mod:`._chunks`) every pass of a handle reads.
 
     ``frame`` has ``num_partitions`` partitions holding the chunks ``layout`` lists; ``held`` is the
     persisted frame behind it when ``frame`` is a view of one (the one-pass encoding's, whose report
@@ -445,7 +445,7 @@ class PendingChunks:
     """The one-pass encoding planned (its output persisted, not yet computed): settled either by a
     job of its own (:meth:`settle_by_job`, what :func:`write_chunks` does) or from the reports the
     tasks that computed it sent (:meth:`settle_reports`: the encoding inside a resident session,
-    :mod:`._spark_fused`)."""
+    :mod:`._fused`)."""
 
     def __init__(
         self,
@@ -483,7 +483,7 @@ class PendingChunks:
         self, replies: list[tuple[Any, list[tuple[int, int]], bytes]], claim: Callable[[], Any]
     ) -> tuple[Settled, ChunkFrame]:
         """Settled from each partition's ``(report, [(first, rows) per chunk], digest)``, in partition
-        order, sent by the tasks that encoded the input themselves (:mod:`._spark_fused`); a bad value
+        order, sent by the tasks that encoded the input themselves (:mod:`._fused`); a bad value
         raises, located. The persisted output stays uncomputed: the first job that needs it computes
         it from the input again, and it is checked against the digests first (:meth:`check_replay`,
         after ``claim()`` has stopped the resident tasks holding the task slots)."""

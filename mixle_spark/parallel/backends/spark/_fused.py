@@ -1,7 +1,7 @@
 """The encoding pass run inside the first resident session (``SparkEncodedData(defer_encoding=True)``).
 
 A handle that serves a few passes at once (an update folding new rows into a model, a streaming
-micro-batch) pays two Spark jobs before its first pass: the encoding pass (:mod:`._spark_encoding`)
+micro-batch) pays two Spark jobs before its first pass: the encoding pass (:mod:`._encoding`)
 and the start of its resident session. When the encoding is one pass they can be one job: the
 barrier tasks of the resident session read the input partition and run the one-pass encoding on it
 themselves, in the same Python worker, keeping its chunks (still pickled) and the partition's report.
@@ -9,10 +9,10 @@ themselves, in the same Python worker, keeping its chunks (still pickled) and th
 cache build before the resident task starts: about 0.3 s of a 0.5 s start on ``local[2]``.)
 
 The driver asks for the reports (:data:`REPORT`), settles them as the encoding pass would
-(:func:`~._spark_encoding.settle`: a bad value raises, located; the merged scan; the partitions'
+(:func:`~._encoding.settle`: a bad value raises, located; the merged scan; the partitions'
 offsets), and sends what the chunks are read with (:class:`Settle`: the merged encoder, the offsets
 that make input row ids global, the chunks to rebase as they are read); each task then decodes its
-chunks as a resident task of the encoded data would (:func:`~._spark_chunks.decode_chunks`), and the
+chunks as a resident task of the encoded data would (:func:`~._chunks.decode_chunks`), and the
 session serves E-steps.
 
 The persisted output of the encoding is computed only if a job needs the chunks later (a lost task, a
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mixle_spark.parallel.backends._spark_chunks import Rebase, decode_chunks, stored_chunks
+from mixle_spark.parallel.backends.spark._chunks import Rebase, decode_chunks, stored_chunks
 
 __all__ = ["REPORT", "FusedChunks", "Settle", "chunk_digests"]
 
@@ -59,7 +59,7 @@ class FusedChunks:
     """What a task encoded of its input partition: its chunks (pickled, until :class:`Settle` decodes
     them), the partition's report and the digest of its chunk cells.
 
-    ``decode(batches)`` runs ``write`` (the one-pass encoding, :func:`~._spark_encoding.one_pass_writer`)
+    ``decode(batches)`` runs ``write`` (the one-pass encoding, :func:`~._encoding.one_pass_writer`)
     over the input batches and yields ``(pickled chunk, range(rows), first row id)`` per chunk (the
     session counts rows by the second item), keeping the report row aside; ``compute(chunks,
     request, part)`` answers :data:`REPORT` with ``(report, [(first, rows) per chunk], digest)``, then

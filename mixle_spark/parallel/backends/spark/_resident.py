@@ -16,7 +16,7 @@ beside Spark's cached copy; the tasks report those bytes and their workers' resi
 It is an accelerator, not a requirement. :class:`ResidentUnavailable` says why it cannot serve and
 whether a later E-step may try again (``retry``): a lost task or a failed launch may, a session or a
 layout that cannot run it (Spark Connect, dynamic allocation, more partitions than task slots) may not.
-Its caller (:class:`~._spark_executors.ResidentExecutor`) then runs the step as an ordinary Spark job,
+Its caller (:class:`~._executors.ResidentExecutor`) then runs the step as an ordinary Spark job,
 so nothing is lost and the estimates do not change. A barrier stage that cannot get its slots within
 ``launch_timeout`` is cancelled together with Spark's pending resubmissions of it, so nothing keeps
 retrying behind the fit.
@@ -37,9 +37,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from mixle_spark.parallel.backends import _resident_wire as wire
-from mixle_spark.parallel.backends._resident_listener import Listener as _Listener
-from mixle_spark.parallel.backends._resident_listener import listen_addresses
+import mixle_spark.parallel.backends.spark._resident_wire as wire
+from mixle_spark.parallel.backends.spark._resident_listener import Listener as _Listener
+from mixle_spark.parallel.backends.spark._resident_listener import listen_addresses
 from mixle_spark.parallel.fold import stat_nbytes
 
 __all__ = ["ResidentLost", "ResidentSession", "ResidentUnavailable", "resident_task"]

@@ -1,5 +1,5 @@
 """The executor-local copies one spark handle keeps of its chunks (the job path; the files themselves
-are :mod:`._spark_chunks`'): the key that authenticates them, where the encoding pass wrote them, the
+are :mod:`._chunks`'): the key that authenticates them, where the encoding pass wrote them, the
 reader E-step jobs fold them with, and their deletion when the handle closes."""
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from mixle_spark.parallel.backends._spark_chunks import (
+from mixle_spark.parallel.backends.spark._chunks import (
     CopyKey,
     Layout,
     copy_place,
     copy_reader,
     remove_copies,
 )
-from mixle_spark.parallel.backends._spark_common import _PAYLOAD_SCHEMA, _payload_batch
-from mixle_spark.parallel.backends._spark_encoding import ChunkFrame
+from mixle_spark.parallel.backends.spark._common import _PAYLOAD_SCHEMA, _payload_batch
+from mixle_spark.parallel.backends.spark._encoding import ChunkFrame
 
 __all__ = ["ChunkCopies"]
 
@@ -38,7 +38,7 @@ class ChunkCopies:
 
     def __init__(self, token: str, written: bool) -> None:
         self.token, self.written = token, written
-        self.key = os.urandom(32)  # authenticates the copies' contents (see ._spark_chunks)
+        self.key = os.urandom(32)  # authenticates the copies' contents (see ._chunks)
         self.places: set[tuple[str, str]] = set()
         self.moved = False  # written again by a pass whose tasks' places are unknown
 
@@ -57,7 +57,7 @@ class ChunkCopies:
     def reader(
         self, encoder: Any, offsets: Any, rebase: Any
     ) -> Callable[[Layout | None], Callable[[Iterable[pa.RecordBatch], int], Iterator[Any]]] | None:
-        """``read_copies(layout)``: :func:`~._spark_chunks.copy_reader` of these copies for the chunks
+        """``read_copies(layout)``: :func:`~._chunks.copy_reader` of these copies for the chunks
         ``encoder`` wrote (``rebase``: the chunks it re-expresses as they are read); None when none
         are kept."""
         if not self.written:

@@ -6,14 +6,14 @@ its ``_estep(request)`` is ``executor.run(request)``. Both executors fold a part
 payloads in partition order, so they give the same model up to rounding.
 
 - :class:`JobExecutor`: one Spark job per pass. Each task folds its partition's chunks, read from
-  the executor-local copies when the handle kept them (:mod:`._spark_chunks`; a partition whose
+  the executor-local copies when the handle kept them (:mod:`._chunks`; a partition whose
   copies are missing is folded from the cached cells by a second job), else from the cached cells.
   The model travels as a broadcast, or inside the tasks' closure when payloads merge without RDDs
   (Spark Connect, ``merge="dataframe"``); payloads merge with ``treeAggregate`` or rounds of
-  DataFrame merges. A task's failure names its partition (:func:`executor_error`).
+  DataFrame merges. A task's failure names its partition (:func:`~._task_errors.executor_error`).
 - :class:`ResidentExecutor`: while a fit runs (the EM driver's ``begin_fit`` / ``end_fit``), one
   barrier job whose tasks decode their partition once and answer every pass
-  (:class:`._spark_resident.ResidentSession`). The encoded data is laid out again when a session
+  (:class:`._resident.ResidentSession`). The encoded data is laid out again when a session
   starts with another number of task slots; a lost task ends the session, the pass is run by the
   :class:`JobExecutor` the handle gave it and the next pass starts a new session (at most
   :data:`MAX_RESIDENT_RESTARTS` times a fit); a session that cannot run leaves one job per pass for
@@ -22,7 +22,8 @@ payloads in partition order, so they give the same model up to rounding.
 Both read the handle's data through one :class:`ChunkFrame` (the resident executor lays it out again
 in place, so the jobs read the current layout) and report what happened through one :class:`Events`
 (logged, and kept for the EM trace). Resident tasks hold every task slot of the session, so before a
-job or a new session :func:`claim_slots` stops the sessions that hold them.
+job or a new session :func:`~._slots.claim_slots` stops the sessions that hold them. A handle whose
+encoding waits for its first pass holds a :class:`~._deferred.DeferredExecutor` until then.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ from __future__ import annotations
 import logging
 import math
 import pickle
-import re
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
@@ -39,30 +38,34 @@ import pyarrow as pa
 from pyspark.broadcast import Broadcast
 from pyspark.sql import functions as F
 
-from mixle_spark.errors import EmptyDataError, ExecutorError
+from mixle_spark.errors import EmptyDataError
 from mixle_spark.parallel._slots import task_slots
-from mixle_spark.parallel.backends._spark_chunks import Layout, MissingCopy
-from mixle_spark.parallel.backends._spark_common import (
+from mixle_spark.parallel.backends.spark._chunks import Layout, MissingCopy
+from mixle_spark.parallel.backends.spark._common import (
     _PAYLOAD_SCHEMA,
     _merge_with_dataframes,
     _payload_batch,
-    resident_blocker,
 )
-from mixle_spark.parallel.backends._spark_encoding import ChunkFrame
-from mixle_spark.parallel.backends._spark_fused import REPORT, FusedChunks, Settle
-from mixle_spark.parallel.backends._spark_resident import ResidentSession, ResidentUnavailable
+from mixle_spark.parallel.backends.spark._encoding import ChunkFrame
+from mixle_spark.parallel.backends.spark._fused import REPORT, FusedChunks, Settle
+from mixle_spark.parallel.backends.spark._resident import ResidentSession, ResidentUnavailable
+from mixle_spark.parallel.backends.spark._slots import (
+    SHARED_SLOTS,
+    claim_slots,
+    free_slots,
+    hold_slots,
+    slots_refused,
+)
+from mixle_spark.parallel.backends.spark._task_errors import EXECUTOR_NOTE, executor_error
 from mixle_spark.parallel.fold import Payload, Request, accumulate_chunks, merge_payloads
 
 __all__ = [
     "MAX_RESIDENT_RESTARTS",
-    "DeferredExecutor",
     "Events",
     "Executor",
     "FusedEncoding",
     "JobExecutor",
     "ResidentExecutor",
-    "claim_slots",
-    "executor_error",
 ]
 
 logger = logging.getLogger("mixle_spark.parallel.backends.spark")
@@ -131,7 +134,7 @@ class JobExecutor:
         ``read(batches) -> chunks``: a partition's chunks from the chunk frame's cells.
     read_copies : callable, optional
         ``read_copies(layout) -> read(batches, part)``: a partition's chunks from the executor-local
-        copies (:func:`._spark_chunks.copy_reader`; with ``layout`` None the tasks learn their chunks
+        copies (:func:`._chunks.copy_reader`; with ``layout`` None the tasks learn their chunks
         from the chunk frame's small columns); None when the handle keeps no copies.
     events : Events
         Where the executor reports that the copies went off.
@@ -245,7 +248,7 @@ class JobExecutor:
             except Exception as err:
                 note = getattr(err, "add_note", None)  # Python >= 3.11; the driver names the partition
                 if note is not None:
-                    note(f"{_EXECUTOR_NOTE} {part}")
+                    note(f"{EXECUTOR_NOTE} {part}")
                 raise
             yield _payload_batch(payload)
 
@@ -420,7 +423,7 @@ class ResidentExecutor:
     def _start(self) -> ResidentSession:
         """Start a session, laying the encoded data out for the slots first (auto layout)."""
         chunks = self.chunks
-        refused = _slots_refused(chunks.plan, chunks)
+        refused = slots_refused(chunks.plan, chunks)
         if refused is not None:
             raise ResidentUnavailable(refused)
         slots = task_slots(chunks.plan.sparkSession.sparkContext)
@@ -439,7 +442,7 @@ class ResidentExecutor:
         session = ResidentSession(chunks.frame, chunks.num_partitions, self.decode, accumulate_chunks)
         session.start()
         self.session = session
-        _HOLDERS.add(self)
+        hold_slots(self)
         self.starts += 1
         if self._announce is None:
             self._announce = "resident E-steps started"
@@ -449,7 +452,7 @@ class ResidentExecutor:
         """Serve the passes of the current fit with ``session``, started elsewhere (the encoding
         inside resident tasks: :class:`FusedEncoding`); ``how`` says so in the EM trace."""
         self.session = session
-        _HOLDERS.add(self)
+        hold_slots(self)
         self.starts += 1
         self._announce = f"resident E-steps started ({how})"
 
@@ -473,8 +476,8 @@ class ResidentExecutor:
         self.release_workers()
         if self._fitting == 0:
             return False
-        self.off = _SHARED_SLOTS
-        self.events.add(f"resident E-steps off for this fit: {_SHARED_SLOTS}")
+        self.off = SHARED_SLOTS
+        self.events.add(f"resident E-steps off for this fit: {SHARED_SLOTS}")
         return True
 
     def begin_fit(self) -> None:
@@ -494,39 +497,11 @@ class ResidentExecutor:
         if self.session is not None:
             self.session.stop()
             self.session = None
-        _HOLDERS.discard(self)
+        free_slots(self)
 
     def close(self) -> None:
         self.release_workers()
         self.jobs.close()
-
-
-_HOLDERS: weakref.WeakSet[ResidentExecutor] = weakref.WeakSet()
-"""Resident executors whose tasks hold the (one) SparkContext's task slots."""
-_SHARED_SLOTS = "another encoded-data handle (e.g. validation data) runs Spark jobs in this fit"
-
-
-def _slots_refused(frame: Any, chunks: ChunkFrame | None) -> str | None:
-    """Why a resident session over ``frame`` may not take the task slots (the session cannot run
-    them, or another handle's fit holds them: it keeps them), else None once other holders are
-    stopped (:func:`claim_slots`)."""
-    blocker = resident_blocker(frame)
-    if blocker is not None:
-        return blocker
-    return _SHARED_SLOTS if claim_slots(chunks) else None
-
-
-def claim_slots(chunks: ChunkFrame | None) -> bool:
-    """Before a job over ``chunks`` or a resident session of them starts: the resident tasks holding
-    the session's task slots stop (those of ``chunks`` itself quietly; another handle's stay off for
-    the rest of its fit). True when slots were taken from another handle's running fit."""
-    taken = False
-    for holder in list(_HOLDERS):
-        if holder.chunks is chunks:
-            holder.release_workers()
-        elif holder.give_up_slots():
-            taken = True
-    return taken
 
 
 def _cells(read: Reader) -> PartReader:
@@ -541,33 +516,8 @@ def _one_level(parts: int, depth: int) -> bool:
     return parts <= scale + parts / scale
 
 
-_EXECUTOR_NOTE = "mixle_spark: E-step failed in partition"
-_REMOTE_ERROR = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Interrupt|Exit)): (.*)$", re.MULTILINE)
-
-
-def executor_error(err: BaseException) -> ExecutorError | None:
-    """An :class:`~mixle_spark.errors.ExecutorError` for a Spark job that failed in our E-step (the
-    partition from the note the task added, the remote error from its traceback), else None."""
-    text = str(err)
-    where = re.search(re.escape(_EXECUTOR_NOTE) + r" (\d+)", text)
-    if where is None:
-        return None
-    before = text[: where.start()]
-    found = _REMOTE_ERROR.findall(before)
-    remote_type, remote_message = found[-1] if found else ("Error", "")
-    remote_type = remote_type.rsplit(".", 1)[-1]
-    part = int(where.group(1))
-    return ExecutorError(
-        f"E-step failed in partition {part} (after Spark's task retries): {remote_type}: "
-        f"{remote_message.strip()}; the fit stopped (checkpoints written before this iteration stay valid)",
-        partition=part,
-        remote_type=remote_type,
-        remote_message=remote_message.strip(),
-    )
-
-
 class FusedEncoding:
-    """The one-pass encoding run by the barrier tasks of a resident session (:mod:`._spark_fused`):
+    """The one-pass encoding run by the barrier tasks of a resident session (:mod:`._fused`):
     :meth:`start` launches it over ``frame`` (the input, ``parts`` partitions; ``write`` encodes one)
     and returns the partitions' reports, :meth:`settle` has the tasks decode their chunks, and
     ``session`` then serves the fit (:meth:`ResidentExecutor.adopt`)."""
@@ -579,7 +529,7 @@ class FusedEncoding:
     def start(self) -> list[Any] | str:
         """Each partition's ``(report, chunk layout, digest)`` in partition order, or why resident
         tasks could not encode the data (another handle's fit holds the slots: it keeps them)."""
-        refused = _slots_refused(self.frame, None)
+        refused = slots_refused(self.frame, None)
         if refused is not None:
             return refused
         slots = task_slots(self.frame.sparkSession.sparkContext)
@@ -613,54 +563,3 @@ class FusedEncoding:
 
 def _fold(chunks: list[Any], request: Any, part: int) -> Payload:
     return accumulate_chunks(chunks, request, part)
-
-
-class DeferredExecutor:
-    """The executor of a handle whose encoding waits for its first pass (``defer_encoding``).
-
-    ``settle(fused)`` encodes the data and returns the handle's real executor: with ``fused`` (the
-    first pass comes during a fit) inside the resident session that then serves the fit, else by a
-    job of its own. Fit bookkeeping (``begin_fit`` / ``end_fit``) before then is handed on.
-    """
-
-    def __init__(self, settle: Callable[[bool], Executor]) -> None:
-        self._settle = settle
-        self._fitting = 0
-        self.real: Executor | None = None
-
-    def settled(self, fused: bool = False) -> Executor:
-        """The real executor (encoding the data first, if not yet)."""
-        if self.real is None:
-            self.real = self._settle(fused and self._fitting > 0)
-        return self.real
-
-    def run(self, request: Request) -> Payload:
-        return self.settled(fused=True).run(request)
-
-    def begin_fit(self) -> None:
-        if self.real is None:
-            self._fitting += 1
-        else:
-            self.real.begin_fit()
-
-    def end_fit(self) -> None:
-        if self.real is None:
-            self._fitting = max(self._fitting - 1, 0)
-        else:
-            self.real.end_fit()
-
-    @property
-    def fitting(self) -> int:
-        """Fits begun and not ended before the data was encoded (handed on to the real executor)."""
-        return self._fitting
-
-    def holds_slots(self) -> bool:
-        return self.real is not None and self.real.holds_slots()
-
-    def release_workers(self) -> None:
-        if self.real is not None:
-            self.real.release_workers()
-
-    def close(self) -> None:
-        if self.real is not None:
-            self.real.close()

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from mixle_spark.parallel.backends import _resident_wire as wire
+import mixle_spark.parallel.backends.spark._resident_wire as wire
 
 try:
     import resource
