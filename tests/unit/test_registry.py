@@ -188,3 +188,20 @@ def test_an_engine_whose_library_is_absent_names_its_extra(
     monkeypatch.setitem(sys.modules, hidden, None)  # importing it raises ImportError
     with pytest.raises(ImportError, match=re.escape(f"pip install '{extra}'")):
         encoded_data(X, GaussianEstimator(), backend=backend)
+
+
+def test_the_declared_controls_are_encoded_datas_keyword_defaults() -> None:
+    """``controls.CONTROL_DEFAULTS`` (what backends pop out of their options) is exactly the keywords of
+    ``encoded_data`` after data, estimator and model, with their defaults: the two cannot drift apart."""
+    import inspect
+
+    from mixle_spark.parallel.backends import controls, registry
+
+    signature = {
+        name: parameter.default
+        for name, parameter in inspect.signature(registry.encoded_data).parameters.items()
+        if parameter.kind is parameter.POSITIONAL_OR_KEYWORD and name not in ("data", "estimator", "model")
+    }
+    assert list(controls.CONTROL_DEFAULTS.items()) == list(signature.items())
+    assert registry.CONTROL_DEFAULTS is controls.CONTROL_DEFAULTS
+    assert registry.take_controls is controls.take_controls

@@ -29,7 +29,7 @@ from mixle_spark.parallel.backends._handle import (
     scan_part,
 )
 from mixle_spark.parallel.backends._scoring import BatchScorer
-from mixle_spark.parallel.backends.registry import take_controls
+from mixle_spark.parallel.backends.controls import take_controls
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats._tables import as_table
 from mixle_spark.stats.base import Distribution, Encoder, Estimator

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.parallel.backends._handle import bind_estimator, machine_memory
+from mixle_spark.parallel.backends.controls import take_controls
 from mixle_spark.parallel.backends.model_parallel import EXECUTION_KIND, ModelParallelEstimator, check_workers
-from mixle_spark.parallel.backends.registry import take_controls
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats._tables import DEFAULT_CHUNK_SIZE, TableRows, chunk_bounds, split
 from mixle_spark.stats.base import Distribution, Encoder, Estimator

@@ -34,7 +34,7 @@ import pyarrow as pa
 from mixle_spark.errors import EmptyDataError, FieldError, SchemaError, did_you_mean
 from mixle_spark.parallel.backends import _mpi_io as io
 from mixle_spark.parallel.backends._handle import bind_estimator
-from mixle_spark.parallel.backends.registry import check_control, take_controls
+from mixle_spark.parallel.backends.controls import check_control, take_controls
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats._tables import one_column_error, split
 from mixle_spark.stats._validate import check_weights

@@ -26,7 +26,7 @@ import numpy as np
 
 from mixle_spark.errors import MixleError
 from mixle_spark.parallel.backends._handle import bind_estimator, machine_memory
-from mixle_spark.parallel.backends.registry import check_control, take_controls
+from mixle_spark.parallel.backends.controls import check_control, take_controls
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulate_chunks, merge_payloads
 from mixle_spark.stats._tables import TableRows, chunk_bounds, located, split
 from mixle_spark.stats.base import Distribution, Encoder, Estimator

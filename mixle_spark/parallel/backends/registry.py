@@ -9,20 +9,25 @@ own backend only (and never the planning or training code).
 
 from __future__ import annotations
 
-import inspect
 import os
 import weakref
 from collections.abc import Callable, Iterable
 from importlib import import_module
 from typing import Any
 
-import numpy as np
-
-from mixle_spark._checks import Check, integer
 from mixle_spark._frames import frame_engine
 from mixle_spark._identity import content_digest, path_digest
 from mixle_spark.errors import did_you_mean
 from mixle_spark.parallel.backends.contract import EncodedData
+from mixle_spark.parallel.backends.controls import (
+    CONTROL_CHECKS,
+    CONTROL_DEFAULTS,
+    UnsupportedControlError,
+    check_control,
+    check_engine_and_precision,
+    refuse_controls,
+    take_controls,
+)
 
 __all__ = [
     "BUILTIN_BACKENDS",
@@ -169,43 +174,6 @@ def _resolve(backend: str | None, data: Any) -> str:
     return key
 
 
-class UnsupportedControlError(ValueError):
-    """A backend was asked for a control it cannot honour (it is refused, never silently ignored)."""
-
-
-def refuse_controls(backend: str, controls: dict[str, Any], honoured: Iterable[str]) -> None:
-    """Raise :class:`UnsupportedControlError` for any control in ``controls`` not in ``honoured``."""
-    honoured = set(honoured)
-    refused = [k for k in controls if k not in honoured]
-    if refused:
-        asked = ", ".join(f"{k}={controls[k]!r}" for k in refused)
-        raise UnsupportedControlError(
-            f"the {backend!r} backend cannot honour {asked}; it honours: {', '.join(sorted(honoured))}"
-        )
-
-
-def check_engine_and_precision(backend: str, engine: Any, precision: Any) -> None:
-    """Our backends compute with numpy in float64: any other engine or precision is refused."""
-    if engine is not None and str(engine).lower() != "numpy":
-        raise ValueError(f"the {backend!r} backend computes with numpy; engine={engine!r} is not available")
-    if precision is not None and precision not in ("auto", "float64", "fp64", np.float64):
-        raise ValueError(
-            f"the {backend!r} backend computes in float64; precision={precision!r} cannot be honoured "
-            "(results must agree across backends to 1e-9)"
-        )
-
-
-def take_controls(backend: str, options: dict[str, Any], honoured: Iterable[str]) -> dict[str, Any]:
-    """What a backend factory does first: pop :func:`encoded_data`'s controls out of ``options``
-    (what stays there is the backend's own), refuse those ``backend`` does not honour
-    (:func:`refuse_controls`), check ``engine`` and ``precision`` (numpy, float64) and return the
-    other controls asked for."""
-    controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
-    refuse_controls(backend, controls, honoured)
-    check_engine_and_precision(backend, controls.pop("engine", None), controls.pop("precision", None))
-    return controls
-
-
 def encoded_data(
     data: Any,
     estimator: Any = None,
@@ -314,31 +282,6 @@ def data_identity(data: Any, weights: Any = None) -> str | None:
             return None
         return str(_Lazy(*where.split(":"))(data))
     return content_digest(data, weights)
-
-
-# The controls of ``encoded_data`` and the value that means "not asked for": its keyword defaults,
-# read from its signature so that the two cannot drift apart.
-CONTROL_DEFAULTS: dict[str, Any] = {
-    name: parameter.default
-    for name, parameter in inspect.signature(encoded_data).parameters.items()
-    if parameter.kind is parameter.POSITIONAL_OR_KEYWORD and name not in ("data", "estimator", "model")
-}
-
-
-CONTROL_CHECKS: dict[str, Check] = {
-    "num_chunks": integer(1, optional=True),
-    "sub_chunks": integer(1),
-    "num_workers": integer(1, optional=True),
-    "depth": integer(1),
-}
-"""The declared checks of the controls that the fit job's flags (``--partitions``, ``--num-workers``,
-``--depth``) and the ML Params (``numPartitions``, ``aggregationDepth``) stand for, run by the backends
-that take them (``depth``: the tree-merge depth of the Spark backend's statistics)."""
-
-
-def check_control(name: str, value: Any) -> Any:
-    """``value`` of control ``name`` checked by :data:`CONTROL_CHECKS` (and normalized)."""
-    return CONTROL_CHECKS[name](value, name)
 
 
 def _controls(scope: dict[str, Any]) -> dict[str, Any]:

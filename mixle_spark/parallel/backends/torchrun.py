@@ -24,8 +24,8 @@ from typing import Any
 
 from mixle_spark.parallel._torch_group import default_group
 from mixle_spark.parallel._torch_group import require_torch_distributed as torch_distributed
+from mixle_spark.parallel.backends.controls import take_controls
 from mixle_spark.parallel.backends.mpi import MPIEncodedData
-from mixle_spark.parallel.backends.registry import take_controls
 from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = [

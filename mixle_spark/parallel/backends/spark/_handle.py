@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from mixle_spark.errors import SchemaError, did_you_mean
 from mixle_spark.parallel.backends._handle import bind_estimator, machine_memory
 from mixle_spark.parallel.backends._scoring import data_columns, reader
-from mixle_spark.parallel.backends.registry import check_control, take_controls
+from mixle_spark.parallel.backends.controls import check_control, take_controls
 from mixle_spark.parallel.backends.spark._chunks import (
     Rebase,
     chunk_reader,
