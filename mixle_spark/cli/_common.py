@@ -35,6 +35,7 @@ from mixle_spark._files import (
 )
 from mixle_spark._frames import frame_engine
 from mixle_spark._locations import scheme_of
+from mixle_spark.cli._fixes import fix_for
 from mixle_spark.cli._summary import SUMMARY_FORMAT
 from mixle_spark.errors import (
     DataError,
@@ -232,9 +233,11 @@ def exit_code(err: BaseException) -> int:
 
 
 def error_line(err: BaseException) -> str:
-    """One line describing ``err``: our own messages as they are, others prefixed by their type."""
+    """One line describing ``err``: our own messages as they are (with the fix where one is known:
+    :func:`~mixle_spark.cli._fixes.fix_for`), others prefixed by their type."""
     if isinstance(err, MixleError | OSError):
-        return _first_line(str(err)) or type(err).__name__
+        line = _first_line(str(err))
+        return line + fix_for(line) if line else type(err).__name__
     remote = _REMOTE_INPUT_ERROR.search(str(err))
     if remote is not None:
         return remote.group(2).strip()
