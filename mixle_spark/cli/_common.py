@@ -252,16 +252,19 @@ def error_line(err: BaseException) -> str:
 _jvm_logs: list[Path] = []  # where this process's Spark JVM writes its console (job_spark_session)
 
 
-def job_spark_session(prog: str, master: str | None, conf: Any, verbose: bool = False) -> Any:
-    """The job's Spark session. Unless ``verbose``, a JVM the job launches writes its console (the
-    jar resolution report, Spark's log) to ``$TMPDIR/mixle_spark-PROG-PID.log`` instead of stderr, so
-    that stderr holds the job's own lines; a failure's line names that file."""
+def job_spark_session(
+    prog: str, master: str | None, conf: Any, verbose: bool = False, *, delta: bool = True
+) -> Any:
+    """The job's Spark session (with Delta unless ``delta`` is False: the bundled sample's Parquet
+    needs no Delta jar resolved at start-up). Unless ``verbose``, a JVM the job launches writes its
+    console (the jar resolution report, Spark's log) to ``$TMPDIR/mixle_spark-PROG-PID.log`` instead
+    of stderr, so that stderr holds the job's own lines; a failure's line names that file."""
     import tempfile
 
     from mixle_spark.io import spark_session
 
     log = None if verbose else Path(tempfile.gettempdir()) / f"mixle_spark-{prog}-{os.getpid()}.log"
-    spark = spark_session(f"mixle_spark {prog}", master=master, conf=conf, jvm_log=log)
+    spark = spark_session(f"mixle_spark {prog}", master=master, conf=conf, delta=delta, jvm_log=log)
     spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     if log is not None and log.exists():
         _jvm_logs.append(log)

@@ -129,14 +129,16 @@ def open_input(
 
     # never stop a Spark that was running (a notebook's, a caller's in another thread)
     owned = SparkContext._active_spark_context is None
-    spark = job_spark_session(PROG, args.master, args.spark_conf, args.verbose)
+    # the bundled sample is read as the Parquet file it is: no Delta jar to resolve at start-up
+    delta = not args.sample or args.sample_delta
+    spark = job_spark_session(PROG, args.master, args.spark_conf, args.verbose, delta=delta)
     timings["startup"] = time.perf_counter() - t0
     try:
         extra["spark"] = {"master": spark.conf.get("spark.master"), "version": spark.version}
         t1 = time.perf_counter()
         if args.sample:
             assert sample is not None
-            args.input = sample.delta_table(spark)
+            args.input = sample.delta_table(spark) if args.sample_delta else str(sample.data)
         data = read_table(spark, args.input)
         _plan_read(data)
         timings["read"] = time.perf_counter() - t1

@@ -80,9 +80,9 @@ error on one process is printed with its traceback and, if the others do not all
 ``MIXLE_SPARK_MPI_ABORT_SECONDS`` (default 30), the job is aborted.
 
 No arguments (``jobs/em_fit.py`` only): the bundled sample ``data/customers_sample.parquet`` is
-copied once into the local Delta table ``output/customers_sample_delta`` and fitted with
-``conf/models/sample.json`` on
-``local[*]``; the result replaces ``output/sample_fit/`` (``$MIXLE_SPARK_OUTPUT`` moves ``output/``).
+fitted with ``conf/models/sample.json`` on ``local[*]``, read as Parquet by a session without Delta
+(``--sample-delta``: copied once into the local Delta table ``output/customers_sample_delta`` and
+read from there); the result replaces ``output/sample_fit/`` (``$MIXLE_SPARK_OUTPUT`` moves ``output/``).
 Options (``--output``, ``--master``, ``--backend local``, ``--max-its``, ...) still apply;
 ``--input`` and ``--model`` go together.
 
