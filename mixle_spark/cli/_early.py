@@ -52,13 +52,27 @@ def _visible(name: str) -> bool:
     return not name.startswith(("_", "."))
 
 
+def _as_spark_reads(typ: pa.DataType) -> pa.DataType:
+    """A Parquet column's Arrow type as Spark hands it to Python: dictionaries as their values, large
+    strings and lists as plain ones (nested types too)."""
+    if pa.types.is_dictionary(typ):
+        return _as_spark_reads(typ.value_type)
+    if pa.types.is_large_string(typ):
+        return pa.string()
+    if pa.types.is_large_list(typ) or pa.types.is_list(typ):
+        return pa.list_(_as_spark_reads(typ.value_type))
+    if pa.types.is_struct(typ):
+        return pa.struct([pa.field(f.name, _as_spark_reads(f.type)) for f in typ])
+    return typ
+
+
 def _parquet_schema(path: Path) -> pa.Schema | None:
     """The footer schema of a Parquet file, or of a directory's first part file plus the columns its
     ``name=value`` folders add (typed null: their type is Spark's to infer)."""
     import pyarrow.parquet as pq
 
     if path.is_file():
-        return pq.read_schema(path)
+        return _spark_view(pq.read_schema(path))
     first, partitions = None, []
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if _visible(d))
@@ -69,11 +83,15 @@ def _parquet_schema(path: Path) -> pa.Schema | None:
             break
     if first is None:
         return None
-    schema = pq.read_schema(first)
+    schema = _spark_view(pq.read_schema(first))
     for name in partitions:
         if name not in schema.names:
             schema = schema.append(pa.field(name, pa.null()))
     return schema
+
+
+def _spark_view(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([pa.field(f.name, _as_spark_reads(f.type)) for f in schema])
 
 
 def _delta_metadata(log: Path) -> dict[str, Any] | None:

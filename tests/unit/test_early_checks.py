@@ -180,6 +180,16 @@ def test_only_what_this_process_can_read_is_checked(tmp_path: Path) -> None:
         assert input_schema(remote) is None
     pq.write_table(TABLE, tmp_path / "t.parquet")
     assert input_schema(f"file://{tmp_path / 't.parquet'}") == TABLE.schema
+    coded = pa.table(
+        {
+            "sex": pa.array(["f", "m"]).dictionary_encode(),
+            "n": pa.array([[1], [2]], pa.large_list(pa.int64())),
+        }
+    )
+    pq.write_table(coded, tmp_path / "coded.parquet")  # as Spark hands them to Python: plain types
+    assert input_schema(str(tmp_path / "coded.parquet")) == pa.schema(
+        [("sex", pa.string()), ("n", pa.list_(pa.int64()))]
+    )
     (tmp_path / "empty.parquet").write_bytes(b"")  # Spark's read says what is wrong with it
     assert input_schema(str(tmp_path / "empty.parquet")) is None
 
