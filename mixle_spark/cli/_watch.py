@@ -19,28 +19,42 @@ import threading
 import time
 from typing import IO, Any
 
-__all__ = ["EVERY", "StepWatch", "spark_tasks"]
+__all__ = ["EVERY", "StepWatch", "last_job", "spark_tasks"]
 
 EVERY = 30.0
 """Seconds a step runs before its first line, and between lines."""
 
 
-def spark_tasks(seen: dict[int, tuple[int, int]]) -> tuple[int, int] | None:
-    """``(tasks done, tasks)`` of the stages the running Spark application has run since ``seen`` was
-    empty (``seen`` keeps each stage's last counts, a finished stage's too); None without Spark."""
+def _tracker() -> Any:
+    """The running Spark application's status tracker, or None (no Spark imported or running)."""
     pyspark = sys.modules.get("pyspark")
     context = getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
-    if context is None:
+    return None if context is None else context.statusTracker()
+
+
+def _job_ids(tracker: Any) -> set[int]:
+    return {int(j) for j in tracker.getJobIdsForGroup()} | {int(j) for j in tracker.getActiveJobsIds()}
+
+
+def last_job() -> int:
+    """The newest Spark job's id (-1: none, or no Spark): a step's jobs are the ones after it."""
+    tracker = _tracker()
+    return max(_job_ids(tracker), default=-1) if tracker is not None else -1
+
+
+def spark_tasks(seen: dict[int, tuple[int, int]], after_job: int = -1) -> tuple[int, int] | None:
+    """``(tasks done, tasks)`` of the stages of the Spark jobs after ``after_job`` (the jobs of no job
+    group, and the active ones), or None without Spark or such a job. ``seen`` keeps each stage's
+    last counts, for a stage the tracker has let go of."""
+    tracker = _tracker()
+    if tracker is None:
         return None
-    tracker = context.statusTracker()
-    for stage in tracker.getActiveStageIds():
-        info = tracker.getStageInfo(stage)
-        if info is not None:
-            seen[stage] = (int(info.numCompletedTasks), int(info.numTasks))
-    for stage in list(seen):
-        info = tracker.getStageInfo(stage)
-        if info is not None:
-            seen[stage] = (int(info.numCompletedTasks), int(info.numTasks))
+    for job in sorted(j for j in _job_ids(tracker) if j > after_job):
+        info = tracker.getJobInfo(job)
+        for stage in info.stageIds if info is not None else ():
+            stage_info = tracker.getStageInfo(stage)
+            if stage_info is not None:
+                seen[int(stage)] = (int(stage_info.numCompletedTasks), int(stage_info.numTasks))
     if not seen:
         return None
     return sum(d for d, _ in seen.values()), sum(t for _, t in seen.values())
@@ -58,6 +72,7 @@ class StepWatch:
         self._name: str | None = None
         self._started = 0.0
         self._due = every
+        self._after_job = -1
         self._seen: dict[int, tuple[int, int]] = {}
         self._thread = threading.Thread(target=self._run, name=f"{prog}-progress", daemon=True)
 
@@ -70,8 +85,13 @@ class StepWatch:
 
     def step(self, name: str) -> None:
         """``name`` (``encoding``, ``seeding``) starts now."""
+        try:
+            after = last_job()
+        except Exception:  # a session stopping: no task counts
+            after = -1
         with self._lock:
             self._name, self._started, self._due, self._seen = name, time.monotonic(), self.every, {}
+            self._after_job = after
 
     def stop(self) -> None:
         """No more lines (the fit's own progress has started, or it ended)."""
@@ -82,13 +102,13 @@ class StepWatch:
     def line(self, now: float) -> str | None:
         """The line for the step at ``now`` (None when there is no step)."""
         with self._lock:
-            name, started, seen = self._name, self._started, self._seen
+            name, started, seen, after = self._name, self._started, self._seen, self._after_job
         if name is None:
             return None
         seconds = now - started
         text = f"{self.prog}: {name} for {seconds:.0f}s"
         try:
-            tasks = spark_tasks(seen)
+            tasks = spark_tasks(seen, after)
         except Exception:  # a session stopping under us: the seconds alone
             tasks = None
         if tasks is not None:

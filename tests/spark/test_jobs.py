@@ -496,3 +496,34 @@ def test_em_score_prints_its_timings_as_em_fit_does(
     assert re.fullmatch(
         r"em_score: timings: start-up \d+\.\ds, read \d+\.\ds, scoring \d+\.\ds, total \d+\.\ds", lines[0]
     )
+
+
+def test_the_fit_progress_counts_the_spark_tasks_of_a_step(spark: Any) -> None:
+    """The status tracker's counts of a running job's tasks, kept once its stage has finished."""
+    import threading
+    import time
+
+    from mixle_spark.cli._watch import StepWatch, last_job, spark_tasks
+
+    def slow(x: int) -> int:
+        import time
+
+        time.sleep(0.5)
+        return x
+
+    job = threading.Thread(target=lambda: spark.sparkContext.parallelize(range(4), 4).map(slow).count())
+    spark.range(3).count()  # a job before the step: not counted
+    watch = StepWatch(sys.stderr, "em_fit")
+    watch.step("encoding")
+    after = last_job()
+    seen: dict[int, tuple[int, int]] = {}
+    job.start()
+    counts = []
+    while job.is_alive():
+        counts.append(spark_tasks(seen, after))
+        time.sleep(0.05)
+    job.join()
+    assert spark_tasks({}, after) == (4, 4)
+    assert any(c is not None and c[1] == 4 and c[0] < 4 for c in counts), counts
+    line = watch.line(watch._started + 2.0)
+    assert line is not None and line.startswith("em_fit: encoding for 2s; Spark tasks 4 of 4 done (")
