@@ -241,7 +241,8 @@ def fit_model(
     """
     keywords = {**options, **(reliability or {}), **backend_options, **coord.handle_options()}
     keywords["keep_statistics"] = keep_statistics
-    watch = StepWatch(out, PROG) if out is not None else None  # lines while encoding and seeding run long
+    # lines while encoding and seeding run long, until the fit's own progress starts (--print-iter 0: none)
+    watch = StepWatch(out, PROG) if out is not None and options.get("print_iter") != 0 else None
     progress = _Progress(out, label, coord, watch)
     keywords["on_encoded"] = progress.encoded
     stream = progress if out is not None else None
