@@ -14,7 +14,7 @@ TORCHRUN := OMP_NUM_THREADS=1 timeout 600 $(PY) -m torch.distributed.run --stand
 TORCHRUN_PYTEST := -m pytest tests/torchrun -m torchrun -q -p no:cacheprovider
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-mpi test-torchrun test-fast lint format bench sample-data clean
+.PHONY: help setup demo demo-delta test test-mpi test-torchrun test-fast lint format bench sample-data clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -31,8 +31,11 @@ $(TEST_STAMP): $(STAMP)
 
 setup: $(STAMP) ## Create .venv and install the package with the spark, test, dev, bench, mpi and plot extras
 
-demo: $(STAMP) ## Fit conf/models/sample.json to the bundled sample with Spark; writes output/sample_fit/
+demo: $(STAMP) ## Fit conf/models/sample.json to the bundled sample (Parquet) with Spark; writes output/sample_fit/
 	$(PY) jobs/em_fit.py
+
+demo-delta: $(STAMP) ## The demo through a local Delta table (output/customers_sample_delta, written once)
+	$(PY) jobs/em_fit.py --sample-delta
 
 test: $(TEST_STAMP) ## Run the whole test suite (unit, spark, slow; then MPI and torchrun tests with 2 and 3 processes)
 	$(PY) -m pytest -q --durations=25

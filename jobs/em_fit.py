@@ -7,9 +7,11 @@
 
 The job is :mod:`mixle_spark.cli.fit` (its docstring and ``--help`` list every option; ``python -m
 mixle_spark.cli.fit`` runs it from an installed package). This script adds the bundled sample: with
-no arguments, ``data/customers_sample.parquet`` is copied once into the local Delta table
-``output/customers_sample_delta`` and fitted with ``conf/models/sample.json`` on ``local[*]``; the
-result replaces ``output/sample_fit/`` (``$MIXLE_SPARK_OUTPUT`` moves ``output/``). Options
+no arguments, ``data/customers_sample.parquet`` is fitted with ``conf/models/sample.json`` on
+``local[*]`` (read as the Parquet file it is, by a Spark session without Delta: nothing to resolve at
+start-up); the result replaces ``output/sample_fit/`` (``$MIXLE_SPARK_OUTPUT`` moves ``output/``).
+``--sample-delta`` (``make demo-delta``) copies the sample once into the local Delta table
+``output/customers_sample_delta`` and fits that instead, the round trip a Delta input takes. Options
 (``--output``, ``--master``, ``--backend local``, ``--max-its``, ...) still apply; ``--input`` and
 ``--model`` go together.
 

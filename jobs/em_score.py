@@ -38,6 +38,11 @@ deleted.
     python jobs/em_score.py --backend dask --num-workers 2 --input data/customers_sample.parquet \
         --model output/sample_fit/model.json --output output/scores_dask
 
+A local input (Parquet, a Delta table, a CSV header) is checked against the model before Spark
+starts, as em_fit checks it: a missing column or a type the model cannot read exits 2 at once, with
+the fix in the line. stderr ends with ``em_score: timings: start-up ..., read ..., scoring ..., total
+...`` (scoring includes writing the table: Spark scores as it writes).
+
 Exit codes: 0 success; 2 bad arguments or bad input (a missing input or model, a model that does
 not match the table's columns or types, an output table that exists with ``--mode error``, an
 output that is not a scores table or is reached through a symbolic link); 1 any other failure. A
@@ -48,6 +53,7 @@ failure prints one line on stderr naming the row of the input table where there 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
@@ -61,6 +67,7 @@ from mixle_spark.cli._common import (
     job_spark_session,
     run_job,
 )
+from mixle_spark.cli._early import check_score_input
 from mixle_spark.cli._engines import (
     ENGINE_BACKENDS,
     add_engine_addresses,
@@ -71,6 +78,7 @@ from mixle_spark.cli._engines import (
 from mixle_spark.parallel.backends._scoring import BatchScorer
 from mixle_spark.parallel.backends.registry import CONTROL_CHECKS
 from mixle_spark.spec import load_model
+from mixle_spark.summary import timings_line
 
 PROG = "em_score"
 SCORES = table_layout(PROG)
@@ -131,15 +139,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _report(where: str, rows: int, columns: list[str], unseen: int | None, started: float) -> dict[str, Any]:
+def _report(
+    where: str, rows: int, columns: list[str], unseen: int | None, started: float, timings: dict[str, float]
+) -> dict[str, Any]:
     """Print the summary line (with the unseen-label count, None unless ``--on-unseen null``) and the
-    seconds; return the small report both backends' ``run`` return."""
+    seconds, and on stderr the ``timings:`` line as em_fit's (``startup``, ``read``, ``scoring``: the
+    scores computed as the output is written, and counted back; ``total``); return the small report
+    both backends' ``run`` return."""
     line = f"wrote {rows} rows {where} ({', '.join(columns)})"
     if unseen is not None:
         line += f"; {unseen} of them hold a label the model has not seen: scored null"
     print(line)
-    print(f"{time.perf_counter() - started:.1f}s")
-    return {"rows": rows, "columns": columns, "unseen": unseen or 0}
+    timings["total"] = time.perf_counter() - started
+    print(f"{timings['total']:.1f}s")
+    print(f"{PROG}: timings: {timings_line(timings)}", file=sys.stderr)
+    return {"rows": rows, "columns": columns, "unseen": unseen or 0, "timings": timings}
 
 
 def run_engine(args: argparse.Namespace) -> dict[str, Any]:
@@ -161,7 +175,10 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
         )
     output = local
     check_output_free(output, args.mode == "overwrite", SCORES)  # before any engine starts
+    t0 = time.perf_counter()
     data, engine, _ = open_engine_input(args, {})
+    timings = {"startup": time.perf_counter() - t0}
+    t0 = time.perf_counter()
     try:
         scored = score(model, data, on_unseen=args.on_unseen, imputed_col=args.imputed_col)
         with atomic_directory(output, args.mode == "overwrite", SCORES) as staging:
@@ -181,7 +198,8 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     unseen = (
         written.count_rows(filter=pc.field("log_likelihood").is_null()) if args.on_unseen == "null" else None
     )
-    return _report(f"as Parquet to {output}", rows, columns, unseen, started)
+    timings["scoring"] = time.perf_counter() - t0
+    return _report(f"as Parquet to {output}", rows, columns, unseen, started, timings)
 
 
 def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
@@ -190,8 +208,9 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
 
     started = time.perf_counter()
     model = load_model(args.model)
-    BatchScorer(model, imputed_col=args.imputed_col)  # what it cannot add fails before any engine starts
+    scorer = BatchScorer(model, imputed_col=args.imputed_col)  # what it cannot add fails before any engine
     check_input_exists(args.input)  # a mistyped local path fails before Spark starts
+    check_score_input(args.input, scorer)  # and a local input's columns the model cannot read
     output = args.output
     if not needs_session(output):  # fail before starting Spark: a link, or what is not a Delta table
         check_output_free(resolve(output, "--output").local or output, args.mode == "overwrite", DELTA_SCORES)
@@ -199,11 +218,16 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
 
     # never stop a Spark that was running (a notebook's, a caller's in another thread)
     owned = SparkContext._active_spark_context is None
+    t0 = time.perf_counter()
     spark = job_spark_session(PROG, args.master, spark_conf, args.verbose)
+    timings = {"startup": time.perf_counter() - t0}
     try:
         from mixle_spark.scoring import score
 
+        t0 = time.perf_counter()
         data = read_table(spark, args.input)
+        timings["read"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         try:
             scored = score(model, data, on_unseen=args.on_unseen, imputed_col=args.imputed_col)
             write_table(scored, output, mode=args.mode)
@@ -218,10 +242,11 @@ def run(args: argparse.Namespace, spark_conf: dict[str, str]) -> dict[str, Any]:
         unseen = (
             written.filter(written["log_likelihood"].isNull()).count() if args.on_unseen == "null" else None
         )
+        timings["scoring"] = time.perf_counter() - t0
     finally:
         if owned:
             spark.stop()
-    return _report(f"to the Delta table {output}", rows, columns, unseen, started)
+    return _report(f"to the Delta table {output}", rows, columns, unseen, started, timings)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,5 +7,7 @@ the same job under ``mpiexec`` / ``torchrun`` with ``--backend mpi`` / ``torchru
 failures, atomic output directories, the job's Spark session); ``_arguments`` is the fit job's command
 line (``_update_arguments`` its ``--update-from`` flags), ``_inputs`` its input opened for the backend
 and its warnings reported, ``_summary`` its summary.json schema, and ``_spmd`` runs a job as several
-processes.
+processes. ``_early`` checks a local input's schema against the model before Spark starts,
+``_fixes`` says the fix in a job's error line, and ``_watch`` prints lines while encoding and seeding
+run long.
 """

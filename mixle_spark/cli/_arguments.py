@@ -40,8 +40,9 @@ PROG = "em_fit"
 
 @dataclass(frozen=True)
 class Sample:
-    """The bundled sample a job fits when run without ``--input`` / ``--model``: its data (Parquet),
-    spec, default output, and ``delta_table(spark)`` giving it as a Delta table path."""
+    """The bundled sample a job fits when run without ``--input`` / ``--model``: its data (Parquet,
+    read as it is), spec, default output, and ``delta_table(spark)`` giving it as a Delta table path
+    (``--sample-delta``: the Delta round trip)."""
 
     data: Path
     spec: Path
@@ -82,6 +83,13 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
     io.add_argument(
         "--report", action="store_true", help="also write report.html (figures need mixle-spark[plot])"
     )
+    if sample:
+        io.add_argument(
+            "--sample-delta",
+            action="store_true",
+            help="without --input: copy the bundled sample into a local Delta table (once) and fit that, "
+            "not the Parquet file itself (Spark with Delta; slower to start)",
+        )
     io.add_argument(
         "--no-statistics",
         dest="statistics",
@@ -240,6 +248,11 @@ def resolve_args(
         if (args.input is None) != (args.model is None):
             parser.error("--input and --model go together (give neither to fit the bundled sample)")
     args.sample = args.input is None
+    args.sample_delta = getattr(args, "sample_delta", False)
+    if args.sample_delta and not args.sample:
+        parser.error("--sample-delta applies to the bundled sample (without --input and --model)")
+    if args.sample_delta and args.backend != "spark":
+        parser.error("--sample-delta needs --backend spark (Delta tables are read with Spark)")
     if args.sample:
         assert sample is not None
         args.model = str(sample.spec)

@@ -35,6 +35,7 @@ from mixle_spark._files import (
 )
 from mixle_spark._frames import frame_engine
 from mixle_spark._locations import scheme_of
+from mixle_spark.cli._fixes import fix_for
 from mixle_spark.cli._summary import SUMMARY_FORMAT
 from mixle_spark.errors import (
     DataError,
@@ -232,9 +233,11 @@ def exit_code(err: BaseException) -> int:
 
 
 def error_line(err: BaseException) -> str:
-    """One line describing ``err``: our own messages as they are, others prefixed by their type."""
+    """One line describing ``err``: our own messages as they are (with the fix where one is known:
+    :func:`~mixle_spark.cli._fixes.fix_for`), others prefixed by their type."""
     if isinstance(err, MixleError | OSError):
-        return _first_line(str(err)) or type(err).__name__
+        line = _first_line(str(err))
+        return line + fix_for(line) if line else type(err).__name__
     remote = _REMOTE_INPUT_ERROR.search(str(err))
     if remote is not None:
         return remote.group(2).strip()
@@ -249,16 +252,19 @@ def error_line(err: BaseException) -> str:
 _jvm_logs: list[Path] = []  # where this process's Spark JVM writes its console (job_spark_session)
 
 
-def job_spark_session(prog: str, master: str | None, conf: Any, verbose: bool = False) -> Any:
-    """The job's Spark session. Unless ``verbose``, a JVM the job launches writes its console (the
-    jar resolution report, Spark's log) to ``$TMPDIR/mixle_spark-PROG-PID.log`` instead of stderr, so
-    that stderr holds the job's own lines; a failure's line names that file."""
+def job_spark_session(
+    prog: str, master: str | None, conf: Any, verbose: bool = False, *, delta: bool = True
+) -> Any:
+    """The job's Spark session (with Delta unless ``delta`` is False: the bundled sample's Parquet
+    needs no Delta jar resolved at start-up). Unless ``verbose``, a JVM the job launches writes its
+    console (the jar resolution report, Spark's log) to ``$TMPDIR/mixle_spark-PROG-PID.log`` instead
+    of stderr, so that stderr holds the job's own lines; a failure's line names that file."""
     import tempfile
 
     from mixle_spark.io import spark_session
 
     log = None if verbose else Path(tempfile.gettempdir()) / f"mixle_spark-{prog}-{os.getpid()}.log"
-    spark = spark_session(f"mixle_spark {prog}", master=master, conf=conf, jvm_log=log)
+    spark = spark_session(f"mixle_spark {prog}", master=master, conf=conf, delta=delta, jvm_log=log)
     spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     if log is not None and log.exists():
         _jvm_logs.append(log)

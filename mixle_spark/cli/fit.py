@@ -80,14 +80,22 @@ error on one process is printed with its traceback and, if the others do not all
 ``MIXLE_SPARK_MPI_ABORT_SECONDS`` (default 30), the job is aborted.
 
 No arguments (``jobs/em_fit.py`` only): the bundled sample ``data/customers_sample.parquet`` is
-copied once into the local Delta table ``output/customers_sample_delta`` and fitted with
-``conf/models/sample.json`` on
-``local[*]``; the result replaces ``output/sample_fit/`` (``$MIXLE_SPARK_OUTPUT`` moves ``output/``).
+fitted with ``conf/models/sample.json`` on ``local[*]``, read as Parquet by a session without Delta
+(``--sample-delta``: copied once into the local Delta table ``output/customers_sample_delta`` and
+read from there); the result replaces ``output/sample_fit/`` (``$MIXLE_SPARK_OUTPUT`` moves ``output/``).
 Options (``--output``, ``--master``, ``--backend local``, ``--max-its``, ...) still apply;
 ``--input`` and ``--model`` go together.
 
 ``--backend local`` fits in this process with numpy, without starting Spark (Parquet, CSV and
 JSON-lines inputs only).
+
+Before Spark starts, a local input's columns (a Parquet footer, a Delta table's log, a CSV header's
+names) are checked against the spec as Spark would check them (:mod:`mixle_spark.cli._early`): a
+missing column or a type the spec's family cannot read exits 2 at once, and the error line says the
+fix where there is one (the cast, ``CAST(sex AS STRING)``, or the family that reads the type; for a
+value outside a family's support, what to do with it). Remote inputs and text columns are checked in
+Spark, which names the first cell that does not read and its row. While encoding or seeding runs for
+more than 30 s, a line every 30 s says so, with the Spark tasks done (``--quiet`` turns it off).
 
 Exit codes: 0 success; 2 bad arguments or bad input (an unknown option, a missing input or spec, a
 spec or data error such as a string in a numeric column or an empty table, an output that exists
@@ -106,7 +114,7 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from typing import Any
 
@@ -123,9 +131,11 @@ from mixle_spark.cli._arguments import (
     resolve_args,
 )
 from mixle_spark.cli._common import fit_output, run_job
+from mixle_spark.cli._early import check_fit_input
 from mixle_spark.cli._inputs import open_input, report_warnings
 from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, run_spmd, solo
 from mixle_spark.cli._summary import SUMMARY_FORMAT, build_summary, long_fit_summary, statistics_summary
+from mixle_spark.cli._watch import StepWatch
 from mixle_spark.cli.update import run_update
 from mixle_spark.em._checkpoint_store import CheckpointStore
 from mixle_spark.em.observability import check_trace_path
@@ -231,11 +241,13 @@ def fit_model(
     """
     keywords = {**options, **(reliability or {}), **backend_options, **coord.handle_options()}
     keywords["keep_statistics"] = keep_statistics
-    progress = _Progress(out, label, coord)
+    # lines while encoding and seeding run long, until the fit's own progress starts (--print-iter 0: none)
+    watch = StepWatch(out, PROG) if out is not None and options.get("print_iter") != 0 else None
+    progress = _Progress(out, label, coord, watch)
     keywords["on_encoded"] = progress.encoded
     stream = progress if out is not None else None
     found = None
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, watch or nullcontext():
         warnings.simplefilter("always", ConvergenceWarning)
         warnings.simplefilter("always", ModelSizeWarning)
         warnings.simplefilter("always", FitQualityWarning)
@@ -297,8 +309,10 @@ class _Progress:
     before the fit's first progress line after the encoding: a fit that fails before making progress
     leaves its error as the only line on stderr."""
 
-    def __init__(self, out: Any, label: str, coord: Coordination) -> None:
-        self.out, self.label, self.coord = out, label, coord
+    def __init__(self, out: Any, label: str, coord: Coordination, watch: StepWatch | None = None) -> None:
+        self.out, self.label, self.coord, self.watch = out, label, coord, watch
+        if watch is not None:
+            watch.step("encoding")
         self.started = time.perf_counter()
         self.encode_seconds: float | None = None
         self.first: str | None = None
@@ -310,8 +324,12 @@ class _Progress:
         self.encode_seconds = seconds = time.perf_counter() - self.started
         where = self.coord.where()
         self.first = f"{PROG}: fitting {self.label}: encoded {len(handle)} rows{where} in {seconds:.1f}s"
+        if self.watch is not None:
+            self.watch.step("seeding")
 
     def write(self, text: str) -> int:
+        if self.watch is not None:
+            self.watch.stop()  # the fit's own progress lines from here
         if self.first is not None and not self.written:
             self.written = True
             self.out.write(self.first + "\n")
@@ -400,6 +418,8 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
     if not later:
         coord.on_root(lambda: check_outputs(args))
     spec = coord.agree(lambda: load_spec(args.model))
+    if args.backend == "spark" and not args.sample and args.label_column is None:
+        check_fit_input(args.input, spec.estimator)  # a local input's columns, before Spark starts
     options = fit_options(args, spec)
     trials = int(options.pop("trials", 1))
     if args.init_model is not None:

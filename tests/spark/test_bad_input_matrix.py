@@ -217,7 +217,8 @@ CASES = {
         _em_fit(),
         2,
         r"column 'n_items': expected an integer column \(or floating with integral values\) for "
-        r"IntegerCategoricalEstimator, got Arrow type list<element: int64>",
+        r"IntegerCategoricalEstimator, got Arrow type list<element: int64>; fix: one label per row is "
+        r"read; multinomial reads a list of labels as a bag, markov_chain as a sequence",
         job="em_fit",
         table=_table(n_items=[[1], [7], [2], [5], [0], [6]]),
         spec=_record(n_items="integer_categorical"),
@@ -512,7 +513,8 @@ CASES = {
         _em_score,
         2,
         r"column 'n_items': expected a non-negative integer count for PoissonEstimator, "
-        r"got -3\.0 \(row 3 of 6\)",
+        r"got -3\.0 \(row 3 of 6\); fix: filter the rows where n_items < 0, or use gaussian, which reads "
+        r"any real number",
         job="em_score",
         table=_table(n_items=[1, 7, -3, 5, 0, 6]),
         model=_model(),
@@ -538,7 +540,8 @@ CASES = {
     "numbers-as-text-in-gaussian-column-em_score": Case(  # every cell reads: the type is wrong
         _em_score,
         2,
-        r"column 'amount': expected a numeric column for GaussianEstimator, got Arrow type string",
+        r"column 'amount': expected a numeric column for GaussianEstimator, got Arrow type string; "
+        r"fix: CAST\(amount AS DOUBLE\), or categorical if it holds labels",
         job="em_score",
         table=_table(amount=["12.5", "80.0", "15.0", "60.0", "20.0", "75.0"]),
         model=_model(),
@@ -852,7 +855,7 @@ def test_em_score_on_unseen_null_writes_every_row_and_counts_the_unseen_ones(
     capsys.readouterr()
     assert _job("em_score").main([*_em_score(ctx), "--on-unseen", "null"]) == 0
     out, err = capsys.readouterr()
-    assert err == ""
+    assert [line for line in err.splitlines() if not line.startswith("em_score: timings: ")] == []
     assert out.splitlines()[0] == (
         f"wrote 6 rows to the Delta table {ctx.out} (amount, channel, n_items, w, v, log_likelihood, "
         "prediction, probability); 2 of them hold a label the model has not seen: scored null"

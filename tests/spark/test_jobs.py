@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -414,7 +415,7 @@ def test_sample_table_is_written_once(spark: Any, tmp_path: Path, monkeypatch: p
 def test_em_fit_without_arguments_fits_the_bundled_sample(tmp_path: Path) -> None:
     proc = _python("em_fit", MIXLE_SPARK_OUTPUT=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (tmp_path / "customers_sample_delta" / "_delta_log").is_dir()
+    assert not (tmp_path / "customers_sample_delta").exists()  # the Parquet sample, read as it is
     assert sorted(p.name for p in (tmp_path / "sample_fit").iterdir()) == [
         "model.json",
         "summary.json",
@@ -422,5 +423,107 @@ def test_em_fit_without_arguments_fits_the_bundled_sample(tmp_path: Path) -> Non
     ]
     _assert_recovers_truth(load_model(tmp_path / "sample_fit" / "model.json"))
     summary = json.loads((tmp_path / "sample_fit" / "summary.json").read_text())
-    assert summary["input"] == str(tmp_path / "customers_sample_delta")
+    assert summary["input"] == str(SAMPLE)
     assert summary["spark"]["master"] == "local[*]" and summary["fit_options"]["trials"] == 2
+
+
+def test_em_fit_sample_delta_fits_the_bundled_sample_through_a_delta_table(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = _job("em_fit")
+    monkeypatch.setattr(job, "SAMPLE_TABLE", tmp_path / "sample_delta")
+    out = tmp_path / "fit"
+    args = ["--sample-delta", "--output", str(out), "--max-its", "3", "--quiet", "--no-statistics"]
+    assert job.main(args) == 0, capsys.readouterr().err
+    assert (tmp_path / "sample_delta" / "_delta_log").is_dir()
+    assert json.loads((out / "summary.json").read_text())["input"] == str(tmp_path / "sample_delta")
+    with pytest.raises(SystemExit):
+        job.main(["--sample-delta", "--input", str(SAMPLE), "--model", str(SPEC), "--output", str(out)])
+    assert "--sample-delta applies to the bundled sample" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("prog", ["em_fit", "em_score"])
+def test_a_delta_table_of_the_wrong_type_is_refused_before_spark_starts(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], prog: str
+) -> None:
+    """The Delta writer's own log, read without Spark: the job exits 2 before it asks for a session."""
+    import mixle_spark.cli._inputs as inputs
+
+    table = tmp_path / "people"
+    write_table(spark.createDataFrame([(1.0, 30.0), (2.0, 41.0)], "sex double, age double"), table)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"type": "record", "fields": {"sex": "categorical", "age": "gaussian"}}))
+    job = _job(prog)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a Spark session was asked for")
+
+    monkeypatch.setattr(inputs, "job_spark_session", refuse)
+    monkeypatch.setattr(job, "job_spark_session", refuse, raising=False)
+    if prog == "em_fit":
+        args = ["--model", str(spec), "--quiet"]
+    else:
+        from mixle_spark.spec import save_model
+        from mixle_spark.stats import CategoricalDistribution, GaussianDistribution, RecordDistribution
+
+        fields = {
+            "sex": CategoricalDistribution({"f": 0.5, "m": 0.5}),
+            "age": GaussianDistribution(35.0, 9.0),
+        }
+        save_model(RecordDistribution(fields), tmp_path / "model.json")
+        args = ["--model", str(tmp_path / "model.json")]
+    capsys.readouterr()
+    code = job.main(["--input", str(table), "--output", str(tmp_path / "out"), *args])
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{prog}: error: column 'sex': expected a string, large_string, integer, boolean or dictionary "
+        "column for CategoricalEstimator, got Arrow type double; fix: CAST(sex AS STRING), or CAST(sex AS "
+        "INT) for whole-number codes, or integer_categorical (reads whole numbers as labels), or a family "
+        "that reads numbers (gaussian for any real number, poisson for counts, bernoulli for 0/1)"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_em_score_prints_its_timings_as_em_fit_does(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    truth = SAMPLE.with_suffix(".truth.json")
+    code, lines = _score_in_process(
+        capsys, "--input", str(SAMPLE), "--model", str(truth), "--output", str(tmp_path / "scores")
+    )
+    assert code == 0, lines
+    assert len(lines) == 1
+    assert re.fullmatch(
+        r"em_score: timings: start-up \d+\.\ds, read \d+\.\ds, scoring \d+\.\ds, total \d+\.\ds", lines[0]
+    )
+
+
+def test_the_fit_progress_counts_the_spark_tasks_of_a_step(spark: Any) -> None:
+    """The status tracker's counts of a running job's tasks, kept once its stage has finished."""
+    import threading
+    import time
+
+    from mixle_spark.cli._watch import StepWatch, last_job, spark_tasks
+
+    def slow(x: int) -> int:
+        import time
+
+        time.sleep(0.5)
+        return x
+
+    job = threading.Thread(target=lambda: spark.sparkContext.parallelize(range(4), 4).map(slow).count())
+    spark.range(3).count()  # a job before the step: not counted
+    watch = StepWatch(sys.stderr, "em_fit")
+    watch.step("encoding")
+    after = last_job()
+    seen: dict[int, tuple[int, int]] = {}
+    job.start()
+    counts = []
+    while job.is_alive():
+        counts.append(spark_tasks(seen, after))
+        time.sleep(0.05)
+    job.join()
+    assert spark_tasks({}, after) == (4, 4)
+    assert any(c is not None and c[1] == 4 and c[0] < 4 for c in counts), counts
+    line = watch.line(watch._started + 2.0)
+    assert line is not None and line.startswith("em_fit: encoding for 2s; Spark tasks 4 of 4 done (")

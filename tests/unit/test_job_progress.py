@@ -1,0 +1,43 @@
+"""The fit job's lines while encoding and seeding run long (mixle_spark.cli._watch): none for a short
+step, then one every period naming the step and its seconds; none once the fit's own progress starts."""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+
+from mixle_spark.cli._watch import StepWatch, spark_tasks
+
+
+def test_a_short_step_prints_nothing() -> None:
+    out = io.StringIO()
+    with StepWatch(out, "em_fit", every=0.4) as watch:
+        watch.step("encoding")
+        time.sleep(0.15)
+        watch.step("seeding")
+        time.sleep(0.15)
+    assert out.getvalue() == ""
+
+
+def test_a_long_step_prints_a_line_every_period_until_stopped() -> None:
+    out = io.StringIO()
+    with StepWatch(out, "em_fit", every=0.2) as watch:
+        watch.step("encoding")
+        time.sleep(0.75)
+        watch.step("seeding")
+        time.sleep(0.5)
+        watch.stop()
+        printed = out.getvalue()
+        time.sleep(0.3)
+    lines = printed.splitlines()
+    assert out.getvalue() == printed  # nothing after stop
+    encoding = [line for line in lines if "encoding" in line]
+    seeding = [line for line in lines if "seeding" in line]
+    assert 2 <= len(encoding) <= 4 and 1 <= len(seeding) <= 3, lines
+    assert lines == encoding + seeding
+    assert all(re.fullmatch(r"em_fit: (encoding|seeding) for \d+s", line) for line in lines), lines
+
+
+def test_without_a_spark_context_there_are_no_task_counts() -> None:
+    assert spark_tasks({}) is None
