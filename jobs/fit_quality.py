@@ -1,6 +1,6 @@
 """Fit quality with default options: mixle_spark against scikit-learn's ``GaussianMixture`` defaults.
 
-    python jobs/fit_quality.py                 # the README table (local backend, about a minute)
+    python jobs/fit_quality.py                 # docs/fit-quality.md's table (local backend, about a minute)
     python jobs/fit_quality.py --init random   # the same with the old random initialization
     python jobs/fit_quality.py --only iris,wine
     python jobs/fit_quality.py --rotated       # how often each start reaches the best optimum

@@ -1,6 +1,6 @@
 """Choosing the covariance form and k together, as mclust does: does BIC find the truth?
 
-    python jobs/form_selection.py              # fresh seeds (printed): the README table, a minute or two
+    python jobs/form_selection.py              # fresh seeds: docs/covariance.md's table, a minute or two
     python jobs/form_selection.py --seed 12345 # one run again
     python jobs/form_selection.py --backend spark
 

@@ -1,4 +1,4 @@
-"""Redraw the README's pictures: ``python docs/images/make_images.py`` (needs chromium and matplotlib).
+"""Redraw the pictures of docs/: ``python docs/images/make_images.py`` (needs chromium and matplotlib).
 
 ``segment_profile.png``: the segment-profile section of the report of the bundled sample's fit
 (``--backend local``, the sample spec's fit options), rendered by headless Chromium and cropped to

@@ -275,8 +275,8 @@ def ship_package(spark: SparkSession) -> Path | None:
     Zips the package's sources once per application and adds the zip with ``addPyFile``; Python
     workers put it ahead of their site-packages, so executors run the driver's version even where an
     older one is installed. Returns the zip (None when this package is itself imported from a zip,
-    i.e. already shipped). The executors' Python still needs numpy, pyarrow and pandas: see the
-    README's "Running on a cluster".
+    i.e. already shipped). The executors' Python still needs numpy, pyarrow and pandas: see
+    docs/cluster.md, "The package on executors".
     """
     import zipfile
 

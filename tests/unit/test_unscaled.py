@@ -49,7 +49,7 @@ def _no_decrease(model: object, rtol: float = 1e-9) -> None:
 
 @pytest.mark.parametrize(("seed", "d"), [(0, 4), (1, 8), (2, 15), (3, 30)])
 def test_unscaled_clusters_fit_as_well_as_scikit_learn_and_never_lose_likelihood(seed: int, d: int) -> None:
-    """The median of three seeds (as jobs/fit_quality.py and the README table count) within 1% of
+    """The median of three seeds (as jobs/fit_quality.py and docs/fit-quality.md's table count) within 1% of
     scikit-learn's default fit or above it; the fit equals the one on standardized rows (units), so
     a seed that misses the best optimum here misses it there too (the start, not the units)."""
     sklearn = pytest.importorskip("sklearn.mixture")
