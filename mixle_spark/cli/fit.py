@@ -150,6 +150,7 @@ from mixle_spark.errors import (
 )
 from mixle_spark.estimation import best_of, optimize
 from mixle_spark.model_selection import select_k
+from mixle_spark.parallel.backends.contract import EncodedData
 from mixle_spark.profile import segment_profile
 from mixle_spark.scoring import assignment_counts
 from mixle_spark.spec import ModelSpec, load_spec, save_model
@@ -320,7 +321,7 @@ class _Progress:
         self.said_checkpoint = False
         """Whether the stream showed a checkpoint note (resumed, or refitted on other data)."""
 
-    def encoded(self, handle: Any) -> None:
+    def encoded(self, handle: EncodedData) -> None:
         self.encode_seconds = seconds = time.perf_counter() - self.started
         where = self.coord.where()
         self.first = f"{PROG}: fitting {self.label}: encoded {len(handle)} rows{where} in {seconds:.1f}s"

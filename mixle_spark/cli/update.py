@@ -49,6 +49,7 @@ from mixle_spark.cli._summary import build_update_summary
 from mixle_spark.cli._update_arguments import update_options
 from mixle_spark.em.incremental import DriftError, update
 from mixle_spark.errors import ConvergenceWarning, FitQualityWarning, SpecError
+from mixle_spark.parallel.backends.contract import EncodedData
 from mixle_spark.parallel.backends.registry import encoded_data
 from mixle_spark.profile import segment_profile
 from mixle_spark.spec import load_model, save_model
@@ -164,7 +165,7 @@ def _summary_line(model: Distribution) -> str:
     )
 
 
-def _fold(model: Distribution, handle: Any, options: dict[str, Any]) -> Distribution:
+def _fold(model: Distribution, handle: EncodedData, options: dict[str, Any]) -> Distribution:
     """``update(model, handle)``; drift past ``--max-drop`` with ``--on-drift fail`` is the job's
     :class:`UpdateDriftError` (exit code 3), its one line naming the drift and the limit."""
     try:

@@ -35,11 +35,16 @@ __all__ = [
     "axis_reduction",
     "check_positive_int",
     "cost_children",
+    "join_path",
+    "model_attributes",
+    "named_children",
+    "own_work",
     "parallel_units",
     "register_decomposition",
     "subtree_work",
     "threaded_nodes",
     "tied_best",
+    "walk_unique",
 ]
 
 _TIE_RTOL = 1e-9
@@ -135,7 +140,8 @@ register_decomposition(
 _NOT_PARAMETERS = frozenset({"fit_result"})  # bookkeeping set by optimize, not model state
 
 
-def _attributes(dist: Any) -> Iterator[tuple[str, Any]]:
+def model_attributes(dist: Any) -> Iterator[tuple[str, Any]]:
+    """``(name, value)`` of each attribute of ``dist`` that may hold parameters or children."""
     for name, value in getattr(dist, "__dict__", {}).items():
         if name not in _NOT_PARAMETERS:
             yield name, value
@@ -143,7 +149,7 @@ def _attributes(dist: Any) -> Iterator[tuple[str, Any]]:
 
 def _reflected_children(dist: Any) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
-    for name, value in _attributes(dist):
+    for name, value in model_attributes(dist):
         if isinstance(value, Distribution):
             out.append((name, value))
         elif isinstance(value, (list, tuple)):
@@ -153,7 +159,9 @@ def _reflected_children(dist: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def _named_children(dist: Any) -> list[tuple[str, Any]]:
+def named_children(dist: Any) -> list[tuple[str, Any]]:
+    """``(role, child)`` for each child distribution of ``dist`` (its registered rule, else every
+    attribute that is a Distribution or a list/tuple/dict of them), ``None`` children left out."""
     rule = _rule_for(dist)
     pairs = rule[0](dist) if rule is not None else _reflected_children(dist)
     return [(role, child) for role, child in pairs if child is not None]
@@ -163,7 +171,7 @@ def cost_children(dist: Any) -> tuple[Any, ...]:
     """All child distributions a node owns (mixture components, record fields in order, composite
     components, the optional's child, a sequence's element and length distributions); for an
     unregistered family, every attribute that is a Distribution or a list/tuple/dict of them."""
-    return tuple(child for _, child in _named_children(dist))
+    return tuple(child for _, child in named_children(dist))
 
 
 def parallel_units(dist: Any) -> tuple[DecompositionAxis, tuple[Any, ...]]:
@@ -181,9 +189,10 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
 
 
-def _own_work(dist: Any) -> float:
+def own_work(dist: Any) -> float:
+    """The node's own share of :func:`subtree_work`: 1 + its array elements + its numeric scalars."""
     work = 1.0
-    for _, value in _attributes(dist):
+    for _, value in model_attributes(dist):
         if isinstance(value, np.ndarray):
             work += float(value.size)
         elif _is_number(value):
@@ -191,22 +200,24 @@ def _own_work(dist: Any) -> float:
     return work
 
 
-def _walk_unique(dist: Any, seen: set[int]) -> Iterator[Any]:
+def walk_unique(dist: Any, seen: set[int]) -> Iterator[Any]:
+    """Every node of the subtree once (by identity; ``seen`` collects the ids), parents first."""
     if id(dist) in seen:
         return
     seen.add(id(dist))
     yield dist
     for child in cost_children(dist):
-        yield from _walk_unique(child, seen)
+        yield from walk_unique(child, seen)
 
 
 def subtree_work(dist: Any) -> float:
     """FLOP proxy of scoring one row: over the subtree, ``1 + #array elements + #numeric scalar
     attributes`` per node, with a subtree shared by several parents counted once."""
-    return float(sum(_own_work(node) for node in _walk_unique(dist, set())))
+    return float(sum(own_work(node) for node in walk_unique(dist, set())))
 
 
-def _join(path: str, role: str) -> str:
+def join_path(path: str, role: str) -> str:
+    """The path of a child in ``role`` under the node at ``path`` (``/`` separated)."""
     return f"{path.rstrip('/')}/{role}"
 
 
@@ -233,8 +244,8 @@ def axis_nodes(dist: Any) -> list[tuple[str, Any, DecompositionAxis, tuple[Any, 
         axis, units = parallel_units(node)
         if axis is not DecompositionAxis.NONE and len(units) >= 2:
             out.append((path, node, axis, units))
-        for role, child in _named_children(node):
-            walk(child, _join(path, role))
+        for role, child in named_children(node):
+            walk(child, join_path(path, role))
 
     walk(dist, "/")
     return out

@@ -437,3 +437,36 @@ def test_no_module_is_over_600_lines(tmp_path: Path) -> None:
     (package / "stats" / "fits.py").write_text("x = 1\n" * MAX_LINES, encoding="utf-8")
     (package / "big.py").write_text("x = 1\n" * 700, encoding="utf-8")
     assert _oversized(package) == ["mixle_spark/big.py: 700 lines", "mixle_spark/stats/huge.py: 601 lines"]
+
+
+def _package_of(module: str) -> str:
+    """The package a module belongs to (a package's ``__init__`` belongs to the package itself)."""
+    path = PACKAGE.parent.joinpath(*module.split("."))
+    return module if (path / "__init__.py").exists() else module.rpartition(".")[0]
+
+
+def _private_name_crossings(sources: dict[str, set[str]]) -> list[str]:
+    """``from a.b import _name`` where ``a.b``'s package is not the importer's: a private name
+    (not a private module) taken from another package."""
+    bad = []
+    for module, imports in sorted(sources.items()):
+        for target in sorted(imports):
+            home, _, name = target.rpartition(".")
+            if not name.startswith("_") or name.startswith("__") or target in sources or home not in sources:
+                continue
+            if _package_of(home) != _package_of(module):
+                bad.append(f"{module} -> {target}")
+    return bad
+
+
+def test_no_private_name_is_imported_across_packages() -> None:
+    """What one package takes from another is public in its home: a private name stays inside its
+    package (a private module's public names may be used by the package's neighbours). Live: a planted
+    crossing is reported, a private name used within its package is not."""
+    assert _private_name_crossings(SOURCES) == []
+    planted = {m: set(i) for m, i in SOURCES.items()}
+    planted["mixle_spark.model_selection"] |= {"mixle_spark.em.handles._nothing"}
+    planted["mixle_spark.em.seeding"] |= {"mixle_spark.em._records._nothing"}
+    assert _private_name_crossings(planted) == [
+        "mixle_spark.model_selection -> mixle_spark.em.handles._nothing"
+    ]

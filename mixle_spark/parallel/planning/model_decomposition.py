@@ -33,21 +33,21 @@ from mixle_spark.parallel._model_tree import (
     DecompositionAxis,
     ParallelAxisKind,
     Reduction,
-    _attributes,
-    _join,
-    _named_children,
-    _own_work,
-    _walk_unique,
     axis_benefit,
     axis_nodes,
     axis_reduction,
     check_positive_int,
     cost_children,
+    join_path,
+    model_attributes,
+    named_children,
+    own_work,
     parallel_units,
     register_decomposition,
     subtree_work,
     threaded_nodes,
     tied_best,
+    walk_unique,
 )
 from mixle_spark.parallel.planning._cuts import (
     cost_balanced_cuts,
@@ -87,7 +87,7 @@ __all__ = [
 def _own_bytes(dist: Any) -> int:
     """Bytes of the node's own attributes (strict: an opaque attribute raises), children excluded."""
     total = 0
-    for _, value in _attributes(dist):
+    for _, value in model_attributes(dist):
         if isinstance(value, (list, tuple)):
             total += sum(estimate_nbytes(v) for v in value if not isinstance(v, Distribution))
         elif isinstance(value, dict):
@@ -107,7 +107,7 @@ def subtree_bytes(dist: Any) -> int:
     ------
     UnknownMemoryFootprintError
         When a node holds an object that cannot be sized (a callable, a lock, ...)."""
-    return int(sum(_own_bytes(node) for node in _walk_unique(dist, set())))
+    return int(sum(_own_bytes(node) for node in walk_unique(dist, set())))
 
 
 @dataclass(frozen=True)
@@ -135,11 +135,11 @@ def _size(dist: Any, path: str, seen: set[int]) -> NodeSize:
     seen.add(id(dist))
     axis, units = parallel_units(dist)
     kids = tuple(
-        _size(child, _join(path, role), seen)
-        for role, child in _named_children(dist)
+        _size(child, join_path(path, role), seen)
+        for role, child in named_children(dist)
         if id(child) not in seen
     )
-    own_b, own_w = _own_bytes(dist), _own_work(dist)
+    own_b, own_w = _own_bytes(dist), own_work(dist)
     return NodeSize(
         path=path,
         family=type(dist).__name__,
