@@ -50,6 +50,7 @@ from mixle_spark.em.handles import (
 from mixle_spark.em.handles import row_count as row_count  # importable here as before
 from mixle_spark.em.incremental import update
 from mixle_spark.em.options import FitOptions, check_trials
+from mixle_spark.em.routine import fit_routine
 from mixle_spark.em.seeding import Seeding
 from mixle_spark.em.statistics import collect_statistics
 from mixle_spark.errors import ConvergenceWarning
@@ -190,7 +191,7 @@ def best_of(
     ``best_of(data, estimator, trials=5, max_its=10, init_p=0.1, delta=1e-9, seed=None, vdata=None,
     init_estimator=None, out=None, print_iter=1, *, options=None, **keywords)``: ``options``,
     ``on_encoded`` and the keywords as :func:`optimize`'s; each restart is ``optimize``'s fit routine
-    (:meth:`FitOptions.fit <mixle_spark.em.options.FitOptions.fit>`) from its own seed.
+    (:func:`~mixle_spark.em.routine.fit_routine`) from its own seed.
 
     The data (and ``vdata``) are encoded once and shared by every trial, and the trials advance
     together: each pass over the data (one Spark job, or one resident request) makes the next step of
@@ -213,7 +214,7 @@ def best_of(
     best: tuple[float, Distribution] | None = None
     try:
         runs = [
-            fit.for_trial(k, trial_seed).fit(estimator, label=f"trial {k}: ", data=identity)
+            fit_routine(fit.for_trial(k, trial_seed), estimator, label=f"trial {k}: ", data=identity)
             for k, trial_seed in enumerate(trial_seeds(fit.seed, trials))
         ]
         with warnings.catch_warnings():

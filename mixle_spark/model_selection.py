@@ -34,6 +34,7 @@ from typing import Any
 from mixle_spark.em._records import DECREASE_RTOL, unconverged_message
 from mixle_spark.em.handles import fit_together, open_handle, release, trial_seeds, warn_model_size
 from mixle_spark.em.options import TOL, FitOptions, check_trials
+from mixle_spark.em.routine import fit_routine
 from mixle_spark.em.statistics import collect_statistics
 from mixle_spark.errors import ConvergenceWarning, FitQualityWarning, SpecError, TooFewRowsError
 from mixle_spark.spec import estimator_from_spec
@@ -415,7 +416,7 @@ def select_k(
         for k, form in pairs:
             for t, trial_seed in enumerate(seeds):
                 label = _label(k, form) + ("" if trials == 1 else f" trial {t}") + ": "
-                runs.append(quiet.fit(estimators[k, form], seed=trial_seed, label=label))
+                runs.append(fit_routine(quiet, estimators[k, form], seed=trial_seed, label=label))
                 owners.append(((k, form), trial_seed))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
@@ -432,7 +433,7 @@ def select_k(
                 starts[pair] += RESTARTS
                 for r, restart_seed in enumerate(more):
                     label = f"{_label(*pair)} restart {r + 1}: "
-                    runs.append(quiet.fit(estimators[pair], seed=restart_seed, label=label))
+                    runs.append(fit_routine(quiet, estimators[pair], seed=restart_seed, label=label))
                     owners.append((pair, restart_seed))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)

@@ -3,7 +3,7 @@ the degenerate-component policy, the audit and the trace (the records and conver
 :mod:`mixle_spark.em._records`; checkpoints are a :class:`~mixle_spark.em.resilient.Checkpointer`
 the loop holds).
 
-:meth:`FitOptions.fit <mixle_spark.em.options.FitOptions.fit>` builds an :class:`EMRun` per fit
+:func:`~mixle_spark.em.routine.fit_routine` builds an :class:`EMRun` per fit
 (per trial of ``best_of``, per candidate of ``select_k``); the public names (``FitResult``,
 ``IterationRecord``, ``init_fraction``, ``ON_DEGENERATE``, ``FLOOR_WEIGHT``) are re-exported by
 :mod:`mixle_spark.estimation`.

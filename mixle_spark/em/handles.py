@@ -19,6 +19,7 @@ import numpy as np
 from mixle_spark._frames import frame_engine
 from mixle_spark.diagnostics import fit_warnings
 from mixle_spark.em._lockstep import can_share_passes, run_together
+from mixle_spark.em.routine import finished_fit, fit_routine
 from mixle_spark.errors import FitQualityWarning, ModelSizeWarning
 from mixle_spark.parallel.backends.contract import EncodedData, FitSession
 from mixle_spark.parallel.backends.registry import data_identity, encoded_data, is_encoded_data_handle
@@ -127,14 +128,16 @@ def fit_data(
         done = (
             None
             if rows is None
-            else fit.finished(estimator, rows, prev_estimate=prev_estimate, data=identity)
+            else finished_fit(fit, estimator, rows, prev_estimate=prev_estimate, data=identity)
         )
         if done is not None:  # a finished fit of this data: returned without encoding it
             return done, None
     handle, owned = open_handle(data, estimator, backend_options, on_encoded)
     vhandle, vowned = (None, False) if vdata is None else open_handle(vdata, estimator, {})
     try:
-        run = fit.fit(estimator, prev_estimate=prev_estimate, vhandle=vhandle, started=started, data=identity)
+        run = fit_routine(
+            fit, estimator, prev_estimate=prev_estimate, vhandle=vhandle, started=started, data=identity
+        )
         return run(handle), len(handle)
     finally:
         release(handle, owned)

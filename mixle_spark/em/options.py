@@ -3,27 +3,26 @@
 
 Each of them accepts ``options=FitOptions(...)`` and the same names as keywords (a keyword overrides
 the object's value); keywords that are not fit options go to ``encoded_data`` (``backend``,
-``num_chunks``, ...). :meth:`FitOptions.fit` is the fit routine every one of them runs, once per fit.
+``num_chunks``, ...). The options are data: the fit routine every one of them runs, once per fit,
+is :func:`mixle_spark.em.routine.fit_routine`, which reads them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 
 from mixle_spark._checks import Check, check_fields, checked, field_check, integer, number, one_of
 from mixle_spark._locations import scheme_of
 from mixle_spark.em._checkpoint_store import checkpoint_key
 from mixle_spark.em._records import DELTA, ON_DEGENERATE, ON_OTHER_DATA, TOL
-from mixle_spark.em._run import EMRun, FitInputs
 from mixle_spark.em.seeding import INIT_MODES, Seeding
 from mixle_spark.errors import SpecError
-from mixle_spark.parallel.backends.contract import EncodedData
-from mixle_spark.stats.base import Distribution, Estimator
+from mixle_spark.stats.base import Estimator
 
 __all__ = ["DELTA", "TOL", "TRIALS", "FitOptions", "check_trials", "option_check"]
 
@@ -247,65 +246,8 @@ class FitOptions:
             self, seed=seed, checkpoint_dir=checkpoints, trace_path=trace, keep_statistics=False
         )  # best_of keeps the statistics of the trial it returns only
 
-    def fit(
-        self,
-        estimator: Estimator,
-        *,
-        seed: int | None = None,
-        prev_estimate: Distribution | None = None,
-        vhandle: EncodedData | None = None,
-        label: str = "",
-        started: float | None = None,
-        data: str | None = None,
-    ) -> Callable[[Any], Distribution]:
-        """The fit routine: ``run(handle) -> model``, one EM fit of ``estimator`` over ``handle``.
-
-        ``seed`` overrides the options' seed (a restart's); ``label`` prefixes its progress lines;
-        ``started`` is when the fit's clock started (default: when ``run`` is called); ``data`` the
-        identity of the data (what its checkpoints record)."""
-        options = self if seed is None else dataclasses.replace(self, seed=seed)
-        inputs = FitInputs(
-            prev_estimate=prev_estimate, vhandle=vhandle, label=label, started=started, data=data
-        )
-
-        def run(handle: EncodedData) -> Distribution:
-            fit = EMRun(handle, estimator, options, inputs)
-            model = fit.run()
-            if options.keep_statistics:
-                model.statistics = fit.statistics(model)
-            return model
-
-        return run
-
-    def finished(
-        self,
-        estimator: Estimator,
-        rows: int,
-        *,
-        prev_estimate: Distribution | None = None,
-        data: str | None = None,
-    ) -> Distribution | None:
-        """The model of this fit when ``checkpoint_dir`` holds its final checkpoint (same estimator,
-        options, row count and ``data``, the data's identity), without encoding the data; None when
-        the fit has to run."""
-        if self.checkpoint_dir is None or not self.resume or self.keep_statistics:
-            return None  # keep_statistics: the statistics are a pass over the data
-        inputs = FitInputs(prev_estimate=prev_estimate, data=data)
-        rows_only = cast(EncodedData, _Rows(rows))  # finished() reads the row count, nothing else
-        return EMRun(rows_only, estimator, self, inputs).finished()
-
 
 def option_check(name: str) -> Check:
     """The declared check of fit option ``name`` (a :class:`FitOptions` field, or ``trials``): what
     the job's flags and the ML Params that stand for the option run."""
     return TRIALS if name == "trials" else field_check(FitOptions, name)
-
-
-class _Rows:
-    """What a finished fit's checkpoint is checked against without the data: its row count."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n

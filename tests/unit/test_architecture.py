@@ -138,7 +138,7 @@ def _violations(rule: str) -> list[str]:
 def test_the_source_tree_is_read() -> None:
     assert {"mixle_spark.stats.mixture", f"{BACKENDS}.local", "mixle_spark.em._run"} <= set(SOURCES)
     assert "mixle_spark.stats.base" in SOURCES["mixle_spark.stats.mixture"]
-    assert "mixle_spark.em._run" in SOURCES["mixle_spark.em.options"]  # a `from a import b` is read
+    assert "mixle_spark.em._run" in SOURCES["mixle_spark.em.routine"]  # a `from a import b` is read
     assert f"{BACKENDS}.model_parallel" in SOURCES[f"{BACKENDS}._handle"]  # so is a lazy import
 
 
@@ -470,3 +470,12 @@ def test_no_private_name_is_imported_across_packages() -> None:
     assert _private_name_crossings(planted) == [
         "mixle_spark.model_selection -> mixle_spark.em.handles._nothing"
     ]
+
+
+def test_fit_options_are_data() -> None:
+    """``FitOptions`` says how a fit runs and runs nothing: em/options imports none of the modules
+    that run a fit (the routine, the loop, checkpoints, the handles, updates); the routine reads it."""
+    runners = ("_run", "routine", "resilient", "handles", "incremental", "minibatch", "_lockstep")
+    runners_full = tuple(f"mixle_spark.em.{m}" for m in runners)
+    assert not [t for t in SOURCES["mixle_spark.em.options"] if _within(t, runners_full)]
+    assert "mixle_spark.em.options" in SOURCES["mixle_spark.em.routine"]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from mixle_spark.em._lockstep import run_together
+from mixle_spark.em.routine import fit_routine
 from mixle_spark.errors import ConvergenceWarning
 from mixle_spark.estimation import FitOptions, best_of, optimize, trial_seeds
 from mixle_spark.parallel import encoded_data
@@ -58,7 +59,7 @@ class CountingHandle:
 
 def _runs(seeds: list[int], max_its: list[int]) -> list[Any]:
     return [
-        FitOptions(max_its=its, delta=1e-9, init_p=0.1, print_iter=0).fit(EST, seed=s)
+        fit_routine(FitOptions(max_its=its, delta=1e-9, init_p=0.1, print_iter=0), EST, seed=s)
         for s, its in zip(seeds, max_its, strict=True)
     ]
 

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from mixle_spark.em import _lockstep
+from mixle_spark.em.routine import fit_routine
 from mixle_spark.errors import ConvergenceWarning
 from mixle_spark.estimation import FitOptions, best_of
 from mixle_spark.model_selection import select_k
@@ -156,7 +157,7 @@ def test_a_failure_on_the_serving_thread_ends_every_fit(monkeypatch: pytest.Monk
         return take(self)
 
     monkeypatch.setattr(_lockstep._Coordinator, "_take", failing)
-    runs = [FitOptions(max_its=10, print_iter=0).fit(EST, seed=s) for s in (1, 2, 3)]
+    runs = [fit_routine(FitOptions(max_its=10, print_iter=0), EST, seed=s) for s in (1, 2, 3)]
     with encoded_data(_blobs(), EST) as handle, pytest.raises(RuntimeError, match="serving batch 3"):
         watched(lambda: _lockstep.run_together(handle, runs), "run_together after a serving failure")
     assert batches == 3
