@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 import time
+import types
 
+import pytest
+
+from mixle_spark.cli import _watch
 from mixle_spark.cli._watch import StepWatch, spark_tasks
 
 
@@ -39,5 +44,11 @@ def test_a_long_step_prints_a_line_every_period_until_stopped() -> None:
     assert all(re.fullmatch(r"em_fit: (encoding|seeding) for \d+s", line) for line in lines), lines
 
 
-def test_without_a_spark_context_there_are_no_task_counts() -> None:
-    assert spark_tasks({}) is None
+def test_without_a_spark_context_there_are_no_task_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without pyspark imported, or with it imported and no context running (the whole suite's Spark
+    tests may have left a session active in this process: both cases are simulated)."""
+    monkeypatch.delitem(sys.modules, "pyspark", raising=False)
+    assert _watch._tracker() is None and spark_tasks({}) is None and _watch.last_job() == -1
+    no_context = types.SimpleNamespace(SparkContext=types.SimpleNamespace(_active_spark_context=None))
+    monkeypatch.setitem(sys.modules, "pyspark", no_context)
+    assert _watch._tracker() is None and spark_tasks({}) is None
