@@ -5,7 +5,7 @@ person reading segments wants a median spend, a missing rate, every label's shar
 model into that description, side by side across components, as JSON-able data that the report
 (:mod:`mixle_spark.report`), em_fit's ``summary.json`` and ``MixleModel.summary`` all carry:
 
-* a number (Gaussian, log-normal, exponential, gamma, Student-t, beta, Poisson, geometric, binomial,
+* a number (Gaussian, log-normal, exponential, Rayleigh, gamma, Student-t, beta, Poisson, geometric, binomial,
   negative binomial): its mean, and its median and quartiles where the family has them in closed form
   (a log-normal's median is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``), else the mean and
   the standard deviation;
@@ -105,6 +105,12 @@ def _exponential(beta: float) -> dict[str, Any]:
     return _number(beta, beta, (beta * math.log(4 / 3), beta * math.log(2), beta * math.log(4)))
 
 
+def _rayleigh(sigma: float) -> dict[str, Any]:
+    """Quantile ``sigma sqrt(-2 ln(1 - q))``; mean ``sigma sqrt(pi / 2)``, sd ``sigma sqrt(2 - pi / 2)``."""
+    q1, median, q3 = (sigma * math.sqrt(-2.0 * math.log1p(-p)) for p in (0.25, 0.5, 0.75))
+    return _number(sigma * math.sqrt(math.pi / 2), sigma * math.sqrt(2 - math.pi / 2), (q1, median, q3))
+
+
 def _beta(a: float, b: float) -> dict[str, Any]:
     mean = a / (a + b)
     return _number(mean, math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1))))
@@ -134,6 +140,7 @@ _SCALARS: dict[str, Any] = {
     "gaussian": lambda p: _normal(p["mu"], math.sqrt(p["sigma2"])),
     "log_gaussian": lambda p: _log_normal(p["mu"], p["sigma2"]),
     "exponential": lambda p: _exponential(p["beta"]),
+    "rayleigh": lambda p: _rayleigh(p["sigma"]),
     "gamma": lambda p: _number(p["k"] * p["theta"], math.sqrt(p["k"]) * p["theta"]),
     "beta": lambda p: _beta(p["alpha"], p["beta"]),
     "student_t": lambda p: _student_t(p["mu"], p["sigma"], p["dof"]),

@@ -94,6 +94,7 @@ _NUMERIC_FIELDS = (
     "gaussian",
     "log_gaussian",
     "exponential",
+    "rayleigh",
     "gamma",
     "beta",
     "student_t",

@@ -11,6 +11,7 @@ from mixle_spark.stats.geometric import GeometricDistribution, GeometricEstimato
 from mixle_spark.stats.log_gaussian import LogGaussianDistribution, LogGaussianEstimator
 from mixle_spark.stats.negative_binomial import NegativeBinomialDistribution, NegativeBinomialEstimator
 from mixle_spark.stats.poisson import PoissonDistribution, PoissonEstimator
+from mixle_spark.stats.rayleigh import RayleighDistribution, RayleighEstimator
 from mixle_spark.stats.student_t import StudentTDistribution, StudentTEstimator
 from mixle_spark.stats.von_mises import VonMisesDistribution, VonMisesEstimator
 from tests.unit._cases import FamilyCase
@@ -27,6 +28,12 @@ CASES = [
         "exponential-prior",
         ExponentialDistribution(0.01),
         ExponentialEstimator(pseudo_count=1.0, suff_stat=0.02),
+    ),
+    FamilyCase("rayleigh", RayleighDistribution(2.5), RayleighEstimator()),
+    FamilyCase(
+        "rayleigh-prior",
+        RayleighDistribution(0.003),
+        RayleighEstimator(pseudo_count=1.0, suff_stat=0.002),
     ),
     FamilyCase("gamma", GammaDistribution(2.5, 1.5), GammaEstimator()),
     FamilyCase("gamma-small-shape", GammaDistribution(0.5, 10.0), GammaEstimator()),

@@ -266,6 +266,8 @@ RECORDED: dict[str, str] = {
     "optional-record": "4d37500c7cfd5f13",
     "poisson": "cc049a231dd2aa7a",
     "poisson-large": "b9911ddf5390774a",
+    "rayleigh": "6aa60c34c003a9ca",
+    "rayleigh-prior": "c622050313f03456",
     "record-gaussian": "cd97b0a2c16d10c4",
     "record-mixed": "ea212304b7861e0d",
     "sequence-of-mvg": "91ddc7be0a0ccb79",
