@@ -5,10 +5,10 @@ person reading segments wants a median spend, a missing rate, every label's shar
 model into that description, side by side across components, as JSON-able data that the report
 (:mod:`mixle_spark.report`), em_fit's ``summary.json`` and ``MixleModel.summary`` all carry:
 
-* a number (Gaussian, log-normal, exponential, Rayleigh, gamma, Student-t, beta, Poisson, geometric, binomial,
-  negative binomial): its mean, and its median and quartiles where the family has them in closed form
-  (a log-normal's median is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``), else the mean and
-  the standard deviation;
+* a number (Gaussian, log-normal, exponential, Rayleigh, half-normal, gamma, Student-t, beta, Poisson,
+  geometric, binomial, negative binomial): its mean, and its median and quartiles where the family has
+  them in closed form (a log-normal's median is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``),
+  else the mean and the standard deviation;
 * labels (categorical, integer categorical): every label's probability, labels ordered by their share
   over all components;
 * a yes / no field (Bernoulli): the share of ones;
@@ -111,6 +111,16 @@ def _rayleigh(sigma: float) -> dict[str, Any]:
     return _number(sigma * math.sqrt(math.pi / 2), sigma * math.sqrt(2 - math.pi / 2), (q1, median, q3))
 
 
+_HALF_NORMAL_QUARTILES = (0.31863936396437514, _Z_QUARTILE, 1.1503493803760079)
+"""``Phi^-1((1 + q) / 2)`` for q = 1/4, 1/2, 3/4: a half-normal's quartiles in units of its scale."""
+
+
+def _half_normal(sigma: float) -> dict[str, Any]:
+    """Quantile ``sigma Phi^-1((1 + q) / 2)``; mean ``sigma sqrt(2 / pi)``, sd ``sigma sqrt(1 - 2 / pi)``."""
+    q1, median, q3 = (sigma * z for z in _HALF_NORMAL_QUARTILES)
+    return _number(sigma * math.sqrt(2 / math.pi), sigma * math.sqrt(1 - 2 / math.pi), (q1, median, q3))
+
+
 def _beta(a: float, b: float) -> dict[str, Any]:
     mean = a / (a + b)
     return _number(mean, math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1))))
@@ -141,6 +151,7 @@ _SCALARS: dict[str, Any] = {
     "log_gaussian": lambda p: _log_normal(p["mu"], p["sigma2"]),
     "exponential": lambda p: _exponential(p["beta"]),
     "rayleigh": lambda p: _rayleigh(p["sigma"]),
+    "half_normal": lambda p: _half_normal(p["sigma"]),
     "gamma": lambda p: _number(p["k"] * p["theta"], math.sqrt(p["k"]) * p["theta"]),
     "beta": lambda p: _beta(p["alpha"], p["beta"]),
     "student_t": lambda p: _student_t(p["mu"], p["sigma"], p["dof"]),

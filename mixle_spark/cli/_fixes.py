@@ -26,7 +26,7 @@ _BAD_VALUE = re.compile(
 _LABELS = ("CategoricalEstimator",)
 _INTEGER_LABELS = ("IntegerCategoricalEstimator",)
 _POSITIVE = ("LogGaussianEstimator", "GammaEstimator", "RayleighEstimator")
-_NON_NEGATIVE = ("ExponentialEstimator",)
+_NON_NEGATIVE = ("ExponentialEstimator", "HalfNormalEstimator")
 _COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator")
 _NUMBERS = "gaussian for any real number, poisson for counts, bernoulli for 0/1"
 

@@ -95,6 +95,7 @@ _NUMERIC_FIELDS = (
     "log_gaussian",
     "exponential",
     "rayleigh",
+    "half_normal",
     "gamma",
     "beta",
     "student_t",

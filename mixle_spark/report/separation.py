@@ -18,7 +18,8 @@ How it is computed, by family:
 * counts (Poisson, geometric, binomial, negative binomial): exactly over the integers within 40 standard
   deviations of every component's mean (by the normal approximation where a standard deviation
   passes 500);
-* continuous numbers (Gaussian, log-normal, exponential, Rayleigh, gamma, beta, Student-t, von Mises): by the
+* continuous numbers (Gaussian, log-normal, exponential, Rayleigh, half-normal,
+  gamma, beta, Student-t, von Mises): by the
   trapezoidal rule on each component's own grid (dense around its centre, reaching far into its
   tails), merged; positive families are integrated over ``ln x`` and beta over ``logit x``, which
   leaves ``I`` unchanged;
@@ -123,6 +124,10 @@ def _density(spec: Mapping[str, Any]) -> tuple[Callable[[np.ndarray], np.ndarray
     if family == "rayleigh":  # u = ln x: log p = 2 (u - ln sigma) - exp(2 (u - ln sigma)) / 2
         ls = math.log(float(spec["sigma"]))
         return (lambda u: 2.0 * (u - ls) - 0.5 * np.exp(2.0 * (u - ls))), ls + np.linspace(-25.0, 4.0, 2001)
+    if family == "half_normal":  # u = ln x: log p = c + (u - ln sigma) - exp(2 (u - ln sigma)) / 2
+        ls = math.log(float(spec["sigma"]))
+        const = 0.5 * math.log(2 / math.pi)
+        return (lambda u: const + (u - ls) - 0.5 * np.exp(2.0 * (u - ls))), ls + np.linspace(-45.0, 4.0, 2001)
     if family == "gamma":  # u = ln x
         k, lt = float(spec["k"]), math.log(float(spec["theta"]))
         const = math.lgamma(k) + k * lt

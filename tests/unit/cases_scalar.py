@@ -8,6 +8,7 @@ from mixle_spark.stats.binomial import BinomialDistribution, BinomialEstimator
 from mixle_spark.stats.exponential import ExponentialDistribution, ExponentialEstimator
 from mixle_spark.stats.gamma import GammaDistribution, GammaEstimator
 from mixle_spark.stats.geometric import GeometricDistribution, GeometricEstimator
+from mixle_spark.stats.half_normal import HalfNormalDistribution, HalfNormalEstimator
 from mixle_spark.stats.log_gaussian import LogGaussianDistribution, LogGaussianEstimator
 from mixle_spark.stats.negative_binomial import NegativeBinomialDistribution, NegativeBinomialEstimator
 from mixle_spark.stats.poisson import PoissonDistribution, PoissonEstimator
@@ -34,6 +35,12 @@ CASES = [
         "rayleigh-prior",
         RayleighDistribution(0.003),
         RayleighEstimator(pseudo_count=1.0, suff_stat=0.002),
+    ),
+    FamilyCase("half_normal", HalfNormalDistribution(1.5), HalfNormalEstimator()),
+    FamilyCase(
+        "half_normal-prior",
+        HalfNormalDistribution(2000.0),
+        HalfNormalEstimator(pseudo_count=1.0, suff_stat=1000.0),
     ),
     FamilyCase("gamma", GammaDistribution(2.5, 1.5), GammaEstimator()),
     FamilyCase("gamma-small-shape", GammaDistribution(0.5, 10.0), GammaEstimator()),

@@ -22,6 +22,8 @@ from mixle_spark.estimation import optimize
 from mixle_spark.profile import field_cell
 from mixle_spark.report.separation import separation
 from mixle_spark.stats import (
+    HalfNormalDistribution,
+    HalfNormalEstimator,
     MixtureEstimator,
     OptionalEstimator,
     PoissonEstimator,
@@ -58,6 +60,18 @@ class Family:
 
 
 FAMILIES = {
+    "half_normal": Family(
+        "half_normal",
+        HalfNormalDistribution,
+        HalfNormalEstimator,
+        lambda p: st.halfnorm(scale=p[0]),
+        lambda x: (st.halfnorm.fit(x, floc=0)[1],),
+        (1.7,),
+        ((1.0,), (15.0,)),
+        -0.5,
+        "a non-negative finite number",
+        "filter the rows where dur < 0",
+    ),
     "rayleigh": Family(
         "rayleigh",
         RayleighDistribution,

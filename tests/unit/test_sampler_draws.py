@@ -227,6 +227,8 @@ RECORDED: dict[str, str] = {
     "gaussian-prior": "8174d9136647803e",
     "geometric": "790424c8523802e7",
     "geometric-prior": "0e7cbd553a5bf184",
+    "half_normal": "1e72332ff543fdde",
+    "half_normal-prior": "e0be02b3342975bd",
     "hmm-categorical": "f7e267c6675d1b3c",
     "hmm-diagonal-gaussian": "4189a1608dd148ae",
     "hmm-gaussian": "4ea5e167f65e58fb",
