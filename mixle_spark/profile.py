@@ -5,7 +5,8 @@ person reading segments wants a median spend, a missing rate, every label's shar
 model into that description, side by side across components, as JSON-able data that the report
 (:mod:`mixle_spark.report`), em_fit's ``summary.json`` and ``MixleModel.summary`` all carry:
 
-* a number (Gaussian, log-normal, exponential, Rayleigh, half-normal, gamma, Student-t, beta, Poisson,
+* a number (Gaussian, log-normal, exponential, Rayleigh, half-normal, inverse Gaussian,
+  gamma, Student-t, beta, Poisson,
   geometric, binomial, negative binomial): its mean, and its median and quartiles where the family has
   them in closed form (a log-normal's median is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``),
   else the mean and the standard deviation;
@@ -152,6 +153,7 @@ _SCALARS: dict[str, Any] = {
     "exponential": lambda p: _exponential(p["beta"]),
     "rayleigh": lambda p: _rayleigh(p["sigma"]),
     "half_normal": lambda p: _half_normal(p["sigma"]),
+    "inverse_gaussian": lambda p: _number(p["mu"], math.sqrt(p["mu"] ** 3 / p["lam"])),
     "gamma": lambda p: _number(p["k"] * p["theta"], math.sqrt(p["k"]) * p["theta"]),
     "beta": lambda p: _beta(p["alpha"], p["beta"]),
     "student_t": lambda p: _student_t(p["mu"], p["sigma"], p["dof"]),

@@ -96,6 +96,7 @@ _NUMERIC_FIELDS = (
     "exponential",
     "rayleigh",
     "half_normal",
+    "inverse_gaussian",
     "gamma",
     "beta",
     "student_t",

@@ -19,7 +19,7 @@ How it is computed, by family:
   deviations of every component's mean (by the normal approximation where a standard deviation
   passes 500);
 * continuous numbers (Gaussian, log-normal, exponential, Rayleigh, half-normal,
-  gamma, beta, Student-t, von Mises): by the
+  inverse Gaussian, gamma, beta, Student-t, von Mises): by the
   trapezoidal rule on each component's own grid (dense around its centre, reaching far into its
   tails), merged; positive families are integrated over ``ln x`` and beta over ``logit x``, which
   leaves ``I`` unchanged;
@@ -128,6 +128,18 @@ def _density(spec: Mapping[str, Any]) -> tuple[Callable[[np.ndarray], np.ndarray
         ls = math.log(float(spec["sigma"]))
         const = 0.5 * math.log(2 / math.pi)
         return (lambda u: const + (u - ls) - 0.5 * np.exp(2.0 * (u - ls))), ls + np.linspace(-45.0, 4.0, 2001)
+    if family == "inverse_gaussian":  # u = ln x: log p = c - u / 2 - lam (x - mu)^2 / (2 mu^2 x)
+        mu, lam = float(spec["mu"]), float(spec["lam"])
+        const = 0.5 * math.log(lam / (2 * math.pi))
+        centre, ratio = math.log(mu), lam / mu  # ln x has sd about 1 / sqrt(ratio) when ratio is large
+        lo, hi = centre + min(math.log(ratio), 0.0) - 12.0, centre + max(-math.log(ratio), 0.0) + 7.0
+        grid = np.concatenate([centre + _DENSE / math.sqrt(max(ratio, 1.0)), np.linspace(lo, hi, 4001)])
+
+        def log_density(u: np.ndarray) -> np.ndarray:
+            x = np.exp(u)
+            return const - 0.5 * u - lam * (x - mu) ** 2 / (2 * mu * mu * x)  # type: ignore[no-any-return]
+
+        return log_density, grid
     if family == "gamma":  # u = ln x
         k, lt = float(spec["k"]), math.log(float(spec["theta"]))
         const = math.lgamma(k) + k * lt

@@ -9,6 +9,7 @@ from mixle_spark.stats.exponential import ExponentialDistribution, ExponentialEs
 from mixle_spark.stats.gamma import GammaDistribution, GammaEstimator
 from mixle_spark.stats.geometric import GeometricDistribution, GeometricEstimator
 from mixle_spark.stats.half_normal import HalfNormalDistribution, HalfNormalEstimator
+from mixle_spark.stats.inverse_gaussian import InverseGaussianDistribution, InverseGaussianEstimator
 from mixle_spark.stats.log_gaussian import LogGaussianDistribution, LogGaussianEstimator
 from mixle_spark.stats.negative_binomial import NegativeBinomialDistribution, NegativeBinomialEstimator
 from mixle_spark.stats.poisson import PoissonDistribution, PoissonEstimator
@@ -41,6 +42,13 @@ CASES = [
         "half_normal-prior",
         HalfNormalDistribution(2000.0),
         HalfNormalEstimator(pseudo_count=1.0, suff_stat=1000.0),
+    ),
+    FamilyCase("inverse_gaussian", InverseGaussianDistribution(2.0, 5.0), InverseGaussianEstimator()),
+    # heavy right tail (lam / mu = 0.2) on a large scale, with a prior
+    FamilyCase(
+        "inverse_gaussian-prior",
+        InverseGaussianDistribution(5000.0, 1000.0),
+        InverseGaussianEstimator(pseudo_count=1.0, suff_stat=(4000.0, 2000.0)),
     ),
     FamilyCase("gamma", GammaDistribution(2.5, 1.5), GammaEstimator()),
     FamilyCase("gamma-small-shape", GammaDistribution(0.5, 10.0), GammaEstimator()),

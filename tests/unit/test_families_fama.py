@@ -17,13 +17,15 @@ import pytest
 import scipy.stats as st
 
 from mixle_spark.cli._fixes import fix_for
-from mixle_spark.errors import DataValueError
+from mixle_spark.errors import DataValueError, SpecError
 from mixle_spark.estimation import optimize
 from mixle_spark.profile import field_cell
 from mixle_spark.report.separation import separation
 from mixle_spark.stats import (
     HalfNormalDistribution,
     HalfNormalEstimator,
+    InverseGaussianDistribution,
+    InverseGaussianEstimator,
     MixtureEstimator,
     OptionalEstimator,
     PoissonEstimator,
@@ -59,7 +61,25 @@ class Family:
         return tuple(getattr(model, p.name) for p in model.parameters)
 
 
+def _invgauss_fit(x: np.ndarray) -> tuple[float, float]:
+    """scipy's fit ``(mu / lam, 0, lam)`` with ``floc=0`` as ``(mu, lam)``."""
+    shape, _, scale = st.invgauss.fit(x, floc=0)
+    return (shape * scale, scale)
+
+
 FAMILIES = {
+    "inverse_gaussian": Family(
+        "inverse_gaussian",
+        InverseGaussianDistribution,
+        InverseGaussianEstimator,
+        lambda p: st.invgauss(p[0] / p[1], scale=p[1]),
+        lambda x: _invgauss_fit(x),
+        (3.0, 4.5),
+        ((1.0, 20.0), (30.0, 60.0)),
+        0.0,
+        "a positive finite number",
+        "WHERE dur > 0",
+    ),
     "half_normal": Family(
         "half_normal",
         HalfNormalDistribution,
@@ -231,3 +251,20 @@ def test_profile_quartiles_and_separation(name: str) -> None:
     assert separation([specs[0], specs[0]], [0.4, 0.6]) == 0.0
     near = separation([specs[0], fam.make(*(v * 1.001 for v in fam.pair[0])).to_dict()], [0.5, 0.5])
     assert near is not None and 0.0 < near < 1e-3
+
+
+def test_degenerate_data_keep_a_finite_density() -> None:
+    constant = InverseGaussianEstimator().estimate(3.0, (3.0, 6.0, 1.5, 3 * math.log(2.0)))
+    assert (constant.mu, constant.lam) == (2.0, 2e8)
+    assert math.isfinite(constant.log_density(2.0))
+    zeros = _fit(HalfNormalEstimator(), np.zeros(3))
+    assert zeros.sigma == 1e-12 and math.isfinite(zeros.log_density(0.0))
+    assert _fit(RayleighEstimator(), np.full(4, 1e-300)).sigma == 1e-12
+    for est in (RayleighEstimator(), HalfNormalEstimator(), InverseGaussianEstimator()):
+        empty = est.estimate(0.0, est.accumulator_factory().make().value())
+        assert all(v == 1.0 for v in FAMILIES[est.to_dict()["type"]].params(empty))
+
+
+def test_inverse_gaussian_shape_bounds_are_checked() -> None:
+    with pytest.raises(SpecError, match=r"\(min_lam_over_mu, max_lam_over_mu\).*\(5.0, 2.0\)"):
+        InverseGaussianEstimator(min_lam_over_mu=5.0, max_lam_over_mu=2.0)

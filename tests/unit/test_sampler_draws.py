@@ -238,6 +238,8 @@ RECORDED: dict[str, str] = {
     "integer-categorical": "1ced32e46a3bba6c",
     "integer-categorical-prior": "59c1cf1d2439eb14",
     "integer-categorical-wide": "f224e83cc216adb8",
+    "inverse_gaussian": "4a298d36a4ea5431",
+    "inverse_gaussian-prior": "8c980cbd0ed9a029",
     "log_gaussian": "bd4bfdac97412d08",
     "log_gaussian-prior": "c0e01ed0ff6123cb",
     "markov-chain-int-labels": "ddcfb8b4a6be8343",
