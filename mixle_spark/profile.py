@@ -8,8 +8,8 @@ model into that description, side by side across components, as JSON-able data t
 * a number (Gaussian, log-normal, exponential, Rayleigh, half-normal, inverse Gaussian,
   gamma, Student-t, beta, Poisson,
   geometric, binomial, negative binomial): its mean, and its median and quartiles where the family has
-  them in closed form (a log-normal's median is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``),
-  else the mean and the standard deviation;
+  them in closed form (a log-normal's median is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``;
+  an inverse Gaussian's by bisection on its closed-form cdf), else the mean and the standard deviation;
 * labels (categorical, integer categorical): every label's probability, labels ordered by their share
   over all components;
 * a yes / no field (Bernoulli): the share of ones;
@@ -122,6 +122,43 @@ def _half_normal(sigma: float) -> dict[str, Any]:
     return _number(sigma * math.sqrt(2 / math.pi), sigma * math.sqrt(1 - 2 / math.pi), (q1, median, q3))
 
 
+def _log_normal_tail(z: float) -> float:
+    """``ln Phi(-z)`` for ``z >= 0``: by ``erfc`` while it is a normal number, beyond by the asymptotic
+    series of ``erfcx`` (Abramowitz & Stegun 7.1.23; at ``z / sqrt 2 > 26`` its next term is below 1e-12)."""
+    t = z / math.sqrt(2.0)
+    if t < 26.0:
+        return math.log(0.5 * math.erfc(t))
+    u = 1.0 / (2.0 * t * t)
+    series = 1.0 - u * (1.0 - 3.0 * u * (1.0 - 5.0 * u * (1.0 - 7.0 * u)))
+    return -t * t + math.log(0.5 * series / (t * math.sqrt(math.pi)))
+
+
+def _inverse_gaussian_cdf(x: float, mu: float, lam: float) -> float:
+    """``Phi(a) + exp(2 lam / mu) Phi(-b)`` with ``a, b = sqrt(lam / x) (x / mu -+ 1)`` (Chhikara & Folks
+    1989, eq. 2.3), the second term in logs: ``exp(2 lam / mu)`` alone overflows."""
+    r = math.sqrt(lam / x)
+    a, b = r * (x / mu - 1.0), r * (x / mu + 1.0)
+    first = 0.5 * math.erfc(-a / math.sqrt(2.0))
+    return first + math.exp(2.0 * lam / mu + _log_normal_tail(b))
+
+
+def _inverse_gaussian(mu: float, lam: float) -> dict[str, Any]:
+    """Mean ``mu``, sd ``sqrt(mu^3 / lam)``; the quartiles have no closed form: each is found by bisection
+    over ``ln x`` on the closed-form cdf, to 1e-13 relative."""
+    quartiles = []
+    for q in (0.25, 0.5, 0.75):
+        lo, hi = math.log(mu) - 60.0, math.log(mu) + 60.0
+        while hi - lo > 1e-13 * max(1.0, abs(lo)):
+            mid = 0.5 * (lo + hi)
+            if _inverse_gaussian_cdf(math.exp(mid), mu, lam) < q:
+                lo = mid
+            else:
+                hi = mid
+        quartiles.append(math.exp(0.5 * (lo + hi)))
+    q1, median, q3 = quartiles
+    return _number(mu, math.sqrt(mu**3 / lam), (q1, median, q3))
+
+
 def _beta(a: float, b: float) -> dict[str, Any]:
     mean = a / (a + b)
     return _number(mean, math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1))))
@@ -153,7 +190,7 @@ _SCALARS: dict[str, Any] = {
     "exponential": lambda p: _exponential(p["beta"]),
     "rayleigh": lambda p: _rayleigh(p["sigma"]),
     "half_normal": lambda p: _half_normal(p["sigma"]),
-    "inverse_gaussian": lambda p: _number(p["mu"], math.sqrt(p["mu"] ** 3 / p["lam"])),
+    "inverse_gaussian": lambda p: _inverse_gaussian(p["mu"], p["lam"]),
     "gamma": lambda p: _number(p["k"] * p["theta"], math.sqrt(p["k"]) * p["theta"]),
     "beta": lambda p: _beta(p["alpha"], p["beta"]),
     "student_t": lambda p: _student_t(p["mu"], p["sigma"], p["dof"]),

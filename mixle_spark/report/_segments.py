@@ -54,10 +54,10 @@ def _segments(model: Distribution, proba: np.ndarray | None, info: Mapping[str, 
         parts.append(
             _note(
                 "Numbers: the median and quartiles where the family has them (log-normal, Gaussian, "
-                "exponential, Rayleigh, half-normal), else the mean and standard deviation; the bar "
-                "spans the quartiles (or one standard deviation each side) on a scale shared across the "
-                "row, the tick marks the median (or mean). Labels: every label's probability within the "
-                "component."
+                "exponential, Rayleigh, half-normal, inverse Gaussian), else the mean and standard "
+                "deviation; the bar spans the quartiles (or one standard deviation each side) on a scale "
+                "shared across the row, the tick marks the median (or mean). Labels: every label's "
+                "probability within the component."
             )
         )
     if scored:
