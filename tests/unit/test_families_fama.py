@@ -278,3 +278,20 @@ def test_inverse_gaussian_quartiles_in_the_tails_of_its_shape(mu: float, lam: fl
     expected = st.invgauss(mu / lam, scale=lam).ppf([0.25, 0.5, 0.75])
     assert [cell["q1"], cell["median"], cell["q3"]] == pytest.approx(list(expected), rel=1e-9)
     assert cell["text"].startswith("median ")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_mixture_fast_path_scores_and_sums_as_the_direct_path(name: str) -> None:
+    fam = FAMILIES[name]
+    model = fam.make(*fam.truth)
+    x = fam.frozen(fam.truth).rvs(size=400, random_state=np.random.default_rng(54_109))
+    est = fam.estimator()
+    enc = est.encoder().encode(list(x))
+    phi = model.seq_features(enc)
+    np.testing.assert_allclose(phi @ model.feature_coefficients(enc), model.seq_log_density(enc), rtol=1e-12)
+    w = np.random.default_rng(54_110).random(400)
+    direct = est.accumulator_factory().make()
+    direct.seq_update(enc, w, model)
+    fast = est.accumulator_factory().make()
+    fast.add_feature_sums(w @ phi, enc, model)
+    np.testing.assert_allclose(fast.value(), direct.value(), rtol=1e-12)
