@@ -5,10 +5,10 @@ person reading segments wants a median spend, a missing rate, every label's shar
 model into that description, side by side across components, as JSON-able data that the report
 (:mod:`mixle_spark.report`), em_fit's ``summary.json`` and ``MixleModel.summary`` all carry:
 
-* a number (Gaussian, log-normal, exponential, gamma, Student-t, beta, Pareto, Poisson, geometric, binomial,
-  negative binomial): its mean, and its median and quartiles where the family has them in closed form
-  (a log-normal's median is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``), else the mean and
-  the standard deviation;
+* a number (Gaussian, log-normal, exponential, gamma, Student-t, beta, Pareto, inverse gamma, Poisson,
+  geometric, binomial, negative binomial): its mean, and its median and quartiles where the family has
+  them in closed form (a log-normal's median is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``),
+  else the mean and the standard deviation;
 * labels (categorical, integer categorical): every label's probability, labels ordered by their share
   over all components;
 * a yes / no field (Bernoulli): the share of ones;
@@ -114,6 +114,13 @@ def _pareto(x_m: float, alpha: float) -> dict[str, Any]:
     return _number(mean, sd, quartiles)
 
 
+def _inverse_gamma(a: float, b: float) -> dict[str, Any]:
+    """Mean ``b / (a - 1)`` (a > 1) and sd ``mean / sqrt(a - 2)`` (a > 2); its quantiles are the
+    gamma's, without a closed form."""
+    mean = b / (a - 1) if a > 1 else math.inf
+    return _number(mean, mean / math.sqrt(a - 2) if a > 2 else math.inf)
+
+
 def _beta(a: float, b: float) -> dict[str, Any]:
     mean = a / (a + b)
     return _number(mean, math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1))))
@@ -146,6 +153,7 @@ _SCALARS: dict[str, Any] = {
     "gamma": lambda p: _number(p["k"] * p["theta"], math.sqrt(p["k"]) * p["theta"]),
     "beta": lambda p: _beta(p["alpha"], p["beta"]),
     "pareto": lambda p: _pareto(p["x_m"], p["alpha"]),
+    "inverse_gamma": lambda p: _inverse_gamma(p["a"], p["b"]),
     "student_t": lambda p: _student_t(p["mu"], p["sigma"], p["dof"]),
     "von_mises": lambda p: _von_mises(p["mu"], p["kappa"]),
     "poisson": lambda p: _count(p["lam"], p["lam"]),

@@ -25,7 +25,7 @@ _BAD_VALUE = re.compile(
 
 _LABELS = ("CategoricalEstimator",)
 _INTEGER_LABELS = ("IntegerCategoricalEstimator",)
-_POSITIVE = ("LogGaussianEstimator", "GammaEstimator", "ParetoEstimator")
+_POSITIVE = ("LogGaussianEstimator", "GammaEstimator", "ParetoEstimator", "InverseGammaEstimator")
 _NON_NEGATIVE = ("ExponentialEstimator",)
 _COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator")
 _NUMBERS = "gaussian for any real number, poisson for counts, bernoulli for 0/1"

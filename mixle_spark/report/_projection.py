@@ -98,6 +98,7 @@ _NUMERIC_FIELDS = (
     "beta",
     "student_t",
     "pareto",
+    "inverse_gamma",
     "poisson",
     "geometric",
     "binomial",

@@ -18,9 +18,9 @@ How it is computed, by family:
 * counts (Poisson, geometric, binomial, negative binomial): exactly over the integers within 40 standard
   deviations of every component's mean (by the normal approximation where a standard deviation
   passes 500);
-* continuous numbers (Gaussian, log-normal, exponential, gamma, beta, Student-t, Pareto, von Mises): by the
-  trapezoidal rule on each component's own grid (dense around its centre, reaching far into its
-  tails), merged; positive families are integrated over ``ln x`` and beta over ``logit x``, which
+* continuous numbers (Gaussian, log-normal, exponential, gamma, beta, Student-t, Pareto, inverse gamma,
+  von Mises): by the trapezoidal rule on each component's own grid (dense around its centre, reaching
+  far into its tails), merged; positive families are integrated over ``ln x`` and beta over ``logit x``, which
   leaves ``I`` unchanged;
 * a Markov chain: exactly, over its first two labels (the initial label and the first transition);
 * anything else (hidden Markov models, nested mixtures, components of different families): no closed
@@ -131,6 +131,17 @@ def _density(spec: Mapping[str, Any]) -> tuple[Callable[[np.ndarray], np.ndarray
             ]
         )
         return (lambda u: k * u - np.exp(u - lt) - const), grid
+    if family == "inverse_gamma":  # u = ln x: the gamma's density in -u
+        a, lb = float(spec["a"]), math.log(float(spec["b"]))
+        const = a * lb - math.lgamma(a)
+        centre = lb - math.log(a)
+        grid = np.concatenate(
+            [
+                centre + _DENSE / math.sqrt(a),
+                np.linspace(centre - 6.0, centre + 45.0 / min(a, 1.0) + 5.0, 2001),
+            ]
+        )
+        return (lambda u: const - a * u - np.exp(lb - u)), grid
     if family == "pareto":  # u = ln x: alpha exp(-alpha (u - ln x_m)) from u = ln x_m on
         alpha, lxm = float(spec["alpha"]), math.log(float(spec["x_m"]))
         edge = np.array([np.nextafter(lxm, -np.inf), lxm])  # the jump at x_m, resolved

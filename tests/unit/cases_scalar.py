@@ -8,6 +8,7 @@ from mixle_spark.stats.binomial import BinomialDistribution, BinomialEstimator
 from mixle_spark.stats.exponential import ExponentialDistribution, ExponentialEstimator
 from mixle_spark.stats.gamma import GammaDistribution, GammaEstimator
 from mixle_spark.stats.geometric import GeometricDistribution, GeometricEstimator
+from mixle_spark.stats.inverse_gamma import InverseGammaDistribution, InverseGammaEstimator
 from mixle_spark.stats.log_gaussian import LogGaussianDistribution, LogGaussianEstimator
 from mixle_spark.stats.negative_binomial import NegativeBinomialDistribution, NegativeBinomialEstimator
 from mixle_spark.stats.pareto import ParetoDistribution, ParetoEstimator
@@ -84,5 +85,11 @@ CASES = [
         ParetoDistribution(0.01, 0.8),
         ParetoEstimator(pseudo_count=1.0, suff_stat=(0.01, 1.0)),
         n=10_000,
+    ),
+    FamilyCase("inverse_gamma", InverseGammaDistribution(3.0, 2.0), InverseGammaEstimator()),
+    FamilyCase(
+        "inverse_gamma-small-shape-prior",
+        InverseGammaDistribution(0.6, 50.0),
+        InverseGammaEstimator(pseudo_count=1.0, suff_stat=(1.0, 10.0)),
     ),
 ]
