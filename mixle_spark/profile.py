@@ -6,9 +6,9 @@ model into that description, side by side across components, as JSON-able data t
 (:mod:`mixle_spark.report`), em_fit's ``summary.json`` and ``MixleModel.summary`` all carry:
 
 * a number (Gaussian, log-normal, exponential, gamma, Student-t, beta, Pareto, inverse gamma, Poisson,
-  geometric, binomial, negative binomial): its mean, and its median and quartiles where the family has
-  them in closed form (a log-normal's median is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``),
-  else the mean and the standard deviation;
+  geometric, binomial, negative binomial, a point mass): its mean, and its median and quartiles where the
+  family has them in closed form (a log-normal's median is ``exp(mu)``, its quartiles
+  ``exp(mu ± 0.6745 sigma)``), else the mean and the standard deviation;
 * labels (categorical, integer categorical): every label's probability, labels ordered by their share
   over all components;
 * a yes / no field (Bernoulli): the share of ones;
@@ -154,6 +154,7 @@ _SCALARS: dict[str, Any] = {
     "beta": lambda p: _beta(p["alpha"], p["beta"]),
     "pareto": lambda p: _pareto(p["x_m"], p["alpha"]),
     "inverse_gamma": lambda p: _inverse_gamma(p["a"], p["b"]),
+    "point_mass": lambda p: _number(p["value"], 0.0, (p["value"],) * 3),
     "student_t": lambda p: _student_t(p["mu"], p["sigma"], p["dof"]),
     "von_mises": lambda p: _von_mises(p["mu"], p["kappa"]),
     "poisson": lambda p: _count(p["lam"], p["lam"]),

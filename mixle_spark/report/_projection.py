@@ -103,6 +103,7 @@ _NUMERIC_FIELDS = (
     "geometric",
     "binomial",
     "negative_binomial",
+    "point_mass",
 )
 
 

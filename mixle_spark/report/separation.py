@@ -14,7 +14,8 @@ the values), and so comparable across fields of any family.
 
 How it is computed, by family:
 
-* labels (categorical, integer categorical, Bernoulli, a multinomial's tokens): exactly, over the labels;
+* labels (categorical, integer categorical, Bernoulli, a multinomial's tokens) and point masses: exactly,
+  over the labels (values);
 * counts (Poisson, geometric, binomial, negative binomial): exactly over the integers within 40 standard
   deviations of every component's mean (by the normal approximation where a standard deviation
   passes 500);
@@ -268,6 +269,9 @@ def separation(specs: Sequence[Mapping[str, Any]], weights: Sequence[float] | np
         return _labels([[(label, p) for label, p in s["pmap"]] for s in specs], w)
     if family == "integer_categorical":
         return _labels([[(int(s["min_val"]) + i, p) for i, p in enumerate(s["p_vec"])] for s in specs], w)
+    if family == "point_mass":  # each component one value: exactly, over the values
+        values = sorted({float(s["value"]) for s in specs})
+        return discrete_separation([[float(float(s["value"]) == v) for v in values] for s in specs], w)
     if family == "bernoulli":
         return discrete_separation([[1.0 - float(s["p"]), float(s["p"])] for s in specs], w)
     if family in _COUNT_MOMENTS:

@@ -63,6 +63,7 @@ from mixle_spark.stats.multivariate_gaussian import *  # noqa: F403
 from mixle_spark.stats.negative_binomial import *  # noqa: F403
 from mixle_spark.stats.optional import *  # noqa: F403
 from mixle_spark.stats.pareto import *  # noqa: F403
+from mixle_spark.stats.point_mass import *  # noqa: F403
 from mixle_spark.stats.poisson import *  # noqa: F403
 from mixle_spark.stats.record import *  # noqa: F403
 from mixle_spark.stats.sequence import *  # noqa: F403

@@ -12,6 +12,7 @@ from mixle_spark.stats.inverse_gamma import InverseGammaDistribution, InverseGam
 from mixle_spark.stats.log_gaussian import LogGaussianDistribution, LogGaussianEstimator
 from mixle_spark.stats.negative_binomial import NegativeBinomialDistribution, NegativeBinomialEstimator
 from mixle_spark.stats.pareto import ParetoDistribution, ParetoEstimator
+from mixle_spark.stats.point_mass import PointMassDistribution, PointMassEstimator
 from mixle_spark.stats.poisson import PoissonDistribution, PoissonEstimator
 from mixle_spark.stats.student_t import StudentTDistribution, StudentTEstimator
 from mixle_spark.stats.von_mises import VonMisesDistribution, VonMisesEstimator
@@ -91,5 +92,14 @@ CASES = [
         "inverse_gamma-small-shape-prior",
         InverseGammaDistribution(0.6, 50.0),
         InverseGammaEstimator(pseudo_count=1.0, suff_stat=(1.0, 10.0)),
+    ),
+    # A point mass draws the same records whatever the seed ("deterministic": the sampler contract
+    # checks reproducibility only).
+    FamilyCase("point_mass", PointMassDistribution(3.0), PointMassEstimator(), extra={"deterministic": True}),
+    FamilyCase(
+        "point_mass-negative-prior",
+        PointMassDistribution(-0.25),
+        PointMassEstimator(pseudo_count=1.0, suff_stat=-0.25),
+        extra={"deterministic": True},
     ),
 ]

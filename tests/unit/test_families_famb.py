@@ -13,7 +13,7 @@ import pytest
 import scipy.stats
 
 from mixle_spark.cli._fixes import fix_for
-from mixle_spark.errors import ConvergenceWarning, DataValueError
+from mixle_spark.errors import ConvergenceWarning, DataValueError, DegenerateComponentError, SpecError
 from mixle_spark.estimation import optimize
 from mixle_spark.profile import field_cell
 from mixle_spark.report.separation import separation
@@ -25,6 +25,8 @@ from mixle_spark.stats import (
     OptionalEstimator,
     ParetoDistribution,
     ParetoEstimator,
+    PointMassDistribution,
+    PointMassEstimator,
     PoissonEstimator,
     RecordEstimator,
     SequenceEstimator,
@@ -297,3 +299,96 @@ def test_inverse_gamma_inside_optional_and_sequence():
     model = optimize(seqs, est, max_its=5)
     k, _, theta = scipy.stats.gamma.fit(1.0 / values, floc=0)
     assert (model.dist.a, model.dist.b) == pytest.approx((k, 1.0 / theta), rel=1e-9)
+
+
+# -- point mass ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "seed"), [(7, 5421), (-3, 5422)])
+def test_point_mass_fit_and_log_pmf_match_scipy(value, seed):
+    degenerate = scipy.stats.randint(value, value + 1)  # scipy's one-value discrete distribution
+    x = degenerate.rvs(N, random_state=np.random.default_rng(seed)).astype(np.float64)
+    model = _fit_once(PointMassEstimator(), x)
+    assert model.value == value
+    assert _loglik(model, x) == 0.0 == float(degenerate.logpmf(x).sum())
+    support = np.arange(value - 5, value + 6, dtype=np.float64)
+    got = model.seq_log_density(model.encoder().encode(list(support)))
+    np.testing.assert_array_equal(got, degenerate.logpmf(support))
+    assert [model.log_density(v) for v in (value, value + 0.5)] == [0.0, -np.inf]
+
+
+def test_point_mass_of_a_fraction_matches_scipy_rv_discrete():
+    dist = PointMassDistribution(2.5)
+    ref = scipy.stats.rv_discrete(values=([2.5], [1.0]))
+    x = np.array([2.5, 2.4999999999999996, 0.0, -2.5])
+    np.testing.assert_array_equal(dist.seq_log_density(dist.encoder().encode(list(x))), ref.logpmf(x))
+
+
+def test_point_mass_refuses_rows_of_positive_weight_that_differ():
+    est = PointMassEstimator()
+    acc = est.accumulator_factory().make()
+    acc.seq_update(est.encoder().encode([0.0, 4.0, 2.0, 9.0]), np.array([1.0, 0.5, 1.0, 0.0]), None)
+    with pytest.raises(DataValueError, match=r"different values, 0\.0 to 4\.0; a point mass fits"):
+        est.estimate(2.5, acc.value())
+    acc = est.accumulator_factory().make()
+    acc.seq_update(est.encoder().encode([0.0, 4.0]), np.array([0.0, 2.0]), None)
+    assert est.estimate(2.0, acc.value()).value == 4.0  # rows of zero weight do not count
+    assert est.estimate(0.0, (0.0, np.inf, -np.inf)).value == 0.0
+    assert PointMassEstimator(suff_stat=5.0).estimate(0.0, (0.0, np.inf, -np.inf)).value == 5.0
+    with pytest.raises(DataValueError, match=r"1\.0 to 5\.0"):  # a pseudo-row at 5 disagrees with 1
+        _fit_once(PointMassEstimator(pseudo_count=1.0, suff_stat=5.0), [1.0, 1.0])
+
+
+def test_point_mass_mixture_recovers_components():
+    """Two point masses at 0 and 5 (weights 0.3, 0.7) on 50,000 rows. The M-step refuses differing
+    values of positive weight, so EM starts from a model (any two values present in the data); then
+    each row's responsibility is 1 for its own value's component and the weights are the shares."""
+    rng = np.random.default_rng(5423)
+    x = np.where(rng.random(50_000) < 0.3, 0.0, 5.0)
+    start = MixtureDistribution([PointMassDistribution(0.0), PointMassDistribution(5.0)], [0.5, 0.5])
+    model = _mixture_fit(x, PointMassEstimator(), start, its=20)
+    assert [c.value for c in model.components] == [0.0, 5.0]
+    assert model.w == pytest.approx([np.mean(x == 0.0), np.mean(x == 5.0)], rel=1e-12)
+    assert model.w[0] == pytest.approx(0.3, rel=0.05)
+    # from a random start every component sees both values: the mixture names each refusing component
+    with pytest.raises(
+        DegenerateComponentError, match=r"component 0: DataValueError: .*different values, 0\.0 to 5\.0"
+    ):
+        optimize(list(x), MixtureEstimator([PointMassEstimator()] * 2), max_its=5, seed=1)
+
+
+def test_point_mass_beside_a_count_family_is_refused_by_the_mixture():
+    """A zero-inflated count as mixture(point_mass(0), poisson) is refused today: the mixture's
+    components must read one encoding, and a point mass reads plain numbers while a Poisson reads
+    counts (with log x!). Issue 54's zero_inflated combinator is the way to that model."""
+    with pytest.raises(SpecError, match=r"all components must read one encoding.*PointMassEncoder"):
+        MixtureEstimator([PoissonEstimator(), PointMassEstimator()]).encoder()
+
+
+def test_point_mass_value_outside_the_support_names_column_row_value():
+    rows = [{"n": 0.0}, {"n": float("nan")}]
+    with pytest.raises(DataValueError, match=r"^column 'n': expected a finite number for PointMassEstimator"):
+        optimize(rows, RecordEstimator({"n": PointMassEstimator()}))
+    table = pa.table({"n": pa.array([0.0, 1.0, float("inf")])})
+    with pytest.raises(
+        DataValueError,
+        match=r"^column 'n': expected a finite number for PointMassEstimator, got inf \(row 3 of 3\)$",
+    ):
+        optimize(table, RecordEstimator({"n": PointMassEstimator()}))
+
+
+def test_point_mass_json_profile_separation_and_wrappers():
+    _json_round_trip(PointMassDistribution(-1.5), PointMassEstimator(pseudo_count=1.0, suff_stat=-1.5))
+    assert count_free_parameters(PointMassDistribution(0.0), PointMassEstimator()) == 1
+    cell = field_cell({"type": "point_mass", "value": 4.0})
+    assert (cell["q1"], cell["median"], cell["q3"], cell["mean"], cell["sd"]) == (4.0, 4.0, 4.0, 4.0, 0.0)
+    specs = [{"type": "point_mass", "value": 0.0}, {"type": "point_mass", "value": 1.0}]
+    assert separation(specs, [0.3, 0.7]) == pytest.approx(1.0, rel=1e-12)
+    rows = [None if i % 3 == 0 else 2.0 for i in range(3000)]
+    model = optimize(rows, OptionalEstimator(PointMassEstimator()), max_its=3)
+    assert (model.p, model.dist.value) == (pytest.approx(1 / 3, rel=1e-12), 2.0)
+    seqs = [[2.0] * (i % 4) for i in range(400)]
+    model = optimize(
+        seqs, SequenceEstimator(PointMassEstimator(), len_estimator=PoissonEstimator()), max_its=3
+    )
+    assert model.dist.value == 2.0 and model.len_dist.lam == pytest.approx(1.5, rel=1e-12)
