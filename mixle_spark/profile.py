@@ -5,11 +5,11 @@ person reading segments wants a median spend, a missing rate, every label's shar
 model into that description, side by side across components, as JSON-able data that the report
 (:mod:`mixle_spark.report`), em_fit's ``summary.json`` and ``MixleModel.summary`` all carry:
 
-* a number (Gaussian, log-normal, exponential, Rayleigh, half-normal, inverse Gaussian,
-  gamma, Student-t, beta, Poisson,
-  geometric, binomial, negative binomial): its mean, and its median and quartiles where the family has
-  them in closed form (a log-normal's median is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``;
-  an inverse Gaussian's by bisection on its closed-form cdf), else the mean and the standard deviation;
+* a number (Gaussian, log-normal, exponential, Rayleigh, half-normal, inverse Gaussian, gamma,
+  inverse gamma, Pareto, Student-t, beta, Poisson, geometric, binomial, negative binomial, a point mass):
+  its mean, and its median and quartiles where the family has them in closed form (a log-normal's median
+  is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``; an inverse Gaussian's by bisection on its
+  closed-form cdf), else the mean and the standard deviation;
 * labels (categorical, integer categorical): every label's probability, labels ordered by their share
   over all components;
 * a yes / no field (Bernoulli): the share of ones;
@@ -159,6 +159,22 @@ def _inverse_gaussian(mu: float, lam: float) -> dict[str, Any]:
     return _number(mu, math.sqrt(mu**3 / lam), (q1, median, q3))
 
 
+def _pareto(x_m: float, alpha: float) -> dict[str, Any]:
+    """Quantiles ``x_m (1 - q)^(-1 / alpha)``; the mean is infinite for ``alpha <= 1``, the sd for
+    ``alpha <= 2`` (left out of the numbers, see :func:`_number`)."""
+    mean = alpha * x_m / (alpha - 1) if alpha > 1 else math.inf
+    sd = x_m / (alpha - 1) * math.sqrt(alpha / (alpha - 2)) if alpha > 2 else math.inf
+    quartiles = (x_m * (4 / 3) ** (1 / alpha), x_m * 2 ** (1 / alpha), x_m * 4 ** (1 / alpha))
+    return _number(mean, sd, quartiles)
+
+
+def _inverse_gamma(a: float, b: float) -> dict[str, Any]:
+    """Mean ``b / (a - 1)`` (a > 1) and sd ``mean / sqrt(a - 2)`` (a > 2); its quantiles are the
+    gamma's, without a closed form."""
+    mean = b / (a - 1) if a > 1 else math.inf
+    return _number(mean, mean / math.sqrt(a - 2) if a > 2 else math.inf)
+
+
 def _beta(a: float, b: float) -> dict[str, Any]:
     mean = a / (a + b)
     return _number(mean, math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1))))
@@ -193,6 +209,9 @@ _SCALARS: dict[str, Any] = {
     "inverse_gaussian": lambda p: _inverse_gaussian(p["mu"], p["lam"]),
     "gamma": lambda p: _number(p["k"] * p["theta"], math.sqrt(p["k"]) * p["theta"]),
     "beta": lambda p: _beta(p["alpha"], p["beta"]),
+    "pareto": lambda p: _pareto(p["x_m"], p["alpha"]),
+    "inverse_gamma": lambda p: _inverse_gamma(p["a"], p["b"]),
+    "point_mass": lambda p: _number(p["value"], 0.0, (p["value"],) * 3),
     "student_t": lambda p: _student_t(p["mu"], p["sigma"], p["dof"]),
     "von_mises": lambda p: _von_mises(p["mu"], p["kappa"]),
     "poisson": lambda p: _count(p["lam"], p["lam"]),

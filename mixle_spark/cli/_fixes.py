@@ -25,7 +25,14 @@ _BAD_VALUE = re.compile(
 
 _LABELS = ("CategoricalEstimator",)
 _INTEGER_LABELS = ("IntegerCategoricalEstimator",)
-_POSITIVE = ("LogGaussianEstimator", "GammaEstimator", "RayleighEstimator", "InverseGaussianEstimator")
+_POSITIVE = (
+    "LogGaussianEstimator",
+    "GammaEstimator",
+    "RayleighEstimator",
+    "InverseGaussianEstimator",
+    "ParetoEstimator",
+    "InverseGammaEstimator",
+)
 _NON_NEGATIVE = ("ExponentialEstimator", "HalfNormalEstimator")
 _COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator")
 _NUMBERS = "gaussian for any real number, poisson for counts, bernoulli for 0/1"

@@ -100,10 +100,13 @@ _NUMERIC_FIELDS = (
     "gamma",
     "beta",
     "student_t",
+    "pareto",
+    "inverse_gamma",
     "poisson",
     "geometric",
     "binomial",
     "negative_binomial",
+    "point_mass",
 )
 
 

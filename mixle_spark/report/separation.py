@@ -14,14 +14,15 @@ the values), and so comparable across fields of any family.
 
 How it is computed, by family:
 
-* labels (categorical, integer categorical, Bernoulli, a multinomial's tokens): exactly, over the labels;
+* labels (categorical, integer categorical, Bernoulli, a multinomial's tokens) and point masses: exactly,
+  over the labels (values);
 * counts (Poisson, geometric, binomial, negative binomial): exactly over the integers within 40 standard
   deviations of every component's mean (by the normal approximation where a standard deviation
   passes 500);
-* continuous numbers (Gaussian, log-normal, exponential, Rayleigh, half-normal,
-  inverse Gaussian, gamma, beta, Student-t, von Mises): by the
-  trapezoidal rule on each component's own grid (dense around its centre, reaching far into its
-  tails), merged; positive families are integrated over ``ln x`` and beta over ``logit x``, which
+* continuous numbers (Gaussian, log-normal, exponential, Rayleigh, half-normal, inverse Gaussian,
+  gamma, inverse gamma, Pareto, beta, Student-t, von Mises): by the trapezoidal rule on each
+  component's own grid (dense around its centre, reaching far into its tails), merged; positive
+  families are integrated over ``ln x`` and beta over ``logit x``, which
   leaves ``I`` unchanged;
 * a Markov chain: exactly, over its first two labels (the initial label and the first transition);
 * anything else (hidden Markov models, nested mixtures, components of different families): no closed
@@ -151,6 +152,23 @@ def _density(spec: Mapping[str, Any]) -> tuple[Callable[[np.ndarray], np.ndarray
             ]
         )
         return (lambda u: k * u - np.exp(u - lt) - const), grid
+    if family == "inverse_gamma":  # u = ln x: the gamma's density in -u
+        a, lb = float(spec["a"]), math.log(float(spec["b"]))
+        const = a * lb - math.lgamma(a)
+        centre = lb - math.log(a)
+        grid = np.concatenate(
+            [
+                centre + _DENSE / math.sqrt(a),
+                np.linspace(centre - 6.0, centre + 45.0 / min(a, 1.0) + 5.0, 2001),
+            ]
+        )
+        return (lambda u: const - a * u - np.exp(lb - u)), grid
+    if family == "pareto":  # u = ln x: alpha exp(-alpha (u - ln x_m)) from u = ln x_m on
+        alpha, lxm = float(spec["alpha"]), math.log(float(spec["x_m"]))
+        edge = np.array([np.nextafter(lxm, -np.inf), lxm])  # the jump at x_m, resolved
+        grid = np.concatenate([edge, lxm + np.geomspace(1e-9, 60.0, 2001) / alpha])
+        la = math.log(alpha)
+        return (lambda u: np.where(u >= lxm, la - alpha * (u - lxm), -np.inf)), grid
     if family == "beta":  # u = logit x
         a, b = float(spec["alpha"]), float(spec["beta"])
         const = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
@@ -271,6 +289,9 @@ def separation(specs: Sequence[Mapping[str, Any]], weights: Sequence[float] | np
         return _labels([[(label, p) for label, p in s["pmap"]] for s in specs], w)
     if family == "integer_categorical":
         return _labels([[(int(s["min_val"]) + i, p) for i, p in enumerate(s["p_vec"])] for s in specs], w)
+    if family == "point_mass":  # each component one value: exactly, over the values
+        values = sorted({float(s["value"]) for s in specs})
+        return discrete_separation([[float(float(s["value"]) == v) for v in values] for s in specs], w)
     if family == "bernoulli":
         return discrete_separation([[1.0 - float(s["p"]), float(s["p"])] for s in specs], w)
     if family in _COUNT_MOMENTS:

@@ -55,6 +55,7 @@ from mixle_spark.stats.half_normal import *  # noqa: F403
 from mixle_spark.stats.hidden_markov import *  # noqa: F403
 from mixle_spark.stats.ignored import *  # noqa: F403
 from mixle_spark.stats.integer_categorical import *  # noqa: F403
+from mixle_spark.stats.inverse_gamma import *  # noqa: F403
 from mixle_spark.stats.inverse_gaussian import *  # noqa: F403
 from mixle_spark.stats.log_gaussian import *  # noqa: F403
 from mixle_spark.stats.markov_chain import *  # noqa: F403
@@ -63,6 +64,8 @@ from mixle_spark.stats.multinomial import *  # noqa: F403
 from mixle_spark.stats.multivariate_gaussian import *  # noqa: F403
 from mixle_spark.stats.negative_binomial import *  # noqa: F403
 from mixle_spark.stats.optional import *  # noqa: F403
+from mixle_spark.stats.pareto import *  # noqa: F403
+from mixle_spark.stats.point_mass import *  # noqa: F403
 from mixle_spark.stats.poisson import *  # noqa: F403
 from mixle_spark.stats.rayleigh import *  # noqa: F403
 from mixle_spark.stats.record import *  # noqa: F403

@@ -219,4 +219,5 @@ def test_samplers_are_reproducible(case: FamilyCase) -> None:
     b = json.dumps(_records(case, 20, seed=9), default=repr)
     c = json.dumps(_records(case, 20, seed=10), default=repr)
     assert a == b
-    assert a != c
+    if not case.extra.get("deterministic"):  # a point mass draws its value whatever the seed
+        assert a != c
