@@ -14,8 +14,9 @@ planning, training or backend code; the encoded-data registry knows the built-in
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mixle_spark._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from mixle_spark.parallel.backends.local import (
@@ -125,17 +126,7 @@ _EXPORTS: dict[str, str] = {
 """Each public name and the module that defines it."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # once: later lookups do not come here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 
 __all__ = [

@@ -18,9 +18,9 @@ options) and the model files' (which carry the statistics of an EM fit) are impo
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from mixle_spark._lazy import lazy_exports
 from mixle_spark.spec.estimators import MAX_COMPONENTS, MAX_SPEC_NODES, estimator_from_spec
 from mixle_spark.spec.json_text import MAX_INTEGER_DIGITS, MAX_NESTING, MAX_SPEC_BYTES, loads_checked
 from mixle_spark.stats.base import distribution_from_dict as distribution_from_dict  # as before
@@ -60,17 +60,7 @@ _EXPORTS = {
 """Each name imported on first use and the module that defines it."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # once: later lookups do not come here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 
 __all__ = [
