@@ -9,7 +9,8 @@ model into that description, side by side across components, as JSON-able data t
   inverse gamma, Pareto, Student-t, beta, Poisson, geometric, binomial, negative binomial, a point mass):
   its mean, and its median and quartiles where the family has them in closed form (a log-normal's median
   is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``; an inverse Gaussian's by bisection on its
-  closed-form cdf), else the mean and the standard deviation;
+  closed-form cdf), else the mean and the standard deviation; any other scalar family that gives its
+  own ``mean``, ``variance`` and ``quantile`` is described by them;
 * labels (categorical, integer categorical): every label's probability, labels ordered by their share
   over all components;
 * a yes / no field (Bernoulli): the share of ones;
@@ -46,10 +47,19 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.report.parameters import describe_parameters
+from mixle_spark.report.separation import is_number as described_number
 from mixle_spark.report.separation import separation
-from mixle_spark.stats.base import Distribution
+from mixle_spark.stats._scalar_common import describes
+from mixle_spark.stats.base import Distribution, distribution_from_dict
 
-__all__ = ["CERTAINTY_BINS", "assignment_summary", "field_cell", "merge_assignments", "segment_profile"]
+__all__ = [
+    "CERTAINTY_BINS",
+    "assignment_summary",
+    "field_cell",
+    "is_number",
+    "merge_assignments",
+    "segment_profile",
+]
 
 CERTAINTY_BINS = 20
 """Bins of the maximum posterior probability over [0, 1] (a row's certainty of its segment)."""
@@ -223,10 +233,38 @@ _SCALARS: dict[str, Any] = {
 }
 
 
+def _described(spec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The cell of a scalar family that describes itself (its ``moments``, and its ``quantile`` for the
+    quartiles where it has one), None for a family that does not."""
+    if not described_number(str(spec.get("type"))):
+        return None
+    dist: Any = distribution_from_dict(dict(spec))
+    mean, variance = (float(v) for v in dist.moments())
+    sd = math.sqrt(variance) if variance >= 0 else math.nan
+    if describes(dist, "quantile"):
+        q1, median, q3 = (float(q) for q in dist.quantile(np.array([0.25, 0.5, 0.75])))
+        return _number(mean, sd, (q1, median, q3))
+    return _number(mean, sd)
+
+
+def is_number(family: str) -> bool:
+    """Whether the profile describes ``family`` as a number (mean, sd, quartiles where it has them)."""
+    return family in _SCALARS or described_number(family)
+
+
 def field_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
     """One numeric field's description (``mean``, ``sd``, and ``q1`` / ``median`` / ``q3`` where the
-    family has them, ``text``) from its spec; KeyError for a family that is not a number."""
-    return dict(_SCALARS[str(spec["type"])](spec))
+    family has them, ``text``) from its spec; KeyError for a family that is not a number.
+
+    The families listed here have their cells written out; any other scalar family that gives its own
+    ``mean`` and ``variance`` (and ``quantile``) is described by those."""
+    family = str(spec["type"])
+    if family in _SCALARS:
+        return dict(_SCALARS[family](spec))
+    cell = _described(spec)
+    if cell is None:
+        raise KeyError(family)
+    return cell
 
 
 def _label_rows(path: str, family: str, pmaps: list[list[tuple[Any, float]]], weights: np.ndarray) -> dict:
@@ -266,8 +304,8 @@ def _rows(specs: list[Mapping[str, Any]], path: str, weights: np.ndarray) -> lis
             for i in range(count)
             for row in _rows([s["components"][i] for s in specs], f"{path}[{i}]", weights)
         ]
-    if family in _SCALARS:
-        cells = [_SCALARS[family](s) for s in specs]
+    if is_number(family):
+        cells = [field_cell(s) for s in specs]
         return [{"field": path, "family": family, "kind": _NUMBER, "cells": cells, **_scored(specs, weights)}]
     if family == "bernoulli":
         cells = [{"share": float(s["p"]), "text": f"{100 * float(s['p']):.1f}% ones"} for s in specs]

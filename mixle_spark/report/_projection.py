@@ -125,7 +125,7 @@ def _modelled_numeric(model: Distribution) -> list[tuple[str, str, np.ndarray]] 
         family = str(inner[0].get("type"))
         if any(f.get("type") != family for f in inner):
             continue
-        if family in _NUMERIC_FIELDS:
+        if family in _NUMERIC_FIELDS or profiles.is_number(family):
             means = np.array([[_field_mean(f)] for f in inner], dtype=np.float64)
             found.append((str(name), family, means))
         elif family in ("diagonal_gaussian", "multivariate_gaussian"):

@@ -24,6 +24,9 @@ How it is computed, by family:
   component's own grid (dense around its centre, reaching far into its tails), merged; positive
   families are integrated over ``ln x`` and beta over ``logit x``, which
   leaves ``I`` unchanged;
+* any other scalar family that gives its own ``quantile``: a count family exactly over the integers
+  between its components' 1e-12 and 1 - 1e-12 quantiles, a continuous one by the trapezoidal rule over
+  the merged grids of its components' quantiles (dense in both tails), in the data's units;
 * a Markov chain: exactly, over its first two labels (the initial label and the first transition);
 * anything else (hidden Markov models, nested mixtures, components of different families): no closed
   form; 0 when the field's parameters are identical in every component, else None (not ranked).
@@ -43,6 +46,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from mixle_spark.stats._scalar_common import describes
+from mixle_spark.stats.base import distribution_from_dict, registered_distributions
 
 __all__ = ["SAME_THRESHOLD", "discrete_separation", "separation"]
 
@@ -194,6 +200,46 @@ def _density(spec: Mapping[str, Any]) -> tuple[Callable[[np.ndarray], np.ndarray
     raise KeyError(family)
 
 
+_TAIL_P = np.concatenate([np.logspace(-14.0, -2.0, 241), np.linspace(0.01, 0.99, 1961)])
+_GRID_P = np.unique(np.concatenate([_TAIL_P, 1.0 - _TAIL_P]))
+"""The probabilities whose quantiles make a self-described component's grid: dense in both tails."""
+
+_MAX_COUNT_SPAN = 200_000
+"""A self-described count family is summed exactly over at most this many integers, else not ranked."""
+
+
+def is_number(family: str) -> bool:
+    """Whether ``family`` is a scalar family that gives its own moments (mean and variance)."""
+    cls = registered_distributions().get(family)
+    return cls is not None and describes(cls, "moments")
+
+
+def _described(specs: Sequence[Mapping[str, Any]], w: np.ndarray) -> float | None:
+    """The separation of a scalar family that gives its own ``quantile`` (and no closed form here): a
+    count family summed over the integers between its components' 1e-12 and 1 - 1e-12 quantiles, a
+    continuous one by the trapezoidal rule over the merged grids of its components' quantiles. Raises
+    KeyError for a family that does not describe itself."""
+    if not all(is_number(str(s.get("type"))) for s in specs):
+        raise KeyError(str(specs[0].get("type")))
+    dists: list[Any] = [distribution_from_dict(dict(s)) for s in specs]
+    if not all(describes(d, "quantile") for d in dists):
+        raise KeyError(str(specs[0].get("type")))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        if all(getattr(d, "record_type", float) is int for d in dists):
+            ends = np.array([d.quantile(np.array([1e-12, 1.0 - 1e-12])) for d in dists])
+            low, high = float(ends[:, 0].min()), float(ends[:, 1].max())
+            if not (math.isfinite(low) and math.isfinite(high)) or high - low > _MAX_COUNT_SPAN:
+                return None
+            x = np.arange(low, high + 1.0)
+            steps = None
+        else:
+            x = np.unique(np.concatenate([d.quantile(_GRID_P) for d in dists]))
+            x = x[np.isfinite(x)]
+            steps = np.diff(x)
+        logs = np.array([d.seq_log_density(d.encoder().pack(x)) for d in dists], dtype=np.float64)
+    return _from_logs(logs, w, steps)
+
+
 def _count_log_pmf(spec: Mapping[str, Any], x: np.ndarray) -> np.ndarray:
     family = str(spec["type"])
     lgamma = np.vectorize(math.lgamma, otypes=[np.float64])
@@ -300,6 +346,9 @@ def separation(specs: Sequence[Mapping[str, Any]], weights: Sequence[float] | np
         return _markov(specs, w)
     try:
         parts = [_density(s) for s in specs]
-    except KeyError:  # no closed form, and the parameters differ
-        return None
+    except KeyError:
+        try:
+            return _described(specs, w)
+        except KeyError:  # no closed form, and the parameters differ
+            return None
     return _continuous([f for f, _ in parts], [g for _, g in parts], w)

@@ -11,7 +11,9 @@
 * :class:`OneParameterEstimator` - options, floor, estimate and spec of those families' estimators.
 * :class:`ScalarFamily` - a distribution declared by its :class:`Parameter` s: validation (the
   message names the value), ``to_dict`` / ``from_dict``, ``encoder``, ``draw`` and ``estimator``
-  follow from the declaration and the family's numpy generator call (``variates``).
+  follow from the declaration and the family's numpy generator call (``variates``); a family may
+  also give its ``moments`` (mean, variance), ``log_cdf``, ``log_survival`` and ``quantile``
+  (:func:`describes` tells which it has).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ __all__ = [
     "bound",
     "check_bounds",
     "check_counts",
+    "describes",
     "floor",
     "prior",
     "prior_tuple",
@@ -123,6 +126,49 @@ class ScalarFamily(Distribution):
 
     def encoder(self) -> Encoder:
         return self.encoder_class()
+
+    # What a family may say about itself beyond its density. Each is optional: a family defines the
+    # ones it has in closed form (or to float precision); :func:`describes` tells which it has. The
+    # segment profile (mean, sd, quartiles), the report's separation and projection, and the
+    # truncated / censored / hurdle combinators read them. ``x`` and ``p`` are float64 arrays of raw
+    # values (a count family's integers as floats); results have their shape.
+    def moments(self) -> tuple[float, float]:
+        """The mean and the variance, ``math.inf`` where one does not exist (a Pareto's mean at
+        ``alpha <= 1``)."""
+        raise NotImplementedError(f"{self.family} has no closed-form moments")
+
+    def log_cdf(self, x: np.ndarray) -> np.ndarray:
+        """``ln P(X <= x)`` elementwise (``-inf`` below the support, 0 above it)."""
+        raise NotImplementedError(f"{self.family} has no cdf")
+
+    def log_survival(self, x: np.ndarray) -> np.ndarray:
+        """``ln P(X > x)`` elementwise, accurate where the cdf rounds to 1 (far in the upper tail)."""
+        raise NotImplementedError(f"{self.family} has no survival function")
+
+    def quantile(self, p: np.ndarray) -> np.ndarray:
+        """The least ``x`` with ``P(X <= x) >= p`` elementwise, for ``p`` in [0, 1] (a count family's an
+        integer; the support's ends at 0 and 1, which may be infinite)."""
+        raise NotImplementedError(f"{self.family} has no quantile function")
+
+
+_DESCRIPTIONS = ("moments", "log_cdf", "log_survival", "quantile")
+
+
+def describes(dist: Any, *names: str) -> bool:
+    """Whether ``dist`` (a distribution or its class) defines every one of ``names`` (of ``moments``,
+    ``log_cdf``, ``log_survival``, ``quantile``) rather than inheriting :class:`ScalarFamily`'s refusal.
+
+    >>> from mixle_spark.stats import ExponentialDistribution
+    >>> describes(ExponentialDistribution(1.0), "moments", "quantile")
+    True
+    """
+    unknown = set(names) - set(_DESCRIPTIONS)
+    if unknown:
+        raise ValueError(f"describes: unknown name(s) {sorted(unknown)}; expected some of {_DESCRIPTIONS}")
+    cls = dist if isinstance(dist, type) else type(dist)
+    if not issubclass(cls, ScalarFamily):
+        return False
+    return all(getattr(cls, name) is not getattr(ScalarFamily, name) for name in names)
 
 
 class ScalarEncoder(Encoder):

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.stats._cdf import log1m_exp
 from mixle_spark.stats._scalar_common import (
     OneParameterEstimator,
     ScalarEncoder,
@@ -73,6 +74,19 @@ class ExponentialDistribution(ScalarFamily):
 
     def seq_log_density(self, enc: np.ndarray) -> np.ndarray:
         return -self._log_beta - enc / self.beta
+
+    def moments(self) -> tuple[float, float]:
+        return self.beta, self.beta * self.beta
+
+    def log_cdf(self, x: np.ndarray) -> np.ndarray:
+        return log1m_exp(np.maximum(np.asarray(x, dtype=np.float64), 0.0) / self.beta)  # type: ignore[no-any-return]
+
+    def log_survival(self, x: np.ndarray) -> np.ndarray:
+        return -np.maximum(np.asarray(x, dtype=np.float64), 0.0) / self.beta  # type: ignore[no-any-return]
+
+    def quantile(self, p: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            return -self.beta * np.log1p(-np.asarray(p, dtype=np.float64))  # type: ignore[no-any-return]
 
     # Mixture fast path: log p(x) = [1, x] @ [-log beta, -1 / beta].
     def feature_key(self) -> Any:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.stats._cdf import log1m_exp
 from mixle_spark.stats._scalar_common import (
     OneParameterEstimator,
     Parameter,
@@ -81,6 +82,29 @@ class GeometricDistribution(ScalarFamily):
         if self.p == 1.0:
             return np.where(enc == 1.0, 0.0, -np.inf)
         return self._log_p + (enc - 1.0) * self._log_q
+
+    def moments(self) -> tuple[float, float]:
+        return 1.0 / self.p, (1.0 - self.p) / (self.p * self.p)
+
+    def log_survival(self, x: np.ndarray) -> np.ndarray:
+        """``ln P(X > x) = floor(x) ln(1 - p)`` for ``x >= 1`` (0 below the support)."""
+        k = np.floor(np.maximum(np.asarray(x, dtype=np.float64), 0.0))
+        with np.errstate(invalid="ignore"):
+            return np.where(k > 0, k * self._log_q, 0.0)  # type: ignore[no-any-return]
+
+    def log_cdf(self, x: np.ndarray) -> np.ndarray:
+        k = np.floor(np.maximum(np.asarray(x, dtype=np.float64), 0.0))
+        with np.errstate(invalid="ignore"):  # p = 1: 0 * -inf below, masked
+            return np.where(k > 0, log1m_exp(-k * self._log_q), -np.inf)  # type: ignore[no-any-return]
+
+    def quantile(self, p: np.ndarray) -> np.ndarray:
+        """``ceil(ln(1 - p) / ln(1 - q))``, at least 1 (``p`` = 1 gives ``inf``)."""
+        p = np.asarray(p, dtype=np.float64)
+        if self.p == 1.0:
+            return np.ones_like(p)
+        with np.errstate(divide="ignore"):
+            k = np.ceil(np.log1p(-p) / self._log_q - 1e-12)
+        return np.maximum(k, 1.0)
 
     # Mixture fast path: log p(x) = [1, x] @ [log p - log(1 - p), log(1 - p)].
     def feature_key(self) -> Any:
