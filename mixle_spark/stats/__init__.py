@@ -71,6 +71,7 @@ from mixle_spark.stats.rayleigh import *  # noqa: F403
 from mixle_spark.stats.record import *  # noqa: F403
 from mixle_spark.stats.sequence import *  # noqa: F403
 from mixle_spark.stats.student_t import *  # noqa: F403
+from mixle_spark.stats.uniform import *  # noqa: F403
 from mixle_spark.stats.von_mises import *  # noqa: F403
 
 __all__ = sorted(name for name, value in globals().items() if not (name.startswith("_") or _ismodule(value)))

@@ -18,6 +18,7 @@ from mixle_spark.stats.point_mass import PointMassDistribution, PointMassEstimat
 from mixle_spark.stats.poisson import PoissonDistribution, PoissonEstimator
 from mixle_spark.stats.rayleigh import RayleighDistribution, RayleighEstimator
 from mixle_spark.stats.student_t import StudentTDistribution, StudentTEstimator
+from mixle_spark.stats.uniform import UniformDistribution, UniformEstimator
 from mixle_spark.stats.von_mises import VonMisesDistribution, VonMisesEstimator
 from tests.unit._cases import FamilyCase
 
@@ -123,5 +124,14 @@ CASES = [
         PointMassDistribution(-0.25),
         PointMassEstimator(pseudo_count=1.0, suff_stat=-0.25),
         extra={"deterministic": True},
+    ),
+    # The fitted interval is the training range, outside which the fit scores -inf: n = 10,000 is a size
+    # at which the training draws (seed 7) reach beyond the held-out ones (seed 8) at both ends; the
+    # prior variant holds the true interval whatever the draws.
+    FamilyCase("uniform", UniformDistribution(-1.0, 4.0), UniformEstimator(), n=10_000),
+    FamilyCase(
+        "uniform-narrow-prior",
+        UniformDistribution(1e6, 1e6 + 0.5),
+        UniformEstimator(pseudo_count=1.0, suff_stat=(1e6, 1e6 + 0.5)),
     ),
 ]
