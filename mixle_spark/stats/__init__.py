@@ -57,6 +57,7 @@ from mixle_spark.stats.ignored import *  # noqa: F403
 from mixle_spark.stats.integer_categorical import *  # noqa: F403
 from mixle_spark.stats.inverse_gamma import *  # noqa: F403
 from mixle_spark.stats.inverse_gaussian import *  # noqa: F403
+from mixle_spark.stats.laplace import *  # noqa: F403
 from mixle_spark.stats.log_gaussian import *  # noqa: F403
 from mixle_spark.stats.markov_chain import *  # noqa: F403
 from mixle_spark.stats.mixture import *  # noqa: F403

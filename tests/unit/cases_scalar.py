@@ -11,6 +11,7 @@ from mixle_spark.stats.geometric import GeometricDistribution, GeometricEstimato
 from mixle_spark.stats.half_normal import HalfNormalDistribution, HalfNormalEstimator
 from mixle_spark.stats.inverse_gamma import InverseGammaDistribution, InverseGammaEstimator
 from mixle_spark.stats.inverse_gaussian import InverseGaussianDistribution, InverseGaussianEstimator
+from mixle_spark.stats.laplace import LaplaceDistribution, LaplaceEstimator
 from mixle_spark.stats.log_gaussian import LogGaussianDistribution, LogGaussianEstimator
 from mixle_spark.stats.negative_binomial import NegativeBinomialDistribution, NegativeBinomialEstimator
 from mixle_spark.stats.pareto import ParetoDistribution, ParetoEstimator
@@ -133,5 +134,12 @@ CASES = [
         "uniform-narrow-prior",
         UniformDistribution(1e6, 1e6 + 0.5),
         UniformEstimator(pseudo_count=1.0, suff_stat=(1e6, 1e6 + 0.5)),
+    ),
+    FamilyCase("laplace", LaplaceDistribution(1.5, 2.0), LaplaceEstimator(), em_its=100),
+    FamilyCase(
+        "laplace-far-prior",
+        LaplaceDistribution(-2e4, 0.01),
+        LaplaceEstimator(pseudo_count=1.0, suff_stat=(-2e4, 0.02)),
+        em_its=100,
     ),
 ]
