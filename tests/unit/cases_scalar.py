@@ -13,6 +13,7 @@ from mixle_spark.stats.inverse_gamma import InverseGammaDistribution, InverseGam
 from mixle_spark.stats.inverse_gaussian import InverseGaussianDistribution, InverseGaussianEstimator
 from mixle_spark.stats.laplace import LaplaceDistribution, LaplaceEstimator
 from mixle_spark.stats.log_gaussian import LogGaussianDistribution, LogGaussianEstimator
+from mixle_spark.stats.logistic import LogisticDistribution, LogisticEstimator
 from mixle_spark.stats.negative_binomial import NegativeBinomialDistribution, NegativeBinomialEstimator
 from mixle_spark.stats.pareto import ParetoDistribution, ParetoEstimator
 from mixle_spark.stats.point_mass import PointMassDistribution, PointMassEstimator
@@ -141,5 +142,12 @@ CASES = [
         LaplaceDistribution(-2e4, 0.01),
         LaplaceEstimator(pseudo_count=1.0, suff_stat=(-2e4, 0.02)),
         em_its=100,
+    ),
+    FamilyCase("logistic", LogisticDistribution(-0.7, 1.3), LogisticEstimator(), em_its=200),
+    FamilyCase(
+        "logistic-wide-prior",
+        LogisticDistribution(3e5, 4e3),
+        LogisticEstimator(pseudo_count=1.0, suff_stat=(3e5, 5e3)),
+        em_its=200,
     ),
 ]
