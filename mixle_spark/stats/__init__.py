@@ -51,6 +51,7 @@ from mixle_spark.stats.exponential import *  # noqa: F403
 from mixle_spark.stats.gamma import *  # noqa: F403
 from mixle_spark.stats.gaussian import *  # noqa: F403
 from mixle_spark.stats.geometric import *  # noqa: F403
+from mixle_spark.stats.gumbel import *  # noqa: F403
 from mixle_spark.stats.half_normal import *  # noqa: F403
 from mixle_spark.stats.hidden_markov import *  # noqa: F403
 from mixle_spark.stats.ignored import *  # noqa: F403

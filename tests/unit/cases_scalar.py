@@ -8,6 +8,7 @@ from mixle_spark.stats.binomial import BinomialDistribution, BinomialEstimator
 from mixle_spark.stats.exponential import ExponentialDistribution, ExponentialEstimator
 from mixle_spark.stats.gamma import GammaDistribution, GammaEstimator
 from mixle_spark.stats.geometric import GeometricDistribution, GeometricEstimator
+from mixle_spark.stats.gumbel import GumbelDistribution, GumbelEstimator
 from mixle_spark.stats.half_normal import HalfNormalDistribution, HalfNormalEstimator
 from mixle_spark.stats.inverse_gamma import InverseGammaDistribution, InverseGammaEstimator
 from mixle_spark.stats.inverse_gaussian import InverseGaussianDistribution, InverseGaussianEstimator
@@ -148,6 +149,13 @@ CASES = [
         "logistic-wide-prior",
         LogisticDistribution(3e5, 4e3),
         LogisticEstimator(pseudo_count=1.0, suff_stat=(3e5, 5e3)),
+        em_its=200,
+    ),
+    FamilyCase("gumbel", GumbelDistribution(2.0, 1.5), GumbelEstimator(), em_its=200),
+    FamilyCase(
+        "gumbel-far-prior",
+        GumbelDistribution(-7e4, 30.0),
+        GumbelEstimator(pseudo_count=1.0, suff_stat=(-7e4, 25.0)),
         em_its=200,
     ),
 ]

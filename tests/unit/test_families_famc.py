@@ -23,6 +23,8 @@ from mixle_spark.estimation import optimize
 from mixle_spark.profile import field_cell
 from mixle_spark.report.separation import separation
 from mixle_spark.stats import (
+    GumbelDistribution,
+    GumbelEstimator,
     LaplaceDistribution,
     LaplaceEstimator,
     LogisticDistribution,
@@ -101,6 +103,17 @@ FAMILIES["logistic"] = Family(
     lambda x, mu, s: 1 / (1 + mpmath.exp(-(x - mu) / s)),
     iterative=True,
 )
+FAMILIES["gumbel"] = Family(
+    "gumbel",
+    GumbelDistribution,
+    GumbelEstimator,
+    lambda p: st.gumbel_r(loc=p[0], scale=p[1]),
+    lambda x: tuple(st.gumbel_r.fit(x)),
+    (2.0, 1.5),
+    ((-5.0, 0.5), (4.0, 1.0)),
+    lambda x, mu, beta: mpmath.exp(-mpmath.exp(-(x - mu) / beta)),
+    iterative=True,
+)
 NAMES = sorted(FAMILIES)
 ITERATIVE = [name for name in NAMES if FAMILIES[name].iterative]
 
@@ -168,14 +181,16 @@ def test_seq_log_density_and_tails_are_scipys(name: str) -> None:
         x = np.concatenate([frozen.ppf(p), frozen.ppf([0.0, 1.0]) + np.array([-1.0, 1.0]), [params[0] - 1e3]])
         x = x[np.isfinite(x)]
         got = model.seq_log_density(model.encoder().encode(list(x)))
-        ref = frozen.logpdf(x)
-        # scipy's logpdf underflows to -inf far out (the log of a pdf that rounded to 0): ours stays finite
+        with np.errstate(over="ignore"):  # scipy's gumbel_r overflows exp far in the left tail
+            ref = frozen.logpdf(x)
+        # scipy's logpdf underflows to -inf far out (the log of a pdf that rounded to 0): ours is the
+        # log-density itself there (finite, or -inf where it is below -1.8e308, as a Gumbel's left tail)
         kept = np.isfinite(ref) | ~((x >= frozen.ppf(0.0)) & (x <= frozen.ppf(1.0)))
         np.testing.assert_allclose(got[kept], ref[kept], rtol=1e-12, atol=1e-300)
-        assert np.all(np.isfinite(got[~kept]))
+        assert np.all(got[~kept] < ref[np.isfinite(ref)].min())
         assert [model.log_density(v) for v in x[::40]] == pytest.approx(list(got[::40]), rel=1e-12)
         lcdf, lsf = model.log_cdf(x), model.log_survival(x)
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore"):
             ref_cdf, ref_sf = frozen.logcdf(x), frozen.logsf(x)
         # scipy where the probability is in [1e-3, 1 - 1e-3] (some of its tails are 1 - cdf, rounded);
         # mpmath everywhere
@@ -356,3 +371,25 @@ def test_logistic_prior_pulls_the_fit_to_it() -> None:
     assert fam_params(_steps(strong, x, None, 40)[-1]) == pytest.approx((-1.0, 0.5), rel=1e-6)
     one = _steps(LogisticEstimator(), np.full(5, 2.0), None, 5)[-1]
     assert one.mu == 2.0 and one.s == 1e-12 and math.isfinite(one.log_density(2.0))
+
+
+def test_gumbel_prior_far_tail_and_frozen_statistics() -> None:
+    from mixle_spark.stats.gumbel import PSEUDO_POINTS
+
+    np.testing.assert_allclose(st.gumbel_r.fit(np.array(PSEUDO_POINTS)), (0.0, 1.0), atol=1e-9)
+    x = st.gumbel_r(3.0, 2.0).rvs(size=50, random_state=np.random.default_rng(54_311))
+    strong = GumbelEstimator(pseudo_count=1e12, suff_stat=(-1.0, 0.5))
+    assert fam_params(_steps(strong, x, None, 40)[-1]) == pytest.approx((-1.0, 0.5), rel=1e-6)
+    one = _steps(GumbelEstimator(), np.full(5, 2.0), None, 5)[-1]
+    assert one.beta == 1e-12 and math.isfinite(one.log_density(2.0))
+    far = GumbelDistribution(0.0, 1.0).log_survival(np.array([800.0, 30.0]))
+    with mpmath.workdps(60):
+        exact = [float(mpmath.log(-mpmath.expm1(-mpmath.exp(-v)))) for v in (800, 30)]
+    np.testing.assert_allclose(far, exact, rtol=1e-14)
+    # statistics taken at two scales (an incremental update) fall back to the moments
+    est = GumbelEstimator()
+    old, new = est.accumulator_factory().make(), est.accumulator_factory().make()
+    old.seq_update(x[:25], np.ones(25), GumbelDistribution(3.0, 2.0))
+    new.seq_update(x[25:], np.ones(25), GumbelDistribution(3.1, 2.2))
+    moments = est.estimate(50.0, old.combine(new.value()).value())
+    assert moments.beta == pytest.approx(float(np.std(x)) * math.sqrt(6.0) / math.pi, rel=1e-12)
