@@ -51,13 +51,16 @@ from mixle_spark.stats.exponential import *  # noqa: F403
 from mixle_spark.stats.gamma import *  # noqa: F403
 from mixle_spark.stats.gaussian import *  # noqa: F403
 from mixle_spark.stats.geometric import *  # noqa: F403
+from mixle_spark.stats.gumbel import *  # noqa: F403
 from mixle_spark.stats.half_normal import *  # noqa: F403
 from mixle_spark.stats.hidden_markov import *  # noqa: F403
 from mixle_spark.stats.ignored import *  # noqa: F403
 from mixle_spark.stats.integer_categorical import *  # noqa: F403
 from mixle_spark.stats.inverse_gamma import *  # noqa: F403
 from mixle_spark.stats.inverse_gaussian import *  # noqa: F403
+from mixle_spark.stats.laplace import *  # noqa: F403
 from mixle_spark.stats.log_gaussian import *  # noqa: F403
+from mixle_spark.stats.logistic import *  # noqa: F403
 from mixle_spark.stats.markov_chain import *  # noqa: F403
 from mixle_spark.stats.mixture import *  # noqa: F403
 from mixle_spark.stats.multinomial import *  # noqa: F403
@@ -71,6 +74,7 @@ from mixle_spark.stats.rayleigh import *  # noqa: F403
 from mixle_spark.stats.record import *  # noqa: F403
 from mixle_spark.stats.sequence import *  # noqa: F403
 from mixle_spark.stats.student_t import *  # noqa: F403
+from mixle_spark.stats.uniform import *  # noqa: F403
 from mixle_spark.stats.von_mises import *  # noqa: F403
 
 __all__ = sorted(name for name, value in globals().items() if not (name.startswith("_") or _ismodule(value)))

@@ -8,16 +8,20 @@ from mixle_spark.stats.binomial import BinomialDistribution, BinomialEstimator
 from mixle_spark.stats.exponential import ExponentialDistribution, ExponentialEstimator
 from mixle_spark.stats.gamma import GammaDistribution, GammaEstimator
 from mixle_spark.stats.geometric import GeometricDistribution, GeometricEstimator
+from mixle_spark.stats.gumbel import GumbelDistribution, GumbelEstimator
 from mixle_spark.stats.half_normal import HalfNormalDistribution, HalfNormalEstimator
 from mixle_spark.stats.inverse_gamma import InverseGammaDistribution, InverseGammaEstimator
 from mixle_spark.stats.inverse_gaussian import InverseGaussianDistribution, InverseGaussianEstimator
+from mixle_spark.stats.laplace import LaplaceDistribution, LaplaceEstimator
 from mixle_spark.stats.log_gaussian import LogGaussianDistribution, LogGaussianEstimator
+from mixle_spark.stats.logistic import LogisticDistribution, LogisticEstimator
 from mixle_spark.stats.negative_binomial import NegativeBinomialDistribution, NegativeBinomialEstimator
 from mixle_spark.stats.pareto import ParetoDistribution, ParetoEstimator
 from mixle_spark.stats.point_mass import PointMassDistribution, PointMassEstimator
 from mixle_spark.stats.poisson import PoissonDistribution, PoissonEstimator
 from mixle_spark.stats.rayleigh import RayleighDistribution, RayleighEstimator
 from mixle_spark.stats.student_t import StudentTDistribution, StudentTEstimator
+from mixle_spark.stats.uniform import UniformDistribution, UniformEstimator
 from mixle_spark.stats.von_mises import VonMisesDistribution, VonMisesEstimator
 from tests.unit._cases import FamilyCase
 
@@ -123,5 +127,35 @@ CASES = [
         PointMassDistribution(-0.25),
         PointMassEstimator(pseudo_count=1.0, suff_stat=-0.25),
         extra={"deterministic": True},
+    ),
+    # The fitted interval is the training range, outside which the fit scores -inf: n = 10,000 is a size
+    # at which the training draws (seed 7) reach beyond the held-out ones (seed 8) at both ends; the
+    # prior variant holds the true interval whatever the draws.
+    FamilyCase("uniform", UniformDistribution(-1.0, 4.0), UniformEstimator(), n=10_000),
+    FamilyCase(
+        "uniform-narrow-prior",
+        UniformDistribution(1e6, 1e6 + 0.5),
+        UniformEstimator(pseudo_count=1.0, suff_stat=(1e6, 1e6 + 0.5)),
+    ),
+    FamilyCase("laplace", LaplaceDistribution(1.5, 2.0), LaplaceEstimator(), em_its=100),
+    FamilyCase(
+        "laplace-far-prior",
+        LaplaceDistribution(-2e4, 0.01),
+        LaplaceEstimator(pseudo_count=1.0, suff_stat=(-2e4, 0.02)),
+        em_its=100,
+    ),
+    FamilyCase("logistic", LogisticDistribution(-0.7, 1.3), LogisticEstimator(), em_its=200),
+    FamilyCase(
+        "logistic-wide-prior",
+        LogisticDistribution(3e5, 4e3),
+        LogisticEstimator(pseudo_count=1.0, suff_stat=(3e5, 5e3)),
+        em_its=200,
+    ),
+    FamilyCase("gumbel", GumbelDistribution(2.0, 1.5), GumbelEstimator(), em_its=200),
+    FamilyCase(
+        "gumbel-far-prior",
+        GumbelDistribution(-7e4, 30.0),
+        GumbelEstimator(pseudo_count=1.0, suff_stat=(-7e4, 25.0)),
+        em_its=200,
     ),
 ]
