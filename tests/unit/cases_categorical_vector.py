@@ -3,6 +3,7 @@ import pyarrow as pa
 
 from mixle_spark.stats.categorical import CategoricalDistribution, CategoricalEstimator
 from mixle_spark.stats.diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEstimator
+from mixle_spark.stats.dirichlet import DirichletDistribution, DirichletEstimator
 from mixle_spark.stats.integer_categorical import IntegerCategoricalDistribution, IntegerCategoricalEstimator
 from mixle_spark.stats.multivariate_gaussian import (
     MultivariateGaussianDistribution,
@@ -52,5 +53,12 @@ CASES = [
         MultivariateGaussianEstimator(pseudo_count=1.0, suff_stat=([1e3, 0.0, -5.0], np.eye(3))),
         to_arrow=_fixed_size,
         recovery_tol=0.03,
+    ),
+    FamilyCase("dirichlet", DirichletDistribution([2.0, 5.0, 0.7, 1.3]), DirichletEstimator()),
+    FamilyCase(
+        "dirichlet-prior",
+        DirichletDistribution([30.0, 0.5, 4.0]),
+        DirichletEstimator(pseudo_count=2.0, suff_stat=[20.0, 1.0, 5.0]),
+        to_arrow=_fixed_size,
     ),
 ]
