@@ -36,7 +36,8 @@ _POSITIVE = (
 _NON_NEGATIVE = ("ExponentialEstimator", "HalfNormalEstimator")
 _COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator")
 _SHARES = ("DirichletEstimator",)
-_VECTORS = ("MultivariateGaussianEstimator", "DiagonalGaussianEstimator", *_SHARES)
+_COUNT_VECTORS = ("DirichletMultinomialEstimator",)
+_VECTORS = ("MultivariateGaussianEstimator", "DiagonalGaussianEstimator", *_SHARES, *_COUNT_VECTORS)
 _NUMBERS = "gaussian for any real number, poisson for counts, bernoulli for 0/1"
 
 
@@ -118,6 +119,8 @@ def value_fix(column: str, family: str, value: float) -> str | None:
             f"fix: every share of {name} must be positive: filter the rows with a zero share, or add a "
             "small amount to every share and divide by the row's sum"
         )
+    if family in _COUNT_VECTORS and (value < 0 or value != int(value)):
+        return f"fix: every entry of {name} must be a count (a non-negative integer): filter or round them"
     if family in _COUNTS and value != int(value):
         return f"fix: ROUND({name}) if these are counts, or gaussian for real numbers"
     return None

@@ -76,11 +76,17 @@ class SimplexEncoder(Encoder):
         self.validate(x)
         return self.pack(x)
 
+    def _vectors(self, records: Sequence[Any]) -> np.ndarray:
+        return vector_values(records, self.dim, self.expected)
+
+    def _arrow_vectors(self, data: Any) -> np.ndarray:
+        return arrow_vector_values(data, self.dim, self.expected)
+
     def encode(self, records: Sequence[Any]) -> Any:
-        return self._read(vector_values(records, self.dim, self.expected))
+        return self._read(self._vectors(records))
 
     def from_arrow(self, data: Any) -> Any:
-        return self._read(arrow_vector_values(data, self.dim, self.expected))
+        return self._read(self._arrow_vectors(data))
 
     def check_arrow_type(self, arrow_type: Any) -> None:
         probe = VectorEncoder(self.dim)
@@ -97,11 +103,11 @@ class SimplexEncoder(Encoder):
         return self.dim is None
 
     def scan(self, records: Sequence[Any]) -> Any:
-        x = vector_values(records, self.dim, self.expected)
+        x = self._vectors(records)
         return int(x.shape[1]) if len(x) else None
 
     def scan_arrow(self, data: Any) -> Any:
-        x = arrow_vector_values(data, self.dim, self.expected)
+        x = self._arrow_vectors(data)
         return int(x.shape[1]) if len(x) else None
 
     def merge_scans(self, a: Any, b: Any) -> Any:

@@ -282,7 +282,8 @@ class DirichletAccumulator(Accumulator):
 
     def combine(self, value: Any) -> DirichletAccumulator:
         sw, slog = value
-        self._add(np.concatenate(([float(sw)], np.asarray(slog, dtype=np.float64))))
+        if len(slog) or float(sw):  # an accumulator that never saw a vector adds nothing
+            self._add(np.concatenate(([float(sw)], np.asarray(slog, dtype=np.float64))))
         return self
 
     def value(self) -> tuple[float, np.ndarray]:

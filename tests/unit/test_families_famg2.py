@@ -5,10 +5,12 @@ separation. The contract suite (tests/unit/cases_categorical_vector.py) runs the
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from typing import Any
 
+import mpmath as mp
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -25,11 +27,16 @@ from mixle_spark.report.separation import separation
 from mixle_spark.stats import (
     DirichletDistribution,
     DirichletEstimator,
+    DirichletMultinomialDistribution,
+    DirichletMultinomialEstimator,
     MixtureDistribution,
     MixtureEstimator,
+    OptionalDistribution,
     OptionalEstimator,
+    PoissonDistribution,
     PoissonEstimator,
     RecordEstimator,
+    SequenceDistribution,
     SequenceEstimator,
     distribution_from_dict,
     estimator_from_dict,
@@ -246,4 +253,238 @@ def test_dirichlet_profile_and_separation() -> None:
     (row,) = profile["fields"]
     assert row["family"] == "dirichlet" and row["separation"] is None
     assert [c["text"] for c in row["cells"]] == ["alpha [8, 2, 1]", "alpha [1, 3, 12]"]
+    assert separation([a.to_dict(), b.to_dict()], [0.4, 0.6]) is None
+
+
+# -- dirichlet_multinomial ---------------------------------------------------------------------------
+
+
+def _polya_draws(alpha: Any, totals: np.ndarray, seed: int) -> np.ndarray:
+    """Count vectors: shares from scipy.stats.dirichlet, then multinomial counts of each row's total."""
+    rng = np.random.default_rng(seed)
+    shares = st.dirichlet(alpha).rvs(size=len(totals), random_state=rng)
+    return rng.multinomial(totals, shares)  # type: ignore[no-any-return]
+
+
+def _polya_log_likelihood(alpha: np.ndarray, x: np.ndarray) -> float:
+    return float(st.dirichlet_multinomial.logpmf(x, alpha, x.sum(axis=1)).sum())
+
+
+def _polya_mle(x: np.ndarray, start: Any) -> np.ndarray:
+    """The maximum likelihood by hand: scipy's root finder on the score equations
+    ``Σ_i [digamma(x_ij + a_j) - digamma(a_j)] = Σ_i [digamma(n_i + A) - digamma(A)]`` (in log alpha)."""
+    n = x.sum(axis=1)
+
+    def score(log_alpha: np.ndarray) -> np.ndarray:
+        a = np.exp(log_alpha)
+        total = a.sum()
+        per = (sp.digamma(x + a) - sp.digamma(a)).sum(axis=0) - (
+            sp.digamma(n + total) - sp.digamma(total)
+        ).sum()
+        return a * per / len(x)  # type: ignore[no-any-return]
+
+    root = so.root(score, np.log(start), method="hybr", tol=1e-15)
+    assert np.max(np.abs(score(root.x))) < 1e-12
+    return np.exp(root.x)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("alpha", "seed"), [([2.0, 0.5, 4.0, 1.5], 54_301), ([0.8, 0.3], 54_302), ([9.0, 14.0, 3.0], 54_303)]
+)
+def test_dirichlet_multinomial_gem_fit_reaches_the_maximum_likelihood(alpha: list[float], seed: int) -> None:
+    """The package's fit (one GEM step per pass) stops when the gain reaches the rounding of the
+    log-likelihood: there its parameters agree with the hand-maximized ones to 1e-5 (the likelihood is
+    flat to rounding within that); further steps of the same estimator reach 1e-7."""
+    totals = np.random.default_rng(seed + 50).integers(0, 60, size=N)
+    x = _polya_draws(alpha, totals, seed)
+    records = list(x)
+    fit = optimize(records, DirichletMultinomialEstimator(), max_its=5000, delta=0.0, print_iter=0)
+    hand = _polya_mle(x, alpha)
+    np.testing.assert_allclose(fit.alpha, hand, rtol=1e-5)
+    assert _log_likelihood(fit, records) >= _log_likelihood(DirichletMultinomialDistribution(alpha), records)
+    best = _polya_log_likelihood(hand, x)
+    assert _log_likelihood(fit, records) >= best - 1e-12 * abs(best)
+    np.testing.assert_allclose(fit.alpha, alpha, rtol=0.1)
+    history = [r.log_likelihood for r in fit.fit_result.history]
+    assert all(b >= a - 1e-12 * abs(a) for a, b in itertools.pairwise(history))  # the GEM never goes down
+    est = _bound(DirichletMultinomialEstimator(), records)
+    enc, model = est.encoder().encode(records), fit
+    for _ in range(3000):
+        acc = est.accumulator_factory().make()
+        acc.seq_update(enc, np.ones(N), model)
+        model = est.estimate(float(N), acc.value())
+    np.testing.assert_allclose(model.alpha, hand, rtol=1e-7)
+
+
+@pytest.mark.parametrize("pseudo_count", [None, 50.0])
+def test_dirichlet_multinomial_mm_step_never_lowers_the_objective(pseudo_count: float | None) -> None:
+    """Step by step from the first pass's moment start: the log-likelihood (with a prior, the
+    log-posterior of the gamma prior the estimator documents) never decreases, and the steps reach
+    the maximum."""
+    alpha0 = np.array([1.0, 2.0, 3.0])
+    x = _polya_draws([0.7, 3.0, 1.2], np.random.default_rng(54_304).integers(1, 40, size=3000), 54_305)
+    est = _bound(DirichletMultinomialEstimator(pseudo_count=pseudo_count, suff_stat=alpha0), list(x))
+    enc = est.encoder().encode(list(x))
+
+    def objective(alpha: np.ndarray) -> float:
+        prior = 0.0 if pseudo_count is None else pseudo_count * float(np.sum(alpha0 * np.log(alpha) - alpha))
+        return _polya_log_likelihood(alpha, x) + prior
+
+    model = None
+    values = []
+    for _ in range(400):
+        acc = est.accumulator_factory().make()
+        acc.seq_update(enc, np.ones(len(x)), model)
+        model = est.estimate(float(len(x)), acc.value())
+        values.append(objective(model.alpha))
+    assert all(b >= a - 1e-10 * abs(a) for a, b in itertools.pairwise(values))
+    assert values[-1] > values[0] + 1.0
+    if pseudo_count is None:
+        np.testing.assert_allclose(model.alpha, _polya_mle(x, [0.7, 3.0, 1.2]), rtol=1e-7)
+
+
+def test_dirichlet_multinomial_seq_log_density_is_scipys_logpmf() -> None:
+    for alpha, seed in (([2.0, 0.5, 4.0, 1.5], 54_306), ([0.05, 0.5, 30.0], 54_307), ([0.9, 1.1], 54_308)):
+        totals = np.concatenate([np.random.default_rng(seed).integers(0, 80, size=2000), [0, 1, 5000, 5000]])
+        x = _polya_draws(alpha, totals, seed + 1)
+        x[-1] = [5000] + [0] * (len(alpha) - 1)  # the tail: every count on one coordinate
+        model = DirichletMultinomialDistribution(alpha)
+        got = model.seq_log_density(model.encoder().encode(list(x)))
+        want = st.dirichlet_multinomial.logpmf(x, alpha, x.sum(axis=1))
+        assert np.all(np.abs(got - want) <= 1e-12 * np.maximum(np.abs(want), 1.0))
+        assert [model.log_density(v) for v in x[::100]] == pytest.approx(
+            list(got[::100]), rel=1e-13, abs=1e-13
+        )
+    # a large alpha, where scipy's log-Gamma differences lose digits, against mpmath; and totals of
+    # 250,000, where every log-Gamma near 3e6 carries ~3e-10 of rounding (scipy's too): 1e-10 there
+    mp.mp.dps = 40
+    for alpha, row, rel in (
+        ([3e5, 7e5], [3, 9], 1e-12),
+        ([3e5, 7e5], [0, 40], 1e-12),
+        ([3e5, 7e5], [1200, 900], 1e-12),
+        ([0.9, 1.1], [250_000, 0], 1e-10),
+        ([2.0, 0.5, 4.0], [3, 249_990, 7], 1e-10),
+    ):
+        a, n = [mp.mpf(v) for v in alpha], sum(row)
+        exact = (
+            mp.loggamma(n + 1)
+            - sum(mp.loggamma(c + 1) for c in row)
+            + mp.loggamma(sum(a))
+            - mp.loggamma(n + sum(a))
+            + sum(mp.loggamma(c + aj) - mp.loggamma(aj) for c, aj in zip(row, a, strict=True))
+        )
+        assert DirichletMultinomialDistribution(alpha).log_density(row) == pytest.approx(
+            float(exact), rel=rel
+        )
+    model = DirichletMultinomialDistribution([1.0, 2.0])
+    assert model.log_density([1.5, 2]) == -math.inf and model.log_density([1, 2, 3]) == -math.inf
+
+
+def test_dirichlet_multinomial_with_a_length_model_scores_and_draws_totals() -> None:
+    model = DirichletMultinomialDistribution([1.0, 2.0, 0.5], PoissonDistribution(12.0))
+    x = np.array(model.sampler(54_309).sample(5000))
+    assert x.dtype.kind == "i" and x.sum(axis=1).mean() == pytest.approx(12.0, abs=0.2)
+    got = model.seq_log_density(model.encoder().encode(list(x)))
+    n = x.sum(axis=1)
+    want = st.dirichlet_multinomial.logpmf(x, [1.0, 2.0, 0.5], n) + st.poisson(12.0).logpmf(n)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    fit = optimize(
+        list(x), DirichletMultinomialEstimator(len_estimator=PoissonEstimator()), max_its=300, print_iter=0
+    )
+    assert fit.len_dist.lam == pytest.approx(n.mean(), rel=1e-12)
+    assert count_free_parameters(fit) == 4
+    with pytest.raises(SpecError, match=r"sampling needs len_dist \(the distribution of the count total\)"):
+        DirichletMultinomialDistribution([1.0, 2.0]).sampler(1)
+
+
+def test_a_two_component_dirichlet_multinomial_mixture_recovers_its_components() -> None:
+    rng = np.random.default_rng(54_310)
+    pair = (np.array([8.0, 2.0, 1.0]), np.array([1.0, 3.0, 12.0]))
+    first = _polya_draws(pair[0], rng.integers(10, 50, size=20_000), 54_311)
+    second = _polya_draws(pair[1], rng.integers(10, 50, size=30_000), 54_312)
+    x = np.vstack([first, second])[rng.permutation(50_000)]
+    est = MixtureEstimator([DirichletMultinomialEstimator()] * 2)
+    fit = optimize(list(x), est, max_its=2000, delta=1e-10, seed=54_313, print_iter=0)
+    comps = sorted(fit.components, key=lambda c: -c.mean()[0])
+    for comp, truth in zip(comps, pair, strict=True):
+        np.testing.assert_allclose(comp.alpha, truth, rtol=0.05)
+    assert sorted(fit.w) == pytest.approx([0.4, 0.6], abs=0.02)
+    assert count_free_parameters(fit) == 1 + 2 * 3
+
+
+def test_dirichlet_multinomial_bad_counts_are_one_error_naming_column_row_and_value() -> None:
+    est = RecordEstimator({"basket": DirichletMultinomialEstimator()})
+    expected = "expected a vector of non-negative integer counts for DirichletMultinomialEstimator"
+    frame = pd.DataFrame({"basket": [[1, 2, 0], [0, 0, 0], [3, -1, 2], [2, 2, -4]]})
+    with pytest.raises(
+        DataValueError, match=rf"^column 'basket': {expected}, got -1.0 \(2 bad rows, first at row 3 of 4\)$"
+    ):
+        est.encoder().from_arrow(pa.Table.from_pandas(frame))
+    assert "must be a count" in fix_for(f"column 'basket': {expected}, got -1.0 (row 3 of 4)")
+    assert "must be a count" in fix_for(f"column 'basket': {expected}, got 2.5 (row 1 of 4)")
+    frame = pd.DataFrame({"basket": [[1.0, 2.0], [0.5, 1.0]]})
+    with pytest.raises(DataValueError, match=rf"^column 'basket': {expected}, got 0.5 \(row 2 of 2\)$"):
+        est.encoder().from_arrow(pa.Table.from_pandas(frame))
+    with pytest.raises(DataValueError, match=r"got nan \(row 1 of 1\)$"):
+        est.encoder().from_arrow(pa.table({"basket": pa.array([[1, None]])}))
+    with pytest.raises(DataValueError, match=r"expected length 3, got length 2 \(row 1 of 2\)"):
+        DirichletMultinomialEstimator(dim=3).encoder().encode([[1, 2], [1, 2, 3]])
+
+
+def test_dirichlet_multinomial_weights_json_optional_and_sequence() -> None:
+    model = DirichletMultinomialDistribution([2.0, 0.5, 4.0])
+    x = _polya_draws(model.alpha, np.random.default_rng(54_314).integers(0, 30, size=300), 54_315)
+    counts = np.random.default_rng(54_316).integers(0, 4, size=300)
+    for at in (None, model):  # the first pass's moments, and a GEM step
+        weighted = _fit(DirichletMultinomialEstimator(), list(x), counts.astype(np.float64), at)
+        repeated = _fit(DirichletMultinomialEstimator(), list(np.repeat(x, counts, axis=0)), None, at)
+        np.testing.assert_allclose(weighted.alpha, repeated.alpha, rtol=1e-12)
+    spec = json.loads(
+        json.dumps(DirichletMultinomialDistribution([2.0, 0.5], PoissonDistribution(3.0)).to_dict())
+    )
+    assert spec == {
+        "type": "dirichlet_multinomial",
+        "alpha": [2.0, 0.5],
+        "len_dist": {"type": "poisson", "lam": 3.0},
+    }
+    assert distribution_from_dict(spec).to_dict() == spec
+    est = DirichletMultinomialEstimator(
+        pseudo_count=3.0, suff_stat=[1.0, 2.0, 3.0], len_estimator=PoissonEstimator()
+    )
+    assert estimator_from_dict(json.loads(json.dumps(est.to_dict()))) == est
+    assert list(est.estimate(0.0, est.accumulator_factory().make().value()).alpha) == [1.0, 2.0, 3.0]
+    strong = DirichletMultinomialEstimator(pseudo_count=1e12, suff_stat=[1.0, 2.0, 3.0])
+    np.testing.assert_allclose(_fit(strong, list(x), None, model).alpha, [1.0, 2.0, 3.0], rtol=1e-6)
+    rng = np.random.default_rng(54_317)
+    records = [None if m else list(v) for v, m in zip(x, rng.random(300) < 0.25, strict=True)]
+    present = [r for r in records if r is not None]
+    # one GEM step through the wrapper is the step on the present rows; the wrapped fit runs to the end
+    optional = OptionalEstimator(DirichletMultinomialEstimator())
+    step = _fit(optional, records, None, OptionalDistribution(model, 0.25))
+    np.testing.assert_allclose(
+        step.dist.alpha, _fit(DirichletMultinomialEstimator(), present, None, model).alpha, rtol=1e-12
+    )
+    assert step.p == pytest.approx(1 - len(present) / 300, rel=1e-12)
+    fit = optimize(records, optional, max_its=3000, print_iter=0)
+    assert fit.fit_result.converged and fit.p == pytest.approx(step.p, rel=1e-12)
+    lists = [
+        [list(v) for v in x[i : i + n]]
+        for i, n in zip(range(0, 300, 6), rng.integers(0, 6, size=50), strict=True)
+    ]
+    flat = [v for row in lists for v in row]
+    sequences = SequenceEstimator(DirichletMultinomialEstimator(), PoissonEstimator())
+    step = _fit(sequences, lists, None, SequenceDistribution(model, PoissonDistribution(3.0)))
+    np.testing.assert_allclose(
+        step.dist.alpha, _fit(DirichletMultinomialEstimator(), flat, None, model).alpha, rtol=1e-12
+    )
+    fit = optimize(lists, sequences, max_its=3000, print_iter=0)
+    assert fit.fit_result.converged and fit.len_dist.lam == pytest.approx(len(flat) / 50, rel=1e-12)
+
+
+def test_dirichlet_multinomial_profile_and_separation() -> None:
+    a = DirichletMultinomialDistribution([8.0, 2.0, 1.0], PoissonDistribution(20.0))
+    b = DirichletMultinomialDistribution([1.0, 3.0, 12.0], PoissonDistribution(5.0))
+    (alpha_row,) = segment_profile(MixtureDistribution([a, b], [0.4, 0.6]))["fields"]
+    assert alpha_row["family"] == "dirichlet_multinomial" and alpha_row["kind"] == "text"
+    assert alpha_row["cells"][0]["text"].startswith("alpha [8, 2, 1]")
     assert separation([a.to_dict(), b.to_dict()], [0.4, 0.6]) is None
