@@ -26,9 +26,10 @@ _EULER = 0.5772156649015329
 
 
 def inverse_digamma(y: np.ndarray, iterations: int = 6) -> np.ndarray:
-    """The ``x > 0`` with ``digamma(x) = y``, elementwise (Minka 2000, "Estimating a Dirichlet
-    distribution", appendix C: start ``exp(y) + 1/2`` for ``y >= -2.22``, else ``-1 / (y + gamma)``,
-    then Newton's method, which converges to double precision in five steps from that start)."""
+    """The ``x > 0`` with ``digamma(x) = y``, elementwise (T. Minka, "Estimating a Dirichlet
+    distribution", 2000, its appendix on inverting digamma: start ``exp(y) + 1/2`` for ``y >= -2.22``,
+    else ``-1 / (y + gamma)``, then Newton's method, which converges to double precision in five steps
+    from that start)."""
     y = np.asarray(y, dtype=np.float64)
     with np.errstate(over="ignore"):
         x = np.where(y >= -2.22, np.exp(np.minimum(y, 700.0)) + 0.5, -1.0 / (y - (-_EULER)))

@@ -16,12 +16,12 @@ The maximum-likelihood ``alpha`` is a function of ``s_j = Σw log x_j / Σw`` on
 log-likelihood per unit weight ``f(alpha) = log Gamma(A) - Σ log Gamma(alpha_j) + Σ (alpha_j - 1) s_j``
 is concave (an exponential family in ``alpha``). :func:`fit_alpha` maximizes it on the driver to
 machine precision: Newton's method with the Hessian ``-diag(trigamma(alpha)) + trigamma(A) 1 1^T``
-inverted in O(d) by the Sherman-Morrison formula, each step halved until it stays positive and does
-not lower ``f``, with Minka's fixed point ``alpha_j = digamma^-1(digamma(A) + s_j)`` (an
-increasing step, through :func:`~mixle_spark.stats._simplex.inverse_digamma`) where a halved Newton step
-fails (Minka 2000, "Estimating a Dirichlet distribution", sections 1-2 and appendix C). The start is
-Minka's approximation for a large precision: ``m_j ∝ exp(s_j)`` and ``A = (d - 1) / (2 (-log Σ_j
-exp(s_j)))`` (from ``E[log x_j] ≈ log m_j - (1 - m_j) / (2 A m_j)``).
+inverted in O(d) by the Sherman-Morrison formula, each step halved until it stays positive and does not
+lower ``f``, with the fixed point ``alpha_j = digamma^-1(digamma(A) + s_j)`` (an increasing step,
+through :func:`~mixle_spark.stats._simplex.inverse_digamma`) where a halved Newton step fails; the fixed
+point, this Newton step and the inversion of digamma are T. Minka's ("Estimating a Dirichlet
+distribution", 2000). The start is the maximum for a large precision, from ``digamma(a) ≈ log a -
+1 / (2a)``: ``m_j ∝ exp(s_j)`` and ``A = (d - 1) / (2 (-log Σ_j exp(s_j)))``.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def _objective(alpha: np.ndarray, s: np.ndarray) -> float:
 
 
 def _start(s: np.ndarray, max_alpha: float) -> np.ndarray:
-    """Minka's large-precision start (see the module docstring)."""
+    """The large-precision start (see the module docstring)."""
     top = float(s.max())
     lse = top + math.log(float(np.exp(s - top).sum()))  # log Σ exp(s_j) <= 0 by Jensen
     m = np.exp(s - lse)
@@ -111,7 +111,7 @@ def _newton_step(alpha: np.ndarray, s: np.ndarray) -> np.ndarray:
 def _increasing_step(
     alpha: np.ndarray, s: np.ndarray, step: np.ndarray, f: float
 ) -> tuple[np.ndarray, float] | None:
-    """The Newton step halved until it stays positive and does not lower ``f``, else Minka's fixed
+    """The Newton step halved until it stays positive and does not lower ``f``, else the fixed
     point; ``(alpha, f)`` after it, None when neither increases ``f``."""
     t = 1.0
     while t > 1e-12:

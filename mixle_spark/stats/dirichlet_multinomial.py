@@ -19,16 +19,19 @@ Estimation (a generalized EM step per pass; the maximum likelihood has no closed
 reads the current ``alpha`` (``seq_update``'s ``estimate``) and sums ``Σw``, ``Σw alpha_j`` (where the
 statistics were taken), ``Σw [digamma(x_j + alpha_j) - digamma(alpha_j)]`` and ``Σw [digamma(n + A) -
 digamma(A)]`` (:func:`~mixle_spark.stats._special.digamma_difference`), merged by addition. The M-step
-is Minka's fixed point for the Polya distribution (Minka 2000, "Estimating a Dirichlet distribution",
-section 4 (eq. 55))::
+is Minka's fixed point for the Polya distribution (T. Minka, "Estimating a Dirichlet distribution",
+2000; the same minorize-maximize update as in H. Zhou and K. Lange, "MM algorithms for some discrete
+multivariate distributions", J. Comput. Graph. Stat. 19, 2010)::
 
     alpha_j <- alpha_j Σw [digamma(x_j + alpha_j) - digamma(alpha_j)] / Σw [digamma(n + A) - digamma(A)]
 
 It maximizes a minorizer of the log-likelihood built from two bounds that hold exactly (the tangent of
 the convex ``log Gamma(A) - log Gamma(n + A)`` in ``A``, and ``log Gamma(x + a) - log Gamma(a) >= c +
-â (digamma(x + â) - digamma(â)) log a`` for integer ``x >= 0``, Minka's eqs. 57-58), so it never lowers the
-likelihood; the minorizer separates over ``alpha_j``, so clipping to ``[min_alpha, max_alpha]`` keeps
-that. Iterated, it converges to the maximum likelihood (linearly: expect tens to hundreds of passes).
+â (digamma(x + â) - digamma(â)) log a`` for integer ``x >= 0``, the tangent in ``log a`` of
+``Σ_{i<x} log(a + i)``, convex in ``log a``), so it never lowers the likelihood; the minorizer separates
+over ``alpha_j``, so clipping to ``[min_alpha, max_alpha]`` keeps that. Iterated, it converges to the
+maximum likelihood (linearly: expect tens to hundreds of passes; a fit stops when the gain reaches the
+rounding of the log-likelihood, where the parameters agree with the maximum to about 1e-5).
 
 First pass (no current model: ``seq_initialize``, or ``seq_update(..., None)``): the accumulator sums
 the moments of the shares ``p = x / n`` of the rows with ``n > 0`` (``Σw``, ``Σw p_j``, ``Σw p_j^2``,

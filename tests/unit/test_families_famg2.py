@@ -309,7 +309,7 @@ def test_dirichlet_multinomial_gem_fit_reaches_the_maximum_likelihood(alpha: lis
     assert all(b >= a - 1e-12 * abs(a) for a, b in itertools.pairwise(history))  # the GEM never goes down
     est = _bound(DirichletMultinomialEstimator(), records)
     enc, model = est.encoder().encode(records), fit
-    for _ in range(3000):
+    for _ in range(1000):
         acc = est.accumulator_factory().make()
         acc.seq_update(enc, np.ones(N), model)
         model = est.estimate(float(N), acc.value())
