@@ -35,6 +35,9 @@ _POSITIVE = (
 )
 _NON_NEGATIVE = ("ExponentialEstimator", "HalfNormalEstimator")
 _COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator")
+_SHARES = ("DirichletEstimator",)
+_COUNT_VECTORS = ("DirichletMultinomialEstimator",)
+_VECTORS = ("MultivariateGaussianEstimator", "DiagonalGaussianEstimator", *_SHARES, *_COUNT_VECTORS)
 _NUMBERS = "gaussian for any real number, poisson for counts, bernoulli for 0/1"
 
 
@@ -93,7 +96,7 @@ def type_fix(column: str, family: str, arrow_type: str) -> str | None:
         return f"fix: CAST({name} AS INT), or bernoulli"
     if kind == "time":
         return f"fix: CAST({name} AS DOUBLE) (a timestamp's seconds), or unix_date({name}) (a date's days)"
-    if kind == "list" and family not in ("MultivariateGaussianEstimator", "DiagonalGaussianEstimator"):
+    if kind == "list" and family not in _VECTORS:
         return "fix: one number per row is read; multivariate_gaussian and diagonal_gaussian read lists"
     return None
 
@@ -111,6 +114,13 @@ def value_fix(column: str, family: str, value: float) -> str | None:
         return f"fix: filter the rows where {name} < 0, or use gaussian, which reads any real number"
     if family in _COUNTS and value < 0:
         return f"fix: filter the rows where {name} < 0, or use gaussian, which reads any real number"
+    if family in _SHARES and value <= 0:
+        return (
+            f"fix: every share of {name} must be positive: filter the rows with a zero share, or add a "
+            "small amount to every share and divide by the row's sum"
+        )
+    if family in _COUNT_VECTORS and (value < 0 or value != int(value)):
+        return f"fix: every entry of {name} must be a count (a non-negative integer): filter or round them"
     if family in _COUNTS and value != int(value):
         return f"fix: ROUND({name}) if these are counts, or gaussian for real numbers"
     return None

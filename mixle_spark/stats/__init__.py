@@ -47,6 +47,8 @@ from mixle_spark.stats.binomial import *  # noqa: F403
 from mixle_spark.stats.categorical import *  # noqa: F403
 from mixle_spark.stats.composite import *  # noqa: F403
 from mixle_spark.stats.diagonal_gaussian import *  # noqa: F403
+from mixle_spark.stats.dirichlet import *  # noqa: F403
+from mixle_spark.stats.dirichlet_multinomial import *  # noqa: F403
 from mixle_spark.stats.exponential import *  # noqa: F403
 from mixle_spark.stats.gamma import *  # noqa: F403
 from mixle_spark.stats.gaussian import *  # noqa: F403

@@ -3,11 +3,17 @@ import pyarrow as pa
 
 from mixle_spark.stats.categorical import CategoricalDistribution, CategoricalEstimator
 from mixle_spark.stats.diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEstimator
+from mixle_spark.stats.dirichlet import DirichletDistribution, DirichletEstimator
+from mixle_spark.stats.dirichlet_multinomial import (
+    DirichletMultinomialDistribution,
+    DirichletMultinomialEstimator,
+)
 from mixle_spark.stats.integer_categorical import IntegerCategoricalDistribution, IntegerCategoricalEstimator
 from mixle_spark.stats.multivariate_gaussian import (
     MultivariateGaussianDistribution,
     MultivariateGaussianEstimator,
 )
+from mixle_spark.stats.poisson import PoissonDistribution, PoissonEstimator
 from tests.unit._cases import FamilyCase
 
 _COV = np.array([[2.0, 0.6, -0.3], [0.6, 1.0, 0.2], [-0.3, 0.2, 0.5]])
@@ -52,5 +58,27 @@ CASES = [
         MultivariateGaussianEstimator(pseudo_count=1.0, suff_stat=([1e3, 0.0, -5.0], np.eye(3))),
         to_arrow=_fixed_size,
         recovery_tol=0.03,
+    ),
+    FamilyCase("dirichlet", DirichletDistribution([2.0, 5.0, 0.7, 1.3]), DirichletEstimator()),
+    FamilyCase(
+        "dirichlet-prior",
+        DirichletDistribution([30.0, 0.5, 4.0]),
+        DirichletEstimator(pseudo_count=2.0, suff_stat=[20.0, 1.0, 5.0]),
+        to_arrow=_fixed_size,
+    ),
+    FamilyCase(
+        "dirichlet-multinomial",
+        DirichletMultinomialDistribution([2.0, 0.5, 4.0], PoissonDistribution(20.0)),
+        DirichletMultinomialEstimator(len_estimator=PoissonEstimator()),
+        em_its=200,
+    ),
+    FamilyCase(
+        "dirichlet-multinomial-prior",
+        DirichletMultinomialDistribution([30.0, 0.8, 5.0, 1.0], PoissonDistribution(6.0)),
+        DirichletMultinomialEstimator(
+            pseudo_count=2.0, suff_stat=[20.0, 1.0, 5.0, 1.0], len_estimator=PoissonEstimator()
+        ),
+        to_arrow=_fixed_size,
+        em_its=200,
     ),
 ]
