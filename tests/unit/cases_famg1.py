@@ -7,6 +7,7 @@ from mixle_spark.stats.multivariate_student_t import (
     MultivariateStudentTDistribution,
     MultivariateStudentTEstimator,
 )
+from mixle_spark.stats.von_mises_fisher import VonMisesFisherDistribution, VonMisesFisherEstimator
 from tests.unit._cases import FamilyCase
 
 _SIGMA = np.array([[2.0, 0.6, -0.3], [0.6, 1.0, 0.2], [-0.3, 0.2, 0.5]])
@@ -30,5 +31,15 @@ CASES = [
         MultivariateStudentTEstimator(pseudo_count=1.0, suff_stat=([1e3, 0.0, -5.0], 1e-2 * np.eye(3), 2.0)),
         to_arrow=_fixed_size,
         em_its=400,
+    ),
+    FamilyCase(
+        "von_mises_fisher", VonMisesFisherDistribution([0.6, 0.0, 0.8], 12.0), VonMisesFisherEstimator()
+    ),
+    # a tight cluster in 5 dimensions, read from fixed-size lists, with a prior
+    FamilyCase(
+        "von_mises_fisher-tight-prior",
+        VonMisesFisherDistribution([0.5, -0.5, 0.5, -0.5, 0.0], 2e4),
+        VonMisesFisherEstimator(pseudo_count=1.0, suff_stat=([0.5, -0.5, 0.5, -0.5, 0.0], 1e4)),
+        to_arrow=_fixed_size,
     ),
 ]
