@@ -23,6 +23,10 @@ _BAD_VALUE = re.compile(
     r"(?: \(Arrow type [^)]*\))?, got (?P<value>-?[0-9][^ ]*)(?: \(.*\))?$"
 )
 
+_OFF_SPHERE = re.compile(
+    r"^column '(?P<column>[^']+)': expected a unit vector .* for VonMisesFisherEstimator; the row's norm is "
+)
+
 _LABELS = ("CategoricalEstimator",)
 _INTEGER_LABELS = ("IntegerCategoricalEstimator",)
 _POSITIVE = (
@@ -141,4 +145,11 @@ def fix_for(line: str) -> str:
             return ""
         fix = value_fix(found["column"], found["family"], value)
         return f"; {fix}" if fix else ""
+    found = _OFF_SPHERE.match(line)
+    if found is not None:
+        name = _quoted(found["column"])
+        return (
+            f"; fix: divide each vector by its norm (transform({name}, v -> v / "
+            f"sqrt(aggregate({name}, 0D, (s, u) -> s + u * u)))), or multivariate_gaussian for any vector"
+        )
     return ""

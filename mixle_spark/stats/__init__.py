@@ -67,6 +67,7 @@ from mixle_spark.stats.markov_chain import *  # noqa: F403
 from mixle_spark.stats.mixture import *  # noqa: F403
 from mixle_spark.stats.multinomial import *  # noqa: F403
 from mixle_spark.stats.multivariate_gaussian import *  # noqa: F403
+from mixle_spark.stats.multivariate_student_t import *  # noqa: F403
 from mixle_spark.stats.negative_binomial import *  # noqa: F403
 from mixle_spark.stats.optional import *  # noqa: F403
 from mixle_spark.stats.pareto import *  # noqa: F403
@@ -78,5 +79,6 @@ from mixle_spark.stats.sequence import *  # noqa: F403
 from mixle_spark.stats.student_t import *  # noqa: F403
 from mixle_spark.stats.uniform import *  # noqa: F403
 from mixle_spark.stats.von_mises import *  # noqa: F403
+from mixle_spark.stats.von_mises_fisher import *  # noqa: F403
 
 __all__ = sorted(name for name, value in globals().items() if not (name.startswith("_") or _ismodule(value)))
