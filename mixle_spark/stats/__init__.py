@@ -47,6 +47,7 @@ from mixle_spark.stats.binomial import *  # noqa: F403
 from mixle_spark.stats.categorical import *  # noqa: F403
 from mixle_spark.stats.composite import *  # noqa: F403
 from mixle_spark.stats.diagonal_gaussian import *  # noqa: F403
+from mixle_spark.stats.ex_gaussian import *  # noqa: F403
 from mixle_spark.stats.exponential import *  # noqa: F403
 from mixle_spark.stats.gamma import *  # noqa: F403
 from mixle_spark.stats.gaussian import *  # noqa: F403
@@ -70,6 +71,7 @@ from mixle_spark.stats.poisson import *  # noqa: F403
 from mixle_spark.stats.rayleigh import *  # noqa: F403
 from mixle_spark.stats.record import *  # noqa: F403
 from mixle_spark.stats.sequence import *  # noqa: F403
+from mixle_spark.stats.skew_normal import *  # noqa: F403
 from mixle_spark.stats.student_t import *  # noqa: F403
 from mixle_spark.stats.von_mises import *  # noqa: F403
 

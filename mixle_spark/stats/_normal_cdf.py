@@ -103,8 +103,8 @@ _TABLE = _chebyshev_table()
 
 
 def _erfcx_table(x: np.ndarray) -> np.ndarray:
-    """erfcx for ``0 <= x <= _X_MAX`` from the piecewise Chebyshev table (Clenshaw's recurrence, in place:
-    a fresh array per operation would cost more than the arithmetic)."""
+    """erfcx for ``0 <= x <= _X_MAX`` from the piecewise table (Horner's rule, in place: a fresh array per
+    operation would cost more than the arithmetic)."""
     y = np.add(x, 4.0)
     np.divide(4.0, y, out=y)
     y -= _Y_LOW
