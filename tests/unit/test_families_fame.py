@@ -467,3 +467,29 @@ def test_ex_gaussian_tails_match_mpmath_and_scipy(params: tuple[float, float, fl
     assert list(d.quantile(np.array([0.0, 1.0]))) == [-math.inf, math.inf]
     assert d.quantile(0.5) == pytest.approx(ref.median(), rel=1e-12)
     assert list(d.log_cdf(np.array([-math.inf, math.inf]))) == [-math.inf, 0.0]
+
+
+def test_skew_normal_on_half_normal_data_climbs_towards_the_boundary_and_stops_at_max_alpha() -> None:
+    """Half-normal data: the likelihood rises without bound in alpha; EM climbs monotonically (slowly) and
+    ``max_alpha`` caps it."""
+    x = st.halfnorm(loc=2.0, scale=1.5).rvs(size=5000, random_state=np.random.default_rng(54_320))
+    est = SkewNormalEstimator()
+    enc = est.encoder().encode(list(x))
+    w = np.ones(len(x))
+    model, lls, alphas = None, [], []
+    for _ in range(150):
+        acc = est.accumulator_factory().make()
+        acc.seq_update(enc, w, model)
+        model = est.estimate(5000.0, acc.value())
+        lls.append(float(model.seq_log_density(enc).sum()))
+        alphas.append(model.alpha)
+    assert np.all(np.diff(lls) >= -1e-12 * abs(lls[-1])) and np.all(np.diff(alphas) > 0)
+    assert alphas[-1] > 20.0
+    assert lls[-1] < float(st.halfnorm.logpdf(x, *st.halfnorm.fit(x)).sum())  # the supremum, at alpha = inf
+    capped = SkewNormalEstimator(max_alpha=5.0)
+    model = None
+    for _ in range(30):
+        acc = capped.accumulator_factory().make()
+        acc.seq_update(enc, w, model)
+        model = capped.estimate(5000.0, acc.value())
+    assert model.alpha == pytest.approx(5.0, rel=1e-12)
