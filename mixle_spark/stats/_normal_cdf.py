@@ -188,7 +188,7 @@ def exp_half_square(z: Any) -> Any:
 def _exp_square(x: np.ndarray, c: float) -> np.ndarray:
     """``exp(c x^2)`` for ``c`` a power of 2: ``exp(c hi^2) exp(c (2 hi lo + lo^2))``, ``c hi^2`` exact."""
     with np.errstate(invalid="ignore", over="ignore"):
-        big = ~(np.abs(x) < 1e150)  # (or NaN) exp(c x^2) is 0 or inf anyway: no split needed
+        big = ~(np.abs(x) < 1e3)  # (or NaN) exp(c x^2) is 0 or inf anyway: no split needed
         hi = np.where(big, x, x * _SPLIT - (x * _SPLIT - x))
         lo = np.where(big, 0.0, x - hi)
         return np.exp(c * hi * hi) * np.where(big, 1.0, np.exp(c * lo * (2.0 * hi + lo)))  # type: ignore[no-any-return]

@@ -25,9 +25,10 @@ First pass (no current model): the method of moments (skewness ``2 tau^3 / (sigm
 the skewness clipped to ``[0.01, 1.9]``.
 
 ``log_cdf`` is ``log(Phi(z) - exp(k^2 / 2 - k z) Phi(w))`` (closed form, the second term in the stable
-form above), ``log_survival`` the log of the sum ``Phi(-z) + exp(...) Phi(w)`` (no cancellation). The
-cdf's difference loses about ``log10(|z| / k)`` digits far in the lower tail (``|z| >> k``); the
-``quantile`` is solved by safeguarded Newton steps on the log cdf (log survival above the median).
+form above; below ``z = 0`` the log of the ratio of the two terms is ``ln erfcx(-z / sqrt 2) - ln
+erfcx(-w / sqrt 2)``, free of the ``z^2`` both carry, and ``log1p(k / |z|)`` beyond ``|z| = 1e4``),
+``log_survival`` the log of the sum ``Phi(-z) + exp(...) Phi(w)`` (no cancellation). The ``quantile`` is
+solved by safeguarded Newton steps on the log cdf (log survival above the median).
 """
 
 from __future__ import annotations
@@ -128,15 +129,23 @@ class ExGaussianDistribution(ScalarFamily):
     def log_cdf(self, x: np.ndarray) -> np.ndarray:
         z = (np.asarray(x, dtype=np.float64) - self.mu) / self.sigma
         first = log_ndtr(z)
-        second, _ = self._log_second(z)
-        with np.errstate(invalid="ignore"):
-            out = first + log1m_exp(np.maximum(first - second, 0.0))
-        return np.where(np.isposinf(z), 0.0, np.where(np.isneginf(z), -np.inf, out))  # type: ignore[no-any-return]
+        second, w = self._log_second(z)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            gap = first - second
+            # below 0 both are -z^2 / 2 - ln 2 + ln erfcx(.): their gap without the (huge) z^2 terms
+            low = z < 0
+            gap[low] = np.log(erfcx(-z[low] / _SQRT2)) - np.log(erfcx(-w[low] / _SQRT2))
+            # far below, erfcx(a) ~ 1 / (a sqrt pi) (1 - 1 / (2 a^2)): the gap is log1p(k / |z|) to 2 / z^2
+            far = z < -1e4
+            gap[far] = np.log1p(self.k / -z[far])
+            out = first + log1m_exp(np.maximum(gap, 0.0))
+        return np.where(np.isposinf(z), 0.0, np.where(first == -np.inf, -np.inf, out))  # type: ignore[no-any-return]
 
     def log_survival(self, x: np.ndarray) -> np.ndarray:
         z = (np.asarray(x, dtype=np.float64) - self.mu) / self.sigma
         second, _ = self._log_second(z)
-        out = np.logaddexp(log_ndtr(-z), second)
+        with np.errstate(invalid="ignore"):  # -inf + -inf far above: masked below
+            out = np.logaddexp(log_ndtr(-z), second)
         return np.where(np.isposinf(z), -np.inf, np.where(np.isneginf(z), 0.0, out))  # type: ignore[no-any-return]
 
     def quantile(self, p: np.ndarray) -> np.ndarray:

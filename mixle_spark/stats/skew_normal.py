@@ -108,7 +108,8 @@ class SkewNormalDistribution(ScalarFamily):
         z = enc - self.xi
         z *= 1.0 / self.omega
         out = log_ndtr(self.alpha * z)
-        z *= z
+        with np.errstate(over="ignore"):
+            z *= z
         z *= 0.5
         out -= z
         out += self._log_const

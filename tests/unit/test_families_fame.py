@@ -467,6 +467,8 @@ def test_ex_gaussian_tails_match_mpmath_and_scipy(params: tuple[float, float, fl
     assert list(d.quantile(np.array([0.0, 1.0]))) == [-math.inf, math.inf]
     assert d.quantile(0.5) == pytest.approx(ref.median(), rel=1e-12)
     assert list(d.log_cdf(np.array([-math.inf, math.inf]))) == [-math.inf, 0.0]
+    deep = mu + sigma * np.array([-40.0, -1e3, -1e6, -1e9])  # far below: both terms carry -z^2 / 2
+    np.testing.assert_allclose(d.log_cdf(deep), [float(mp.log(cdf(v))) for v in deep], rtol=1e-12)
 
 
 def test_skew_normal_on_half_normal_data_climbs_towards_the_boundary_and_stops_at_max_alpha() -> None:
@@ -493,3 +495,24 @@ def test_skew_normal_on_half_normal_data_climbs_towards_the_boundary_and_stops_a
         acc.seq_update(enc, w, model)
         model = capped.estimate(5000.0, acc.value())
     assert model.alpha == pytest.approx(5.0, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        ExGaussianDistribution(0.0, 1.0, 1e-4),
+        ExGaussianDistribution(0.0, 1.0, 1e4),
+        ExGaussianDistribution(0.0, 1e-3, 1.0),
+        SkewNormalDistribution(0.0, 1.0, 1e4),
+        SkewNormalDistribution(0.0, 1.0, -50.0),
+    ],
+)
+def test_far_values_score_without_nan_or_warnings(model: Any) -> None:
+    x = np.array([-1e300, -1e10, -50.0, 0.0, 50.0, 1e10, 1e300])
+    logs = model.seq_log_density(x.copy())
+    assert not np.isnan(logs).any() and np.all(logs[[0, 1, 5, 6]] < -1e5)
+    for tails in (model, GaussianDistribution(0.0, 1.0)) if describes(model, "log_cdf") else ():
+        lc, ls = tails.log_cdf(x), tails.log_survival(x)
+        assert not (np.isnan(lc).any() or np.isnan(ls).any())
+        assert lc[0] == -math.inf and -math.inf < lc[1] < -1e19 and list(ls[[0, 1]]) == [0.0, 0.0]
+        assert list(lc[[5, 6]]) == [0.0, 0.0] and np.all(ls[[5, 6]] < -1e5)
