@@ -49,6 +49,7 @@ from mixle_spark.stats.composite import *  # noqa: F403
 from mixle_spark.stats.diagonal_gaussian import *  # noqa: F403
 from mixle_spark.stats.dirichlet import *  # noqa: F403
 from mixle_spark.stats.dirichlet_multinomial import *  # noqa: F403
+from mixle_spark.stats.ex_gaussian import *  # noqa: F403
 from mixle_spark.stats.exponential import *  # noqa: F403
 from mixle_spark.stats.gamma import *  # noqa: F403
 from mixle_spark.stats.gaussian import *  # noqa: F403
@@ -76,6 +77,7 @@ from mixle_spark.stats.poisson import *  # noqa: F403
 from mixle_spark.stats.rayleigh import *  # noqa: F403
 from mixle_spark.stats.record import *  # noqa: F403
 from mixle_spark.stats.sequence import *  # noqa: F403
+from mixle_spark.stats.skew_normal import *  # noqa: F403
 from mixle_spark.stats.student_t import *  # noqa: F403
 from mixle_spark.stats.uniform import *  # noqa: F403
 from mixle_spark.stats.von_mises import *  # noqa: F403

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from mixle_spark.stats._normal_cdf import log_ndtr, ndtri
 from mixle_spark.stats._parameters import option
 from mixle_spark.stats._scalar_common import (
     ScalarEncoder,
@@ -144,6 +145,18 @@ class GaussianDistribution(ScalarFamily):
     def seq_log_density(self, enc: np.ndarray) -> np.ndarray:
         d = enc - self.mu
         return self._log_const - (0.5 / self.sigma2) * (d * d)
+
+    def moments(self) -> tuple[float, float]:
+        return self.mu, self.sigma2
+
+    def log_cdf(self, x: np.ndarray) -> np.ndarray:
+        return log_ndtr((np.asarray(x, dtype=np.float64) - self.mu) / math.sqrt(self.sigma2))  # type: ignore[no-any-return]
+
+    def log_survival(self, x: np.ndarray) -> np.ndarray:
+        return log_ndtr((self.mu - np.asarray(x, dtype=np.float64)) / math.sqrt(self.sigma2))  # type: ignore[no-any-return]
+
+    def quantile(self, p: np.ndarray) -> np.ndarray:
+        return self.mu + math.sqrt(self.sigma2) * ndtri(np.asarray(p, dtype=np.float64))  # type: ignore[no-any-return]
 
     # The mixture fast path: log p(x) = [1, x - c, (x - c)^2] @ coefficients, c = the batch mean.
     def feature_key(self) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.stats._normal_cdf import log_ndtr, ndtri
 from mixle_spark.stats._scalar_common import (
     ScalarEncoder,
     ScalarFamily,
@@ -92,6 +93,32 @@ class LogGaussianDistribution(ScalarFamily):
     def seq_log_density(self, enc: np.ndarray) -> np.ndarray:
         d = enc - self.mu
         return self._log_const - (0.5 / self.sigma2) * (d * d) - enc
+
+    def moments(self) -> tuple[float, float]:
+        """Mean ``exp(mu + sigma2 / 2)``, variance ``expm1(sigma2) exp(2 mu + sigma2)`` (inf on overflow)."""
+        try:
+            return math.exp(self.mu + 0.5 * self.sigma2), math.expm1(self.sigma2) * math.exp(
+                2.0 * self.mu + self.sigma2
+            )
+        except OverflowError:
+            return math.inf, math.inf
+
+    def _log_z(self, x: np.ndarray, sign: float) -> np.ndarray:
+        """``sign (ln x - mu) / sigma`` (``-inf`` for ``x <= 0`` when ``sign`` is 1)."""
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = np.log(np.maximum(x, 0.0))
+        return sign * (y - self.mu) / math.sqrt(self.sigma2)  # type: ignore[no-any-return]
+
+    def log_cdf(self, x: np.ndarray) -> np.ndarray:
+        return log_ndtr(self._log_z(x, 1.0))  # type: ignore[no-any-return]
+
+    def log_survival(self, x: np.ndarray) -> np.ndarray:
+        return log_ndtr(self._log_z(x, -1.0))  # type: ignore[no-any-return]
+
+    def quantile(self, p: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return np.exp(self.mu + math.sqrt(self.sigma2) * ndtri(np.asarray(p, dtype=np.float64)))  # type: ignore[no-any-return]
 
     # Mixture fast path: with y = log x and c the batch mean of y,
     # log p(x) = [1, y - c, (y - c)^2] @ [const - a m^2 - c, 2 a m - 1, -a], a = 1/(2 sigma2), m = mu - c.

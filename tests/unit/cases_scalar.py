@@ -5,6 +5,7 @@ import pyarrow as pa
 from mixle_spark.stats.bernoulli import BernoulliDistribution, BernoulliEstimator
 from mixle_spark.stats.beta import BetaDistribution, BetaEstimator
 from mixle_spark.stats.binomial import BinomialDistribution, BinomialEstimator
+from mixle_spark.stats.ex_gaussian import ExGaussianDistribution, ExGaussianEstimator
 from mixle_spark.stats.exponential import ExponentialDistribution, ExponentialEstimator
 from mixle_spark.stats.gamma import GammaDistribution, GammaEstimator
 from mixle_spark.stats.geometric import GeometricDistribution, GeometricEstimator
@@ -20,6 +21,7 @@ from mixle_spark.stats.pareto import ParetoDistribution, ParetoEstimator
 from mixle_spark.stats.point_mass import PointMassDistribution, PointMassEstimator
 from mixle_spark.stats.poisson import PoissonDistribution, PoissonEstimator
 from mixle_spark.stats.rayleigh import RayleighDistribution, RayleighEstimator
+from mixle_spark.stats.skew_normal import SkewNormalDistribution, SkewNormalEstimator
 from mixle_spark.stats.student_t import StudentTDistribution, StudentTEstimator
 from mixle_spark.stats.uniform import UniformDistribution, UniformEstimator
 from mixle_spark.stats.von_mises import VonMisesDistribution, VonMisesEstimator
@@ -102,6 +104,20 @@ CASES = [
         "student_t-cauchy-prior",
         StudentTDistribution(-3.0, 0.5, 1.0),
         StudentTEstimator(pseudo_count=1.0, suff_stat=(0.0, 1.0, 2.0)),
+        em_its=400,
+    ),
+    FamilyCase("skew_normal", SkewNormalDistribution(1.0, 2.0, 3.0), SkewNormalEstimator(), em_its=400),
+    FamilyCase(
+        "skew_normal-prior",
+        SkewNormalDistribution(-3.0, 0.01, -2.0),
+        SkewNormalEstimator(pseudo_count=1.0, suff_stat=(-3.0, 0.02, -1.0)),
+        em_its=400,
+    ),
+    FamilyCase("ex_gaussian", ExGaussianDistribution(300.0, 20.0, 80.0), ExGaussianEstimator(), em_its=400),
+    FamilyCase(
+        "ex_gaussian-prior",
+        ExGaussianDistribution(-2.0, 0.01, 0.05),
+        ExGaussianEstimator(pseudo_count=1.0, suff_stat=(-2.0, 0.02, 0.04)),
         em_its=400,
     ),
     # The fitted scale is the training minimum, below which the fit scores -inf: n = 10,000 is a size
