@@ -65,6 +65,18 @@ TWINS: dict[str, Twin] = {
     ),
     "pareto": ({"x_m": 2.0, "alpha": 3.0}, lambda p: st.pareto(p["alpha"], scale=p["x_m"])),
     "inverse_gamma": ({"a": 3.0, "b": 2.0}, lambda p: st.invgamma(p["a"], scale=p["b"])),
+    "uniform": ({"low": -2.0, "high": 8.0}, lambda p: st.uniform(p["low"], p["high"] - p["low"])),
+    "laplace": ({"mu": 1.0, "b": 2.0}, lambda p: st.laplace(p["mu"], p["b"])),
+    "logistic": ({"mu": 1.0, "s": 2.0}, lambda p: st.logistic(p["mu"], p["s"])),
+    "gumbel": ({"mu": 1.0, "beta": 2.0}, lambda p: st.gumbel_r(p["mu"], p["beta"])),
+    "skew_normal": (
+        {"xi": 1.0, "omega": 2.0, "alpha": 4.0},
+        lambda p: st.skewnorm(p["alpha"], loc=p["xi"], scale=p["omega"]),
+    ),
+    "ex_gaussian": (
+        {"mu": 1.0, "sigma": 0.5, "tau": 2.0},
+        lambda p: st.exponnorm(p["tau"] / p["sigma"], loc=p["mu"], scale=p["sigma"]),
+    ),
     "poisson": ({"lam": 4.0}, lambda p: st.poisson(p["lam"])),
     "geometric": ({"p": 0.3}, lambda p: st.geom(p["p"])),
     "binomial": ({"p": 0.3, "n": 20}, lambda p: st.binom(p["n"], p["p"])),
