@@ -34,7 +34,7 @@ _POSITIVE = (
     "InverseGammaEstimator",
 )
 _NON_NEGATIVE = ("ExponentialEstimator", "HalfNormalEstimator")
-_COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator")
+_COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator", "BetaBinomialEstimator")
 _NUMBERS = "gaussian for any real number, poisson for counts, bernoulli for 0/1"
 
 

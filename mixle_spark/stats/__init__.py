@@ -43,6 +43,7 @@ from mixle_spark.stats.base import (
 )
 from mixle_spark.stats.bernoulli import *  # noqa: F403
 from mixle_spark.stats.beta import *  # noqa: F403
+from mixle_spark.stats.beta_binomial import *  # noqa: F403
 from mixle_spark.stats.binomial import *  # noqa: F403
 from mixle_spark.stats.categorical import *  # noqa: F403
 from mixle_spark.stats.composite import *  # noqa: F403

@@ -4,6 +4,7 @@ import pyarrow as pa
 
 from mixle_spark.stats.bernoulli import BernoulliDistribution, BernoulliEstimator
 from mixle_spark.stats.beta import BetaDistribution, BetaEstimator
+from mixle_spark.stats.beta_binomial import BetaBinomialDistribution, BetaBinomialEstimator
 from mixle_spark.stats.binomial import BinomialDistribution, BinomialEstimator
 from mixle_spark.stats.exponential import ExponentialDistribution, ExponentialEstimator
 from mixle_spark.stats.gamma import GammaDistribution, GammaEstimator
@@ -123,5 +124,16 @@ CASES = [
         PointMassDistribution(-0.25),
         PointMassEstimator(pseudo_count=1.0, suff_stat=-0.25),
         extra={"deterministic": True},
+    ),
+    # Minka's fixed-point (MM) step per pass: em_its runs optimize to convergence.
+    FamilyCase(
+        "beta_binomial", BetaBinomialDistribution(20, 2.0, 5.0), BetaBinomialEstimator(n=20), em_its=300
+    ),
+    # n learned by the scan; U-shaped (alpha, beta < 1) so both ends 0 and n are reached, with a prior
+    FamilyCase(
+        "beta_binomial-scan-prior",
+        BetaBinomialDistribution(8, 0.4, 0.7),
+        BetaBinomialEstimator(pseudo_count=1.0, suff_stat=(0.5, 0.5)),
+        em_its=300,
     ),
 ]
