@@ -35,6 +35,7 @@ _POSITIVE = (
 )
 _NON_NEGATIVE = ("ExponentialEstimator", "HalfNormalEstimator")
 _COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator", "BetaBinomialEstimator")
+_POSITIVE_COUNTS = ("LogSeriesEstimator",)
 _NUMBERS = "gaussian for any real number, poisson for counts, bernoulli for 0/1"
 
 
@@ -111,7 +112,12 @@ def value_fix(column: str, family: str, value: float) -> str | None:
         return f"fix: filter the rows where {name} < 0, or use gaussian, which reads any real number"
     if family in _COUNTS and value < 0:
         return f"fix: filter the rows where {name} < 0, or use gaussian, which reads any real number"
-    if family in _COUNTS and value != int(value):
+    if family in _POSITIVE_COUNTS and value < 1:
+        return (
+            f"fix: filter the rows where {name} < 1 (WHERE {name} >= 1), or shift the column ({name} + 1), "
+            "or use poisson, which reads counts from 0"
+        )
+    if family in _COUNTS + _POSITIVE_COUNTS and value != int(value):
         return f"fix: ROUND({name}) if these are counts, or gaussian for real numbers"
     return None
 

@@ -59,6 +59,7 @@ from mixle_spark.stats.integer_categorical import *  # noqa: F403
 from mixle_spark.stats.inverse_gamma import *  # noqa: F403
 from mixle_spark.stats.inverse_gaussian import *  # noqa: F403
 from mixle_spark.stats.log_gaussian import *  # noqa: F403
+from mixle_spark.stats.log_series import *  # noqa: F403
 from mixle_spark.stats.markov_chain import *  # noqa: F403
 from mixle_spark.stats.mixture import *  # noqa: F403
 from mixle_spark.stats.multinomial import *  # noqa: F403

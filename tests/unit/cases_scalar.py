@@ -13,6 +13,7 @@ from mixle_spark.stats.half_normal import HalfNormalDistribution, HalfNormalEsti
 from mixle_spark.stats.inverse_gamma import InverseGammaDistribution, InverseGammaEstimator
 from mixle_spark.stats.inverse_gaussian import InverseGaussianDistribution, InverseGaussianEstimator
 from mixle_spark.stats.log_gaussian import LogGaussianDistribution, LogGaussianEstimator
+from mixle_spark.stats.log_series import LogSeriesDistribution, LogSeriesEstimator
 from mixle_spark.stats.negative_binomial import NegativeBinomialDistribution, NegativeBinomialEstimator
 from mixle_spark.stats.pareto import ParetoDistribution, ParetoEstimator
 from mixle_spark.stats.point_mass import PointMassDistribution, PointMassEstimator
@@ -135,5 +136,12 @@ CASES = [
         BetaBinomialDistribution(8, 0.4, 0.7),
         BetaBinomialEstimator(pseudo_count=1.0, suff_stat=(0.5, 0.5)),
         em_its=300,
+    ),
+    FamilyCase("log_series", LogSeriesDistribution(0.8), LogSeriesEstimator()),
+    # a long tail (mean ~145) with a prior
+    FamilyCase(
+        "log_series-heavy-prior",
+        LogSeriesDistribution(0.999),
+        LogSeriesEstimator(pseudo_count=1.0, suff_stat=0.99),
     ),
 ]
