@@ -36,6 +36,7 @@ _POSITIVE = (
 _NON_NEGATIVE = ("ExponentialEstimator", "HalfNormalEstimator")
 _COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator", "BetaBinomialEstimator")
 _POSITIVE_COUNTS = ("LogSeriesEstimator",)
+_INTEGERS = ("SkellamEstimator",)
 _NUMBERS = "gaussian for any real number, poisson for counts, bernoulli for 0/1"
 
 
@@ -117,7 +118,7 @@ def value_fix(column: str, family: str, value: float) -> str | None:
             f"fix: filter the rows where {name} < 1 (WHERE {name} >= 1), or shift the column ({name} + 1), "
             "or use poisson, which reads counts from 0"
         )
-    if family in _COUNTS + _POSITIVE_COUNTS and value != int(value):
+    if family in _COUNTS + _POSITIVE_COUNTS + _INTEGERS and value != int(value):
         return f"fix: ROUND({name}) if these are counts, or gaussian for real numbers"
     return None
 

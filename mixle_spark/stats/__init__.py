@@ -72,6 +72,7 @@ from mixle_spark.stats.poisson import *  # noqa: F403
 from mixle_spark.stats.rayleigh import *  # noqa: F403
 from mixle_spark.stats.record import *  # noqa: F403
 from mixle_spark.stats.sequence import *  # noqa: F403
+from mixle_spark.stats.skellam import *  # noqa: F403
 from mixle_spark.stats.student_t import *  # noqa: F403
 from mixle_spark.stats.von_mises import *  # noqa: F403
 

@@ -19,6 +19,7 @@ from mixle_spark.stats.pareto import ParetoDistribution, ParetoEstimator
 from mixle_spark.stats.point_mass import PointMassDistribution, PointMassEstimator
 from mixle_spark.stats.poisson import PoissonDistribution, PoissonEstimator
 from mixle_spark.stats.rayleigh import RayleighDistribution, RayleighEstimator
+from mixle_spark.stats.skellam import SkellamDistribution, SkellamEstimator
 from mixle_spark.stats.student_t import StudentTDistribution, StudentTEstimator
 from mixle_spark.stats.von_mises import VonMisesDistribution, VonMisesEstimator
 from tests.unit._cases import FamilyCase
@@ -143,5 +144,14 @@ CASES = [
         "log_series-heavy-prior",
         LogSeriesDistribution(0.999),
         LogSeriesEstimator(pseudo_count=1.0, suff_stat=0.99),
+    ),
+    # EM on the latent Poisson pair (the accumulator reads the current model)
+    FamilyCase("skellam", SkellamDistribution(4.0, 1.5), SkellamEstimator(), em_its=400),
+    # large, nearly equal means (a wide Bessel range) with a prior
+    FamilyCase(
+        "skellam-large-prior",
+        SkellamDistribution(300.0, 280.0),
+        SkellamEstimator(pseudo_count=1.0, suff_stat=(250.0, 250.0)),
+        em_its=400,
     ),
 ]

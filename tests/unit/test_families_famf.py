@@ -35,6 +35,8 @@ from mixle_spark.stats import (
     PoissonEstimator,
     RecordEstimator,
     SequenceEstimator,
+    SkellamDistribution,
+    SkellamEstimator,
     distribution_from_dict,
     estimator_from_dict,
 )
@@ -42,6 +44,7 @@ from mixle_spark.stats._scalar_common import describes
 from mixle_spark.stats.beta_binomial import solve_shapes
 from mixle_spark.stats.criteria import count_free_parameters
 from mixle_spark.stats.log_series import solve_t
+from mixle_spark.stats.skellam import log_bessel_ive_orders
 
 N = 20_000
 
@@ -80,6 +83,18 @@ def _log_series_reference(x: np.ndarray) -> tuple[float, ...]:
     return (float(found.x),)
 
 
+def _skellam_reference(x: np.ndarray) -> tuple[float, ...]:
+    """The Skellam MLE by maximizing scipy's logpmf (over the distinct values, weighted by their counts)
+    in ``(log mu1, log mu2)`` with Nelder-Mead: scipy.stats.skellam has no fit of its own."""
+    values, counts = np.unique(x, return_counts=True)
+
+    def nll(p: np.ndarray) -> float:
+        return -float(counts @ st.skellam(*np.exp(p)).logpmf(values))
+
+    m, v = x.mean(), x.var()
+    return tuple(np.exp(_nelder_mead(nll, np.log([(v + m) / 2, (v - m) / 2]))))
+
+
 @dataclass
 class Family:
     """One family's ties to scipy: ``frozen(params)`` is the scipy distribution, ``reference(x)`` the
@@ -98,6 +113,7 @@ class Family:
     expectation: str
     fix: str
     its: int = 5
+    mixture_its: int = 300
 
     def params(self, model: Any) -> tuple[float, ...]:
         return tuple(float(getattr(model, name)) for name in self.fitted)
@@ -129,6 +145,21 @@ FAMILIES = {
         (0.0, 2.5),
         "an integer >= 1",
         "WHERE dur >= 1",
+    ),
+    "skellam": Family(
+        "skellam",
+        SkellamDistribution,
+        SkellamEstimator,
+        lambda p: st.skellam(*p),
+        _skellam_reference,
+        (4.0, 1.5),
+        ((20.0, 8.0), (6.0, 18.0)),
+        ("mu1", "mu2"),
+        (2.5, -0.5),
+        "an integer",
+        "ROUND(dur)",
+        its=400,
+        mixture_its=1500,
     ),
 }
 NAMES = sorted(FAMILIES)
@@ -189,11 +220,14 @@ def test_a_two_component_mixture_recovers_its_components(name: str) -> None:
     second = fam.frozen(fam.pair[1]).rvs(size=30_000, random_state=rng)
     x = rng.permutation(np.concatenate([first, second]))
     est = MixtureEstimator([fam.estimator(), fam.estimator()])
-    fit = optimize(list(x), est, max_its=300, delta=1e-9, seed=54_606, print_iter=0)
+    fit = optimize(list(x), est, max_its=fam.mixture_its, delta=1e-9, seed=54_606, print_iter=0)
     comps = sorted(fit.components, key=lambda c: c.moments()[0])
-    for comp, truth in zip(comps, fam.pair, strict=True):
+    truths = sorted(fam.pair, key=lambda p: fam.frozen(p).mean())
+    for comp, truth in zip(comps, truths, strict=True):
         np.testing.assert_allclose(fam.params(comp), truth[-len(fam.fitted) :], rtol=0.05)
-    assert sorted(fit.w) == pytest.approx([0.4, 0.6], abs=0.02)
+    assert [fit.w[fit.components.index(c)] for c in comps] == pytest.approx(
+        [0.4 if t == fam.pair[0] else 0.6 for t in truths], abs=0.02
+    )
     assert count_free_parameters(fit) == 1 + 2 * len(fam.fitted)
 
 
@@ -267,9 +301,9 @@ def test_optional_and_sequence_wrappings_fit(name: str) -> None:
     rng = np.random.default_rng(54_610)
     x = fam.frozen(fam.truth).rvs(size=4000, random_state=rng)
     records = [None if m else int(v) for v, m in zip(x, rng.random(4000) < 0.25, strict=True)]
-    fit = optimize(records, OptionalEstimator(fam.estimator()), max_its=fam.its, print_iter=0)
+    fit = optimize(records, OptionalEstimator(fam.estimator()), max_its=fam.its, delta=None, print_iter=0)
     present = np.array([r for r in records if r is not None])
-    alone = optimize(present, fam.estimator(), max_its=fam.its, print_iter=0)
+    alone = optimize(present, fam.estimator(), max_its=fam.its, delta=None, print_iter=0)
     np.testing.assert_allclose(fam.params(fit.dist), fam.params(alone), rtol=1e-9)
     assert fit.p == pytest.approx(0.25, abs=0.02)
     lists = [
@@ -277,10 +311,14 @@ def test_optional_and_sequence_wrappings_fit(name: str) -> None:
         for i, n in zip(range(0, 4000, 8), rng.integers(0, 8, size=500), strict=True)
     ]
     fit = optimize(
-        lists, SequenceEstimator(fam.estimator(), PoissonEstimator()), max_its=fam.its, print_iter=0
+        lists,
+        SequenceEstimator(fam.estimator(), PoissonEstimator()),
+        max_its=fam.its,
+        delta=None,
+        print_iter=0,
     )
     flat = np.array([v for row in lists for v in row])
-    alone = optimize(flat, fam.estimator(), max_its=fam.its, print_iter=0)
+    alone = optimize(flat, fam.estimator(), max_its=fam.its, delta=None, print_iter=0)
     np.testing.assert_allclose(fam.params(fit.dist), fam.params(alone), rtol=1e-9)
 
 
@@ -420,3 +458,56 @@ def test_log_series_likelihood_equation_is_solved_to_machine_precision() -> None
     assert only_ones.p == 1e-12
     est = LogSeriesEstimator(min_p=1e-3)
     assert _fit(est, np.ones(50)).p == 1e-3
+
+
+# -- Skellam -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("z", [1e-10, 1e-3, 0.5, 5.0, 24.9, 25.1, 300.0, 1e4, 1e6])
+def test_log_bessel_orders_match_scipys_ive(z: float) -> None:
+    from scipy.special import ive
+
+    top = int(min(3 * z + 60, 3000))
+    got = log_bessel_ive_orders(z, top)
+    with np.errstate(divide="ignore"):
+        ref = np.log(ive(np.arange(top + 1), z))
+    usable = ref > -700  # ive underflows beyond; the log keeps going
+    np.testing.assert_allclose(got[usable], ref[usable], rtol=1e-13, atol=1e-13)
+    assert np.all(np.diff(got) < 0) and np.isfinite(got).all()
+
+
+@pytest.mark.parametrize("params", [(4.0, 1.5), (0.2, 7.0), (1e-3, 2e-3), (150.0, 140.0), (1e4, 9e3)])
+def test_skellam_log_pmf_is_exact(params: tuple[float, float]) -> None:
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 40
+    mu1, mu2 = params
+    d, ref = SkellamDistribution(mu1, mu2), st.skellam(mu1, mu2)
+    k = np.arange(int(ref.ppf(1e-10)) - 5, int(ref.ppf(1 - 1e-10)) + 6, dtype=np.float64)
+    got = d.seq_log_density(d.encoder().encode(list(k)))
+    np.testing.assert_allclose(got, ref.logpmf(k), rtol=1e-12)
+    m1, m2 = mpmath.mpf(mu1), mpmath.mpf(mu2)
+    z = 2 * mpmath.sqrt(m1 * m2)
+    step = max(len(k) // 12, 1) if z < 1000 else len(k)  # (mpmath's series stalls at a large z)
+    picks = k[::step]
+    exact = [
+        float(-(m1 + m2) + v / 2 * mpmath.log(m1 / m2) + mpmath.log(mpmath.besseli(abs(v), z))) for v in picks
+    ]
+    np.testing.assert_allclose(got[::step], exact, rtol=1e-13)
+    assert d.log_density(int(k[3])) == pytest.approx(float(got[3]), rel=1e-14)
+    # far outside the table's range the direct path (no table) agrees
+    sparse = np.array([k[0], k[-1], k[0] - 5000.0])
+    direct = d.seq_log_density(d.encoder().encode(list(sparse)))
+    np.testing.assert_allclose(direct[:2], [got[0], got[-1]], rtol=1e-14)
+    assert direct[2] < got[0]
+    np.testing.assert_allclose(d.moments(), [ref.mean(), ref.var()], rtol=1e-14)
+
+
+def test_skellam_posterior_mean_of_n2_is_the_exact_conditional_mean() -> None:
+    mu1, mu2 = 3.0, 5.5
+    d = SkellamDistribution(mu1, mu2)
+    k = np.arange(-12.0, 9.0)
+    n2 = np.arange(0, 200.0)
+    # E[N2 | N1 - N2 = k] by summing the joint Poisson probabilities
+    joint = st.poisson(mu1).logpmf(k[:, None] + n2[None, :]) + st.poisson(mu2).logpmf(n2[None, :])
+    weights = np.exp(joint - logsumexp(joint, axis=1, keepdims=True))
+    np.testing.assert_allclose(d.expected_n2(k), weights @ n2, rtol=1e-12)
