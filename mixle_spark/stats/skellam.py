@@ -22,7 +22,9 @@ pass's moments: ``mu1 + mu2`` is the variance, ``mu1 - mu2`` the mean) and, over
 model, ``Σw`` and ``Σw E[N2 | k]``; merged by addition. EM converges linearly, slowly when both means
 are large (expect hundreds of passes to 1e-8).
 
-No cdf, survival function or quantile here (a sum over an unbounded support on both sides).
+The cdf and survival function are log-sum-exp accumulations of the pmf over a window holding the
+mean +- 40 sd, the values asked for and a margin past both (each from the side where it is the smaller
+sum); the quantile searches the same cumulative sums.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import SpecError
+from mixle_spark.stats._cdf import log1m_exp
 from mixle_spark.stats._scalar_common import (
     ScalarEncoder,
     ScalarFamily,
@@ -61,6 +64,7 @@ __all__ = [
 ]
 
 DEFAULT_MIN_MU = 1e-8
+_LN2 = math.log(2.0)
 _TABLE_ROWS = 4  # a batch is scored through a table of its k range when that is <= 4 rows per row + 1024
 
 
@@ -156,6 +160,52 @@ class SkellamDistribution(ScalarFamily):
 
     def moments(self) -> tuple[float, float]:
         return self.mu1 - self.mu2, self.mu1 + self.mu2
+
+    def _tail_tables(self, x: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+        """``(low, ln P(X <= k), ln P(X > k))`` for ``k = low..high``: a window holding every finite
+        ``x``, the mean +- 40 sd, and a margin past both beyond which the pmf has decayed by far more than
+        the float precision (it falls faster than geometrically there)."""
+        mean, var = self.moments()
+        sd = math.sqrt(var)
+        finite = x[np.isfinite(x)]
+        margin = 64 + int(4.0 * sd)
+        low = math.floor(min(mean - 40.0 * sd, float(finite.min()) if finite.size else mean)) - margin
+        high = math.ceil(max(mean + 40.0 * sd, float(finite.max()) if finite.size else mean)) + margin
+        log_pmf = self.log_pmf_range(low, high)
+        log_cdf = np.logaddexp.accumulate(log_pmf)
+        log_sf = np.append(np.logaddexp.accumulate(log_pmf[::-1])[::-1][1:], -np.inf)
+        # each from the complement where that is the smaller sum (fewer digits lost to the additions)
+        with np.errstate(divide="ignore"):
+            log_cdf, log_sf = (
+                np.where(log_cdf > -_LN2, log1m_exp(-log_sf), log_cdf),
+                np.where(log_sf > -_LN2, log1m_exp(-log_cdf), log_sf),
+            )
+        return low, log_cdf, log_sf
+
+    def _lookup(self, x: np.ndarray, which: int) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        low, *tables = self._tail_tables(x.reshape(-1))
+        table = tables[which]
+        k = np.floor(np.nan_to_num(x, posinf=low + table.size, neginf=low - 1.0)) - low
+        inside = np.clip(k, 0, table.size - 1).astype(np.int64)
+        below, above = (-math.inf, 0.0) if which == 0 else (0.0, -math.inf)
+        return np.where(k < 0, below, np.where(k >= table.size, above, table[inside]))
+
+    def log_cdf(self, x: np.ndarray) -> np.ndarray:
+        """``ln P(X <= x)``: log-sum-exp of the pmf over a window that holds ``x`` (see ``_tail_tables``)."""
+        return self._lookup(x, 0)
+
+    def log_survival(self, x: np.ndarray) -> np.ndarray:
+        """``ln P(X > x)``, summed from the upper side (accurate deep in the upper tail)."""
+        return self._lookup(x, 1)
+
+    def quantile(self, p: np.ndarray) -> np.ndarray:
+        """The least integer ``k`` with ``P(X <= k) >= p`` (``-inf`` at 0, ``inf`` at 1)."""
+        p = np.asarray(p, dtype=np.float64)
+        low, log_cdf, log_sf = self._tail_tables(np.zeros(0))
+        cdf = np.maximum.accumulate(np.where(log_cdf < -_LN2, np.exp(log_cdf), -np.expm1(log_sf)))
+        k = low + np.searchsorted(cdf, p * (1.0 - 1e-14), side="left").astype(np.float64)
+        return np.where(p <= 0.0, -math.inf, np.where(p >= 1.0, math.inf, k))
 
 
 class SkellamAccumulator(Accumulator):

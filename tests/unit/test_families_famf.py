@@ -511,3 +511,32 @@ def test_skellam_posterior_mean_of_n2_is_the_exact_conditional_mean() -> None:
     joint = st.poisson(mu1).logpmf(k[:, None] + n2[None, :]) + st.poisson(mu2).logpmf(n2[None, :])
     weights = np.exp(joint - logsumexp(joint, axis=1, keepdims=True))
     np.testing.assert_allclose(d.expected_n2(k), weights @ n2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("params", [(4.0, 1.5), (0.2, 7.0), (150.0, 140.0), (1e-3, 2e-3)])
+def test_skellam_tails_are_the_sums_of_its_pmf(params: tuple[float, float]) -> None:
+    mu1, mu2 = params
+    d, ref = SkellamDistribution(mu1, mu2), st.skellam(mu1, mu2)
+    k = np.arange(int(ref.ppf(1e-10)) - 5, int(ref.ppf(1 - 1e-10)) + 6, dtype=np.float64)
+    x = np.concatenate([k, k + 0.5])
+    wide = np.arange(k[0] - 300, k[-1] + 301)
+    log_pmf = ref.logpmf(wide)
+    lower = [logsumexp(log_pmf[wide <= v]) for v in x]
+    upper = [logsumexp(log_pmf[wide > v]) for v in x]
+    # atol: an error of 1e-12 in a log near 0 is one of 1e-12 relative in the probability
+    np.testing.assert_allclose(d.log_cdf(x), lower, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(d.log_survival(x), upper, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(d.log_cdf(x), ref.logcdf(x), rtol=1e-9, atol=1e-12)
+    # far beyond scipy's underflow: the sum of our own pmf (checked against mpmath above)
+    beyond = np.arange(k[-1] + 201.0, k[-1] + 3000.0)
+    far = d.log_survival(np.array([k[-1] + 200.0]))[0]
+    assert far == pytest.approx(float(logsumexp(d.seq_log_density(beyond))), rel=1e-12)
+    assert (
+        d.log_cdf(np.array([-math.inf]))[0] == -math.inf
+        and d.log_survival(np.array([math.inf]))[0] == -math.inf
+    )
+    p = np.linspace(0.001, 0.999, 999)
+    q = d.quantile(p)
+    # the least k with P(X <= k) >= p: checked by the cdf itself, not by scipy's rounding
+    assert np.all(ref.cdf(q) >= p * (1 - 1e-12)) and np.all(ref.cdf(q - 1) < p)
+    assert d.quantile(np.array([0.0, 1.0])).tolist() == [-math.inf, math.inf]
