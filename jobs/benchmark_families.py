@@ -82,6 +82,12 @@ TWINS: dict[str, Twin] = {
     "binomial": ({"p": 0.3, "n": 20}, lambda p: st.binom(p["n"], p["p"])),
     "negative_binomial": ({"r": 3.0, "p": 0.4}, lambda p: st.nbinom(p["r"], p["p"])),
     "bernoulli": ({"p": 0.3}, lambda p: st.bernoulli(p["p"])),
+    "beta_binomial": (
+        {"n": 20, "alpha": 2.0, "beta": 5.0},
+        lambda p: st.betabinom(p["n"], p["alpha"], p["beta"]),
+    ),
+    "log_series": ({"p": 0.8}, lambda p: st.logser(p["p"])),
+    "skellam": ({"mu1": 4.0, "mu2": 1.5}, lambda p: st.skellam(p["mu1"], p["mu2"])),
 }
 """Spec name -> (the family's parameters, its scipy twin built from them)."""
 

@@ -38,7 +38,9 @@ _POSITIVE = (
     "InverseGammaEstimator",
 )
 _NON_NEGATIVE = ("ExponentialEstimator", "HalfNormalEstimator")
-_COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator")
+_COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator", "BetaBinomialEstimator")
+_POSITIVE_COUNTS = ("LogSeriesEstimator",)
+_INTEGERS = ("SkellamEstimator",)
 _SHARES = ("DirichletEstimator",)
 _COUNT_VECTORS = ("DirichletMultinomialEstimator",)
 _VECTORS = ("MultivariateGaussianEstimator", "DiagonalGaussianEstimator", *_SHARES, *_COUNT_VECTORS)
@@ -125,7 +127,12 @@ def value_fix(column: str, family: str, value: float) -> str | None:
         )
     if family in _COUNT_VECTORS and (value < 0 or value != int(value)):
         return f"fix: every entry of {name} must be a count (a non-negative integer): filter or round them"
-    if family in _COUNTS and value != int(value):
+    if family in _POSITIVE_COUNTS and value < 1:
+        return (
+            f"fix: filter the rows where {name} < 1 (WHERE {name} >= 1), or shift the column ({name} + 1), "
+            "or use poisson, which reads counts from 0"
+        )
+    if family in _COUNTS + _POSITIVE_COUNTS + _INTEGERS and value != int(value):
         return f"fix: ROUND({name}) if these are counts, or gaussian for real numbers"
     return None
 

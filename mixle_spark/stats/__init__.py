@@ -43,6 +43,7 @@ from mixle_spark.stats.base import (
 )
 from mixle_spark.stats.bernoulli import *  # noqa: F403
 from mixle_spark.stats.beta import *  # noqa: F403
+from mixle_spark.stats.beta_binomial import *  # noqa: F403
 from mixle_spark.stats.binomial import *  # noqa: F403
 from mixle_spark.stats.categorical import *  # noqa: F403
 from mixle_spark.stats.composite import *  # noqa: F403
@@ -63,6 +64,7 @@ from mixle_spark.stats.inverse_gamma import *  # noqa: F403
 from mixle_spark.stats.inverse_gaussian import *  # noqa: F403
 from mixle_spark.stats.laplace import *  # noqa: F403
 from mixle_spark.stats.log_gaussian import *  # noqa: F403
+from mixle_spark.stats.log_series import *  # noqa: F403
 from mixle_spark.stats.logistic import *  # noqa: F403
 from mixle_spark.stats.markov_chain import *  # noqa: F403
 from mixle_spark.stats.mixture import *  # noqa: F403
@@ -77,6 +79,7 @@ from mixle_spark.stats.poisson import *  # noqa: F403
 from mixle_spark.stats.rayleigh import *  # noqa: F403
 from mixle_spark.stats.record import *  # noqa: F403
 from mixle_spark.stats.sequence import *  # noqa: F403
+from mixle_spark.stats.skellam import *  # noqa: F403
 from mixle_spark.stats.skew_normal import *  # noqa: F403
 from mixle_spark.stats.student_t import *  # noqa: F403
 from mixle_spark.stats.uniform import *  # noqa: F403

@@ -4,6 +4,7 @@ import pyarrow as pa
 
 from mixle_spark.stats.bernoulli import BernoulliDistribution, BernoulliEstimator
 from mixle_spark.stats.beta import BetaDistribution, BetaEstimator
+from mixle_spark.stats.beta_binomial import BetaBinomialDistribution, BetaBinomialEstimator
 from mixle_spark.stats.binomial import BinomialDistribution, BinomialEstimator
 from mixle_spark.stats.ex_gaussian import ExGaussianDistribution, ExGaussianEstimator
 from mixle_spark.stats.exponential import ExponentialDistribution, ExponentialEstimator
@@ -15,12 +16,14 @@ from mixle_spark.stats.inverse_gamma import InverseGammaDistribution, InverseGam
 from mixle_spark.stats.inverse_gaussian import InverseGaussianDistribution, InverseGaussianEstimator
 from mixle_spark.stats.laplace import LaplaceDistribution, LaplaceEstimator
 from mixle_spark.stats.log_gaussian import LogGaussianDistribution, LogGaussianEstimator
+from mixle_spark.stats.log_series import LogSeriesDistribution, LogSeriesEstimator
 from mixle_spark.stats.logistic import LogisticDistribution, LogisticEstimator
 from mixle_spark.stats.negative_binomial import NegativeBinomialDistribution, NegativeBinomialEstimator
 from mixle_spark.stats.pareto import ParetoDistribution, ParetoEstimator
 from mixle_spark.stats.point_mass import PointMassDistribution, PointMassEstimator
 from mixle_spark.stats.poisson import PoissonDistribution, PoissonEstimator
 from mixle_spark.stats.rayleigh import RayleighDistribution, RayleighEstimator
+from mixle_spark.stats.skellam import SkellamDistribution, SkellamEstimator
 from mixle_spark.stats.skew_normal import SkewNormalDistribution, SkewNormalEstimator
 from mixle_spark.stats.student_t import StudentTDistribution, StudentTEstimator
 from mixle_spark.stats.uniform import UniformDistribution, UniformEstimator
@@ -173,5 +176,32 @@ CASES = [
         GumbelDistribution(-7e4, 30.0),
         GumbelEstimator(pseudo_count=1.0, suff_stat=(-7e4, 25.0)),
         em_its=200,
+    ),
+    # Minka's fixed-point (MM) step per pass: em_its runs optimize to convergence.
+    FamilyCase(
+        "beta_binomial", BetaBinomialDistribution(20, 2.0, 5.0), BetaBinomialEstimator(n=20), em_its=300
+    ),
+    # n learned by the scan; U-shaped (alpha, beta < 1) so both ends 0 and n are reached, with a prior
+    FamilyCase(
+        "beta_binomial-scan-prior",
+        BetaBinomialDistribution(8, 0.4, 0.7),
+        BetaBinomialEstimator(pseudo_count=1.0, suff_stat=(0.5, 0.5)),
+        em_its=300,
+    ),
+    FamilyCase("log_series", LogSeriesDistribution(0.8), LogSeriesEstimator()),
+    # a long tail (mean ~145) with a prior
+    FamilyCase(
+        "log_series-heavy-prior",
+        LogSeriesDistribution(0.999),
+        LogSeriesEstimator(pseudo_count=1.0, suff_stat=0.99),
+    ),
+    # EM on the latent Poisson pair (the accumulator reads the current model)
+    FamilyCase("skellam", SkellamDistribution(4.0, 1.5), SkellamEstimator(), em_its=400),
+    # large, nearly equal means (a wide Bessel range) with a prior
+    FamilyCase(
+        "skellam-large-prior",
+        SkellamDistribution(300.0, 280.0),
+        SkellamEstimator(pseudo_count=1.0, suff_stat=(250.0, 250.0)),
+        em_its=400,
     ),
 ]
