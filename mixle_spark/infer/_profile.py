@@ -15,7 +15,7 @@ uniform sample without replacement of the whole table, however it was split (Coh
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,8 +133,9 @@ def _distinct(values: pa.Array) -> set[Any] | None:
     return set(unique.to_pylist())
 
 
-def profile_array(values: pa.Array | pa.ChunkedArray) -> ColumnProfile:
-    """The profile of one column's values (one batch of it)."""
+def profile_array(values: pa.Array | pa.ChunkedArray, distinct: bool = True) -> ColumnProfile:
+    """The profile of one column's values (one batch of it); ``distinct=False`` when the column is
+    already known to have more than :data:`DISTINCT_CAP` values (they are not looked up again)."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if pa.types.is_dictionary(values.type):
@@ -156,13 +157,16 @@ def profile_array(values: pa.Array | pa.ChunkedArray) -> ColumnProfile:
             profile.low, profile.high = float(x.min()), float(x.max())
             profile.whole = bool(np.all(x == np.floor(x)))
             profile.total = float(x.sum())
-        profile.distinct = _distinct(pa.array(x)) if kind == "float" else _distinct(present)
+        if not distinct:
+            profile.distinct = None
+        else:
+            profile.distinct = _distinct(pa.array(x)) if kind == "float" else _distinct(present)
     elif kind == "list":
         profile.lengths = profile_array(pc.list_value_length(present))
-        profile.elements = profile_array(pc.list_flatten(present))
+        profile.elements = profile_array(pc.list_flatten(present), distinct)
         profile.distinct = None
     elif kind in ("boolean", "string"):
-        profile.distinct = _distinct(present)
+        profile.distinct = _distinct(present) if distinct else None
     else:
         profile.distinct = None
     return profile
@@ -192,6 +196,24 @@ class TableProfile:
         sample, keys = _least_keys(sample, keys, self.capacity)
         return dataclasses.replace(self, columns=columns, sample=sample, keys=keys)
 
+    def add(self, table: pa.Table | pa.RecordBatch, keys: np.ndarray) -> TableProfile:
+        """This profile and sample with the rows of ``table`` (keyed by ``keys``) added: the rows
+        whose key cannot enter the full sample are not copied, and a column already past
+        :data:`DISTINCT_CAP` distinct values is not looked up again."""
+        counted = {name for name, p in self.columns.items() if _counts_distinct(p)}
+        part = profile_table(table, keys, self.capacity, counted, self.threshold)
+        return self.merge(part)
+
+    @property
+    def threshold(self) -> float:
+        """The key a row must be below to enter the sample (1.0, every key, while it is not full)."""
+        return float(self.keys[-1]) if len(self.keys) >= self.capacity else 1.0
+
+
+def _counts_distinct(profile: ColumnProfile) -> bool:
+    elements = profile.elements
+    return profile.distinct is not None or (elements is not None and elements.distinct is not None)
+
 
 def _least_keys(table: pa.Table, keys: np.ndarray, capacity: int) -> tuple[pa.Table, np.ndarray]:
     """The rows of ``table`` with the ``capacity`` least keys (all of them when there are fewer), in
@@ -203,13 +225,28 @@ def _least_keys(table: pa.Table, keys: np.ndarray, capacity: int) -> tuple[pa.Ta
     return table.take(order), keys[order]
 
 
-def profile_table(table: pa.Table | pa.RecordBatch, keys: np.ndarray, capacity: int) -> TableProfile:
+def profile_table(
+    table: pa.Table | pa.RecordBatch,
+    keys: np.ndarray,
+    capacity: int,
+    counted: Collection[str] | None = None,
+    below: float = 1.0,
+) -> TableProfile:
     """Profile every column of ``table`` (one part of a table) and keep the rows of least ``keys``
-    (one uniform random number per row) as its sample of at most ``capacity`` rows."""
+    (one uniform random number per row in [0, 1)) as its sample of at most ``capacity`` rows;
+    ``counted``: the columns whose distinct values are looked up (None: all), ``below``: only rows
+    of lesser key may enter the sample."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
-    columns = {name: profile_array(table.column(name)) for name in table.column_names}
-    sample, kept = _least_keys(table, np.asarray(keys, dtype=np.float64), capacity)
+    columns = {
+        name: profile_array(table.column(name), counted is None or name in counted)
+        for name in table.column_names
+    }
+    keys = np.asarray(keys, dtype=np.float64)
+    if below < 1.0:
+        entering = keys < below
+        table, keys = table.filter(pa.array(entering)), keys[entering]
+    sample, kept = _least_keys(table, keys, capacity)
     return TableProfile(columns=columns, sample=sample, keys=kept, capacity=capacity)
 
 

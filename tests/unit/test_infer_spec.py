@@ -224,11 +224,17 @@ def test_profiles_and_samples_of_parts_merge_into_the_whole_tables() -> None:
         merged = part if merged is None else merged.merge(part)
     assert merged is not None
     assert merged.sample.equals(whole.sample) and np.array_equal(merged.keys, whole.keys)
+    streamed = profile_table(arrow.slice(0, 1000), keys[:1000], capacity=700)  # batch by batch, as a task
+    for lo in range(1000, 5000, 1000):
+        streamed = streamed.add(arrow.slice(lo, 1000), keys[lo : lo + 1000])
+    assert streamed.sample.equals(whole.sample) and np.array_equal(streamed.keys, whole.keys)
+    assert streamed.threshold == whole.keys[-1] < 1.0
     for name, profile in whole.columns.items():
         got = merged.columns[name]
         assert _without_means(got.to_dict()) == _without_means(profile.to_dict()), name
         assert got.total == pytest.approx(profile.total, rel=1e-12), name
-        assert got.distinct == profile.distinct, name
+        assert got.distinct == profile.distinct == streamed.columns[name].distinct, name
+        assert _without_means(streamed.columns[name].to_dict()) == _without_means(profile.to_dict()), name
     assert whole.columns["revenue"].nulls == int(table["revenue"].iloc[:5000].isna().sum())
     scores = whole.columns["scores"]
     assert scores.lengths is not None and scores.elements is not None
