@@ -26,7 +26,16 @@ __all__ = [
     "plan_column",
 ]
 
-REAL_FAMILIES = ("gaussian", "student_t", "laplace", "logistic", "gumbel", "skew_normal", "ex_gaussian")
+REAL_FAMILIES = (
+    "gaussian",
+    "student_t",
+    "laplace",
+    "logistic",
+    "gumbel",
+    "skew_normal",
+    "ex_gaussian",
+    "uniform",
+)
 """Any real number."""
 POSITIVE_FAMILIES = (
     "log_gaussian",
