@@ -13,6 +13,7 @@ from typing import Any
 from mixle_spark._checks import field_check
 from mixle_spark.cli._common import EXIT_BAD_INPUT, JobArgumentParser, error_line
 from mixle_spark.cli._engines import ENGINE_BACKENDS, add_engine_addresses, check_engine_addresses
+from mixle_spark.cli._infer import refuse_with_infer_spec
 from mixle_spark.cli._spmd import SPMD_BACKENDS
 from mixle_spark.cli._update_arguments import add_update_arguments, check_update_arguments
 from mixle_spark.em.options import TOL, option_check
@@ -78,6 +79,13 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
     io = parser.add_argument_group("input and output")
     io.add_argument("--input", help="Delta/Parquet/CSV/JSON path or metastore table name")
     io.add_argument("--model", help="model spec JSON (conf/models/*.json)")
+    io.add_argument(
+        "--infer-spec",
+        action="store_true",
+        help="instead of --model: infer a record spec from --input (each column's family by BIC, "
+        "docs/infer-spec.md), write it as spec.json beside model.json, and fit it (a mixture of it "
+        "with --k)",
+    )
     io.add_argument("--output", help="output directory for model.json and summary.json")
     io.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     io.add_argument(
@@ -242,7 +250,9 @@ def resolve_args(
     if args.tol is not None and args.delta is not None:
         parser.error("give one stopping rule: --tol (a gain per row) or --delta, not both")
     check_update_arguments(parser, args, argv)
-    if args.update_from is None:
+    if args.infer_spec:
+        refuse_with_infer_spec(parser, args)
+    elif args.update_from is None:
         if sample is None and (args.input is None or args.model is None):
             parser.error("--input and --model are required")
         if (args.input is None) != (args.model is None):
@@ -323,10 +333,11 @@ def _single_fit_only(parser: argparse.ArgumentParser, args: argparse.Namespace, 
         parser.error(f"{flag} fits several models; {', '.join(clash)} apply to a single fit")
 
 
-def fit_options(args: argparse.Namespace, spec: ModelSpec) -> dict[str, Any]:
+def fit_options(args: argparse.Namespace, spec: ModelSpec | None) -> dict[str, Any]:
     """The spec's fit options overridden by the command line (a stopping rule given there, ``--tol``
-    or ``--delta``, replaces the spec's); without a rule in either, ``tol`` at its default."""
-    options = dict(spec.fit)
+    or ``--delta``, replaces the spec's); without a rule in either, ``tol`` at its default. ``spec``
+    is None for ``--infer-spec`` (no fit section: the command line's options and the defaults)."""
+    options = dict(spec.fit) if spec is not None else {}
     if args.tol is not None or args.delta is not None:
         options.pop("tol", None)
         options.pop("delta", None)

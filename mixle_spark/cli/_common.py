@@ -302,8 +302,9 @@ def _remove_jvm_logs(keep_last: bool) -> None:
     _jvm_logs[:] = _jvm_logs[-1:] if keep_last else []
 
 
-FIT_FILES = frozenset({"model.json", "summary.json", "trace.jsonl", "report.html"})
-"""What the fit job writes in its output directory (report.html with ``--report``)."""
+FIT_FILES = frozenset({"model.json", "summary.json", "trace.jsonl", "report.html", "spec.json"})
+"""What the fit job writes in its output directory (report.html with ``--report``, spec.json with
+``--infer-spec``)."""
 
 
 def _not_a_fit(directory: Folder, keep: frozenset[str] = frozenset()) -> str | None:

@@ -29,6 +29,7 @@ ON_DRIFT = {"warn": "warn", "fail": "raise", "refit": "refit"}
 # (dest, flag) of what only a fit reads: refused with --update-from, whose model and spec come from DIR
 FIT_ONLY = (
     ("model", "--model"),
+    ("infer_spec", "--infer-spec"),
     ("k", "--k"),
     ("forms", "--forms"),
     ("label_column", "--label-column"),

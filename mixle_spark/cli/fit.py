@@ -132,6 +132,7 @@ from mixle_spark.cli._arguments import (
 )
 from mixle_spark.cli._common import fit_output, run_job
 from mixle_spark.cli._early import check_fit_input
+from mixle_spark.cli._infer import INFERRED_SPEC_FILE, infer_fit_spec, inferred_spec_text
 from mixle_spark.cli._inputs import open_input, report_warnings
 from mixle_spark.cli._spmd import SPMD_BACKENDS, Coordination, run_spmd, solo
 from mixle_spark.cli._summary import SUMMARY_FORMAT, build_summary, long_fit_summary, statistics_summary
@@ -418,8 +419,8 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
     later = args.backend == "spark" and any(needs_session(p) for p in _output_paths(args))
     if not later:
         coord.on_root(lambda: check_outputs(args))
-    spec = coord.agree(lambda: load_spec(args.model))
-    if args.backend == "spark" and not args.sample and args.label_column is None:
+    spec = None if args.infer_spec else coord.agree(lambda: load_spec(args.model))
+    if spec is not None and args.backend == "spark" and not args.sample and args.label_column is None:
         check_fit_input(args.input, spec.estimator)  # a local input's columns, before Spark starts
     options = fit_options(args, spec)
     trials = int(options.pop("trials", 1))
@@ -431,6 +432,9 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
     try:
         if later:
             coord.on_root(lambda: check_outputs(args))
+        if spec is None:  # --infer-spec: one pass over the input chooses the spec (not under SPMD)
+            spec, inferred = infer_fit_spec(data, args, sys.stderr, opening)  # the reasons: not progress
+            extra["inferred_spec"] = inferred.to_dict()
         if args.label_column is not None:
             spec = dataclasses.replace(spec, estimator=labelled(spec.estimator, args.label_column, data))
         out = None if args.quiet or not coord.is_root else sys.stderr
@@ -445,7 +449,7 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
             args.ks,
             args.criterion,
             coord,
-            f"{args.model} to {args.input} (backend {args.backend})",
+            f"{args.model or 'the inferred spec'} to {args.input} (backend {args.backend})",
             keep_statistics=args.statistics,
             forms=args.form_list,
         )
@@ -474,6 +478,7 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
         print(model.fit_result.trace.summary(times=False), file=sys.stderr)
         print(f"{PROG}: timings: {timings_line(summary['timings'])}", file=sys.stderr)
         written = ["model.json", "summary.json", "trace.jsonl", *(["report.html"] if args.report else [])]
+        written += [INFERRED_SPEC_FILE] if args.infer_spec else []
         shown = [shown_inside(args.output, name) for name in written]
         print(f"wrote {', '.join(shown[:-1])} and {shown[-1]}")
     return summary
@@ -513,6 +518,8 @@ def write_outputs(
     layout = fit_output(args.output, args.checkpoint_dir, args.trace)
     with publish_directory(resolve(args.output, "--output"), args.overwrite, layout) as staging:
         save_model(model, staging / "model.json")
+        if "inferred_spec" in summary:
+            (staging / INFERRED_SPEC_FILE).write_text(inferred_spec_text(model, summary["inferred_spec"]))
         model.fit_result.trace.to_jsonl(staging / "trace.jsonl")
         if page is not None:
             (staging / "report.html").write_text(page, encoding="utf-8")
