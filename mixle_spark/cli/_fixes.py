@@ -32,6 +32,7 @@ _POSITIVE = (
     "InverseGaussianEstimator",
     "ParetoEstimator",
     "InverseGammaEstimator",
+    "WeibullEstimator",
 )
 _NON_NEGATIVE = ("ExponentialEstimator", "HalfNormalEstimator")
 _COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator")

@@ -19,6 +19,7 @@ from mixle_spark.stats.poisson import PoissonDistribution, PoissonEstimator
 from mixle_spark.stats.rayleigh import RayleighDistribution, RayleighEstimator
 from mixle_spark.stats.student_t import StudentTDistribution, StudentTEstimator
 from mixle_spark.stats.von_mises import VonMisesDistribution, VonMisesEstimator
+from mixle_spark.stats.weibull import WeibullDistribution, WeibullEstimator
 from tests.unit._cases import FamilyCase
 
 CASES = [
@@ -123,5 +124,13 @@ CASES = [
         PointMassDistribution(-0.25),
         PointMassEstimator(pseudo_count=1.0, suff_stat=-0.25),
         extra={"deterministic": True},
+    ),
+    # Generalized-EM families (the accumulator reads the current model's shape): fitted to convergence.
+    FamilyCase("weibull", WeibullDistribution(1.7, 3.0), WeibullEstimator(), em_its=200),
+    FamilyCase(
+        "weibull-small-shape-prior",
+        WeibullDistribution(0.5, 2000.0),
+        WeibullEstimator(pseudo_count=1.0, suff_stat=(1.0, 1000.0)),
+        em_its=200,
     ),
 ]
