@@ -33,6 +33,7 @@ _POSITIVE = (
     "ParetoEstimator",
     "InverseGammaEstimator",
     "WeibullEstimator",
+    "NakagamiEstimator",
 )
 _NON_NEGATIVE = ("ExponentialEstimator", "HalfNormalEstimator")
 _COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator")

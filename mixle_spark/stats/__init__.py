@@ -62,6 +62,7 @@ from mixle_spark.stats.markov_chain import *  # noqa: F403
 from mixle_spark.stats.mixture import *  # noqa: F403
 from mixle_spark.stats.multinomial import *  # noqa: F403
 from mixle_spark.stats.multivariate_gaussian import *  # noqa: F403
+from mixle_spark.stats.nakagami import *  # noqa: F403
 from mixle_spark.stats.negative_binomial import *  # noqa: F403
 from mixle_spark.stats.optional import *  # noqa: F403
 from mixle_spark.stats.pareto import *  # noqa: F403

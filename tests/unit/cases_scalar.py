@@ -12,6 +12,7 @@ from mixle_spark.stats.half_normal import HalfNormalDistribution, HalfNormalEsti
 from mixle_spark.stats.inverse_gamma import InverseGammaDistribution, InverseGammaEstimator
 from mixle_spark.stats.inverse_gaussian import InverseGaussianDistribution, InverseGaussianEstimator
 from mixle_spark.stats.log_gaussian import LogGaussianDistribution, LogGaussianEstimator
+from mixle_spark.stats.nakagami import NakagamiDistribution, NakagamiEstimator
 from mixle_spark.stats.negative_binomial import NegativeBinomialDistribution, NegativeBinomialEstimator
 from mixle_spark.stats.pareto import ParetoDistribution, ParetoEstimator
 from mixle_spark.stats.point_mass import PointMassDistribution, PointMassEstimator
@@ -132,5 +133,12 @@ CASES = [
         WeibullDistribution(0.5, 2000.0),
         WeibullEstimator(pseudo_count=1.0, suff_stat=(1.0, 1000.0)),
         em_its=200,
+    ),
+    FamilyCase("nakagami", NakagamiDistribution(2.5, 9.0), NakagamiEstimator()),
+    # below the half-normal's shape (m < 1/2: the density rises without bound at 0), tiny spread, a prior
+    FamilyCase(
+        "nakagami-small-shape-prior",
+        NakagamiDistribution(0.3, 1e-4),
+        NakagamiEstimator(pseudo_count=1.0, suff_stat=(1.0, 2e-4)),
     ),
 ]
