@@ -35,7 +35,7 @@ _POSITIVE = (
     "WeibullEstimator",
     "NakagamiEstimator",
 )
-_NON_NEGATIVE = ("ExponentialEstimator", "HalfNormalEstimator")
+_NON_NEGATIVE = ("ExponentialEstimator", "HalfNormalEstimator", "GeneralizedParetoEstimator")
 _COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator")
 _NUMBERS = "gaussian for any real number, poisson for counts, bernoulli for 0/1"
 

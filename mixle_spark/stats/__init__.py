@@ -50,6 +50,7 @@ from mixle_spark.stats.diagonal_gaussian import *  # noqa: F403
 from mixle_spark.stats.exponential import *  # noqa: F403
 from mixle_spark.stats.gamma import *  # noqa: F403
 from mixle_spark.stats.gaussian import *  # noqa: F403
+from mixle_spark.stats.generalized_pareto import *  # noqa: F403
 from mixle_spark.stats.geometric import *  # noqa: F403
 from mixle_spark.stats.half_normal import *  # noqa: F403
 from mixle_spark.stats.hidden_markov import *  # noqa: F403

@@ -7,6 +7,7 @@ from mixle_spark.stats.beta import BetaDistribution, BetaEstimator
 from mixle_spark.stats.binomial import BinomialDistribution, BinomialEstimator
 from mixle_spark.stats.exponential import ExponentialDistribution, ExponentialEstimator
 from mixle_spark.stats.gamma import GammaDistribution, GammaEstimator
+from mixle_spark.stats.generalized_pareto import GeneralizedParetoDistribution, GeneralizedParetoEstimator
 from mixle_spark.stats.geometric import GeometricDistribution, GeometricEstimator
 from mixle_spark.stats.half_normal import HalfNormalDistribution, HalfNormalEstimator
 from mixle_spark.stats.inverse_gamma import InverseGammaDistribution, InverseGammaEstimator
@@ -140,5 +141,18 @@ CASES = [
         "nakagami-small-shape-prior",
         NakagamiDistribution(0.3, 1e-4),
         NakagamiEstimator(pseudo_count=1.0, suff_stat=(1.0, 2e-4)),
+    ),
+    FamilyCase(
+        "generalized_pareto",
+        GeneralizedParetoDistribution(0.3, 2.0),
+        GeneralizedParetoEstimator(),
+        em_its=200,
+    ),
+    # a light tail near the exponential on a large scale, with a prior
+    FamilyCase(
+        "generalized_pareto-prior",
+        GeneralizedParetoDistribution(0.05, 500.0),
+        GeneralizedParetoEstimator(pseudo_count=1.0, suff_stat=(0.2, 400.0)),
+        em_its=200,
     ),
 ]
