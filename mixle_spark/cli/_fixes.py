@@ -36,8 +36,10 @@ _POSITIVE = (
     "InverseGaussianEstimator",
     "ParetoEstimator",
     "InverseGammaEstimator",
+    "WeibullEstimator",
+    "NakagamiEstimator",
 )
-_NON_NEGATIVE = ("ExponentialEstimator", "HalfNormalEstimator")
+_NON_NEGATIVE = ("ExponentialEstimator", "HalfNormalEstimator", "GeneralizedParetoEstimator")
 _COUNTS = ("PoissonEstimator", "NegativeBinomialEstimator", "BetaBinomialEstimator")
 _POSITIVE_COUNTS = ("LogSeriesEstimator",)
 _INTEGERS = ("SkellamEstimator",)

@@ -54,6 +54,7 @@ from mixle_spark.stats.ex_gaussian import *  # noqa: F403
 from mixle_spark.stats.exponential import *  # noqa: F403
 from mixle_spark.stats.gamma import *  # noqa: F403
 from mixle_spark.stats.gaussian import *  # noqa: F403
+from mixle_spark.stats.generalized_pareto import *  # noqa: F403
 from mixle_spark.stats.geometric import *  # noqa: F403
 from mixle_spark.stats.gumbel import *  # noqa: F403
 from mixle_spark.stats.half_normal import *  # noqa: F403
@@ -71,6 +72,7 @@ from mixle_spark.stats.mixture import *  # noqa: F403
 from mixle_spark.stats.multinomial import *  # noqa: F403
 from mixle_spark.stats.multivariate_gaussian import *  # noqa: F403
 from mixle_spark.stats.multivariate_student_t import *  # noqa: F403
+from mixle_spark.stats.nakagami import *  # noqa: F403
 from mixle_spark.stats.negative_binomial import *  # noqa: F403
 from mixle_spark.stats.optional import *  # noqa: F403
 from mixle_spark.stats.pareto import *  # noqa: F403
@@ -85,5 +87,6 @@ from mixle_spark.stats.student_t import *  # noqa: F403
 from mixle_spark.stats.uniform import *  # noqa: F403
 from mixle_spark.stats.von_mises import *  # noqa: F403
 from mixle_spark.stats.von_mises_fisher import *  # noqa: F403
+from mixle_spark.stats.weibull import *  # noqa: F403
 
 __all__ = sorted(name for name, value in globals().items() if not (name.startswith("_") or _ismodule(value)))

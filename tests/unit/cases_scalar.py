@@ -9,6 +9,7 @@ from mixle_spark.stats.binomial import BinomialDistribution, BinomialEstimator
 from mixle_spark.stats.ex_gaussian import ExGaussianDistribution, ExGaussianEstimator
 from mixle_spark.stats.exponential import ExponentialDistribution, ExponentialEstimator
 from mixle_spark.stats.gamma import GammaDistribution, GammaEstimator
+from mixle_spark.stats.generalized_pareto import GeneralizedParetoDistribution, GeneralizedParetoEstimator
 from mixle_spark.stats.geometric import GeometricDistribution, GeometricEstimator
 from mixle_spark.stats.gumbel import GumbelDistribution, GumbelEstimator
 from mixle_spark.stats.half_normal import HalfNormalDistribution, HalfNormalEstimator
@@ -18,6 +19,7 @@ from mixle_spark.stats.laplace import LaplaceDistribution, LaplaceEstimator
 from mixle_spark.stats.log_gaussian import LogGaussianDistribution, LogGaussianEstimator
 from mixle_spark.stats.log_series import LogSeriesDistribution, LogSeriesEstimator
 from mixle_spark.stats.logistic import LogisticDistribution, LogisticEstimator
+from mixle_spark.stats.nakagami import NakagamiDistribution, NakagamiEstimator
 from mixle_spark.stats.negative_binomial import NegativeBinomialDistribution, NegativeBinomialEstimator
 from mixle_spark.stats.pareto import ParetoDistribution, ParetoEstimator
 from mixle_spark.stats.point_mass import PointMassDistribution, PointMassEstimator
@@ -28,6 +30,7 @@ from mixle_spark.stats.skew_normal import SkewNormalDistribution, SkewNormalEsti
 from mixle_spark.stats.student_t import StudentTDistribution, StudentTEstimator
 from mixle_spark.stats.uniform import UniformDistribution, UniformEstimator
 from mixle_spark.stats.von_mises import VonMisesDistribution, VonMisesEstimator
+from mixle_spark.stats.weibull import WeibullDistribution, WeibullEstimator
 from tests.unit._cases import FamilyCase
 
 CASES = [
@@ -203,5 +206,33 @@ CASES = [
         SkellamDistribution(300.0, 280.0),
         SkellamEstimator(pseudo_count=1.0, suff_stat=(250.0, 250.0)),
         em_its=400,
+    ),
+    # Generalized-EM families (the accumulator reads the current model's shape): fitted to convergence.
+    FamilyCase("weibull", WeibullDistribution(1.7, 3.0), WeibullEstimator(), em_its=200),
+    FamilyCase(
+        "weibull-small-shape-prior",
+        WeibullDistribution(0.5, 2000.0),
+        WeibullEstimator(pseudo_count=1.0, suff_stat=(1.0, 1000.0)),
+        em_its=200,
+    ),
+    FamilyCase("nakagami", NakagamiDistribution(2.5, 9.0), NakagamiEstimator()),
+    # below the half-normal's shape (m < 1/2: the density rises without bound at 0), tiny spread, a prior
+    FamilyCase(
+        "nakagami-small-shape-prior",
+        NakagamiDistribution(0.3, 1e-4),
+        NakagamiEstimator(pseudo_count=1.0, suff_stat=(1.0, 2e-4)),
+    ),
+    FamilyCase(
+        "generalized_pareto",
+        GeneralizedParetoDistribution(0.3, 2.0),
+        GeneralizedParetoEstimator(),
+        em_its=200,
+    ),
+    # a light tail near the exponential on a large scale, with a prior
+    FamilyCase(
+        "generalized_pareto-prior",
+        GeneralizedParetoDistribution(0.05, 500.0),
+        GeneralizedParetoEstimator(pseudo_count=1.0, suff_stat=(0.2, 400.0)),
+        em_its=200,
     ),
 ]
