@@ -96,7 +96,7 @@ class SkewNormalDistribution(ScalarFamily):
     def variates(self, rng: np.random.Generator, size: int | None) -> Any:
         u = rng.standard_normal(size=(2,) if size is None else (2, size))
         x = self.xi + self.omega * (self.delta * np.abs(u[0]) + math.sqrt(1.0 - self.delta**2) * u[1])
-        return float(x[0]) if size is None else x
+        return float(x) if size is None else x
 
     def log_density(self, x: float) -> float:
         value = float(x)
