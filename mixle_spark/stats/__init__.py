@@ -72,5 +72,6 @@ from mixle_spark.stats.record import *  # noqa: F403
 from mixle_spark.stats.sequence import *  # noqa: F403
 from mixle_spark.stats.student_t import *  # noqa: F403
 from mixle_spark.stats.von_mises import *  # noqa: F403
+from mixle_spark.stats.zero_inflated import *  # noqa: F403
 
 __all__ = sorted(name for name, value in globals().items() if not (name.startswith("_") or _ismodule(value)))

@@ -7,6 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from mixle_spark.stats.composite import CompositeDistribution, CompositeEstimator
+from mixle_spark.stats.gamma import GammaDistribution, GammaEstimator
 from mixle_spark.stats.gaussian import GaussianDistribution, GaussianEstimator
 from mixle_spark.stats.integer_categorical import (
     IntegerCategoricalDistribution,
@@ -16,6 +17,7 @@ from mixle_spark.stats.optional import OptionalDistribution, OptionalEstimator
 from mixle_spark.stats.poisson import PoissonDistribution, PoissonEstimator
 from mixle_spark.stats.record import RecordDistribution, RecordEstimator
 from mixle_spark.stats.sequence import SequenceDistribution, SequenceEstimator
+from mixle_spark.stats.zero_inflated import ZeroInflatedDistribution, ZeroInflatedEstimator
 from tests.unit._cases import FamilyCase
 
 
@@ -82,5 +84,16 @@ CASES = [
                 "visits": SequenceEstimator(PoissonEstimator(), IntegerCategoricalEstimator()),
             }
         ),
+    ),
+    FamilyCase(
+        "zero_inflated-poisson",
+        ZeroInflatedDistribution(PoissonDistribution(3.0), 0.3),
+        ZeroInflatedEstimator(PoissonEstimator()),
+        em_its=60,
+    ),
+    FamilyCase(
+        "zero_inflated-gamma-prior",
+        ZeroInflatedDistribution(GammaDistribution(2.0, 1.5), 0.2),
+        ZeroInflatedEstimator(GammaEstimator(), pseudo_count=1.0),
     ),
 ]
