@@ -113,6 +113,11 @@ def value_fix(column: str, family: str, value: float) -> str | None:
         return f"fix: filter the rows where {name} < 0, or use gaussian, which reads any real number"
     if family in _COUNTS and value != int(value):
         return f"fix: ROUND({name}) if these are counts, or gaussian for real numbers"
+    if family == "TruncatedEstimator":
+        return (
+            "fix: filter the rows outside the bounds, or use censored, which reads a value at or beyond a "
+            "bound as censored there"
+        )
     return None
 
 

@@ -45,6 +45,7 @@ from mixle_spark.stats.bernoulli import *  # noqa: F403
 from mixle_spark.stats.beta import *  # noqa: F403
 from mixle_spark.stats.binomial import *  # noqa: F403
 from mixle_spark.stats.categorical import *  # noqa: F403
+from mixle_spark.stats.censored import *  # noqa: F403
 from mixle_spark.stats.composite import *  # noqa: F403
 from mixle_spark.stats.diagonal_gaussian import *  # noqa: F403
 from mixle_spark.stats.exponential import *  # noqa: F403
@@ -53,6 +54,7 @@ from mixle_spark.stats.gaussian import *  # noqa: F403
 from mixle_spark.stats.geometric import *  # noqa: F403
 from mixle_spark.stats.half_normal import *  # noqa: F403
 from mixle_spark.stats.hidden_markov import *  # noqa: F403
+from mixle_spark.stats.hurdle import *  # noqa: F403
 from mixle_spark.stats.ignored import *  # noqa: F403
 from mixle_spark.stats.integer_categorical import *  # noqa: F403
 from mixle_spark.stats.inverse_gamma import *  # noqa: F403
@@ -71,6 +73,7 @@ from mixle_spark.stats.rayleigh import *  # noqa: F403
 from mixle_spark.stats.record import *  # noqa: F403
 from mixle_spark.stats.sequence import *  # noqa: F403
 from mixle_spark.stats.student_t import *  # noqa: F403
+from mixle_spark.stats.truncated import *  # noqa: F403
 from mixle_spark.stats.von_mises import *  # noqa: F403
 from mixle_spark.stats.zero_inflated import *  # noqa: F403
 
