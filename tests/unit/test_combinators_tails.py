@@ -337,3 +337,30 @@ def test_json_weights_free_parameters_and_wrappings() -> None:
     seq = optimize(lists, SequenceEstimator(est, PoissonEstimator()), max_its=200, delta=1e-12, print_iter=0)
     flat = optimize(x.tolist(), est, max_its=200, delta=1e-12, print_iter=0)
     assert seq.dist.dist.lam == pytest.approx(flat.dist.lam, rel=1e-6)
+
+
+def test_profile_rows_of_hurdle_and_truncated_fields() -> None:
+    from mixle_spark.profile import segment_profile
+    from mixle_spark.stats import MixtureDistribution, RecordDistribution
+
+    model = MixtureDistribution(
+        [
+            RecordDistribution(
+                {
+                    "n": HurdleDistribution(PoissonDistribution(2.0), 0.6),
+                    "t": TruncatedDistribution(GammaDistribution(2.0, 1.5), high=5.0),
+                }
+            ),
+            RecordDistribution(
+                {
+                    "n": HurdleDistribution(PoissonDistribution(9.0), 0.1),
+                    "t": TruncatedDistribution(GammaDistribution(4.0, 1.5), high=5.0),
+                }
+            ),
+        ],
+        [0.5, 0.5],
+    )
+    share, counts, times = segment_profile(model)["fields"]
+    assert share["field"] == "n (zero share)" and [c["share"] for c in share["cells"]] == [0.6, 0.1]
+    assert counts["field"] == "n" and [c["mean"] for c in counts["cells"]] == [2.0, 9.0]
+    assert times["field"] == "t" and [c["mean"] for c in times["cells"]] == pytest.approx([3.0, 6.0])
