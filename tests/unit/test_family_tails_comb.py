@@ -1,4 +1,4 @@
-"""Cdfs, survival functions, quantiles and moments of poisson, gamma and negative_binomial (issue 54),
+"""Cdfs, survival functions, quantiles and moments of poisson, gamma, negative_binomial and beta (issue 54),
 and the incomplete gamma / beta functions behind them, against scipy."""
 
 from __future__ import annotations
@@ -8,7 +8,12 @@ import pytest
 import scipy.special as sp
 import scipy.stats as st
 
-from mixle_spark.stats import GammaDistribution, NegativeBinomialDistribution, PoissonDistribution
+from mixle_spark.stats import (
+    BetaDistribution,
+    GammaDistribution,
+    NegativeBinomialDistribution,
+    PoissonDistribution,
+)
 from mixle_spark.stats._incomplete import log_beta_i, log_gamma_pq
 
 FAMILIES = {
@@ -20,6 +25,9 @@ FAMILIES = {
     "gamma-small": (GammaDistribution(0.3, 2.0), st.gamma(0.3, scale=2.0)),
     "gamma": (GammaDistribution(2.5, 1.5), st.gamma(2.5, scale=1.5)),
     "gamma-large": (GammaDistribution(60.0, 0.1), st.gamma(60.0, scale=0.1)),
+    "beta-u": (BetaDistribution(0.5, 0.7), st.beta(0.5, 0.7)),
+    "beta": (BetaDistribution(2.0, 5.0), st.beta(2.0, 5.0)),
+    "beta-peaked": (BetaDistribution(30.0, 4.0), st.beta(30.0, 4.0)),
 }
 NAMES = sorted(FAMILIES)
 
@@ -58,7 +66,8 @@ def test_quantiles_match_scipy(name: str) -> None:
         np.testing.assert_array_equal(got, frozen.ppf(p))
     else:
         np.testing.assert_allclose(got, frozen.ppf(p), rtol=1e-12)
-    assert model.quantile(np.array([0.0]))[0] == 0.0 and model.quantile(np.array([1.0]))[0] == np.inf
+    top = 1.0 if name.startswith("beta") else np.inf
+    assert model.quantile(np.array([0.0]))[0] == 0.0 and model.quantile(np.array([1.0]))[0] == top
 
 
 def test_incomplete_gamma_and_beta_match_scipy_special() -> None:
