@@ -15,6 +15,8 @@ model into that description, side by side across components, as JSON-able data t
   over all components;
 * a yes / no field (Bernoulli): the share of ones;
 * an optional field: its missing rate, labelled as such, then what its present values look like;
+* a zero-inflated or hurdle field: its share of zeros, then its inner family; a truncated or censored
+  field: its inner family;
 * a sequence: its length and its elements;
 * a vector Gaussian: each coordinate's mean and standard deviation;
 * any other family (Markov chains, hidden Markov models, nested mixtures): its parameters as text
@@ -283,6 +285,12 @@ def _label_rows(path: str, family: str, pmaps: list[list[tuple[Any, float]]], we
     return {"field": path, "family": family, "kind": _LABELS, "labels": order, "cells": cells}
 
 
+def _zero_share(spec: Mapping[str, Any]) -> float:
+    """``P(X = 0)`` of a zero-inflated or hurdle field."""
+    dist: Any = distribution_from_dict(dict(spec))
+    return float(dist.zero_share())
+
+
 def _rows(specs: list[Mapping[str, Any]], path: str, weights: np.ndarray) -> list[dict[str, Any]]:
     """The profile rows of one field: ``specs`` holds that field's spec in every component."""
     family = str(specs[0].get("type"))
@@ -328,6 +336,16 @@ def _rows(specs: list[Mapping[str, Any]], path: str, weights: np.ndarray) -> lis
             present = weights * (1.0 - missing)  # the segments among rows where the field is present
             present = present / present.sum() if present.sum() > 0 else weights
         return rows + _rows([s["dist"] for s in specs], path, present)
+    if family in ("zero_inflated", "hurdle"):
+        zeros = np.array([_zero_share(s) for s in specs])
+        cells = [{"share": z, "text": f"{100 * z:.1f}% zeros"} for z in zeros.tolist()]
+        score = _scored([{"type": "bernoulli", "p": z} for z in zeros.tolist()], weights)
+        row = {"field": f"{path} (zero share)", "family": family, "kind": _SHARE, "cells": cells, **score}
+        rest = weights * (1.0 - zeros)  # the segments among the rows the inner family describes
+        rest = rest / rest.sum() if rest.sum() > 0 else weights
+        return [row, *_rows([s["dist"] for s in specs], path, rest)]
+    if family in ("truncated", "censored"):  # the inner family's cell
+        return _rows([s["dist"] for s in specs], path, weights)
     if family in ("sequence", "multinomial", "markov_chain", "hidden_markov"):
         rows = []
         if all(s.get("len_dist") is not None for s in specs):

@@ -136,6 +136,11 @@ def value_fix(column: str, family: str, value: float) -> str | None:
         )
     if family in _COUNTS + _POSITIVE_COUNTS + _INTEGERS and value != int(value):
         return f"fix: ROUND({name}) if these are counts, or gaussian for real numbers"
+    if family == "TruncatedEstimator":
+        return (
+            "fix: filter the rows outside the bounds, or use censored, which reads a value at or beyond a "
+            "bound as censored there"
+        )
     return None
 
 

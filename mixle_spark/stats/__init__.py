@@ -46,6 +46,7 @@ from mixle_spark.stats.beta import *  # noqa: F403
 from mixle_spark.stats.beta_binomial import *  # noqa: F403
 from mixle_spark.stats.binomial import *  # noqa: F403
 from mixle_spark.stats.categorical import *  # noqa: F403
+from mixle_spark.stats.censored import *  # noqa: F403
 from mixle_spark.stats.composite import *  # noqa: F403
 from mixle_spark.stats.diagonal_gaussian import *  # noqa: F403
 from mixle_spark.stats.dirichlet import *  # noqa: F403
@@ -59,6 +60,7 @@ from mixle_spark.stats.geometric import *  # noqa: F403
 from mixle_spark.stats.gumbel import *  # noqa: F403
 from mixle_spark.stats.half_normal import *  # noqa: F403
 from mixle_spark.stats.hidden_markov import *  # noqa: F403
+from mixle_spark.stats.hurdle import *  # noqa: F403
 from mixle_spark.stats.ignored import *  # noqa: F403
 from mixle_spark.stats.integer_categorical import *  # noqa: F403
 from mixle_spark.stats.inverse_gamma import *  # noqa: F403
@@ -84,9 +86,11 @@ from mixle_spark.stats.sequence import *  # noqa: F403
 from mixle_spark.stats.skellam import *  # noqa: F403
 from mixle_spark.stats.skew_normal import *  # noqa: F403
 from mixle_spark.stats.student_t import *  # noqa: F403
+from mixle_spark.stats.truncated import *  # noqa: F403
 from mixle_spark.stats.uniform import *  # noqa: F403
 from mixle_spark.stats.von_mises import *  # noqa: F403
 from mixle_spark.stats.von_mises_fisher import *  # noqa: F403
 from mixle_spark.stats.weibull import *  # noqa: F403
+from mixle_spark.stats.zero_inflated import *  # noqa: F403
 
 __all__ = sorted(name for name, value in globals().items() if not (name.startswith("_") or _ismodule(value)))

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import DataValueError
+from mixle_spark.stats._incomplete import log_beta_i, solve_increasing
 from mixle_spark.stats._scalar_common import (
     FeatureSumAccumulator,
     ScalarEncoder,
@@ -169,6 +170,49 @@ class BetaDistribution(ScalarFamily):
         if not (0.0 < x < 1.0):
             return -math.inf
         return self._log_const + (self.alpha - 1.0) * math.log(x) + (self.beta - 1.0) * math.log1p(-x)
+
+    def moments(self) -> tuple[float, float]:
+        total = self.alpha + self.beta
+        return self.alpha / total, self.alpha * self.beta / (total * total * (total + 1.0))
+
+    def _tails(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(ln I_x(alpha, beta), ln(1 - I_x(alpha, beta)))``, x clipped to [0, 1]."""
+        x = np.clip(np.asarray(x, dtype=np.float64), 0.0, 1.0)
+        return log_beta_i(np.full(x.shape, self.alpha), np.full(x.shape, self.beta), x)
+
+    def log_cdf(self, x: np.ndarray) -> np.ndarray:
+        return self._tails(x)[0]
+
+    def log_survival(self, x: np.ndarray) -> np.ndarray:
+        return self._tails(x)[1]
+
+    def quantile(self, p: np.ndarray) -> np.ndarray:
+        """Solves ``ln I = ln p`` below the median and ``-ln(1 - I) = -ln(1 - p)`` above it for
+        ``u = logit x`` (Newton safeguarded by bisection)."""
+        p = np.asarray(p, dtype=np.float64)
+        flat = p.ravel()
+        upper = flat > 0.5
+        with np.errstate(divide="ignore"):
+            target = np.where(upper, -np.log1p(-flat), np.log(flat))
+        out = np.where(flat >= 1.0, 1.0, 0.0)
+        idx = np.flatnonzero((flat > 0.0) & (flat < 1.0))
+        if len(idx):
+            up = upper[idx]
+
+            def g(u: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                log_x, log_1mx = -np.logaddexp(0.0, -u), -np.logaddexp(0.0, u)
+                x, y = np.exp(log_x), np.exp(log_1mx)
+                ones = np.ones(len(u))
+                lower, upper_tail = log_beta_i(self.alpha * ones, self.beta * ones, x, y)
+                tail = np.where(up[rows], upper_tail, lower)
+                with np.errstate(over="ignore"):  # x (1 - x) f(x) / tail
+                    slope = np.exp(self._log_const + self.alpha * log_x + self.beta * log_1mx - tail)
+                return np.where(up[rows], -upper_tail, lower), slope
+
+            lo, hi = np.full(len(idx), -745.0), np.full(len(idx), 37.0)
+            u = solve_increasing(g, target[idx], lo, hi, np.zeros(len(idx)))
+            out[idx] = np.exp(-np.logaddexp(0.0, -u))
+        return out.reshape(p.shape)
 
     def seq_log_density(self, enc: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         log_x, log_1mx = enc

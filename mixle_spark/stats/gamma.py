@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.stats._incomplete import log_gamma_pq, solve_increasing
 from mixle_spark.stats._scalar_common import (
     FeatureSumAccumulator,
     ScalarEncoder,
@@ -125,6 +126,44 @@ class GammaDistribution(ScalarFamily):
     def seq_log_density(self, enc: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         x, log_x = enc
         return self._log_const + (self.k - 1.0) * log_x - x / self.theta
+
+    def moments(self) -> tuple[float, float]:
+        return self.k * self.theta, self.k * self.theta * self.theta
+
+    def log_cdf(self, x: np.ndarray) -> np.ndarray:
+        """``ln P(k, x / theta)`` (the regularized lower incomplete gamma)."""
+        return log_gamma_pq(np.full(np.shape(x), self.k), np.asarray(x, dtype=np.float64) / self.theta)[0]
+
+    def log_survival(self, x: np.ndarray) -> np.ndarray:
+        """``ln Q(k, x / theta)``."""
+        return log_gamma_pq(np.full(np.shape(x), self.k), np.asarray(x, dtype=np.float64) / self.theta)[1]
+
+    def quantile(self, p: np.ndarray) -> np.ndarray:
+        """Solves ``ln P(k, z) = ln p`` below the median and ``-ln Q(k, z) = -ln(1 - p)`` above it for
+        ``u = ln z`` (:func:`~mixle_spark.stats._incomplete.solve_increasing`), ``x = theta e^u``."""
+        p = np.asarray(p, dtype=np.float64)
+        flat = p.ravel()
+        upper = flat > 0.5
+        with np.errstate(divide="ignore"):
+            target = np.where(upper, -np.log1p(-flat), np.log(flat))
+        inside = (flat > 0.0) & (flat < 1.0)
+        out = np.where(flat >= 1.0, math.inf, 0.0)
+        idx = np.flatnonzero(inside)
+        if len(idx):
+            up, log_norm = upper[idx], -gammaln(self.k)
+
+            def g(u: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                z = np.exp(u)
+                log_p, log_q = log_gamma_pq(np.full(len(u), self.k), z)
+                tail = np.where(up[rows], log_q, log_p)
+                with np.errstate(over="ignore"):  # z f(z) / tail, f the unit-scale density
+                    slope = np.exp(self.k * u - z + log_norm - tail)
+                return np.where(up[rows], -log_q, log_p), slope
+
+            start = np.full(len(idx), math.log(self.k))
+            lo, hi = np.full(len(idx), -745.0), np.full(len(idx), math.log(2.0 * self.k + 2000.0))
+            out[idx] = self.theta * np.exp(solve_increasing(g, target[idx], lo, hi, start))
+        return out.reshape(p.shape)
 
     # Mixture fast path: log p(x) = [1, x, log x] @ [const, -1 / theta, k - 1].
     def feature_key(self) -> Any:

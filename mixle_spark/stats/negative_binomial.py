@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.stats._incomplete import bisect_count, log_beta_i
 from mixle_spark.stats._scalar_common import (
     CountEncoder,
     Parameter,
@@ -175,6 +176,36 @@ class NegativeBinomialDistribution(ScalarFamily):
             return -math.inf
         xs = np.array([value])
         return float(_log_pmf(self.r, self._log_p, self._log_q, xs, log_factorial(xs))[0])
+
+    def moments(self) -> tuple[float, float]:
+        mean = self.r * (1.0 - self.p) / self.p
+        return mean, mean / self.p
+
+    def _tails(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(ln F(x), ln S(x))`` with ``F(k) = I_p(r, k + 1)`` (the regularized incomplete beta)."""
+        k = np.floor(np.asarray(x, dtype=np.float64))
+        shape = k.shape
+        log_f, log_s = log_beta_i(
+            np.full(shape, self.r),
+            np.maximum(k, 0.0) + 1.0,
+            np.full(shape, self.p),
+            np.full(shape, 1.0 - self.p),
+        )
+        below = k < 0
+        return np.where(below, -np.inf, log_f), np.where(below, 0.0, log_s)
+
+    def log_cdf(self, x: np.ndarray) -> np.ndarray:
+        return self._tails(x)[0]
+
+    def log_survival(self, x: np.ndarray) -> np.ndarray:
+        return self._tails(x)[1]
+
+    def quantile(self, p: np.ndarray) -> np.ndarray:
+        p = np.asarray(p, dtype=np.float64)
+        mean, variance = self.moments()
+        cap = math.ceil(mean + 60.0 * math.sqrt(variance) + 800.0 / self.p)
+        k = bisect_count(self.log_cdf, self.log_survival, p, 0.0, cap)
+        return np.where(p >= 1.0, math.inf, k)
 
     def seq_log_density(self, enc: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         x, log_fact = enc

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.stats._incomplete import bisect_count, log_gamma_pq
 from mixle_spark.stats._scalar_common import (
     CountEncoder,
     OneParameterEstimator,
@@ -74,6 +75,28 @@ class PoissonDistribution(ScalarFamily):
     def seq_log_density(self, enc: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         x, log_fact = enc
         return x * self._log_lam - self.lam - log_fact
+
+    def moments(self) -> tuple[float, float]:
+        return self.lam, self.lam
+
+    def _tails(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(ln F(x), ln S(x))``: ``F(k) = Q(k + 1, lam)`` (the regularized upper incomplete gamma)."""
+        k = np.floor(np.asarray(x, dtype=np.float64))
+        log_p, log_q = log_gamma_pq(np.maximum(k, 0.0) + 1.0, np.full(k.shape, self.lam))
+        below = k < 0
+        return np.where(below, -np.inf, log_q), np.where(below, 0.0, log_p)
+
+    def log_cdf(self, x: np.ndarray) -> np.ndarray:
+        return self._tails(x)[0]
+
+    def log_survival(self, x: np.ndarray) -> np.ndarray:
+        return self._tails(x)[1]
+
+    def quantile(self, p: np.ndarray) -> np.ndarray:
+        p = np.asarray(p, dtype=np.float64)
+        cap = math.ceil(self.lam + 60.0 * math.sqrt(self.lam) + 800.0)
+        k = bisect_count(self.log_cdf, self.log_survival, p, 0.0, cap)
+        return np.where(p >= 1.0, math.inf, k)
 
     # Mixture fast path: log p(x) = [1, x, log x!] @ [-lam, log lam, -1].
     def feature_key(self) -> Any:

@@ -1,0 +1,268 @@
+"""A family renormalized to a range: ``TruncatedDistribution(dist, low, high)``.
+
+``p(x) = f(x) / P(low <= X <= high)`` for ``low <= x <= high`` (either bound may be absent). Both
+bounds are inclusive: a count family keeps the integers ``ceil(low) .. floor(high)`` (its mass is
+``F(floor(high)) - F(ceil(low) - 1)``); for a continuous family a bound's own point has no mass, so
+inclusive and exclusive are the same model. A value outside the bounds is an error naming column, row
+and value (truncated data cannot hold one: :mod:`~mixle_spark.stats.censored` reads values at or beyond
+a bound instead).
+
+The M-step maximizes the *truncated* likelihood by EM (Dempster, Laird & Rubin 1977, §4.6): each
+observed row stands for ``(1 - P) / P`` unobserved draws outside the bounds (``P`` the mass inside at
+the current parameters), whose expected statistics (:mod:`~mixle_spark.stats._tails`: the pmf summed
+over a count family's tail, tanh-sinh quadrature on a continuous family's quantile) are added to the
+inner family's statistics before its own M-step. The statistics are the inner family's, merged by
+addition; each step never lowers the truncated likelihood. The first pass (no current model) is the
+inner family's untruncated fit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mixle_spark.errors import SpecError
+from mixle_spark.stats._split import SplitEncoded, SplitEncoder
+from mixle_spark.stats._tails import (
+    add_tail_statistics,
+    check_bounds_order,
+    is_count,
+    log_between,
+    log_tail,
+    require_tails,
+)
+from mixle_spark.stats._validate import check_range
+from mixle_spark.stats.base import (
+    Accumulator,
+    Distribution,
+    Estimator,
+    Parameter,
+    RowRandom,
+    Sampler,
+    estimator_option,
+    option,
+    part,
+    register_distribution,
+    register_estimator,
+    seq_update_with_ll,
+)
+
+__all__ = [
+    "TruncatedAccumulator",
+    "TruncatedDistribution",
+    "TruncatedEncoder",
+    "TruncatedEstimator",
+]
+
+
+def _bound(name: str) -> Any:
+    return option(None, lambda v: math.isfinite(v), "a finite number", read=float)
+
+
+def _kept(dist: Any, low: float | None, high: float | None) -> tuple[float | None, float | None]:
+    """The kept region as ``a < X <= b`` (a count family's integers ``ceil(low) .. floor(high)``)."""
+    if is_count(dist):
+        return (None if low is None else math.ceil(low) - 1.0), (None if high is None else math.floor(high))
+    return low, high
+
+
+class TruncatedEncoder(SplitEncoder):
+    """One group: every value, checked to lie in ``[low, high]``, read by the inner family."""
+
+    combinator = "TruncatedEstimator"
+
+    def __init__(self, child: Any, low: float | None = None, high: float | None = None) -> None:
+        super().__init__(child)
+        self.low, self.high = low, high
+
+    def expectation(self) -> str:
+        low = "-inf" if self.low is None else repr(self.low)
+        high = "inf" if self.high is None else repr(self.high)
+        return f"a number in [{low}, {high}]"
+
+    def classify(self, x: np.ndarray) -> np.ndarray:
+        check_range(x, self.expected, low=self.low, high=self.high)
+        return np.zeros(len(x), dtype=np.int64)
+
+    def __repr__(self) -> str:
+        return f"TruncatedEncoder({self.child!r}, low={self.low!r}, high={self.high!r})"
+
+
+@register_distribution("truncated")
+class TruncatedDistribution(Distribution):
+    """``dist`` renormalized to ``[low, high]`` (module doc).
+
+    Parameters
+    ----------
+    dist : Distribution
+        A scalar family that gives its ``log_cdf`` and ``log_survival`` (and ``quantile`` when continuous).
+    low, high : float, optional
+        The inclusive bounds; either may be absent (None), not both.
+
+    Examples
+    --------
+    >>> from mixle_spark.stats import ExponentialDistribution
+    >>> d = TruncatedDistribution(ExponentialDistribution(1.0), low=1.0)
+    >>> round(d.log_density(1.0), 12)  # the exponential's memorylessness
+    0.0
+    """
+
+    parameters = (part("dist"), Parameter("low", default=None), Parameter("high", default=None))
+
+    def __init__(self, dist: Distribution, low: float | None = None, high: float | None = None) -> None:
+        check_bounds_order("TruncatedDistribution", low, high)
+        if low is None and high is None:
+            raise SpecError("TruncatedDistribution: give low, high or both")
+        require_tails(dist.family, "truncated", continuous_quantile=False)
+        self.dist = dist
+        self.low = None if low is None else float(low)
+        self.high = None if high is None else float(high)
+        self._a, self._b = _kept(dist, self.low, self.high)
+        self._log_mass = log_between(dist, self._a, self._b)
+        if not self._log_mass > -math.inf:
+            raise SpecError(
+                f"TruncatedDistribution: {dist.family} gives no probability to [{self.low}, {self.high}]"
+            )
+
+    def sampling_parts(self) -> list[Distribution]:
+        return [self.dist]
+
+    def draw_with(self, sampler: Sampler, size: int | None = None) -> Any:
+        """The inner quantile of a uniform draw over the kept range of the cdf (inverse transform)."""
+        rng = sampler.rng
+        n = 1 if size is None else int(size)
+        lo = math.exp(log_tail(self.dist, self._a, False))
+        hi = -math.expm1(log_tail(self.dist, self._b, True))
+        x = np.asarray(self.dist.quantile(lo + (hi - lo) * rng.random(n)), dtype=np.float64)  # type: ignore[attr-defined]
+        x = np.clip(
+            x, -math.inf if self.low is None else self.low, math.inf if self.high is None else self.high
+        )
+        if is_count(self.dist):
+            values: list[Any] = [int(v) for v in x.tolist()]
+        else:
+            values = x.tolist()
+        return values[0] if size is None else values
+
+    def log_density(self, x: Any) -> float:
+        return float(self.seq_log_density(self.encoder().encode([x]))[0])
+
+    def seq_log_density(self, enc: SplitEncoded) -> np.ndarray:
+        return self.dist.seq_log_density(enc.child[0]) - self._log_mass  # type: ignore[no-any-return]
+
+    def estimator(self, pseudo_count: float | None = None) -> TruncatedEstimator:
+        return TruncatedEstimator(self.dist.estimator(pseudo_count), low=self.low, high=self.high)
+
+    def encoder(self) -> TruncatedEncoder:
+        return TruncatedEncoder(self.dist.encoder(), self.low, self.high)
+
+    def n_free_parameters(self) -> int:
+        return self.estimator().n_free_parameters(self)
+
+
+class TruncatedAccumulator(Accumulator):
+    """The inner family's statistics of the observed rows and of the expected unobserved draws outside
+    the bounds. Value: the inner accumulator's value."""
+
+    def __init__(
+        self, child: Accumulator, low: float | None = None, high: float | None = None, keys: Any = None
+    ):
+        self.child = child
+        self.low, self.high = low, high
+        self.keys = keys
+        self._nodes: dict[Any, Any] = {}
+
+    def seq_update(self, enc: SplitEncoded, weights: np.ndarray, estimate: Any) -> np.ndarray | None:
+        if estimate is None:
+            self.child.seq_update(enc.child[0], weights, None)
+            return None
+        ll = seq_update_with_ll(self.child, enc.child[0], weights, estimate.dist)
+        total = float(weights.sum())
+        for bound, upper in ((estimate._a, False), (estimate._b, True)):
+            per_row = math.exp(log_tail(estimate.dist, bound, upper) - estimate._log_mass)
+            add_tail_statistics(self.child, estimate.dist, bound, upper, total * per_row, self._nodes)
+        return ll - estimate._log_mass  # type: ignore[no-any-return]
+
+    def seq_initialize(self, enc: SplitEncoded, weights: np.ndarray, rng: RowRandom) -> None:
+        self.child.seq_initialize(enc.child[0], weights, rng)
+
+    def combine(self, value: Any) -> TruncatedAccumulator:
+        self.child.combine(value)
+        return self
+
+    def value(self) -> Any:
+        return self.child.value()
+
+    def _scale(self, factor: float) -> None:
+        self.child._scale(factor)
+
+    def widened(self, target: Accumulator) -> Any:
+        return self.child.widened(target.child)  # type: ignore[attr-defined]
+
+    def from_value(self, value: Any) -> TruncatedAccumulator:
+        self.child.from_value(value)
+        return self
+
+    def make_encoder(self) -> TruncatedEncoder:
+        return TruncatedEncoder(self.child.make_encoder(), self.low, self.high)
+
+    def parts(self) -> list[Accumulator]:
+        return [self.child]
+
+    def fresh_args(self) -> tuple[Any, ...]:
+        return (self.child.make(), self.low, self.high, self.keys)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**vars(self), "_nodes": {}}  # nodes are a cache of the current model, not statistics
+
+
+@register_estimator("truncated")
+@dataclass(eq=False, repr=False)
+class TruncatedEstimator(Estimator):
+    """Fits ``dist`` to data truncated to ``[low, high]`` by the EM of the module doc.
+
+    Parameters
+    ----------
+    estimator : Estimator
+        Estimator of a scalar family that gives its cdf and survival function (and quantile when
+        continuous).
+    low, high : float, optional
+        The inclusive bounds (fixed, not fitted); either may be absent, not both.
+    name, keys : str, optional
+        ``keys`` ties the inner statistics across sites.
+    """
+
+    estimator: Estimator = estimator_option(required=True)
+    low: float | None = _bound("low")
+    high: float | None = _bound("high")
+    name: str | None = None
+    keys: str | None = None
+
+    def check(self) -> None:
+        check_bounds_order("TruncatedEstimator", self.low, self.high)
+        if self.low is None and self.high is None:
+            raise SpecError("TruncatedEstimator: give low, high or both")
+        require_tails(self.estimator.family, "truncated")
+
+    def accumulator_factory(self) -> TruncatedAccumulator:
+        return TruncatedAccumulator(self.estimator.accumulator(), self.low, self.high, self.keys)
+
+    def estimate(self, nobs: float | None, value: Any) -> TruncatedDistribution:
+        return TruncatedDistribution(self.estimator.estimate(nobs, value), self.low, self.high)
+
+    def encoder(self) -> TruncatedEncoder:
+        return TruncatedEncoder(self.estimator.encoder(), self.low, self.high)
+
+    def with_scan(self, scan: Any) -> TruncatedEstimator:
+        if scan is None:
+            return self
+        return dataclasses.replace(self, estimator=self.estimator.with_scan(scan))
+
+    def min_rows(self) -> int:
+        return self.estimator.min_rows()
+
+    def _free_parameters(self, model: Any, tied: set[Any]) -> int:
+        return self.estimator.n_free_parameters(model.dist, tied)  # the bounds are fixed
