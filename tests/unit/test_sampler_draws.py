@@ -217,6 +217,8 @@ RECORDED: dict[str, str] = {
     "binomial-scan": "80e098d1ed88f95f",
     "categorical": "08f7a46896ef3254",
     "categorical-int-prior": "3806219e2b4c98bd",
+    "censored-exponential": "c752903ca765bab3",
+    "censored-negative_binomial": "5be0c3ea7152c44b",
     "composite-gaussian": "78da0ca91bdc4cfd",
     "composite-of-combinators": "93c00ebfdfb1a95d",
     "diagonal-gaussian": "a384966938151e7b",
@@ -246,6 +248,8 @@ RECORDED: dict[str, str] = {
     "hmm-gaussian": "4ea5e167f65e58fb",
     "hmm-of-mixtures": "2dbef3c04e5b62af",
     "hmm-record": "62f212c2822511a5",
+    "hurdle-gamma-prior": "bc33bda2ca3193d3",
+    "hurdle-poisson": "c61f7c8b905ac207",
     "ignored": "910129e53544ef73",
     "integer-categorical": "1ced32e46a3bba6c",
     "integer-categorical-prior": "59c1cf1d2439eb14",
@@ -312,6 +316,8 @@ RECORDED: dict[str, str] = {
     "skew_normal-prior": "0f9226e628456a0c",
     "student_t": "0188b8a499b493ee",
     "student_t-cauchy-prior": "5c774e8494338a67",
+    "truncated-gamma": "c753715ca841185a",
+    "truncated-poisson": "4861dee5a21266a2",
     "uniform": "bc87da73be25fb91",
     "uniform-narrow-prior": "da6608ece32d7ad2",
     "von-mises-uniform": "8473fd7065b7e658",
@@ -322,6 +328,8 @@ RECORDED: dict[str, str] = {
     "von_mises_fisher-tight-prior": "a193c7b437b33ae0",
     "weibull": "b1c1a9378f082ddf",
     "weibull-small-shape-prior": "56a8ead4089282fe",
+    "zero_inflated-gamma-prior": "bc33bda2ca3193d3",
+    "zero_inflated-poisson": "14bb36a9faecbf3f",
 }
 
 
