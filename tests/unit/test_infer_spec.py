@@ -16,7 +16,6 @@ from mixle_spark.infer import InferredSpec, infer_spec
 from mixle_spark.infer._candidates import candidates, label_of, plan_column
 from mixle_spark.infer._profile import TableProfile, profile_array, profile_table
 from mixle_spark.stats import RecordEstimator
-from mixle_spark.stats._registry import registered_estimators
 
 ROWS = 20_000
 CHANNEL_SHARES = [0.4, 0.3, 0.15, 0.1, 0.05]
@@ -83,13 +82,6 @@ def test_the_generating_family_is_chosen_on_nine_of_ten_columns() -> None:
     assert {c["candidate"] for c in summary["columns"][0]["candidates"]} >= {"poisson", "negative_binomial"}
 
 
-ISSUE_FAMILIES = ("weibull", "zero_inflated", "hurdle")
-
-
-@pytest.mark.skipif(
-    not set(ISSUE_FAMILIES) <= set(registered_estimators()),
-    reason=f"needs the families {', '.join(ISSUE_FAMILIES)} of issue 54 registered",
-)
 def test_the_issue_table_is_read_family_by_family() -> None:
     """The web-session table of issue 54: a zero-inflated count, a Weibull duration, a duration with
     5% zeros, a 40-level country, an optional revenue, ... (a zero-inflated Poisson and a hurdle
