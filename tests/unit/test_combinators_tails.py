@@ -1,6 +1,6 @@
-"""truncated, censored and hurdle (issue 54) over poisson, negative_binomial, exponential, gamma and
-geometric: densities against likelihoods written by hand from scipy.stats, the EM fits against
-scipy.optimize on the hand-written likelihoods (to 1e-6), monotone EM, a mixture, bad input and clear
+"""truncated, censored and hurdle (issue 54) over poisson, negative_binomial, exponential, gamma,
+geometric, gaussian, log_gaussian and weibull: densities against likelihoods written by hand from
+scipy.stats, the EM fits against scipy.optimize on the hand-written likelihoods (to 1e-6), monotone EM, a mixture, bad input and clear
 errors, JSON, weights and the wrappings. The tail quadrature's own error is checked in
 test_tail_quadrature_* (about 1e-13 relative; the fits are compared at 1e-6)."""
 
@@ -30,10 +30,14 @@ from mixle_spark.stats import (
     ExponentialEstimator,
     GammaDistribution,
     GammaEstimator,
+    GaussianDistribution,
+    GaussianEstimator,
     GeometricDistribution,
     GeometricEstimator,
     HurdleDistribution,
     HurdleEstimator,
+    LogGaussianDistribution,
+    LogGaussianEstimator,
     MixtureEstimator,
     NegativeBinomialDistribution,
     NegativeBinomialEstimator,
@@ -44,6 +48,8 @@ from mixle_spark.stats import (
     SequenceEstimator,
     TruncatedDistribution,
     TruncatedEstimator,
+    WeibullDistribution,
+    WeibullEstimator,
     distribution_from_dict,
     estimator_from_dict,
 )
@@ -57,6 +63,20 @@ INNER: dict[str, tuple[Callable[..., Any], Callable[[], Any], Callable[..., Any]
     "exponential": (ExponentialDistribution, ExponentialEstimator, lambda b: st.expon(scale=b), (2.0,)),
     "gamma": (GammaDistribution, GammaEstimator, lambda k, t: st.gamma(k, scale=t), (2.0, 1.5)),
     "geometric": (GeometricDistribution, GeometricEstimator, st.geom, (0.3,)),
+    # the continuous families users truncate and censor most (a capped reading, a session timeout)
+    "gaussian": (GaussianDistribution, GaussianEstimator, lambda m, v: st.norm(m, math.sqrt(v)), (3.0, 4.0)),
+    "log_gaussian": (
+        LogGaussianDistribution,
+        LogGaussianEstimator,
+        lambda m, v: st.lognorm(math.sqrt(v), scale=math.exp(m)),
+        (1.0, 0.36),
+    ),
+    "weibull": (
+        WeibullDistribution,
+        WeibullEstimator,
+        lambda k, lam: st.weibull_min(k, scale=lam),
+        (1.6, 3.0),
+    ),
 }
 BOUNDS = {  # (low, high) of truncation and of censoring, inside each family's bulk
     "poisson": (2.0, 7.0),
@@ -64,6 +84,9 @@ BOUNDS = {  # (low, high) of truncation and of censoring, inside each family's b
     "exponential": (0.5, 4.0),
     "gamma": (0.4, 7.0),
     "geometric": (2.0, 6.0),
+    "gaussian": (1.0, 6.0),
+    "log_gaussian": (1.2, 6.0),
+    "weibull": (0.8, 6.0),
 }
 NAMES = sorted(INNER)
 
