@@ -1,8 +1,8 @@
 """truncated, censored and hurdle (issue 54) over poisson, negative_binomial, exponential, gamma,
 geometric, gaussian, log_gaussian and weibull: densities against likelihoods written by hand from
 scipy.stats, the EM fits against scipy.optimize on the hand-written likelihoods (to 1e-6), monotone EM,
-a mixture, bad input and clear errors, JSON, weights and the wrappings. The tail quadrature's own error is checked in
-test_tail_quadrature_* (about 1e-13 relative; the fits are compared at 1e-6)."""
+a mixture, bad input and clear errors, JSON, weights and the wrappings. The tail quadrature's own
+error is checked in test_tail_quadrature_* (about 1e-13 relative; the fits are compared at 1e-6)."""
 
 from __future__ import annotations
 
