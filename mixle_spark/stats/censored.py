@@ -15,7 +15,6 @@ rows alone.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import SpecError
+from mixle_spark.stats._bounded import BoundedAccumulator, BoundedEstimator
 from mixle_spark.stats._split import SplitEncoded, SplitEncoder
 from mixle_spark.stats._tails import (
     add_tail_statistics,
@@ -32,14 +32,10 @@ from mixle_spark.stats._tails import (
     require_tails,
 )
 from mixle_spark.stats.base import (
-    Accumulator,
     Distribution,
-    Estimator,
     Parameter,
     RowRandom,
     Sampler,
-    estimator_option,
-    option,
     part,
     register_distribution,
     register_estimator,
@@ -54,10 +50,6 @@ __all__ = [
 ]
 
 INSIDE, LOW, HIGH = 0, 1, 2
-
-
-def _bound() -> Any:
-    return option(None, lambda v: math.isfinite(v), "a finite number", read=float)
 
 
 class CensoredEncoder(SplitEncoder):
@@ -146,17 +138,9 @@ class CensoredDistribution(Distribution):
         return self.estimator().n_free_parameters(self)
 
 
-class CensoredAccumulator(Accumulator):
+class CensoredAccumulator(BoundedAccumulator):
     """The inner family's statistics of the uncensored rows and of the censored rows' expected values.
     Value: the inner accumulator's value."""
-
-    def __init__(
-        self, child: Accumulator, low: float | None = None, high: float | None = None, keys: Any = None
-    ):
-        self.child = child
-        self.low, self.high = low, high
-        self.keys = keys
-        self._nodes: dict[Any, Any] = {}
 
     def seq_update(self, enc: SplitEncoded, weights: np.ndarray, estimate: Any) -> np.ndarray | None:
         inside, low, high = enc.rows
@@ -175,39 +159,10 @@ class CensoredAccumulator(Accumulator):
         inside = enc.rows[INSIDE]
         self.child.seq_initialize(enc.child[INSIDE], weights[inside], rng.take(inside))
 
-    def combine(self, value: Any) -> CensoredAccumulator:
-        self.child.combine(value)
-        return self
-
-    def value(self) -> Any:
-        return self.child.value()
-
-    def _scale(self, factor: float) -> None:
-        self.child._scale(factor)
-
-    def widened(self, target: Accumulator) -> Any:
-        return self.child.widened(target.child)  # type: ignore[attr-defined]
-
-    def from_value(self, value: Any) -> CensoredAccumulator:
-        self.child.from_value(value)
-        return self
-
-    def make_encoder(self) -> CensoredEncoder:
-        return CensoredEncoder(self.child.make_encoder(), self.low, self.high)
-
-    def parts(self) -> list[Accumulator]:
-        return [self.child]
-
-    def fresh_args(self) -> tuple[Any, ...]:
-        return (self.child.make(), self.low, self.high, self.keys)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**vars(self), "_nodes": {}}  # nodes are a cache of the current model, not statistics
-
 
 @register_estimator("censored")
 @dataclass(eq=False, repr=False)
-class CensoredEstimator(Estimator):
+class CensoredEstimator(BoundedEstimator):
     """Fits ``dist`` to data censored at ``low`` and / or ``high`` by the EM of the module doc.
 
     Parameters
@@ -221,34 +176,7 @@ class CensoredEstimator(Estimator):
         ``keys`` ties the inner statistics across sites.
     """
 
-    estimator: Estimator = estimator_option(required=True)
-    low: float | None = _bound()
-    high: float | None = _bound()
-    name: str | None = None
-    keys: str | None = None
-
-    def check(self) -> None:
-        check_bounds_order("CensoredEstimator", self.low, self.high)
-        if self.low is None and self.high is None:
-            raise SpecError("CensoredEstimator: give low, high or both")
-        require_tails(self.estimator.family, "censored")
-
-    def accumulator_factory(self) -> CensoredAccumulator:
-        return CensoredAccumulator(self.estimator.accumulator(), self.low, self.high, self.keys)
-
-    def estimate(self, nobs: float | None, value: Any) -> CensoredDistribution:
-        return CensoredDistribution(self.estimator.estimate(nobs, value), self.low, self.high)
-
-    def encoder(self) -> CensoredEncoder:
-        return CensoredEncoder(self.estimator.encoder(), self.low, self.high)
-
-    def with_scan(self, scan: Any) -> CensoredEstimator:
-        if scan is None:
-            return self
-        return dataclasses.replace(self, estimator=self.estimator.with_scan(scan))
-
-    def min_rows(self) -> int:
-        return self.estimator.min_rows()
-
-    def _free_parameters(self, model: Any, tied: set[Any]) -> int:
-        return self.estimator.n_free_parameters(model.dist, tied)  # the bounds are fixed
+    wrapper = "censored"
+    distribution_class = CensoredDistribution
+    accumulator_class = CensoredAccumulator
+    encoder_class = CensoredEncoder

@@ -18,7 +18,6 @@ inner family's untruncated fit.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import SpecError
+from mixle_spark.stats._bounded import BoundedAccumulator, BoundedEstimator
 from mixle_spark.stats._split import SplitEncoded, SplitEncoder
 from mixle_spark.stats._tails import (
     add_tail_statistics,
@@ -37,14 +37,10 @@ from mixle_spark.stats._tails import (
 )
 from mixle_spark.stats._validate import check_range
 from mixle_spark.stats.base import (
-    Accumulator,
     Distribution,
-    Estimator,
     Parameter,
     RowRandom,
     Sampler,
-    estimator_option,
-    option,
     part,
     register_distribution,
     register_estimator,
@@ -57,10 +53,6 @@ __all__ = [
     "TruncatedEncoder",
     "TruncatedEstimator",
 ]
-
-
-def _bound(name: str) -> Any:
-    return option(None, lambda v: math.isfinite(v), "a finite number", read=float)
 
 
 def _kept(dist: Any, low: float | None, high: float | None) -> tuple[float | None, float | None]:
@@ -163,17 +155,9 @@ class TruncatedDistribution(Distribution):
         return self.estimator().n_free_parameters(self)
 
 
-class TruncatedAccumulator(Accumulator):
+class TruncatedAccumulator(BoundedAccumulator):
     """The inner family's statistics of the observed rows and of the expected unobserved draws outside
     the bounds. Value: the inner accumulator's value."""
-
-    def __init__(
-        self, child: Accumulator, low: float | None = None, high: float | None = None, keys: Any = None
-    ):
-        self.child = child
-        self.low, self.high = low, high
-        self.keys = keys
-        self._nodes: dict[Any, Any] = {}
 
     def seq_update(self, enc: SplitEncoded, weights: np.ndarray, estimate: Any) -> np.ndarray | None:
         if estimate is None:
@@ -189,39 +173,10 @@ class TruncatedAccumulator(Accumulator):
     def seq_initialize(self, enc: SplitEncoded, weights: np.ndarray, rng: RowRandom) -> None:
         self.child.seq_initialize(enc.child[0], weights, rng)
 
-    def combine(self, value: Any) -> TruncatedAccumulator:
-        self.child.combine(value)
-        return self
-
-    def value(self) -> Any:
-        return self.child.value()
-
-    def _scale(self, factor: float) -> None:
-        self.child._scale(factor)
-
-    def widened(self, target: Accumulator) -> Any:
-        return self.child.widened(target.child)  # type: ignore[attr-defined]
-
-    def from_value(self, value: Any) -> TruncatedAccumulator:
-        self.child.from_value(value)
-        return self
-
-    def make_encoder(self) -> TruncatedEncoder:
-        return TruncatedEncoder(self.child.make_encoder(), self.low, self.high)
-
-    def parts(self) -> list[Accumulator]:
-        return [self.child]
-
-    def fresh_args(self) -> tuple[Any, ...]:
-        return (self.child.make(), self.low, self.high, self.keys)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**vars(self), "_nodes": {}}  # nodes are a cache of the current model, not statistics
-
 
 @register_estimator("truncated")
 @dataclass(eq=False, repr=False)
-class TruncatedEstimator(Estimator):
+class TruncatedEstimator(BoundedEstimator):
     """Fits ``dist`` to data truncated to ``[low, high]`` by the EM of the module doc.
 
     Parameters
@@ -235,34 +190,7 @@ class TruncatedEstimator(Estimator):
         ``keys`` ties the inner statistics across sites.
     """
 
-    estimator: Estimator = estimator_option(required=True)
-    low: float | None = _bound("low")
-    high: float | None = _bound("high")
-    name: str | None = None
-    keys: str | None = None
-
-    def check(self) -> None:
-        check_bounds_order("TruncatedEstimator", self.low, self.high)
-        if self.low is None and self.high is None:
-            raise SpecError("TruncatedEstimator: give low, high or both")
-        require_tails(self.estimator.family, "truncated")
-
-    def accumulator_factory(self) -> TruncatedAccumulator:
-        return TruncatedAccumulator(self.estimator.accumulator(), self.low, self.high, self.keys)
-
-    def estimate(self, nobs: float | None, value: Any) -> TruncatedDistribution:
-        return TruncatedDistribution(self.estimator.estimate(nobs, value), self.low, self.high)
-
-    def encoder(self) -> TruncatedEncoder:
-        return TruncatedEncoder(self.estimator.encoder(), self.low, self.high)
-
-    def with_scan(self, scan: Any) -> TruncatedEstimator:
-        if scan is None:
-            return self
-        return dataclasses.replace(self, estimator=self.estimator.with_scan(scan))
-
-    def min_rows(self) -> int:
-        return self.estimator.min_rows()
-
-    def _free_parameters(self, model: Any, tied: set[Any]) -> int:
-        return self.estimator.n_free_parameters(model.dist, tied)  # the bounds are fixed
+    wrapper = "truncated"
+    distribution_class = TruncatedDistribution
+    accumulator_class = TruncatedAccumulator
+    encoder_class = TruncatedEncoder
