@@ -15,7 +15,6 @@ draws at or below 0, whose expected statistics join the inner family's); it neve
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -28,16 +27,13 @@ from mixle_spark.stats._scalar_common import ScalarFamily, describes
 from mixle_spark.stats._split import SplitEncoded, SplitEncoder
 from mixle_spark.stats._tails import add_tail_statistics, is_count, log_tail
 from mixle_spark.stats._validate import check_range
+from mixle_spark.stats._zero_share import ZeroShareAccumulator, ZeroShareEstimator
 from mixle_spark.stats.base import (
-    Accumulator,
     Distribution,
-    Estimator,
     Parameter,
     RowRandom,
     Sampler,
     check_parameter,
-    check_pseudo_count,
-    estimator_option,
     part,
     register_distribution,
     register_estimator,
@@ -160,16 +156,9 @@ class HurdleDistribution(Distribution):
         return self.estimator().n_free_parameters(self)
 
 
-class HurdleAccumulator(Accumulator):
+class HurdleAccumulator(ZeroShareAccumulator):
     """The zeros' weight, the total weight and the positive part's inner statistics (with the expected
     statistics of its unobserved draws at or below 0). Value: ``(zero_weight, total_weight, child_value)``."""
-
-    def __init__(self, child: Accumulator, keys: Any = None) -> None:
-        self.child = child
-        self.keys = keys
-        self.zeros = 0.0
-        self.total = 0.0
-        self._nodes: dict[Any, Any] = {}
 
     def _count(self, enc: SplitEncoded, weights: np.ndarray) -> np.ndarray:
         self.total += float(weights.sum())
@@ -197,46 +186,10 @@ class HurdleAccumulator(Accumulator):
         w_positive = self._count(enc, weights)
         self.child.seq_initialize(enc.child[POSITIVE], w_positive, rng.take(enc.rows[POSITIVE]))
 
-    def combine(self, value: Any) -> HurdleAccumulator:
-        zeros, total, child_value = value
-        self.zeros += float(zeros)
-        self.total += float(total)
-        self.child.combine(child_value)
-        return self
-
-    def value(self) -> tuple[float, float, Any]:
-        return (self.zeros, self.total, self.child.value())
-
-    def _scale(self, factor: float) -> None:
-        self.zeros *= factor
-        self.total *= factor
-        self.child._scale(factor)
-
-    def widened(self, target: Accumulator) -> tuple[float, float, Any]:
-        return (self.zeros, self.total, self.child.widened(target.child))  # type: ignore[attr-defined]
-
-    def from_value(self, value: Any) -> HurdleAccumulator:
-        zeros, total, child_value = value
-        self.zeros, self.total = float(zeros), float(total)
-        self.child.from_value(child_value)
-        return self
-
-    def make_encoder(self) -> HurdleEncoder:
-        return HurdleEncoder(self.child.make_encoder())
-
-    def parts(self) -> list[Accumulator]:
-        return [self.child]
-
-    def fresh_args(self) -> tuple[Any, ...]:
-        return (self.child.make(), self.keys)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**vars(self), "_nodes": {}}  # nodes are a cache of the current model, not statistics
-
 
 @register_estimator("hurdle")
 @dataclass(eq=False, repr=False)
-class HurdleEstimator(Estimator):
+class HurdleEstimator(ZeroShareEstimator):
     """Fits the zero probability (the zero share) and the positive part's truncated MLE (module doc).
 
     Parameters
@@ -249,40 +202,15 @@ class HurdleEstimator(Estimator):
     name, keys : str, optional
     """
 
-    estimator: Estimator = estimator_option(required=True)
-    pseudo_count: float | None = None
-    name: str | None = None
-    keys: str | None = None
+    distribution_class = HurdleDistribution
+    accumulator_class = HurdleAccumulator
+    encoder_class = HurdleEncoder
 
     def check(self) -> None:
-        check_pseudo_count(type(self).__name__, self.pseudo_count)
+        super().check()
         cls = registered_distributions().get(self.estimator.family)
         positive_support_possible = cls is not None and issubclass(cls, ScalarFamily) and not is_count(cls)
         if cls is None or not (describes(cls, "log_survival") or positive_support_possible):
             raise SpecError(
                 f"hurdle needs the survival function of {self.estimator.family}, which it does not give"
             )
-
-    def accumulator_factory(self) -> HurdleAccumulator:
-        return HurdleAccumulator(self.estimator.accumulator(), self.keys)
-
-    def estimate(self, nobs: float | None, value: Any) -> HurdleDistribution:
-        zeros, total, child_value = value
-        pc_ = self.pseudo_count or 0.0
-        weight = total + pc_
-        pi = (zeros + 0.5 * pc_) / weight if weight > 0.0 else 0.5
-        return HurdleDistribution(self.estimator.estimate(total - zeros, child_value), min(max(pi, 0.0), 1.0))
-
-    def encoder(self) -> HurdleEncoder:
-        return HurdleEncoder(self.estimator.encoder())
-
-    def with_scan(self, scan: Any) -> HurdleEstimator:
-        if scan is None:
-            return self
-        return dataclasses.replace(self, estimator=self.estimator.with_scan(scan))
-
-    def min_rows(self) -> int:
-        return self.estimator.min_rows()
-
-    def _free_parameters(self, model: Any, tied: set[Any]) -> int:
-        return 1 + self.estimator.n_free_parameters(model.dist, tied)  # pi, and the inner family's

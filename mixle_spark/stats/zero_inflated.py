@@ -20,7 +20,6 @@ the likelihood (Dempster, Laird & Rubin 1977).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -29,17 +28,14 @@ import numpy as np
 
 from mixle_spark.stats._product import as_record_list
 from mixle_spark.stats._split import SplitEncoded, SplitEncoder
+from mixle_spark.stats._zero_share import ZeroShareAccumulator, ZeroShareEstimator
 from mixle_spark.stats.base import (
-    Accumulator,
     Distribution,
     Encoder,
-    Estimator,
     Parameter,
     RowRandom,
     Sampler,
     check_parameter,
-    check_pseudo_count,
-    estimator_option,
     part,
     register_distribution,
     register_estimator,
@@ -169,17 +165,11 @@ class ZeroInflatedDistribution(Distribution):
         return self.estimator().n_free_parameters(self)
 
 
-class ZeroInflatedAccumulator(Accumulator):
+class ZeroInflatedAccumulator(ZeroShareAccumulator):
     """The structural zeros' weight ``Σ w r``, the total weight and the inner family's statistics.
 
-    Value: ``(structural_weight, total_weight, child_value)``.
+    Value: ``(structural_weight, total_weight, child_value)`` (:class:`~mixle_spark.stats._zero_share.ZeroShareAccumulator`).
     """
-
-    def __init__(self, child: Accumulator, keys: Any = None) -> None:
-        self.child = child
-        self.keys = keys
-        self.structural = 0.0
-        self.total = 0.0
 
     def _posterior(self, enc: SplitEncoded, estimate: Any) -> tuple[np.ndarray, np.ndarray]:
         """The zero rows' structural posterior ``r`` and the inner log-density there (``-inf`` where
@@ -198,7 +188,7 @@ class ZeroInflatedAccumulator(Accumulator):
 
     def _count(self, enc: SplitEncoded, weights: np.ndarray, r: np.ndarray) -> None:
         self.total += float(weights.sum())
-        self.structural += float(np.dot(weights[enc.rows[ZERO]], r))
+        self.zeros += float(np.dot(weights[enc.rows[ZERO]], r))
 
     def seq_update(self, enc: SplitEncoded, weights: np.ndarray, estimate: Any) -> np.ndarray | None:
         nonzero, zero = enc.rows
@@ -224,43 +214,10 @@ class ZeroInflatedAccumulator(Accumulator):
             self.child.seq_initialize(enc.child[ZERO], weights[zero] * (1.0 - r), rng.take(zero))
         self.child.seq_initialize(enc.child[NONZERO], weights[nonzero], rng.take(nonzero))
 
-    def combine(self, value: Any) -> ZeroInflatedAccumulator:
-        structural, total, child_value = value
-        self.structural += float(structural)
-        self.total += float(total)
-        self.child.combine(child_value)
-        return self
-
-    def value(self) -> tuple[float, float, Any]:
-        return (self.structural, self.total, self.child.value())
-
-    def _scale(self, factor: float) -> None:
-        self.structural *= factor
-        self.total *= factor
-        self.child._scale(factor)
-
-    def widened(self, target: Accumulator) -> tuple[float, float, Any]:
-        return (self.structural, self.total, self.child.widened(target.child))  # type: ignore[attr-defined]
-
-    def from_value(self, value: Any) -> ZeroInflatedAccumulator:
-        structural, total, child_value = value
-        self.structural, self.total = float(structural), float(total)
-        self.child.from_value(child_value)
-        return self
-
-    def make_encoder(self) -> ZeroInflatedEncoder:
-        return ZeroInflatedEncoder(self.child.make_encoder())
-
-    def parts(self) -> list[Accumulator]:
-        return [self.child]
-
-    def fresh_args(self) -> tuple[Any, ...]:
-        return (self.child.make(), self.keys)
-
 
 @register_estimator("zero_inflated")
 @dataclass(eq=False, repr=False)
-class ZeroInflatedEstimator(Estimator):
+class ZeroInflatedEstimator(ZeroShareEstimator):
     """Fits the structural-zero probability ``pi`` and the inner family by exact EM (see the module).
 
     Parameters
@@ -274,35 +231,6 @@ class ZeroInflatedEstimator(Estimator):
         ``keys`` ties ``pi`` and the inner statistics across sites.
     """
 
-    estimator: Estimator = estimator_option(required=True)
-    pseudo_count: float | None = None
-    name: str | None = None
-    keys: str | None = None
-
-    def check(self) -> None:
-        check_pseudo_count(type(self).__name__, self.pseudo_count)
-
-    def accumulator_factory(self) -> ZeroInflatedAccumulator:
-        return ZeroInflatedAccumulator(self.estimator.accumulator(), self.keys)
-
-    def estimate(self, nobs: float | None, value: Any) -> ZeroInflatedDistribution:
-        structural, total, child_value = value
-        child = self.estimator.estimate(total - structural, child_value)
-        pc_ = self.pseudo_count or 0.0
-        weight = total + pc_
-        pi = (structural + 0.5 * pc_) / weight if weight > 0.0 else 0.5
-        return ZeroInflatedDistribution(child, min(max(pi, 0.0), 1.0))
-
-    def encoder(self) -> ZeroInflatedEncoder:
-        return ZeroInflatedEncoder(self.estimator.encoder())
-
-    def with_scan(self, scan: Any) -> ZeroInflatedEstimator:
-        if scan is None:
-            return self
-        return dataclasses.replace(self, estimator=self.estimator.with_scan(scan))
-
-    def min_rows(self) -> int:
-        return self.estimator.min_rows()
-
-    def _free_parameters(self, model: Any, tied: set[Any]) -> int:
-        return 1 + self.estimator.n_free_parameters(model.dist, tied)  # pi, and the inner family's
+    distribution_class = ZeroInflatedDistribution
+    accumulator_class = ZeroInflatedAccumulator
+    encoder_class = ZeroInflatedEncoder
