@@ -163,18 +163,9 @@ class CensoredAccumulator(BoundedAccumulator):
 @register_estimator("censored")
 @dataclass(eq=False, repr=False)
 class CensoredEstimator(BoundedEstimator):
-    """Fits ``dist`` to data censored at ``low`` and / or ``high`` by the EM of the module doc.
-
-    Parameters
-    ----------
-    estimator : Estimator
-        Estimator of a scalar family that gives its cdf and survival function (and quantile when
-        continuous).
-    low, high : float, optional
-        The censoring bounds (fixed, not fitted); either may be absent, not both.
-    name, keys : str, optional
-        ``keys`` ties the inner statistics across sites.
-    """
+    """Fits ``estimator``'s family to data censored at ``low`` and / or ``high`` by the EM of the
+    module doc; the options (``estimator``, ``low``, ``high``, ``name``, ``keys``) are those of
+    :class:`~mixle_spark.stats._bounded.BoundedEstimator`."""
 
     wrapper = "censored"
     distribution_class = CensoredDistribution

@@ -177,18 +177,9 @@ class TruncatedAccumulator(BoundedAccumulator):
 @register_estimator("truncated")
 @dataclass(eq=False, repr=False)
 class TruncatedEstimator(BoundedEstimator):
-    """Fits ``dist`` to data truncated to ``[low, high]`` by the EM of the module doc.
-
-    Parameters
-    ----------
-    estimator : Estimator
-        Estimator of a scalar family that gives its cdf and survival function (and quantile when
-        continuous).
-    low, high : float, optional
-        The inclusive bounds (fixed, not fitted); either may be absent, not both.
-    name, keys : str, optional
-        ``keys`` ties the inner statistics across sites.
-    """
+    """Fits ``estimator``'s family to data truncated to ``[low, high]`` (inclusive) by the EM of the
+    module doc; the options (``estimator``, ``low``, ``high``, ``name``, ``keys``) are those of
+    :class:`~mixle_spark.stats._bounded.BoundedEstimator`."""
 
     wrapper = "truncated"
     distribution_class = TruncatedDistribution

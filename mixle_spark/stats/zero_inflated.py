@@ -168,7 +168,8 @@ class ZeroInflatedDistribution(Distribution):
 class ZeroInflatedAccumulator(ZeroShareAccumulator):
     """The structural zeros' weight ``Σ w r``, the total weight and the inner family's statistics.
 
-    Value: ``(structural_weight, total_weight, child_value)`` (:class:`~mixle_spark.stats._zero_share.ZeroShareAccumulator`).
+    Value: ``(structural_weight, total_weight, child_value)`` (see
+    :class:`~mixle_spark.stats._zero_share.ZeroShareAccumulator`).
     """
 
     def _posterior(self, enc: SplitEncoded, estimate: Any) -> tuple[np.ndarray, np.ndarray]:
