@@ -252,7 +252,9 @@ class GeneralizedExtremeValueAccumulator(Accumulator):
         return (self.sw, self.sx, self.sx2, self.min_x, self.max_x, self.anchor.copy(), self.sums.copy())
 
     def _scale(self, factor: float) -> None:
-        self.sw *= factor  # the extremes and the anchor are not weighted sums: kept
+        if factor == 0.0:  # no row keeps a positive weight: no extremes either
+            self.min_x, self.max_x = math.inf, -math.inf
+        self.sw *= factor  # otherwise the extremes and the anchor are not weighted sums: kept
         self.sx *= factor
         self.sx2 *= factor
         self.sums *= factor
