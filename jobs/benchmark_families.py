@@ -80,6 +80,10 @@ TWINS: dict[str, Twin] = {
     "weibull": ({"k": 1.7, "lam": 3.0}, lambda p: st.weibull_min(p["k"], scale=p["lam"])),
     "nakagami": ({"m": 2.5, "omega": 9.0}, lambda p: st.nakagami(p["m"], scale=math.sqrt(p["omega"]))),
     "generalized_pareto": ({"xi": 0.3, "sigma": 2.0}, lambda p: st.genpareto(p["xi"], scale=p["sigma"])),
+    "generalized_extreme_value": (
+        {"xi": 0.2, "mu": 1.0, "sigma": 2.0},
+        lambda p: st.genextreme(-p["xi"], loc=p["mu"], scale=p["sigma"]),
+    ),
     "poisson": ({"lam": 4.0}, lambda p: st.poisson(p["lam"])),
     "geometric": ({"p": 0.3}, lambda p: st.geom(p["p"])),
     "binomial": ({"p": 0.3, "n": 20}, lambda p: st.binom(p["n"], p["p"])),

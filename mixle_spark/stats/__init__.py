@@ -55,6 +55,7 @@ from mixle_spark.stats.ex_gaussian import *  # noqa: F403
 from mixle_spark.stats.exponential import *  # noqa: F403
 from mixle_spark.stats.gamma import *  # noqa: F403
 from mixle_spark.stats.gaussian import *  # noqa: F403
+from mixle_spark.stats.generalized_extreme_value import *  # noqa: F403
 from mixle_spark.stats.generalized_pareto import *  # noqa: F403
 from mixle_spark.stats.geometric import *  # noqa: F403
 from mixle_spark.stats.gumbel import *  # noqa: F403

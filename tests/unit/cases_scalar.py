@@ -9,6 +9,10 @@ from mixle_spark.stats.binomial import BinomialDistribution, BinomialEstimator
 from mixle_spark.stats.ex_gaussian import ExGaussianDistribution, ExGaussianEstimator
 from mixle_spark.stats.exponential import ExponentialDistribution, ExponentialEstimator
 from mixle_spark.stats.gamma import GammaDistribution, GammaEstimator
+from mixle_spark.stats.generalized_extreme_value import (
+    GeneralizedExtremeValueDistribution,
+    GeneralizedExtremeValueEstimator,
+)
 from mixle_spark.stats.generalized_pareto import GeneralizedParetoDistribution, GeneralizedParetoEstimator
 from mixle_spark.stats.geometric import GeometricDistribution, GeometricEstimator
 from mixle_spark.stats.gumbel import GumbelDistribution, GumbelEstimator
@@ -233,6 +237,20 @@ CASES = [
         "generalized_pareto-prior",
         GeneralizedParetoDistribution(0.05, 500.0),
         GeneralizedParetoEstimator(pseudo_count=1.0, suff_stat=(0.2, 400.0)),
+        em_its=200,
+    ),
+    FamilyCase(
+        "generalized_extreme_value",
+        GeneralizedExtremeValueDistribution(0.2, 1.0, 2.0),
+        GeneralizedExtremeValueEstimator(),
+        em_its=200,
+    ),
+    # bounded above (xi < 0), far from 0 on a small scale, with a prior (whose pseudo-observations lie below
+    # the truth's upper end: a fit's support must cover them)
+    FamilyCase(
+        "generalized_extreme_value-prior",
+        GeneralizedExtremeValueDistribution(-0.25, 1000.0, 0.5),
+        GeneralizedExtremeValueEstimator(pseudo_count=1.0, suff_stat=(-0.3, 1000.2, 0.4)),
         em_its=200,
     ),
 ]
