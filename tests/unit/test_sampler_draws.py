@@ -235,6 +235,8 @@ RECORDED: dict[str, str] = {
     "gaussian": "37acad515a5ab3a3",
     "gaussian-large-offset": "b0dd6873132fa279",
     "gaussian-prior": "8174d9136647803e",
+    "generalized_extreme_value": "1eaf4297d607dc3a",
+    "generalized_extreme_value-prior": "e34b89dca0f10e0d",
     "generalized_pareto": "62936a84d0d9749f",
     "generalized_pareto-prior": "d1d7d021ef225451",
     "geometric": "790424c8523802e7",
