@@ -110,7 +110,7 @@ class SkellamDistribution(ScalarFamily):
     --------
     >>> d = SkellamDistribution(1.0, 1.0)  # P(0) = e^-2 I_0(2)
     >>> round(math.exp(d.log_density(0)), 12)
-    0.30850832255
+    0.308508322554
     """
 
     parameters = (positive("mu1"), positive("mu2"))
