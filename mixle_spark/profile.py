@@ -10,7 +10,7 @@ model into that description, side by side across components, as JSON-able data t
   its mean, and its median and quartiles where the family has them in closed form (a log-normal's median
   is ``exp(mu)``, its quartiles ``exp(mu ± 0.6745 sigma)``; an inverse Gaussian's by bisection on its
   closed-form cdf), else the mean and the standard deviation; any other scalar family that gives its
-  own ``mean``, ``variance`` and ``quantile`` is described by them;
+  own ``moments`` (and ``quantile``) is described by them;
 * labels (categorical, integer categorical): every label's probability, labels ordered by their share
   over all components;
 * a yes / no field (Bernoulli): the share of ones;
@@ -259,7 +259,7 @@ def field_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
     family has them, ``text``) from its spec; KeyError for a family that is not a number.
 
     The families listed here have their cells written out; any other scalar family that gives its own
-    ``mean`` and ``variance`` (and ``quantile``) is described by those."""
+    ``moments`` (and ``quantile``) is described by those."""
     family = str(spec["type"])
     if family in _SCALARS:
         return dict(_SCALARS[family](spec))
@@ -283,6 +283,19 @@ def _label_rows(path: str, family: str, pmaps: list[list[tuple[Any, float]]], we
         top = max(shown, key=lambda lp: lp[1])
         cells.append({"labels": shown, "text": f"mostly {top[0]!s} ({100 * top[1]:.0f}%)"})
     return {"field": path, "family": family, "kind": _LABELS, "labels": order, "cells": cells}
+
+
+def _share_row(
+    path: str, family: str, shares: np.ndarray, what: str, label: str, weights: np.ndarray
+) -> tuple[dict[str, Any], np.ndarray]:
+    """The row of a per-component share (an optional field's missing rate, a zero-inflated or hurdle
+    field's zeros) and the segments' weights among the rows outside that share, which the inner family's
+    rows are scored with."""
+    cells = [{"share": v, "text": f"{100 * v:.1f}% {what}"} for v in shares.tolist()]
+    score = _scored([{"type": "bernoulli", "p": v} for v in shares.tolist()], weights)
+    row = {"field": f"{path} ({label})", "family": family, "kind": _SHARE, "cells": cells, **score}
+    rest = weights * (1.0 - shares)
+    return row, (rest / rest.sum() if rest.sum() > 0 else weights)
 
 
 def _zero_share(spec: Mapping[str, Any]) -> float:
@@ -325,24 +338,14 @@ def _rows(specs: list[Mapping[str, Any]], path: str, weights: np.ndarray) -> lis
         pmaps = [[(int(s["min_val"]) + i, float(p)) for i, p in enumerate(s["p_vec"])] for s in specs]
         return [{**_label_rows(path, family, pmaps, weights), **_scored(specs, weights)}]
     if family == "optional":
-        rows = []
-        present = weights
-        if all(s.get("p") is not None for s in specs):
-            missing = np.array([float(s["p"]) for s in specs])
-            cells = [{"share": p, "text": f"{100 * p:.1f}% missing"} for p in missing.tolist()]
-            score = _scored([{"type": "bernoulli", "p": p} for p in missing.tolist()], weights)
-            name = f"{path} (missing rate)"
-            rows.append({"field": name, "family": family, "kind": _SHARE, "cells": cells, **score})
-            present = weights * (1.0 - missing)  # the segments among rows where the field is present
-            present = present / present.sum() if present.sum() > 0 else weights
-        return rows + _rows([s["dist"] for s in specs], path, present)
+        if not all(s.get("p") is not None for s in specs):
+            return _rows([s["dist"] for s in specs], path, weights)
+        missing = np.array([float(s["p"]) for s in specs])
+        row, present = _share_row(path, family, missing, "missing", "missing rate", weights)
+        return [row, *_rows([s["dist"] for s in specs], path, present)]
     if family in ("zero_inflated", "hurdle"):
         zeros = np.array([_zero_share(s) for s in specs])
-        cells = [{"share": z, "text": f"{100 * z:.1f}% zeros"} for z in zeros.tolist()]
-        score = _scored([{"type": "bernoulli", "p": z} for z in zeros.tolist()], weights)
-        row = {"field": f"{path} (zero share)", "family": family, "kind": _SHARE, "cells": cells, **score}
-        rest = weights * (1.0 - zeros)  # the segments among the rows the inner family describes
-        rest = rest / rest.sum() if rest.sum() > 0 else weights
+        row, rest = _share_row(path, family, zeros, "zeros", "zero share", weights)
         return [row, *_rows([s["dist"] for s in specs], path, rest)]
     if family in ("truncated", "censored"):  # the inner family's cell
         return _rows([s["dist"] for s in specs], path, weights)
