@@ -16,11 +16,12 @@ from __future__ import annotations
 import time
 import types
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
+from mixle_spark.engines import Compute, using_engine
 from mixle_spark.stats._random import RowRandom, seed_to_int
 from mixle_spark.stats.base import (
     Accumulator,
@@ -80,6 +81,9 @@ class PassOptions:
         Partitions whose own payload is returned in their :class:`PartReport` (besides being merged).
     only : frozenset of int, optional
         Compute only these partitions; the others contribute an empty payload.
+    compute : Compute, optional
+        The compute engine and precision the handle's data was stored for (None: numpy): the pass
+        runs its E-steps on that engine (:func:`mixle_spark.engines.using_engine`).
     reference : bool
         Use the independent reference kernels (:func:`mixle_spark.stats.mixture.reference_kernels`:
         per-component scoring instead of the fused matrix products, and the log-likelihood scored
@@ -89,6 +93,7 @@ class PassOptions:
     keep: frozenset[int] = frozenset()
     only: frozenset[int] | None = None
     reference: bool = False
+    compute: Compute | None = None
 
 
 def fold_key_passes(acc: Accumulator) -> Accumulator:
@@ -195,12 +200,13 @@ def accumulate_chunks(chunks: Iterable[tuple[Any, np.ndarray, Any]], request: An
     touched = False
     nobs = ll = 0.0
     rows = 0
-    for enc, w, ids in chunks:
-        touched = True
-        rows += len(w)
-        weight, chunk_ll = fold_chunk(acc, model, initialize, enc, w, ids, reference)
-        nobs += weight
-        ll += chunk_ll
+    with using_engine(None if options is None else options.compute):
+        for enc, w, ids in chunks:
+            touched = True
+            rows += len(w)
+            weight, chunk_ll = fold_chunk(acc, model, initialize, enc, w, ids, reference)
+            nobs += weight
+            ll += chunk_ll
     value = acc.value() if acc is not None and touched else None
     report = PartReport(
         int(part),
@@ -329,8 +335,14 @@ class PayloadHandle:
         """The merged payload of one pass over every partition."""
         raise NotImplementedError
 
+    compute: Compute | None = None
+    """The engine and precision the data is stored for (None: numpy, float64); every pass asks for it."""
+
     def _finish(self, request: Request, finish: Callable[[Payload], _T]) -> _T:
         """One pass, and ``finish(merged payload)`` (the M-step, or what the caller keeps of it)."""
+        if self.compute is not None and not self.compute.default:
+            options = request[3] if len(request) > 3 else None
+            request = (*request[:3], replace(options or PassOptions(), compute=self.compute))
         payload = self._estep(request)
         self.last_parts = tuple(sorted(payload[3], key=lambda r: r.part))
         return finish(payload)
@@ -359,7 +371,12 @@ class PayloadHandle:
         wanted = frozenset(int(p) for p in parts)
         factory = self.bind(estimator).accumulator_factory()
         payload = self._estep(
-            (factory, model, None, PassOptions(keep=wanted, only=wanted, reference=reference))
+            (
+                factory,
+                model,
+                None,
+                PassOptions(keep=wanted, only=wanted, reference=reference, compute=self.compute),
+            )
         )
         return {r.part: r.kept for r in payload[3] if r.kept is not None}
 

@@ -56,6 +56,12 @@ class Encoder(ABC):
         """The top-level columns a table-reading encoder (Record) reads; None for one-column models."""
         return None
 
+    def narrow(self, enc: Encoded, dtype: np.dtype) -> Encoded:
+        """``enc`` with its floating values stored in ``dtype`` (float32: half the bytes, and the
+        compute engines' kernels run in it). The default keeps ``enc``: a family that computes in
+        float64 only (its kernels would upcast anyway) stores float64."""
+        return enc
+
     def check_arrow_type(self, arrow_type: Any) -> None:  # noqa: B027 (optional hook)
         """Raise :class:`~mixle_spark.errors.SchemaError` when a column of ``arrow_type`` cannot be
         read; the enclosing Record prefixes the column name. The default accepts anything."""

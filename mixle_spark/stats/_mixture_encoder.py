@@ -32,6 +32,9 @@ class MixtureEncoder(Encoder):
     def from_arrow(self, data: Any) -> Any:
         return self.inner.from_arrow(data)
 
+    def narrow(self, enc: Any, dtype: Any) -> Any:
+        return self.inner.narrow(enc, dtype)
+
     def column_names(self) -> list[str] | None:
         names = getattr(self.inner, "column_names", None)
         return names() if callable(names) else None

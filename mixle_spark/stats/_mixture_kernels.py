@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.engines import current_engine
 from mixle_spark.errors import NonFiniteLikelihoodError
 from mixle_spark.stats._validate import unit_sum
 from mixle_spark.stats.base import Accumulator, Distribution, check_parameter
@@ -197,41 +198,27 @@ def fused_e_step(
     estimate: Any,
     map_fn: Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]],
 ) -> np.ndarray:
-    """The feature-protocol mixture E-step, fused over blocks of rows that stay in cache; adds the
+    """The feature-protocol mixture E-step, run by the current compute engine
+    (:func:`mixle_spark.engines.current_engine`: numpy unless a fit asked for another); adds the
     component weights to ``counts`` (in place) and the statistics to ``accumulators``; returns the
-    per-row log-likelihood.
+    per-row log-likelihood (float64).
 
-    Per block (about 2 MiB of features, see :func:`block_rows`): one product scores every
-    component ((K, m) @ (m, b), component-major), the log-sum-exp turns the block into
-    responsibilities in place, and a second product gives every component's ``Σ r w φ(x)`` at
-    once. The (K, b) block buffer is reused (one per thread), so the K x n matrix never exists
-    and its passes (max, shift, exp, sum, scale) run from cache. Block statistics are added in
-    block order, whatever ran them (``map_fn``: ``map`` or a thread pool's ordered ``map``).
+    The features keep the batch's precision (float32 for data stored at ``precision="float32"``); the
+    coefficients are computed in float64 from the parameters and the engine returns float64 sums, so
+    the statistics are accumulated in float64 whatever the precision. ``map_fn`` (``map`` or a thread
+    pool's ordered ``map``) runs the engine's independent blocks; their sums are added in block order.
     """
     comps = estimate.components
-    phi = np.asarray(comps[0].seq_features(enc), dtype=np.float64)
+    phi = feature_matrix(comps[0], enc)
     coef = np.array([c.feature_coefficients(enc) for c in comps], dtype=np.float64)
-    n, k = phi.shape[0], len(comps)
-    rows = block_rows(phi.shape[1])
-    ll = np.empty(n)
-    log_w = estimate.log_w[:, None]
-    buffers = threading.local()
-
-    def block(a: int) -> tuple[np.ndarray, np.ndarray]:
-        b = min(n, a + rows)
-        buf = getattr(buffers, "joint", None)
-        if buf is None:
-            buf = buffers.joint = np.empty(k * min(n, rows))
-        joint = buf[: k * (b - a)].reshape(k, b - a)  # C-contiguous for the sparse exp
-        np.matmul(coef, phi[a:b].T, out=joint)
-        joint += log_w
-        ll[a:b] = responsibilities(joint, weights[a:b], estimate)
-        return joint.sum(axis=1), joint @ phi[a:b]
-
-    sums = np.zeros((k, phi.shape[1]))
-    for block_counts, block_sums in map_fn(block, range(0, n, rows)):
-        counts += block_counts
-        sums += block_sums
+    ll, block_counts, sums = current_engine().feature_e_step(phi, coef, weights, estimate, map_fn)
+    counts += block_counts
     for j, (acc, comp) in enumerate(zip(accumulators, comps, strict=True)):
         acc.add_feature_sums(sums[j], enc, comp)  # type: ignore[attr-defined]
     return ll
+
+
+def feature_matrix(component: Any, enc: Any) -> np.ndarray:
+    """``component.seq_features(enc)`` as float64, or float32 when the batch is stored in float32."""
+    phi = np.asarray(component.seq_features(enc))
+    return phi if phi.dtype in (np.float64, np.float32) else phi.astype(np.float64)

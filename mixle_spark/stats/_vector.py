@@ -88,8 +88,8 @@ _UNHELD = _references({"probe": np.empty(0)}, "probe")
 (how many references the call itself adds differs between Python versions)."""
 
 
-def _feature_array(name: str, shape: tuple[int, int]) -> np.ndarray:
-    """An uninitialised float64 array of ``shape`` for a batch's cached features: this thread's last
+def _feature_array(name: str, shape: tuple[int, int], dtype: Any = np.float64) -> np.ndarray:
+    """An uninitialised ``dtype`` array of ``shape`` for a batch's cached features: this thread's last
     one of ``name`` when nothing holds it any more (its batch is gone), else a new one.
 
     A batch that is folded once and dropped (a Spark job's E-step reads its chunks afresh on every
@@ -100,9 +100,14 @@ def _feature_array(name: str, shape: tuple[int, int]) -> np.ndarray:
     pool = getattr(_SCRATCH, "arrays", None)
     if pool is None:
         pool = _SCRATCH.arrays = {}
-    if name in pool and pool[name].shape == shape and _references(pool, name) == _UNHELD:
+    if (
+        name in pool
+        and pool[name].shape == shape
+        and pool[name].dtype == dtype
+        and _references(pool, name) == _UNHELD
+    ):
         return pool[name]
-    buf = pool[name] = np.empty(shape)
+    buf = pool[name] = np.empty(shape, dtype=dtype)
     return buf
 
 
@@ -126,8 +131,8 @@ class PatternGroup:
 
 
 class VectorBatch:
-    """An encoded batch of vectors: ``x`` (n, d) float64 (NaN where a coordinate is missing) and the
-    centre ``c`` (d,).
+    """An encoded batch of vectors: ``x`` (n, d) float64, or float32 when stored at that precision (NaN
+    where a coordinate is missing), and the centre ``c`` (d,) float64.
 
     ``y`` (= x - c), the fast-path features and the missing-coordinate patterns are computed on first
     use and cached.
@@ -205,7 +210,9 @@ class VectorBatch:
         yt = self._cache.get("yt")
         if yt is None:
             # Feature-major layout: each feature column below is one contiguous vectorized product.
-            yt = np.subtract(self.x.T, self.c[:, None], out=_feature_array("yt", self.x.shape[::-1]))
+            yt = np.subtract(
+                self.x.T, self.c[:, None], out=_feature_array("yt", self.x.shape[::-1], self.x.dtype)
+            )
             self._cache["yt"] = yt
         return yt
 
@@ -215,7 +222,7 @@ class VectorBatch:
         if f is None:
             n, d = self.x.shape
             yt = self._centred_t()
-            ft = _feature_array("diag", (2 * d + 1, n))
+            ft = _feature_array("diag", (2 * d + 1, n), self.x.dtype)
             ft[0] = 1.0
             ft[1 : d + 1] = yt
             np.multiply(yt, yt, out=ft[d + 1 :])
@@ -229,7 +236,7 @@ class VectorBatch:
         if f is None:
             n, d = self.x.shape
             yt = self._centred_t()
-            ft = _feature_array("full", (1 + d + d * (d + 1) // 2, n))
+            ft = _feature_array("full", (1 + d + d * (d + 1) // 2, n), self.x.dtype)
             ft[0] = 1.0
             ft[1 : d + 1] = yt
             k = d + 1
@@ -407,6 +414,14 @@ class VectorEncoder(Encoder):
 
     def from_arrow(self, data: Any) -> VectorBatch:
         return self._batch(arrow_vector_values(data, self.dim, self._expected))
+
+    def narrow(self, enc: VectorBatch, dtype: Any) -> VectorBatch:
+        """The batch with its vectors stored in ``dtype`` (its centre stays float64); its features are
+        then computed in ``dtype`` too (from the centred values, so the rounding is relative to the
+        spread, not to the values' magnitude)."""
+        if enc.x.dtype == dtype:
+            return enc
+        return VectorBatch(enc.x.astype(dtype), enc.c)
 
     def check_arrow_type(self, arrow_type: Any) -> None:
         if not _is_vector_type(arrow_type):

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.engines import current_engine
 from mixle_spark.errors import SpecError
 from mixle_spark.stats._accumulator import widened_parts, widening_target
 from mixle_spark.stats._covariance import (
@@ -36,6 +37,7 @@ from mixle_spark.stats._covariance import (
 from mixle_spark.stats._mixture_encoder import MixtureEncoder, unwrap
 from mixle_spark.stats._mixture_kernels import (
     exp_normalize,
+    feature_matrix,
     features_shared,
     fused_e_step,
     log_weights,
@@ -173,9 +175,9 @@ class MixtureDistribution(Distribution):
         With the feature protocol (see :mod:`mixle_spark.stats.base`), one matrix product."""
         enc = enc.inner if isinstance(enc, LabelledBatch) else enc  # a partly labelled fit's batch
         if features_shared(self.components, None, enc):
-            phi = np.asarray(self.components[0].seq_features(enc), dtype=np.float64)  # type: ignore[attr-defined]
+            phi = feature_matrix(self.components[0], enc)
             coef = np.array([c.feature_coefficients(enc) for c in self.components], dtype=np.float64)  # type: ignore[attr-defined]
-            return coef @ phi.T
+            return current_engine().feature_joint(phi, coef)
         rows = [np.asarray(c.seq_log_density(enc), dtype=np.float64) for c in self.components]
         out = np.empty((len(rows), rows[0].shape[0]))
         for k, r in enumerate(rows):

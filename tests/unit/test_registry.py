@@ -133,10 +133,13 @@ def test_local_refuses_controls_it_cannot_honour() -> None:
         encoded_data(X, GaussianEstimator(), comm="world", root=2)
     with pytest.raises(UnsupportedControlError, match=r"batch_size=64"):
         encoded_data(X, GaussianEstimator(), batch_size=64)
-    with pytest.raises(ValueError, match=r"precision='float32' cannot be honoured"):
-        encoded_data(X, GaussianEstimator(), precision="float32")
-    with pytest.raises(ValueError, match=r"engine='torch' is not available"):
-        encoded_data(X, GaussianEstimator(), engine="torch")
+    # issue 55: float32 and the torch engine are honoured; bf16 needs torch, an unknown engine is named
+    with pytest.raises(
+        ValueError, match=r"precision='bfloat16' cannot be honoured \(bfloat16 needs engine='torch'\)"
+    ):
+        encoded_data(X, GaussianEstimator(), precision="bf16")
+    with pytest.raises(ValueError, match=r"engine='cupy' is not a compute engine; registered: numpy, torch"):
+        encoded_data(X, GaussianEstimator(), engine="cupy")
     with pytest.raises(TypeError, match="parallel_chunks must be True or False, got 1"):
         encoded_data(X, GaussianEstimator(), parallel_chunks=1)
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-
 from mixle_spark._checks import Check, integer
+from mixle_spark.engines import Compute, resolve_compute
 
 __all__ = [
     "CONTROL_CHECKS",
@@ -40,15 +39,18 @@ def refuse_controls(backend: str, controls: dict[str, Any], honoured: Iterable[s
         )
 
 
-def check_engine_and_precision(backend: str, engine: Any, precision: Any) -> None:
-    """Our backends compute with numpy in float64: any other engine or precision is refused."""
-    if engine is not None and str(engine).lower() != "numpy":
-        raise ValueError(f"the {backend!r} backend computes with numpy; engine={engine!r} is not available")
-    if precision is not None and precision not in ("auto", "float64", "fp64", np.float64):
-        raise ValueError(
-            f"the {backend!r} backend computes in float64; precision={precision!r} cannot be honoured "
-            "(results must agree across backends to 1e-9)"
+def check_engine_and_precision(backend: str, engine: Any, precision: Any, computes: bool = False) -> Compute:
+    """``engine`` / ``precision`` checked (:func:`mixle_spark.engines.resolve_compute`: an unknown
+    engine, one not installed, a precision it cannot compute in raise one line) and returned as a
+    :class:`~mixle_spark.engines.Compute`. A backend that does not store its data at other precisions
+    or run other engines (``computes=False``) refuses anything but numpy in float64."""
+    compute = resolve_compute(engine, precision)
+    if not computes and not compute.default:
+        raise UnsupportedControlError(
+            f"the {backend!r} backend computes with numpy in float64; {compute.describe()} cannot be "
+            "honoured here (results must agree across backends to 1e-9)"
         )
+    return compute
 
 
 CONTROL_DEFAULTS: dict[str, Any] = {
@@ -92,12 +94,20 @@ def check_control(name: str, value: Any) -> Any:
     return CONTROL_CHECKS[name](value, name)
 
 
-def take_controls(backend: str, options: dict[str, Any], honoured: Iterable[str]) -> dict[str, Any]:
+def take_controls(
+    backend: str, options: dict[str, Any], honoured: Iterable[str], computes: bool = False
+) -> dict[str, Any]:
     """What a backend factory does first: pop :func:`encoded_data`'s controls out of ``options``
     (what stays there is the backend's own), refuse those ``backend`` does not honour
-    (:func:`refuse_controls`), check ``engine`` and ``precision`` (numpy, float64) and return the
-    other controls asked for."""
+    (:func:`refuse_controls`), check ``engine`` and ``precision`` and return the other controls asked
+    for. A backend that runs the compute engines and stores its data at their precision
+    (``computes=True``) gets the checked :class:`~mixle_spark.engines.Compute` as ``compute`` (when
+    not numpy in float64); the others refuse anything else."""
     controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
     refuse_controls(backend, controls, honoured)
-    check_engine_and_precision(backend, controls.pop("engine", None), controls.pop("precision", None))
+    compute = check_engine_and_precision(
+        backend, controls.pop("engine", None), controls.pop("precision", None), computes
+    )
+    if not compute.default:
+        controls["compute"] = compute
     return controls

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.engines import Compute, narrow_encoded
 from mixle_spark.parallel.backends._handle import bind_estimator, machine_memory
 from mixle_spark.parallel.backends.controls import take_controls
 from mixle_spark.parallel.backends.model_parallel import EXECUTION_KIND, ModelParallelEstimator, check_workers
@@ -77,6 +78,7 @@ class LocalEncodedData(PayloadHandle):
         parallel_chunks: bool = False,
         chunk_workers: int | None = None,
         num_workers: int | None = None,
+        compute: Compute | None = None,
     ) -> None:
         if estimator is None and model is None and encoder is None:
             raise TypeError("LocalEncodedData needs an estimator, a model or an encoder")
@@ -112,7 +114,11 @@ class LocalEncodedData(PayloadHandle):
         base_encoder = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
         source = rows.source(base_encoder)
         self._scan, self.encoder = rows.scanned(base_encoder, estimator, source, bounds)
-        self.chunks: list[tuple[int, int, Any]] = rows.encode(self.encoder, source, bounds)
+        self.compute = compute
+        self.chunks: list[tuple[int, int, Any]] = [
+            (a, b, narrow_encoded(self.encoder, enc, compute))
+            for a, b, enc in rows.encode(self.encoder, source, bounds)
+        ]
 
     # -- the handle contract: PayloadHandle's fold over the chunks ----------------------------
     def close(self) -> None:
@@ -196,9 +202,9 @@ LOCAL_CONTROLS = (
 
 
 def make_local(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> LocalEncodedData:
-    """Registry factory of the ``local`` backend: honours :data:`LOCAL_CONTROLS` and refuses the
-    other controls of ``encoded_data`` (``engine`` only ``"numpy"``, ``precision`` only float64)."""
-    controls = take_controls("local", options, LOCAL_CONTROLS)
+    """Registry factory of the ``local`` backend: honours :data:`LOCAL_CONTROLS` (every engine and
+    precision) and refuses the other controls of ``encoded_data``."""
+    controls = take_controls("local", options, LOCAL_CONTROLS, computes=True)
     return LocalEncodedData(data, estimator=estimator, model=model, **controls, **options)
 
 
