@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.engines._base import ComputeEngine, MapFunction
-from mixle_spark.stats._mixture_kernels import block_rows, responsibilities
+from mixle_spark.engines._numpy_kernels import block_rows, responsibilities
 
 __all__ = ["NumpyEngine"]
 
@@ -28,7 +28,7 @@ class NumpyEngine(ComputeEngine):
     def feature_e_step(
         self, phi: np.ndarray, coef: np.ndarray, weights: np.ndarray, estimate: Any, map_fn: MapFunction
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per block (about 2 MiB of features, see :func:`~mixle_spark.stats._mixture_kernels.block_rows`):
+        """Per block (about 2 MiB of features, see :func:`~mixle_spark.engines._numpy_kernels.block_rows`):
         one product scores every component ((K, m) @ (m, b), component-major), the log-sum-exp turns the
         block into responsibilities in place, and a second product gives every component's
         ``Σ r w φ(x)`` at once. The (K, b) block buffer is reused (one per thread), so the K x n matrix

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.engines import current_engine
+from mixle_spark.engines._numpy_kernels import exp_normalize, responsibilities
 from mixle_spark.errors import SpecError
 from mixle_spark.stats._accumulator import widened_parts, widening_target
 from mixle_spark.stats._covariance import (
@@ -36,14 +37,12 @@ from mixle_spark.stats._covariance import (
 )
 from mixle_spark.stats._mixture_encoder import MixtureEncoder, unwrap
 from mixle_spark.stats._mixture_kernels import (
-    exp_normalize,
     feature_matrix,
     features_shared,
     fused_e_step,
     log_weights,
     normalized_weights,
     reference_active,
-    responsibilities,
 )
 from mixle_spark.stats._mixture_kernels import reference_kernels as reference_kernels  # documented here
 from mixle_spark.stats._mixture_m_step import estimate_components, mixture_weights
