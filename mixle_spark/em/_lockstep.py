@@ -25,6 +25,7 @@ from mixle_spark.em._shared_passes import SharedPass
 from mixle_spark.parallel.backends.contract import (
     EncodedData,
     FoldSize,
+    MiniBatches,
     RowDiagnosis,
     RowPasses,
     WorkerEvents,
@@ -38,8 +39,9 @@ __all__ = ["SharedPassHandle", "can_share_passes", "run_together"]
 
 
 def can_share_passes(handle: EncodedData) -> bool:
-    """Whether ``handle`` runs row tasks (:class:`RowPasses`), which shared passes are."""
-    return isinstance(handle, RowPasses)
+    """Whether ``handle`` runs row tasks (:class:`RowPasses`), which shared passes are, for full-data
+    fits (a handle that serves mini-batches, :class:`MiniBatches`, is fitted by mini-batch EM)."""
+    return isinstance(handle, RowPasses) and not isinstance(handle, MiniBatches)
 
 
 class _Request:

@@ -4,28 +4,26 @@ What ``estimation`` (``optimize``, ``best_of``, ``initialize``) and ``model_sele
 do around the EM loop, in one place: encode the data once (:func:`open_handle`), tell the backend a
 fit starts and ends (:func:`begin_fit`, :func:`release`), run one fit from the data to the model
 (:func:`fit_data`), advance several fits together over one handle (:func:`fit_together`), derive the
-restarts' seeds (:func:`trial_seeds`) and warn about the fitted model (:func:`warn_model_size`).
+restarts' seeds (:func:`trial_seeds`) and warn about the fitted model (:func:`warn_model_size`, from
+:mod:`mixle_spark.em._one_fit`).
 """
 
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mixle_spark._frames import frame_engine
-from mixle_spark.diagnostics import fit_warnings
 from mixle_spark.em._lockstep import can_share_passes, run_together
+from mixle_spark.em._one_fit import warn_model_size
 from mixle_spark.em.routine import finished_fit, fit_routine
-from mixle_spark.errors import FitQualityWarning, ModelSizeWarning
 from mixle_spark.parallel.backends.contract import EncodedData, FitSession
 from mixle_spark.parallel.backends.registry import data_identity, encoded_data, is_encoded_data_handle
 from mixle_spark.stats._random import RowRandom, seed_to_int
 from mixle_spark.stats.base import Distribution, Estimator
-from mixle_spark.summary import count_free_parameters, parameters_warning
 
 if TYPE_CHECKING:
     from mixle_spark.em.options import FitOptions
@@ -155,18 +153,6 @@ def fit_together(
         logger.info(f"{len(runs)} fits advanced together in {passes} passes over the data")
         return models
     return [run(handle) for run in runs]
-
-
-def warn_model_size(model: Distribution, rows: int) -> None:
-    """A :class:`~mixle_spark.errors.ModelSizeWarning` (for the caller of the public function) when
-    the fitted ``model`` has more free parameters than ``rows``; a
-    :class:`~mixle_spark.errors.FitQualityWarning` for each thing it says about its own fit
-    (:func:`mixle_spark.diagnostics.fit_warnings`: variances on their floor, empty components)."""
-    note = parameters_warning(model, count_free_parameters(model), rows)
-    if note is not None:
-        warnings.warn(note, ModelSizeWarning, stacklevel=3)
-    for line in fit_warnings(model, rows):
-        warnings.warn(line, FitQualityWarning, stacklevel=3)
 
 
 def trial_seeds(seed: int | str | None, trials: int) -> list[int]:

@@ -48,14 +48,15 @@ from typing import Any
 import numpy as np
 
 from mixle_spark._checks import Check, integer, number, one_of
+from mixle_spark.em._one_fit import run_fit, warn_model_size
 from mixle_spark.em._records import TOL
-from mixle_spark.em.handles import fit_data, warn_model_size
+from mixle_spark.em._run import FitInputs
 from mixle_spark.em.options import FitOptions
 from mixle_spark.em.statistics import Statistics, collect_statistics
 from mixle_spark.em.update_record import UpdateResult
 from mixle_spark.errors import DegenerateComponentError, MixleError, SpecError
 from mixle_spark.parallel.backends.contract import Accumulate, EncodedData, FitSession, OneTask, RowPasses
-from mixle_spark.parallel.backends.registry import encoded_data, is_encoded_data_handle
+from mixle_spark.parallel.backends.registry import data_identity, encoded_data, is_encoded_data_handle
 from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = [
@@ -470,9 +471,11 @@ def _refit(
     if out is not None:
         out(f"{line}: refitting the new rows from scratch")
     fit, backend_options = FitOptions.gather(None, {"print_iter": 0, **options, "keep_statistics": True})
-    fresh, rows = fit_data(handle, estimator, fit, backend_options, started=time.perf_counter())
-    if rows is not None:
-        warn_model_size(fresh, rows)
+    if backend_options:  # the rows are encoded already: encoding options cannot apply to them
+        encoded_data(handle, **backend_options)  # raises EncodedDataControlConflictError naming them
+    identity = None if fit.checkpoint_dir is None else data_identity(handle)
+    fresh = run_fit(handle, estimator, fit, FitInputs(started=time.perf_counter(), data=identity))
+    warn_model_size(fresh, len(handle))
     if batch_id is not None:
         fresh.statistics = fresh.statistics.with_value(
             fresh.statistics.value, fresh.statistics.weight, fresh.statistics.rows, last_batch=batch_id

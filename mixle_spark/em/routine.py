@@ -12,9 +12,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import cast
 
+from mixle_spark.em._one_fit import run_fit
 from mixle_spark.em._run import EMRun, FitInputs
+from mixle_spark.em.minibatch import minibatch_fit
 from mixle_spark.em.options import FitOptions
-from mixle_spark.parallel.backends.contract import EncodedData
+from mixle_spark.parallel.backends.contract import EncodedData, MiniBatches
 from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = ["finished_fit", "fit_routine"]
@@ -32,7 +34,9 @@ def fit_routine(
     data: str | None = None,
 ) -> Callable[[EncodedData], Distribution]:
     """The fit routine: ``run(handle) -> model``, one EM fit of ``estimator`` over ``handle`` as
-    ``options`` say.
+    ``options`` say: full-data EM, or mini-batch (stepwise) EM when the handle serves mini-batches
+    (:class:`~mixle_spark.parallel.backends.contract.MiniBatches`, the ``lightning`` backend:
+    :func:`~mixle_spark.em.minibatch.minibatch_fit`).
 
     ``seed`` overrides the options' seed (a restart's); ``label`` prefixes its progress lines;
     ``started`` is when the fit's clock started (default: when ``run`` is called); ``data`` the
@@ -41,11 +45,9 @@ def fit_routine(
     inputs = FitInputs(prev_estimate=prev_estimate, vhandle=vhandle, label=label, started=started, data=data)
 
     def run(handle: EncodedData) -> Distribution:
-        fit = EMRun(handle, estimator, chosen, inputs)
-        model = fit.run()
-        if chosen.keep_statistics:
-            model.statistics = fit.statistics(model)
-        return model
+        if isinstance(handle, MiniBatches):  # the backend serves mini-batches: stepwise EM over them
+            return minibatch_fit(handle, estimator, chosen, inputs)
+        return run_fit(handle, estimator, chosen, inputs)
 
     return run
 

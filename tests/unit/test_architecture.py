@@ -17,9 +17,10 @@ BACKENDS = f"{PARALLEL}.backends"
 
 # Each backend and the private modules only it uses (a backend that is a package, spark, is one
 # entry: the modules under it are its own). torchrun is the mpi handle over another
-# communicator (TorchRunEncodedData subclasses MPIEncodedData), so it belongs to the mpi backend.
+# communicator (TorchRunEncodedData subclasses MPIEncodedData), so it belongs to the mpi backend;
+# minibatch (the lightning backend) is the local handle fitted by mini-batch EM, so it belongs to local.
 BACKEND_GROUPS = {
-    "local": ("local",),
+    "local": ("local", "minibatch"),
     "spark": ("spark",),  # the package: every module under backends/spark/
     "mp": ("multiprocessing",),
     "mpi": ("mpi", "_mpi_io", "torchrun"),
@@ -383,7 +384,7 @@ def test_the_registry_knows_every_built_in_backend_by_name() -> None:
     from mixle_spark.parallel import available_encoded_data_backends
     from mixle_spark.parallel.backends.registry import BUILTIN_BACKENDS
 
-    names = ["dask", "local", "model_parallel", "mp", "mpi", "ray", "spark", "torchrun"]
+    names = ["dask", "lightning", "local", "model_parallel", "mp", "mpi", "ray", "spark", "torchrun"]
     assert available_encoded_data_backends() == names
     assert sorted(name for name, *_ in BUILTIN_BACKENDS) == names
 

@@ -8,7 +8,8 @@
   are merged, the M-step runs once); ``_handle``: what backends share beyond it; ``model_parallel``:
   the threaded E-step any backend can use (``num_workers``).
 - One module per backend, a package where a backend needs several: ``local`` (also
-  ``model_parallel``), ``spark`` (a package: the handle in ``spark._handle``, its passes run by
+  ``model_parallel``, and ``minibatch``: the ``lightning`` backend, a local handle fitted by mini-batch
+  EM), ``spark`` (a package: the handle in ``spark._handle``, its passes run by
   ``spark._executors``: a job per pass or resident tasks; with ``_encoding``, ``_chunks``, ``_copies``,
   ``_common``, ``_fused``, ``_resident``, ``_resident_listener``, ``_resident_wire`` and the others there),
   ``multiprocessing`` (``mp``), ``mpi`` (with ``_mpi_io``), ``torchrun`` (the mpi handle over

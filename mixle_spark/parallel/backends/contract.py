@@ -19,6 +19,8 @@ back when it does not; each is a small :class:`typing.Protocol` checked with ``i
 :class:`Named`                the backend's name for the trace when it is not the handle's class name
 :class:`FoldSize`             the most rows one fold holds and a worker's memory (a fit that cannot
                               fit is refused before it starts)
+:class:`MiniBatches`          the data is fitted by mini-batch (stepwise) EM over its global
+                              mini-batches, not by full-data EM steps (the ``lightning`` backend)
 ============================  =======================================================================
 
 :class:`~mixle_spark.parallel.fold.PayloadHandle` implements :class:`EncodedData`,
@@ -40,6 +42,7 @@ __all__ = [
     "EncodedData",
     "FitSession",
     "FoldSize",
+    "MiniBatches",
     "Named",
     "OneTask",
     "PartReports",
@@ -206,6 +209,21 @@ class FoldSize(Protocol):
     def fold_rows(self) -> int: ...
 
     def worker_memory(self) -> int | None: ...
+
+
+@runtime_checkable
+class MiniBatches(Protocol):
+    """Data fitted by mini-batch (stepwise) EM: a fit over such a handle (``optimize``, ``best_of``,
+    ``select_k``) runs :func:`~mixle_spark.em.minibatch.minibatch_em` over its global mini-batches
+    for ``epochs`` with step exponent ``alpha``, not full-data EM steps (its ``pysp_*`` passes still
+    read every row: scoring, statistics). ``global_minibatches(epoch)`` yields the rows of each
+    global mini-batch of ``epoch`` in order; ``world_size`` is how many ranks share each one."""
+
+    world_size: int
+    epochs: int
+    alpha: float
+
+    def global_minibatches(self, epoch: int) -> Iterable[Any]: ...
 
 
 def backend_name(handle: Any) -> str:

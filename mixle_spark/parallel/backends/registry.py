@@ -136,6 +136,7 @@ BUILTIN_BACKENDS: tuple[tuple[str, str, tuple[str, ...], str | None], ...] = (
     ("spark", f"{_BACKENDS}.spark:make_spark", ("pyspark",), "spark"),
     ("dask", f"{_BACKENDS}.dask:make_dask", ("distributed",), "dask"),
     ("ray", f"{_BACKENDS}.ray:make_ray", (), "ray"),
+    ("lightning", f"{_BACKENDS}.minibatch:make_lightning", ("pl", "minibatch"), None),
 )
 """The built-in backends: ``(name, "module:factory", aliases, the frame engine it is the default for)``."""
 

@@ -55,9 +55,15 @@ def _length(data: Any) -> int:
     return int(data.num_rows) if hasattr(data, "num_rows") else len(data)
 
 
-def global_batch_rows(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
-    """The global mini-batches of ``epoch``: slices of one permutation of ``range(n)``."""
-    order = np.random.default_rng([int(seed), int(epoch)]).permutation(int(n))
+def global_batch_rows(
+    n: int, batch_size: int, seed: int, epoch: int, *, shuffle: bool = True
+) -> list[np.ndarray]:
+    """The global mini-batches of ``epoch``: slices of one permutation of ``range(n)`` drawn from
+    ``(seed, epoch)``, or (``shuffle=False``) of ``range(n)`` itself, the rows in order."""
+    if shuffle:
+        order = np.random.default_rng([int(seed), int(epoch)]).permutation(int(n))
+    else:
+        order = np.arange(int(n), dtype=np.int64)
     return [order[i : i + batch_size] for i in range(0, int(n), batch_size)]
 
 
@@ -68,14 +74,18 @@ def encoded_datamodule(
     seed: int = 0,
     rank: int | None = None,
     world_size: int | None = None,
+    shuffle: bool = True,
 ) -> Any:
-    """An :class:`EncodedDataModule` over ``data`` (default ``batch_size``: a tenth of the rows)."""
+    """An :class:`EncodedDataModule` over ``data`` (default ``batch_size``: a tenth of the rows;
+    ``shuffle=False``: the mini-batches are the rows in order, the same every epoch)."""
     lightning = require("lightning", extra="lightning", what=_WHAT)
     torch = require_torch(_WHAT)
     n = _length(data)
     if n < 1:
         raise ValueError("data has no rows")
     size = max(1, n // 10) if batch_size is None else exact_int("batch_size", batch_size, 1)
+    if type(shuffle) is not bool:
+        raise TypeError(f"shuffle must be True or False, got {describe_value(shuffle)}")
     if rank is None or world_size is None:
         rank, world_size = group_rank_world(_WHAT)
     rank, world = int(rank), int(world_size)
@@ -89,7 +99,7 @@ def encoded_datamodule(
             self.epoch = 0
 
         def __iter__(self) -> Iterator[list[int]]:
-            for rows in global_batch_rows(n, size, seed, self.epoch):
+            for rows in global_batch_rows(n, size, seed, self.epoch, shuffle=shuffle):
                 yield rows[rank::world].tolist()
 
         def __len__(self) -> int:
@@ -124,7 +134,7 @@ def encoded_datamodule(
 
         def global_minibatches(self, epoch: int) -> Iterator[Any]:
             """The rows of each global mini-batch of ``epoch`` (every rank's)."""
-            for rows in global_batch_rows(n, size, seed, epoch):
+            for rows in global_batch_rows(n, size, seed, epoch, shuffle=shuffle):
                 yield take_rows(data, rows)
 
     return EncodedDataModule()
