@@ -133,7 +133,7 @@ def test_best_of_runs_one_minibatch_fit_per_trial() -> None:
         ({"num_workers": 2}, UnsupportedControlError, "'lightning' backend cannot honour num_workers=2"),
         ({"comm": "world"}, UnsupportedControlError, "'lightning' backend cannot honour comm='world'"),
         ({"weights": np.ones(len(X))}, ValueError, "'lightning' backend cannot honour weights="),
-        ({"precision": "float32"}, ValueError, "precision='float32' cannot be honoured"),
+        ({"precision": "float32"}, ValueError, "engine=numpy, precision=float32 cannot be honoured here"),
     ],
 )
 def test_bad_controls_are_refused_in_one_line(controls: dict[str, Any], error: type, message: str) -> None:
