@@ -106,7 +106,9 @@ def test_a_model_cut_is_its_range_on_a_device() -> None:
     assert cut == ModelCut(device, 2, 5, Reduction.LOGSUMEXP_RESPONSIBILITY)
     assert cut != ModelCut(DeviceSpec("cpu:2"), 2, 5, Reduction.LOGSUMEXP_RESPONSIBILITY)
     assert cut != ModelCut(device, 2, 5, Reduction.SUM)
-    assert len({cut, ModelCut(device, 2, 5, Reduction.LOGSUMEXP_RESPONSIBILITY)}) == 1
+    assert len({cut, ModelCut(device, 2, 5, Reduction.LOGSUMEXP_RESPONSIBILITY)}) == 1 and hash(cut) == hash(
+        (2, 5)
+    )
     for again in (pickle.loads(pickle.dumps(cut)), copy.deepcopy(cut)):
         assert again == cut and again.device == device and isinstance(again, ModelCut)
     assert repr(cut) == "ModelCut(device='cpu:1', start=2, stop=5, reduction='logsumexp_responsibility')"

@@ -3,7 +3,8 @@
 Nothing here executes anything. The planner walks a distribution tree over its *owned* children
 (:func:`cost_children`), sizes every subtree in a FLOP proxy (:func:`subtree_work`) and in bytes
 (:func:`subtree_bytes`), lists every shardable axis anywhere in the tree (:func:`tree_axes`) and picks
-the one whose split removes the most serial work (:func:`best_parallel_axis`)::
+the one whose split removes the most serial work (:func:`best_parallel_axis`; :func:`compute_cost` is
+a whole model's work and bytes, :func:`shard_children` the units one node splits into)::
 
     benefit = total_work - max(max_unit_work, total_work / P),   P = min(num_workers, num_units)
 
@@ -299,8 +300,8 @@ class ModelCut(tuple[int, int]):
     def __ne__(self, other: object) -> bool:
         return not self == other
 
-    def __hash__(self) -> int:
-        return hash((self[0], self[1], getattr(self.device, "name", None), self.reduction))
+    def __hash__(self) -> int:  # the range's: a cut equal to a plain (start, stop) hashes alike
+        return hash((self[0], self[1]))
 
     def __repr__(self) -> str:
         name = getattr(self.device, "name", self.device)
