@@ -16,7 +16,7 @@ import math
 import numbers
 import types
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -28,9 +28,11 @@ if TYPE_CHECKING:
     from mixle_spark.parallel.planning._devices import DeviceSpec, Resources
 
 __all__ = [
+    "MemorySized",
     "UnknownMemoryFootprintError",
     "apportion",
     "cap_range",
+    "encoded_sample",
     "encoder_for",
     "estimate_nbytes",
     "even_edges",
@@ -57,6 +59,16 @@ _OPAQUE_TYPES: tuple[type, ...] = (
 
 class UnknownMemoryFootprintError(MixleError, ValueError):
     """An object whose memory footprint cannot be estimated (a callable or an opaque handle)."""
+
+
+@runtime_checkable
+class MemorySized(Protocol):
+    """An object that reports its own footprint: :func:`estimate_nbytes` counts
+    ``mixle_memory_nbytes()`` (a non-negative int) for it instead of walking its attributes."""
+
+    def mixle_memory_nbytes(self) -> int:
+        """The bytes the object holds."""
+        ...
 
 
 def estimate_nbytes(obj: Any) -> int:
@@ -348,9 +360,23 @@ def measure_rows(
     An encoder that needs a vocabulary scan is completed from a scan of the sample, and the returned
     estimator carries that scan (so its statistics are sized for the sample's vocabulary, a lower bound).
     """
-    n, sample, backend = rows_and_sample(data, sample_size)
+    n, encoded, rows, backend, estimator = encoded_sample(data, encoder, estimator, explicit, sample_size)
     if n == 0:
         return 0, 0.0, backend, estimator
+    return n, max(1.0, estimate_nbytes(encoded) / rows), backend, estimator
+
+
+def encoded_sample(
+    data: Any, encoder: Any, estimator: Any, explicit: bool, sample_size: int
+) -> tuple[int, Any, int, str, Any]:
+    """(rows of ``data``, its first ``min(sample_size, n)`` rows encoded, how many, backend, estimator).
+
+    An encoder that needs a vocabulary scan is completed from a scan of the sample (unless it was
+    given ``explicit``ly), and the returned estimator carries that scan. No rows: ``encoded`` is None.
+    """
+    n, sample, backend = rows_and_sample(data, sample_size)
+    if n == 0:
+        return 0, None, 0, backend, estimator
     arrow = not isinstance(sample, (list, tuple, np.ndarray))
     if arrow:
         sample = select_columns(sample, encoder.column_names())
@@ -360,7 +386,7 @@ def measure_rows(
         if encoder.needs_scan and not explicit:
             encoder = estimator.encoder()
     encoded = encoder.from_arrow(sample) if arrow else encoder.encode(sample)
-    return n, max(1.0, estimate_nbytes(encoded) / len(sample)), backend, estimator
+    return n, encoded, len(sample), backend, estimator
 
 
 def row_ranges(

@@ -61,7 +61,7 @@ class UnrealizedModelPlacementError(MixleError, RuntimeError):
 
     def __init__(self, plan: Any) -> None:
         self.plan = plan
-        cuts = tuple(getattr(plan, "cuts", ()) or ())
+        cuts = tuple(tuple(c) for c in getattr(plan, "cuts", ()) or ())  # the ranges (a ModelCut is one)
         extra = getattr(plan, "extra", None)
         where = extra.get("path") if isinstance(extra, dict) else None
         super().__init__(

@@ -3,7 +3,8 @@
 Nothing here executes anything. The planner walks a distribution tree over its *owned* children
 (:func:`cost_children`), sizes every subtree in a FLOP proxy (:func:`subtree_work`) and in bytes
 (:func:`subtree_bytes`), lists every shardable axis anywhere in the tree (:func:`tree_axes`) and picks
-the one whose split removes the most serial work (:func:`best_parallel_axis`)::
+the one whose split removes the most serial work (:func:`best_parallel_axis`; :func:`compute_cost` is
+a whole model's work and bytes, :func:`shard_children` the units one node splits into)::
 
     benefit = total_work - max(max_unit_work, total_work / P),   P = min(num_workers, num_units)
 
@@ -28,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from mixle_spark.parallel._model_tree import (
     DecompositionAxis,
@@ -60,6 +63,7 @@ from mixle_spark.stats.base import Distribution
 __all__ = [
     "AxisCandidate",
     "DecompositionAxis",
+    "ModelCut",
     "ModelDecomposition",
     "NodeSize",
     "ParallelAxisKind",
@@ -67,6 +71,7 @@ __all__ = [
     "axis_reduction",
     "best_parallel_axis",
     "check_positive_int",
+    "compute_cost",
     "cost_balanced_cuts",
     "cost_children",
     "decompose_model",
@@ -74,6 +79,7 @@ __all__ = [
     "parallel_units",
     "register_decomposition",
     "resource_devices",
+    "shard_children",
     "size_model_tree",
     "subtree_bytes",
     "subtree_work",
@@ -108,6 +114,26 @@ def subtree_bytes(dist: Any) -> int:
     UnknownMemoryFootprintError
         When a node holds an object that cannot be sized (a callable, a lock, ...)."""
     return int(sum(_own_bytes(node) for node in walk_unique(dist, set())))
+
+
+def compute_cost(model: Any) -> tuple[float, int]:
+    """``(work, bytes)`` of the whole model: the FLOP proxy of scoring one row
+    (:func:`subtree_work`) and the parameter bytes (:func:`subtree_bytes`), the load a split balances
+    and the memory that constrains it; a shared subtree is counted once in both.
+
+    >>> from mixle_spark.stats.gaussian import GaussianDistribution
+    >>> compute_cost(GaussianDistribution(0.0, 1.0))  # 1 + mu, sigma2 and a cached constant; 3 floats
+    (4.0, 24)
+    """
+    return subtree_work(model), subtree_bytes(model)
+
+
+def shard_children(node: Any) -> tuple[Any, ...]:
+    """The children ``node`` splits into along its axis (a mixture's components, a record's fields,
+    a composite's components), in order; ``()`` for a node that does not split (a leaf, a wrapper
+    such as an optional or a sequence). :func:`decompose_model` cuts these into :class:`ModelCut`
+    ranges."""
+    return parallel_units(node)[1]
 
 
 @dataclass(frozen=True)
@@ -221,12 +247,75 @@ def threaded_axes(dist: Any, num_workers: int | None = None) -> tuple[AxisCandid
 
 
 # --- the decision ---------------------------------------------------------------------------------
+class ModelCut(tuple[int, int]):
+    """One cut of a model's axis: units ``[start, stop)`` placed on ``device``, their results
+    combined by ``reduction``.
+
+    A cut unpacks and compares as its ``(start, stop)`` range (``a, b = cut``, ``cut == (0, 3)``), the
+    form :attr:`ModelDecomposition.cuts` had before cuts named their device; two cuts are equal when
+    their ranges, devices and reductions are.
+    """
+
+    device: Any
+    reduction: Reduction
+
+    def __new__(cls, device: Any, start: int, stop: int, reduction: Reduction | str) -> ModelCut:
+        for name, value in (("start", start), ("stop", stop)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"ModelCut {name} must be an int, got {value!r}")
+        if not 0 <= start < stop:
+            raise ValueError(f"ModelCut needs 0 <= start < stop, got [{start}, {stop})")
+        cut = super().__new__(cls, (int(start), int(stop)))
+        object.__setattr__(cut, "device", device)
+        object.__setattr__(cut, "reduction", Reduction(reduction))
+        return cut
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"ModelCut is immutable: cannot set {name!r}")
+
+    def __getnewargs__(self) -> tuple[Any, int, int, Reduction]:  # type: ignore[override]
+        return (self.device, self[0], self[1], self.reduction)
+
+    @property
+    def start(self) -> int:
+        """First unit of the cut."""
+        return self[0]
+
+    @property
+    def stop(self) -> int:
+        """One past the last unit of the cut."""
+        return self[1]
+
+    @property
+    def num_units(self) -> int:
+        """Units in the cut."""
+        return self[1] - self[0]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ModelCut):
+            same = other.device == self.device and other.reduction is self.reduction
+            return same and tuple(self) == tuple(other)
+        return tuple(self) == other
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:  # the range's: a cut equal to a plain (start, stop) hashes alike
+        return hash((self[0], self[1]))
+
+    def __repr__(self) -> str:
+        name = getattr(self.device, "name", self.device)
+        return (
+            f"ModelCut(device={name!r}, start={self[0]}, stop={self[1]}, reduction={self.reduction.value!r})"
+        )
+
+
 @dataclass(frozen=True)
 class ModelDecomposition:
     """How a model should be placed: replicated (axis NONE) or cut along one axis.
 
-    ``cuts`` are contiguous ``(start, stop)`` unit ranges, one per device used; ``extra`` holds the
-    axis path, device names and per-cut work and bytes."""
+    ``cuts`` are contiguous unit ranges, one :class:`ModelCut` per device used (each unpacks as its
+    ``(start, stop)``); ``extra`` holds the axis path, device names and per-cut work and bytes."""
 
     axis: DecompositionAxis
     reduction: Reduction
@@ -348,7 +437,8 @@ def _cut(
     # With fewer shards than devices, the fastest devices take them (stable in the given order).
     order = sorted(range(p), key=lambda i: -float(devices[i].throughput))
     used = [devices[i] for i in sorted(order[:shards])]
-    cuts = cost_balanced_cuts(best.unit_works, [float(d.throughput) for d in used], min(min_per, units))
+    bounds = cost_balanced_cuts(best.unit_works, [float(d.throughput) for d in used], min(min_per, units))
+    cuts = tuple(ModelCut(d, a, b, best.reduction) for d, (a, b) in zip(used, bounds, strict=True))
     cut_work = [float(sum(best.unit_works[a:b])) for a, b in cuts]
     cut_bytes = [int(sum(best.unit_bytes[a:b])) for a, b in cuts]
     replicated = max(0, model_bytes - best.total_bytes)

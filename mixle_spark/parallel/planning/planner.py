@@ -7,6 +7,8 @@
   proportional to device throughput, split further where a device's memory would overflow, with the
   reasons for every decision.
 * :func:`model_sharding_plan` splits a mixture's components across devices (:class:`ModelShard`).
+* :func:`calibrate_resources` measures each device's throughput on a sample of the data (the
+  calibration types and :func:`estimate_model_nbytes` are in ``_calibration``).
 
 Nothing here moves data or starts workers; backends read the plan. Optional libraries (torch) are
 imported lazily and never required.
@@ -23,8 +25,18 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.parallel.planning._calibration import (
+    CalibrationCatalog,
+    CalibrationRecord,
+    DeviceCalibration,
+    ResourceCalibrationError,
+    calibrate_resources,
+    estimate_estimator_stat_nbytes,
+    estimate_model_nbytes,
+)
 from mixle_spark.parallel.planning._devices import PRECISION_BYTES, DeviceSpec, Resources, precision_name
 from mixle_spark.parallel.planning._sizing import (
+    MemorySized,
     UnknownMemoryFootprintError,
     cap_range,
     encoder_for,
@@ -37,12 +49,20 @@ from mixle_spark.parallel.planning._sizing import (
 )
 
 __all__ = [
+    "CalibrationCatalog",
+    "CalibrationRecord",
+    "DeviceCalibration",
     "DeviceSpec",
+    "MemorySized",
     "ModelShard",
     "Placement",
     "PlacementShard",
+    "ResourceCalibrationError",
     "Resources",
     "UnknownMemoryFootprintError",
+    "calibrate_resources",
+    "estimate_estimator_stat_nbytes",
+    "estimate_model_nbytes",
     "estimate_nbytes",
     "model_sharding_plan",
     "plan",
@@ -389,7 +409,7 @@ def plan(
     dtype_bytes = PRECISION_BYTES[precision]
     k = num_components(model, estimator)
     transient_row_bytes = float(max(k, 1) * dtype_bytes * 3)
-    model_bytes = estimate_nbytes(model)
+    model_bytes = estimate_model_nbytes(model)
     statistic_bytes = statistic_nbytes(estimator, model_bytes)
     fixed = math.ceil((model_bytes + statistic_bytes) * safety_factor)
 
@@ -547,7 +567,7 @@ def model_sharding_plan(
         bounds.append([start, start + int(count)])
         start += int(count)
     bounds[-1][1] = max(bounds[-1][1], k)
-    parameter_total = estimate_nbytes(model)
+    parameter_total = estimate_model_nbytes(model)
     statistic_total = statistic_nbytes(estimator, parameter_total)
     shards = tuple(
         ModelShard(

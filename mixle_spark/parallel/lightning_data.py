@@ -1,0 +1,14 @@
+"""The reference's ``mixle.utils.parallel.lightning_data`` path; the code lives in
+:mod:`mixle_spark.parallel.training.lightning_data`.
+Importing this path gives that module itself (the same object, not a copy).
+"""
+
+import sys
+from typing import TYPE_CHECKING
+
+from mixle_spark.parallel.training import lightning_data
+
+if TYPE_CHECKING:  # what a type checker sees at this path: the real module's public names
+    from mixle_spark.parallel.training.lightning_data import *  # noqa: F403
+
+sys.modules[__name__] = lightning_data

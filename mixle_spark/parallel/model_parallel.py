@@ -1,0 +1,14 @@
+"""The reference's ``mixle.utils.parallel.model_parallel`` path; the code lives in
+:mod:`mixle_spark.parallel.backends.model_parallel`.
+Importing this path gives that module itself (the same object, not a copy).
+"""
+
+import sys
+from typing import TYPE_CHECKING
+
+from mixle_spark.parallel.backends import model_parallel
+
+if TYPE_CHECKING:  # what a type checker sees at this path: the real module's public names
+    from mixle_spark.parallel.backends.model_parallel import *  # noqa: F403
+
+sys.modules[__name__] = model_parallel
