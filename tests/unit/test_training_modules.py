@@ -19,6 +19,9 @@ from mixle_spark.parallel.training.training_health import RollingBaseline, Train
     [
         ("torch_training", lambda m: m.init_process_group(), "torch"),
         ("dcp_checkpoint", lambda m: m.save_training_state(object(), "x", step=1), "torch"),
+        ("dcp_checkpoint", lambda m: m.save_sharded(object(), object(), "x"), "torch"),
+        ("dcp_checkpoint", lambda m: m.load_training_metadata("x"), "torch"),
+        ("fault_tolerant_training", lambda m: m.ElasticTrainingJob(object, 1, print, "x"), "torch"),
         ("torch_neural", lambda m: m.ShardedTensorData([np.zeros(3)], batch_size=1), "torch"),
         ("neural_mixture", lambda m: m.MixtureOfExperts(1, 2), "torch"),
         ("lightning_data", lambda m: m.encoded_datamodule(np.zeros(3)), "lightning"),

@@ -10,17 +10,26 @@ function of the seed, the epoch and the batch index, never of the process that r
 Snapshots are asynchronous (:class:`~mixle_spark.parallel.training.dcp_checkpoint.AsyncTrainingCheckpoint`):
 the write overlaps the next step and is published after it, so at most the steps since the last
 published snapshot are recomputed.
+
+:func:`resume_batches` resumes any loader with a deterministic ``epoch_batches(epoch)`` (as
+:class:`ShardedBatches` has) at a :class:`LoaderState`: the batches not yet given, none twice.
+
+In one process, :class:`ElasticTrainingJob` runs data-parallel steps over :class:`SimulatedRank`
+threads (the reference's chaos harness): a rank killed mid-step is left out of that step's update and
+rejoins, when respawned, at its first uncommitted batch; :meth:`ElasticTrainingJob.resume` restores a
+snapshot and replays exactly the batches after it (defined in ``_elastic_job``, exported here).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from mixle_spark.parallel.training._elastic_job import ElasticTrainingJob, SimulatedRank, StepResult
+from mixle_spark.parallel.training._loader import LoaderState, as_loader_state, resume_batches
 from mixle_spark.parallel.training._records import StepReceipt, exact_int
 from mixle_spark.parallel.training.dcp_checkpoint import (
     AsyncTrainingCheckpoint,
@@ -29,26 +38,21 @@ from mixle_spark.parallel.training.dcp_checkpoint import (
     save_training_state,
 )
 
-__all__ = ["ElasticTrainer", "LoaderState", "ShardedBatches", "restart_count"]
+__all__ = [
+    "ElasticTrainer",
+    "ElasticTrainingJob",
+    "LoaderState",
+    "ShardedBatches",
+    "SimulatedRank",
+    "StepResult",
+    "restart_count",
+    "resume_batches",
+]
 
 
 def restart_count() -> int:
     """How many times torchrun has restarted this worker group (``TORCHELASTIC_RESTART_COUNT``)."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-
-
-@dataclass(frozen=True)
-class LoaderState:
-    """Where a :class:`ShardedBatches` is: the next batch is ``batch_idx`` of ``epoch``."""
-
-    seed: int
-    epoch: int
-    batch_idx: int
-    rank: int
-    world_size: int
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 class ShardedBatches:
@@ -98,6 +102,13 @@ class ShardedBatches:
         start = self.batch_idx * self.global_batch
         return self._permutation()[start : start + self.global_batch]
 
+    def epoch_batches(self, epoch: int) -> Iterator[np.ndarray]:
+        """This rank's rows of each global batch of ``epoch`` in turn (a pure function of the epoch;
+        :func:`resume_batches` resumes it at a :class:`LoaderState`)."""
+        order = np.random.default_rng([self.seed, exact_int("epoch", epoch, 0)]).permutation(self.n)
+        for b in range(self.batches_per_epoch):
+            yield order[b * self.global_batch : (b + 1) * self.global_batch][self.rank :: self.world_size]
+
     def next_indices(self) -> np.ndarray:
         """This rank's rows of the next global batch, and advance."""
         rows = self.global_indices()[self.rank :: self.world_size]
@@ -112,7 +123,7 @@ class ShardedBatches:
 
     def load_state(self, state: LoaderState | dict[str, Any]) -> None:
         """Continue from ``state`` (same seed; the rank's share follows this loader's rank and world)."""
-        state = state if isinstance(state, LoaderState) else LoaderState(**state)
+        state = as_loader_state(state)
         if state.seed != self.seed:
             raise ValueError(
                 f"loader state has seed {state.seed}, this loader {self.seed}: a different data order"

@@ -17,6 +17,11 @@ directly) and returns a :class:`HealthReceipt` whose ``flags`` name what is wron
 Flagged values do not enter the baselines, so one spike does not hide the next. The first
 ``min_samples`` steps build the baseline and flag only non-finite values.
 
+Given a :class:`ModelFlopConfig` (FLOPs per step from the model's shape), a step that reports its
+examples and seconds also gets its achieved FLOP/s, and, against ``peak_flops_per_sec`` (given, or
+``"measure"`` for :func:`measure_peak_flops`), its model FLOP utilisation (MFU), kept as
+:class:`MFUSample` s and summarised by :meth:`TrainingHealthMonitor.report`.
+
 >>> monitor = TrainingHealthMonitor(min_samples=4)
 >>> [monitor.observe_step(s, loss=1.0 - 0.01 * s).flags for s in range(6)][-1]
 ()
@@ -36,9 +41,27 @@ from typing import Any
 import numpy as np
 
 from mixle_spark.errors import describe_value
+from mixle_spark.parallel.training._flops import (
+    MFUSample,
+    ModelFlopConfig,
+    flop_config_from_causal_lm,
+    measure_peak_flops,
+    positive_number,
+    theoretical_flops_per_iter,
+)
 from mixle_spark.parallel.training._records import StepReceipt, exact_int
 
-__all__ = ["FLAGS", "HealthReceipt", "RollingBaseline", "TrainingHealthMonitor"]
+__all__ = [
+    "FLAGS",
+    "HealthReceipt",
+    "MFUSample",
+    "ModelFlopConfig",
+    "RollingBaseline",
+    "TrainingHealthMonitor",
+    "flop_config_from_causal_lm",
+    "measure_peak_flops",
+    "theoretical_flops_per_iter",
+]
 
 FLAGS = ("nonfinite_loss", "nonfinite_grad_norm", "loss_spike", "grad_norm_spike", "restart")
 
@@ -91,6 +114,8 @@ class HealthReceipt:
     loss_z: float | None
     grad_norm_z: float | None
     examples_per_second: float | None
+    flops_per_second: float | None = None
+    mfu: float | None = None
 
     @property
     def healthy(self) -> bool:
@@ -112,6 +137,11 @@ class TrainingHealthMonitor:
     min_ratio : float
         A spike must also exceed the median by this fraction of the median's magnitude (default 0.5),
         so a loss that has converged to a near-constant value does not flag its own noise.
+    flop_config : ModelFlopConfig, optional
+        The model's shape: a step with ``examples`` and ``seconds`` then gets its achieved FLOP/s.
+    peak_flops_per_sec : float or "measure", optional
+        The peak MFU is taken against (with ``flop_config``): a number, or ``"measure"`` for
+        :func:`measure_peak_flops` (measured once, here).
     """
 
     def __init__(
@@ -122,6 +152,8 @@ class TrainingHealthMonitor:
         loss_z: float = 6.0,
         grad_z: float = 6.0,
         min_ratio: float = 0.5,
+        flop_config: ModelFlopConfig | None = None,
+        peak_flops_per_sec: float | str | None = None,
     ) -> None:
         for name, value in (("loss_z", loss_z), ("grad_z", grad_z), ("min_ratio", min_ratio)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
@@ -130,6 +162,41 @@ class TrainingHealthMonitor:
         self.grad = RollingBaseline(window, min_samples)
         self.loss_z, self.grad_z, self.min_ratio = float(loss_z), float(grad_z), float(min_ratio)
         self.receipts: list[HealthReceipt] = []
+        if flop_config is not None and not isinstance(flop_config, ModelFlopConfig):
+            raise TypeError(
+                f"flop_config must be a ModelFlopConfig or None, got {describe_value(flop_config)}"
+            )
+        if peak_flops_per_sec is not None and flop_config is None:
+            raise ValueError("peak_flops_per_sec needs flop_config (the FLOPs of a step) to give an MFU")
+        if isinstance(peak_flops_per_sec, str):
+            if peak_flops_per_sec != "measure":
+                raise ValueError(
+                    f"peak_flops_per_sec must be a positive number or 'measure', got "
+                    f"{describe_value(peak_flops_per_sec)}"
+                )
+            peak_flops_per_sec = measure_peak_flops()
+        self.flop_config = flop_config
+        self.peak_flops_per_sec = (
+            None if peak_flops_per_sec is None else positive_number("peak_flops_per_sec", peak_flops_per_sec)
+        )
+        self.mfu_samples: list[MFUSample] = []
+
+    def _throughput(
+        self, step: int, examples: int | None, seconds: float | None
+    ) -> tuple[float | None, float | None, float | None]:
+        """Examples / s, FLOP/s and MFU of a step (None where what they need is missing)."""
+        if examples is None or seconds is None or seconds == 0:  # a zero-length timing measures nothing
+            return None, None, None
+        examples = exact_int("examples", examples, 0)
+        seconds = positive_number("seconds", seconds)
+        if self.flop_config is None or examples == 0:
+            return examples / seconds, None, None
+        step_flops = self.flop_config.flops_per_iter(examples)
+        if self.peak_flops_per_sec is None:
+            return examples / seconds, step_flops / seconds, None
+        sample = MFUSample(step, step_flops, seconds, self.peak_flops_per_sec)
+        self.mfu_samples.append(sample)
+        return examples / seconds, sample.achieved_flops_per_sec, sample.mfu
 
     def _spike(self, baseline: RollingBaseline, value: float, limit: float) -> tuple[bool, float | None]:
         z = baseline.zscore(value)
@@ -150,6 +217,7 @@ class TrainingHealthMonitor:
     ) -> HealthReceipt:
         """Judge one step and remember it; the :class:`HealthReceipt` says what was flagged."""
         flags: list[str] = []
+        rate, flops, mfu = self._throughput(int(step), examples, seconds)  # validated before any change
         loss = float(loss)
         loss_ok = math.isfinite(loss)
         if not loss_ok:
@@ -173,9 +241,16 @@ class TrainingHealthMonitor:
             self.loss.add(loss)
             if grad_norm is not None:
                 self.grad.add(float(grad_norm))
-        rate = examples / seconds if examples is not None and seconds else None
         receipt = HealthReceipt(
-            int(step), tuple(flags), loss, None if grad_norm is None else float(grad_norm), lz, gz, rate
+            int(step),
+            tuple(flags),
+            loss,
+            None if grad_norm is None else float(grad_norm),
+            lz,
+            gz,
+            rate,
+            flops,
+            mfu,
         )
         self.receipts.append(receipt)
         return receipt
@@ -207,8 +282,11 @@ class TrainingHealthMonitor:
         return out
 
     def report(self) -> dict[str, Any]:
-        """Steps seen, flag counts, the flagged steps and the median throughput (examples / s)."""
+        """Steps seen, flag counts, the flagged steps, the median throughput (examples / s and FLOP/s)
+        and the MFU samples' count, mean, min and max (None without samples)."""
         rates = [r.examples_per_second for r in self.receipts if r.examples_per_second is not None]
+        flops = [r.flops_per_second for r in self.receipts if r.flops_per_second is not None]
+        mfu = np.array([s.mfu for s in self.mfu_samples])
         counts = Counter(flag for r in self.receipts for flag in r.flags)
         return {
             "steps": len(self.receipts),
@@ -216,4 +294,12 @@ class TrainingHealthMonitor:
             "flag_counts": {flag: counts.get(flag, 0) for flag in FLAGS},
             "flagged_steps": self.flagged(),
             "median_examples_per_second": float(np.median(rates)) if rates else None,
+            "median_flops_per_second": float(np.median(flops)) if flops else None,
+            "mfu": {
+                "n_samples": int(mfu.size),
+                "mean": float(mfu.mean()) if mfu.size else None,
+                "min": float(mfu.min()) if mfu.size else None,
+                "max": float(mfu.max()) if mfu.size else None,
+                "peak_flops_per_sec": self.peak_flops_per_sec,
+            },
         }
