@@ -60,7 +60,7 @@ def _replay(history: list[dict[str, Any]]) -> dict[str, Any]:
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     for record in history:
         rows = np.concatenate(
-            [_rows(r, LoaderState(3, e, b, r, WORLD)) for r, (e, b) in sorted(record["committed"].items())]
+            [_rows(r, LoaderState(3, e, r, WORLD, b)) for r, (e, b) in sorted(record["committed"].items())]
         )
         opt.zero_grad()
         x, y = torch.tensor(DATA[rows], dtype=torch.float64), torch.tensor(LABELS[rows])
@@ -100,7 +100,7 @@ def test_a_rank_killed_mid_step_is_left_out_and_rejoins_at_its_first_uncommitted
     assert killed["committed"] == {0: (0, 2), 2: (0, 2)}
     records += [killed, job.run_step(), job.run_step()]
     assert records[-1]["survivors"] == [0, 2] and job.dead_ranks == {1}
-    assert job.respawn_rank(1) == LoaderState(3, 0, 2, 1, WORLD)  # batch 2 was never committed
+    assert job.respawn_rank(1) == LoaderState(3, 0, 1, WORLD, 2)  # batch 2 was never committed
     back = job.run_step()
     assert back["restart"] and "restart" in back["flags"] and back["committed"][1] == (0, 2)
     records += [back] + [job.run_step() for _ in range(3)]
@@ -135,7 +135,7 @@ def test_a_job_resumed_from_a_snapshot_replays_exactly_the_uncommitted_batches(t
 
     resumed = _job(tmp_path / "run")
     assert resumed.resume() == 3
-    assert resumed.loader_states[2] == LoaderState(3, 0, 3, 2, WORLD)
+    assert resumed.loader_states[2] == LoaderState(3, 0, 2, WORLD, 3)
     first = resumed.run_step()
     assert first["step"] == 3 and first["restart"]
     for _ in range(3):
@@ -192,20 +192,20 @@ def test_resume_batches_gives_the_rest_of_the_epoch_and_refuses_another_stream()
     assert sorted([i for b in epoch for i in b] + [i for b in other_rank for i in b.tolist()]) == list(
         range(23)
     )
-    state = LoaderState(4, 1, 3, 1, 2)
+    state = LoaderState(4, 1, 1, 2, 3)
     assert [b.tolist() for b in resume_batches(loader, state)] == epoch[3:]
     assert [b.tolist() for b in resume_batches(loader, state.as_dict())] == epoch[3:]
     for _ in range(8):  # the live loader agrees: epoch 1, batch 3 is its ninth batch
         loader.next_indices()
     assert loader.next_indices().tolist() == epoch[3]
     with pytest.raises(ValueError, match="loader state has seed=5, this loader seed=4"):
-        resume_batches(loader, LoaderState(5, 1, 3, 1, 2))
+        resume_batches(loader, LoaderState(5, 1, 1, 2, 3))
     with pytest.raises(ValueError, match="loader state has rank=0, this loader rank=1"):
-        resume_batches(loader, LoaderState(4, 1, 3, 0, 2))
+        resume_batches(loader, LoaderState(4, 1, 0, 2, 3))
     with pytest.raises(ValueError, match=r"batch_idx=7 is past the end of epoch 1 \(5 batches\)"):
-        resume_batches(loader, LoaderState(4, 1, 7, 1, 2))
+        resume_batches(loader, LoaderState(4, 1, 1, 2, 7))
     with pytest.raises(ValueError, match="rank must be in \\[0, world_size=2\\), got 2"):
-        LoaderState(4, 1, 3, 2, 2)
+        LoaderState(4, 1, 2, 2, 3)
     with pytest.raises(TypeError, match="loader must have epoch_batches"):
         resume_batches(object(), state)
-    assert LoaderState(4, 1, 4, 1, 2).advanced(3, batches_per_epoch=5) == LoaderState(4, 2, 2, 1, 2)
+    assert LoaderState(4, 1, 1, 2, 4).advanced(3, batches_per_epoch=5) == LoaderState(4, 2, 1, 2, 2)

@@ -209,7 +209,7 @@ class ElasticTrainingJob:
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
         self.health = health_monitor if health_monitor is not None else TrainingHealthMonitor()
         self.loader_states = {
-            r: LoaderState(self.seed, 0, 0, r, self.world_size) for r in range(self.world_size)
+            r: LoaderState(self.seed, 0, r, self.world_size, 0) for r in range(self.world_size)
         }
         self.ranks = {r: self._rank(r) for r in range(self.world_size)}
         self.dead_ranks: set[int] = set()

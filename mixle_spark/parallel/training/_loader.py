@@ -20,9 +20,9 @@ class LoaderState:
 
     seed: int
     epoch: int
-    batch_idx: int
     rank: int
     world_size: int
+    batch_idx: int = 0  # the reference's field order: (seed, epoch, rank, world_size, batch_idx)
 
     def __post_init__(self) -> None:
         for name in ("seed", "epoch", "batch_idx", "rank"):
@@ -43,7 +43,7 @@ class LoaderState:
                 epoch + idx // exact_int("batches_per_epoch", batches_per_epoch, 1),
                 idx % batches_per_epoch,
             )
-        return LoaderState(self.seed, epoch, idx, self.rank, self.world_size)
+        return LoaderState(self.seed, epoch, self.rank, self.world_size, idx)
 
 
 def as_loader_state(state: Any) -> LoaderState:

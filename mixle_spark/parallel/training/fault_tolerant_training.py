@@ -119,7 +119,7 @@ class ShardedBatches:
 
     @property
     def state(self) -> LoaderState:
-        return LoaderState(self.seed, self.epoch, self.batch_idx, self.rank, self.world_size)
+        return LoaderState(self.seed, self.epoch, self.rank, self.world_size, self.batch_idx)
 
     def load_state(self, state: LoaderState | dict[str, Any]) -> None:
         """Continue from ``state`` (same seed; the rank's share follows this loader's rank and world)."""
