@@ -24,6 +24,7 @@ __all__ = [
     "MAX_RESEEDS",
     "ON_DEGENERATE",
     "ON_OTHER_DATA",
+    "PRECISION_RTOL",
     "TOL",
     "FitResult",
     "IterationRecord",
@@ -36,6 +37,7 @@ __all__ = [
     "init_fraction",
     "nonfinite_error",
     "not_converged_message",
+    "rounding_rtol",
 ]
 
 logger = logging.getLogger("mixle_spark.estimation")
@@ -222,13 +224,25 @@ class Progress:
             self.out.flush()
 
 
-def has_converged(gain: float | None, ll: float, delta: float) -> bool:
-    """``0 <= gain < delta``, a drop within rounding counting as 0."""
-    return gain is not None and -DECREASE_RTOL * max(1.0, abs(ll)) <= gain < delta
+PRECISION_RTOL = {"float64": DECREASE_RTOL, "float32": 1e-6, "bfloat16": 1e-3}
+"""The rounding of a total log-likelihood computed at each precision (``precision="float32"``: its
+E-step's log-densities carry ~1e-8 relative noise): a drop within it is rounding, not a decrease."""
 
 
-def has_decreased(ll: float, best_ll: float) -> bool:
-    return ll < best_ll - DECREASE_RTOL * max(1.0, abs(best_ll))
+def rounding_rtol(handle: Any) -> float:
+    """The relative drop of the log-likelihood that is rounding for ``handle``'s precision (its
+    ``compute``; :data:`DECREASE_RTOL` for float64)."""
+    compute = getattr(handle, "compute", None)
+    return PRECISION_RTOL.get(getattr(compute, "precision", "float64"), DECREASE_RTOL)
+
+
+def has_converged(gain: float | None, ll: float, delta: float, rtol: float = DECREASE_RTOL) -> bool:
+    """``0 <= gain < delta``, a drop within rounding (``rtol`` relative) counting as 0."""
+    return gain is not None and -rtol * max(1.0, abs(ll)) <= gain < delta
+
+
+def has_decreased(ll: float, best_ll: float, rtol: float = DECREASE_RTOL) -> bool:
+    return ll < best_ll - rtol * max(1.0, abs(best_ll))
 
 
 DELTA = 1e-9

@@ -35,6 +35,7 @@ from mixle_spark.em._records import (
     init_fraction,
     nonfinite_error,
     not_converged_message,
+    rounding_rtol,
 )
 from mixle_spark.em.observability import EMTrace, IterationTrace, JsonLinesSink, MlflowSink, PartitionTiming
 from mixle_spark.em.resilient import Checkpointer, Finished, Snapshot
@@ -208,7 +209,8 @@ class EMRun:
         pass's row weight, or ``delta``)."""
         last = self.history[-1]
         threshold = self.options.stop_gain(last.nobs)
-        return threshold is not None and has_converged(gain, last.log_likelihood, threshold)
+        rtol = rounding_rtol(self.handle)
+        return threshold is not None and has_converged(gain, last.log_likelihood, threshold, rtol)
 
     def _close_sinks(self) -> None:
         for sink in self.sinks:
@@ -535,7 +537,8 @@ class EMRun:
         self._record(rec, mdl, events)
         sel = ll if self.vhandle is None else self.vhandle.pysp_seq_log_density_sum(mdl)[1]
         best = self.best
-        if best is not None and self.options.stops and has_decreased(ll, best[1]) and self.vhandle is None:
+        dropped = best is not None and has_decreased(ll, best[1], rounding_rtol(self.handle))
+        if best is not None and self.options.stops and dropped and self.vhandle is None:
             warnings.warn(
                 f"EM log-likelihood decreased at iteration {it} ({best[1]:.12g} -> {ll:.12g}); "
                 "returning the best model seen",

@@ -16,7 +16,18 @@ import numpy as np
 from mixle_spark.engines._base import ComputeEngine, MapFunction
 from mixle_spark.engines._numpy_kernels import block_rows, responsibilities
 
-__all__ = ["NumpyEngine"]
+__all__ = ["FLOAT32_IMPOSSIBLE", "NumpyEngine", "float32_coefficients"]
+
+FLOAT32_IMPOSSIBLE = 1e30
+"""What the float64 kernels' stand-in for log(0) (-1e300, which float32 cannot hold) becomes in float32:
+large enough to be impossible, small enough that its products with features stay finite and that
+``-1e30 + 1e30`` cancels exactly as ``-1e300 + 1e300`` does (a Bernoulli with p = 1)."""
+
+
+def float32_coefficients(coef: np.ndarray) -> np.ndarray:
+    """``coef`` in float32, its stand-ins for log(0) clipped to +-:data:`FLOAT32_IMPOSSIBLE` (a plain
+    cast would make them infinite, and ``0 * inf`` a NaN)."""
+    return np.clip(coef, -FLOAT32_IMPOSSIBLE, FLOAT32_IMPOSSIBLE).astype(np.float32)
 
 
 class NumpyEngine(ComputeEngine):
@@ -36,7 +47,7 @@ class NumpyEngine(ComputeEngine):
         added in block order, whatever ran them."""
         dtype = phi.dtype if phi.dtype == np.float32 else np.dtype(np.float64)
         phi = np.asarray(phi, dtype=dtype)
-        coef = np.asarray(coef, dtype=dtype)
+        coef = float32_coefficients(coef) if dtype == np.float32 else np.asarray(coef, dtype=dtype)
         n, k = phi.shape[0], coef.shape[0]
         rows = block_rows(phi.shape[1])
         ll = np.empty(n)
@@ -64,5 +75,5 @@ class NumpyEngine(ComputeEngine):
     def feature_joint(self, phi: np.ndarray, coef: np.ndarray) -> np.ndarray:
         """``coef @ phi.T`` in the features' precision, returned as float64."""
         if phi.dtype == np.float32:
-            return (coef.astype(np.float32) @ phi.T).astype(np.float64)
+            return (float32_coefficients(coef) @ phi.T).astype(np.float64)
         return np.asarray(coef, dtype=np.float64) @ np.asarray(phi, dtype=np.float64).T

@@ -11,7 +11,7 @@ import numpy as np
 
 from mixle_spark.errors import EmbeddingUnavailableError
 
-__all__ = ["Encoded", "Encoder", "any_unseen", "unseen_owners"]
+__all__ = ["Encoded", "Encoder", "any_unseen", "narrow_floats", "unseen_owners"]
 
 Encoded = Any
 """An encoded batch: whatever a family's encoder produces and its ``seq_*`` methods read."""
@@ -31,6 +31,21 @@ def unseen_owners(element_mask: np.ndarray | None, owner: np.ndarray, n: int) ->
     if element_mask is None:
         return None
     return np.bincount(owner[element_mask], minlength=n) > 0
+
+
+def narrow_floats(value: Any, dtype: Any) -> Any:
+    """``value`` (an array, or a tuple of arrays as a scalar family packs its batch) with every float64
+    array stored in ``dtype``; integer arrays and other values are kept.
+
+    >>> x, codes = narrow_floats((np.array([0.5, 1.5]), np.array([1, 2])), np.float32)
+    >>> x.dtype.name, codes.dtype.name
+    ('float32', 'int64')
+    """
+    if isinstance(value, np.ndarray):
+        return value.astype(dtype) if value.dtype == np.float64 else value
+    if type(value) is tuple:
+        return tuple(narrow_floats(v, dtype) for v in value)
+    return value
 
 
 class Encoder(ABC):

@@ -140,6 +140,10 @@ class LabelledEncoder(Encoder):
         return label_codes(data.column(self.label), self.label, self.k)
 
     # -- encoding -----------------------------------------------------------------------------------
+    def narrow(self, enc: LabelledBatch, dtype: Any) -> LabelledBatch:
+        """The components' batch narrowed by their encoder; the labels stay int64."""
+        return LabelledBatch(self.inner.narrow(enc.inner, dtype), enc.labels)
+
     def encode(self, records: Sequence[Any]) -> LabelledBatch:
         """``records``: ``(record, label)`` pairs (label an int or None)."""
         pairs = list(records)

@@ -108,6 +108,11 @@ class ProductEncoder(Encoder):
     def from_arrow(self, data: Any) -> tuple[Any, ...]:
         return tuple(self._each("from_arrow", self._arrow_columns(data)))
 
+    def narrow(self, enc: tuple[Any, ...], dtype: Any) -> tuple[Any, ...]:
+        """Each field's batch narrowed by its own encoder (a field whose family computes in float64
+        only keeps float64; codes and lengths stay integers)."""
+        return tuple(child.narrow(e, dtype) for child, e in zip(self.children, enc, strict=True))
+
     def with_unseen(self, unseen: str) -> ProductEncoder:
         children = [child.with_unseen(unseen) for child in self.children]
         if all(a is b for a, b in zip(children, self.children, strict=True)):

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -26,6 +27,7 @@ import numpy as np
 
 from mixle_spark.errors import SchemaError
 from mixle_spark.stats._embed import scales
+from mixle_spark.stats._encoder import narrow_floats
 from mixle_spark.stats._special import log_factorial
 from mixle_spark.stats._validate import arrow_float_values, check_integer, check_range, float_values
 from mixle_spark.stats.base import (
@@ -40,6 +42,8 @@ from mixle_spark.stats.base import (
 )
 
 __all__ = [
+    "EXACT_FLOAT32_INTEGER",
+    "FLOAT32_OFFSET_RATIO",
     "CountEncoder",
     "FeatureSumAccumulator",
     "OneParameterEstimator",
@@ -55,6 +59,17 @@ __all__ = [
     "prior_tuple",
     "safe_log",
 ]
+
+EXACT_FLOAT32_INTEGER = 2**24
+"""Integers up to this magnitude are exact in float32; a count column with a larger one stays float64."""
+
+FLOAT32_OFFSET_RATIO = 100.0
+"""A float column whose mean is more than this many standard deviations from 0 stays float64 at
+``precision="float32"``: float32 keeps ~7 significant digits of each value, so such a column would lose
+more than ~1e-5 of its spread (1e6 + N(0, 1) would be rounded to steps of 0.06)."""
+
+_LOG = logging.getLogger("mixle_spark.engines")
+_OFFSET_NOTED: set[str] = set()
 
 IMPOSSIBLE_LOG = -1e300
 """Stand-in for log(0) in fast-path coefficients: 0 * -inf would be NaN in a matrix product."""
@@ -77,6 +92,18 @@ def positive(name: str) -> Parameter:
 
 def finite(name: str) -> Parameter:
     return Parameter(name, math.isfinite, "a finite number")
+
+
+def _keeps_digits(value: Any, stored: Any) -> bool:
+    """Whether ``stored`` (``value`` narrowed) keeps the value's digits relative to its spread: it is
+    ``value`` itself (not a float64 array), exact (integers, 0 / 1), or within
+    :data:`FLOAT32_OFFSET_RATIO` spreads of 0."""
+    if stored is value or not len(value):
+        return True
+    if np.array_equal(stored, value):
+        return True
+    mean, spread = float(np.mean(value)), float(np.std(value))
+    return abs(mean) <= FLOAT32_OFFSET_RATIO * spread
 
 
 class ScalarFamily(Distribution):
@@ -192,6 +219,52 @@ class ScalarEncoder(Encoder):
     def embed(self, enc: Any) -> np.ndarray:
         x = self.seed_values(enc)
         return (np.log1p(x) if self.embedding == "count" else x)[:, None]
+
+    computes_float32: ClassVar[bool] = False
+    """Whether the family's kernels compute on float32 values (its mixture features and log-densities
+    within 1e-5 relative of float64): then :meth:`narrow` stores the batch in float32. Families whose
+    kernels need float64 (special functions of the values, iterative fits on them) keep it."""
+
+    location_family: ClassVar[bool] = False
+    """Whether the density depends on differences of the values (``x - mu``: Gaussian, log-Gaussian),
+    so that a column far from 0 relative to its spread (:data:`FLOAT32_OFFSET_RATIO`) stays float64."""
+
+    def narrow(self, enc: Any, dtype: Any) -> Any:
+        """The batch with its float arrays stored in ``dtype`` when the family computes in it
+        (:attr:`computes_float32`). A count column (``embedding == "count"``) is narrowed only when every
+        count is exact in float32 (at most :data:`EXACT_FLOAT32_INTEGER`), so no count, and no log-gamma of
+        one computed later, changes."""
+        if not self.computes_float32:
+            return enc
+        if self.embedding == "count":
+            x = self.seed_values(enc)
+            if len(x) and float(np.max(np.abs(x))) > EXACT_FLOAT32_INTEGER:
+                return enc
+        narrowed = narrow_floats(enc, dtype)
+        if not self.location_family:
+            return narrowed
+        pairs = zip(enc, narrowed, strict=True) if type(enc) is tuple else [(enc, narrowed)]
+        for value, stored in pairs:
+            if not _keeps_digits(value, stored):
+                self._note_offset(value)
+                return enc
+        return narrowed
+
+    def _note_offset(self, x: np.ndarray) -> None:
+        """Say once per family (log level WARNING) that a column stays float64 for its offset."""
+        if self.estimator_name in _OFFSET_NOTED:
+            return
+        _OFFSET_NOTED.add(self.estimator_name)
+        _LOG.warning(
+            "%s: values around %.6g with spread %.3g lie more than %g spreads from 0; float32 would round "
+            "them to %.1g of their spread, so this column stays float64 (subtract its mean before the fit "
+            "to store it in float32)",
+            self.estimator_name,
+            float(np.mean(x)),
+            float(np.std(x)),
+            FLOAT32_OFFSET_RATIO,
+            float(np.abs(np.mean(x)) * 2.0**-24 / max(float(np.std(x)), 1e-300)),
+        )
 
     estimator_name: ClassVar[str] = ""
     expectation: ClassVar[str] = "a finite number"

@@ -131,27 +131,64 @@ class PatternGroup:
 
 
 class VectorBatch:
-    """An encoded batch of vectors: ``x`` (n, d) float64, or float32 when stored at that precision (NaN
-    where a coordinate is missing), and the centre ``c`` (d,) float64.
+    """An encoded batch of vectors: ``x`` (n, d) float64 (NaN where a coordinate is missing) and the
+    centre ``c`` (d,) float64.
 
     ``y`` (= x - c), the fast-path features and the missing-coordinate patterns are computed on first
-    use and cached.
+    use and cached. A batch stored at a narrower precision (:meth:`centred`, what
+    ``precision="float32"`` stores) holds only ``y`` in that dtype, rounded relative to the data's
+    spread rather than to its magnitude (a column at 1e6 +- 1 keeps its digits); its features are
+    computed in that dtype and ``x`` is ``y + c`` in float64, made on each use.
     """
 
-    __slots__ = ("_cache", "_patterns", "c", "x")
+    __slots__ = ("_cache", "_patterns", "_stored_t", "_x", "c")
 
     def __init__(self, x: np.ndarray, c: np.ndarray) -> None:
-        self.x = x
+        self._x: np.ndarray | None = x
+        self._stored_t: np.ndarray | None = None
         self.c = c
         self._cache: dict[str, np.ndarray] = {}
         self._patterns: list[PatternGroup] | None = None
+
+    @classmethod
+    def centred(cls, batch: VectorBatch, dtype: Any) -> VectorBatch:
+        """``batch`` stored as its centred values ``x - c`` in ``dtype`` (feature-major, (d, n)
+        C-ordered: the layout the features are built from)."""
+        out = cls(batch.x, batch.c)
+        out._x = None
+        out._stored_t = np.ascontiguousarray(np.subtract(batch.x.T, batch.c[:, None]), dtype=dtype)
+        return out
+
+    @property
+    def x(self) -> np.ndarray:
+        """The vectors, (n, d) float64 (of a centred batch: ``y + c``, made on each use)."""
+        if self._x is not None:
+            return self._x
+        assert self._stored_t is not None
+        return self._stored_t.T + self.c
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype the batch is stored (and its features computed) in."""
+        return self._x.dtype if self._x is not None else self._stored_t.dtype  # type: ignore[union-attr]
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the batch's values take (not counting cached features)."""
+        return int(self._x.nbytes if self._x is not None else self._stored_t.nbytes)  # type: ignore[union-attr]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(n, d)``."""
+        stored = self._x if self._x is not None else self._stored_t.T  # type: ignore[union-attr]
+        return (int(stored.shape[0]), int(stored.shape[1]))
 
     @property
     def missing(self) -> np.ndarray | None:
         """Where coordinates are missing, (n, d) bool; None when every coordinate is observed."""
         mask = self._cache.get("missing")
         if mask is None:
-            mask = np.isnan(self.x)
+            mask = np.isnan(self.x if self._x is not None else self.y)
             self._cache["missing"] = mask if mask.any() else np.zeros((0, 0), dtype=bool)
             return self.missing
         return mask if mask.size else None
@@ -195,11 +232,11 @@ class VectorBatch:
         return np.where(mask, full, self.x)
 
     def __len__(self) -> int:
-        return int(self.x.shape[0])
+        return self.shape[0]
 
     @property
     def dim(self) -> int:
-        return int(self.x.shape[1])
+        return self.shape[1]
 
     @property
     def y(self) -> np.ndarray:
@@ -207,6 +244,8 @@ class VectorBatch:
         return self._centred_t().T
 
     def _centred_t(self) -> np.ndarray:
+        if self._stored_t is not None:
+            return self._stored_t
         yt = self._cache.get("yt")
         if yt is None:
             # Feature-major layout: each feature column below is one contiguous vectorized product.
@@ -220,9 +259,9 @@ class VectorBatch:
         """``[1, y, y*y]``, shape (n, 2d + 1) (cached; Fortran-ordered, which BLAS reads directly)."""
         f = self._cache.get("diag")
         if f is None:
-            n, d = self.x.shape
+            n, d = self.shape
             yt = self._centred_t()
-            ft = _feature_array("diag", (2 * d + 1, n), self.x.dtype)
+            ft = _feature_array("diag", (2 * d + 1, n), self.dtype)
             ft[0] = 1.0
             ft[1 : d + 1] = yt
             np.multiply(yt, yt, out=ft[d + 1 :])
@@ -234,9 +273,9 @@ class VectorBatch:
         (n, 1 + d + d(d+1)/2) (cached; Fortran-ordered, which BLAS reads directly)."""
         f = self._cache.get("full")
         if f is None:
-            n, d = self.x.shape
+            n, d = self.shape
             yt = self._centred_t()
-            ft = _feature_array("full", (1 + d + d * (d + 1) // 2, n), self.x.dtype)
+            ft = _feature_array("full", (1 + d + d * (d + 1) // 2, n), self.dtype)
             ft[0] = 1.0
             ft[1 : d + 1] = yt
             k = d + 1
@@ -416,12 +455,12 @@ class VectorEncoder(Encoder):
         return self._batch(arrow_vector_values(data, self.dim, self._expected))
 
     def narrow(self, enc: VectorBatch, dtype: Any) -> VectorBatch:
-        """The batch with its vectors stored in ``dtype`` (its centre stays float64); its features are
-        then computed in ``dtype`` too (from the centred values, so the rounding is relative to the
-        spread, not to the values' magnitude)."""
-        if enc.x.dtype == dtype:
+        """The batch stored as its centred values in ``dtype`` (:meth:`VectorBatch.centred`: the centre
+        stays float64, so the rounding is relative to the spread, not to the values' magnitude); its
+        features are then computed in ``dtype`` too."""
+        if enc.dtype == dtype:
             return enc
-        return VectorBatch(enc.x.astype(dtype), enc.c)
+        return VectorBatch.centred(enc, dtype)
 
     def check_arrow_type(self, arrow_type: Any) -> None:
         if not _is_vector_type(arrow_type):

@@ -46,6 +46,8 @@ def _log(p: float) -> float:
 class BernoulliEncoder(ScalarEncoder):
     """Reads 0 / 1 / booleans into a float64 array of zeros and ones, shape (n,)."""
 
+    computes_float32 = True
+
     embedding = "binary"
 
     estimator_name = "BernoulliEstimator"

@@ -124,6 +124,8 @@ def solve_beta(
 class BetaEncoder(ScalarEncoder):
     """Reads numbers in (0, 1) into ``(log x, log(1 - x))``, two float64 arrays of shape (n,)."""
 
+    computes_float32 = True
+
     def seed_values(self, enc: Any) -> np.ndarray:
         return np.exp(enc[0])  # type: ignore[no-any-return]
 

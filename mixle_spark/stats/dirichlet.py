@@ -191,6 +191,10 @@ class DirichletEncoder(SimplexEncoder):
         np.log(x, out=phi[:, 1:])
         return phi
 
+    def narrow(self, enc: np.ndarray, dtype: Any) -> np.ndarray:
+        """The features ``[1, log x]`` stored in ``dtype`` (the family's kernels are products with them)."""
+        return enc.astype(dtype) if enc.dtype == np.float64 else enc
+
     def embed(self, enc: np.ndarray) -> np.ndarray:
         """The shares themselves (each row's features back from its logs)."""
         return np.exp(enc[:, 1:])  # type: ignore[no-any-return]

@@ -38,6 +38,8 @@ DEFAULT_MIN_BETA = 1e-12
 class ExponentialEncoder(ScalarEncoder):
     """Reads non-negative finite numbers into a float64 array of shape (n,)."""
 
+    computes_float32 = True
+
     estimator_name = "ExponentialEstimator"
     expectation = "a non-negative finite number"
 

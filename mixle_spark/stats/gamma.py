@@ -82,6 +82,8 @@ def solve_shape(s: float, min_k: float = DEFAULT_MIN_K, max_k: float = DEFAULT_M
 class GammaEncoder(ScalarEncoder):
     """Reads positive finite numbers into ``(x, log x)``, two float64 arrays of shape (n,)."""
 
+    computes_float32 = True
+
     def seed_values(self, enc: Any) -> np.ndarray:
         return np.asarray(enc[1], dtype=np.float64)  # log x: the scale of a Gamma is multiplicative
 

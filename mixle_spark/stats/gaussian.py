@@ -68,6 +68,9 @@ class GaussianEncoder(ScalarEncoder):
     variance, what its variance floor is relative to. The encoded batch does not depend on the scan.
     """
 
+    computes_float32 = True
+    location_family = True
+
     estimator_name = "GaussianEstimator"
     schema_expectation = "a numeric column"
 

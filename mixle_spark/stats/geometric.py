@@ -38,6 +38,8 @@ DEFAULT_MIN_P = 1e-12
 class GeometricEncoder(ScalarEncoder):
     """Reads integers >= 1 into a float64 array of shape (n,)."""
 
+    computes_float32 = True
+
     embedding = "count"
 
     estimator_name = "GeometricEstimator"

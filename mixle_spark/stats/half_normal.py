@@ -40,6 +40,8 @@ _HALF_LOG_TWO_OVER_PI = 0.5 * math.log(2.0 / math.pi)
 class HalfNormalEncoder(ScalarEncoder):
     """Reads non-negative finite numbers into a float64 array of shape (n,)."""
 
+    computes_float32 = True
+
     estimator_name = "HalfNormalEstimator"
     expectation = "a non-negative finite number"
 

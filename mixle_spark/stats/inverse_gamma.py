@@ -38,6 +38,8 @@ __all__ = [
 class InverseGammaEncoder(ScalarEncoder):
     """Reads positive finite numbers into ``(1 / x, log x)``, two float64 arrays of shape (n,)."""
 
+    computes_float32 = True
+
     estimator_name = "InverseGammaEstimator"
     expectation = "a positive finite number"
 

@@ -42,6 +42,8 @@ _HALF_LOG_TWO_PI = 0.5 * math.log(2.0 * math.pi)
 class InverseGaussianEncoder(ScalarEncoder):
     """Reads positive finite numbers into ``(x, 1 / x, log x)``, three float64 arrays of shape (n,)."""
 
+    computes_float32 = True
+
     estimator_name = "InverseGaussianEstimator"
     expectation = "a positive finite number"
 

@@ -51,6 +51,9 @@ def _center(enc: np.ndarray) -> float:
 class LogGaussianEncoder(ScalarEncoder):
     """Reads positive finite numbers into ``log x``, a float64 array of shape (n,)."""
 
+    computes_float32 = True
+    location_family = True
+
     estimator_name = "LogGaussianEstimator"
     expectation = "a positive finite number"
 

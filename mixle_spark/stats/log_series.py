@@ -106,6 +106,8 @@ def _mean(p: float) -> float:
 class LogSeriesEncoder(ScalarEncoder):
     """Reads integers >= 1 into ``(x, log x)``, two float64 arrays of shape (n,)."""
 
+    computes_float32 = True
+
     embedding = "count"
     estimator_name = "LogSeriesEstimator"
     expectation = "an integer >= 1"

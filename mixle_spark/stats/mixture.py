@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from mixle_spark.engines import current_engine
+from mixle_spark.engines import current_engine, fallback_note
 from mixle_spark.engines._numpy_kernels import exp_normalize, responsibilities
 from mixle_spark.errors import SpecError
 from mixle_spark.stats._accumulator import widened_parts, widening_target
@@ -357,6 +357,9 @@ class MixtureAccumulator(Accumulator):
             labels, enc = checked_labels(enc.labels, len(self.accumulators)), enc.inner
         elif self.use_fast_path and not reference_active() and features_shared(comps, self.accumulators, enc):
             return self._fused_update(enc, weights, estimate, map_fn)
+        engine = current_engine()
+        if (engine.name, engine.precision) != ("numpy", "float64"):  # said once per family and engine
+            fallback_note(engine, getattr(comps[0], "family", "") or type(comps[0]).__name__)
         rows = list(map_fn(lambda c: np.asarray(c.seq_log_density(enc), dtype=np.float64), comps))
         joint = np.empty((len(rows), rows[0].shape[0]))
         for k, r in enumerate(rows):

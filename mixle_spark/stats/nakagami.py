@@ -44,6 +44,8 @@ _LOG_2 = math.log(2.0)
 class NakagamiEncoder(ScalarEncoder):
     """Reads positive finite numbers into ``(x^2, log x)``, two float64 arrays of shape (n,)."""
 
+    computes_float32 = True
+
     estimator_name = "NakagamiEstimator"
     expectation = "a positive finite number"
 

@@ -188,6 +188,10 @@ class OptionalEncoder(Encoder):
         n, present, values = self._split_arrow(data)
         return OptionalEncoded(n, present, self._child_call("from_arrow", n, present, values))
 
+    def narrow(self, enc: OptionalEncoded, dtype: Any) -> OptionalEncoded:
+        """The present values narrowed by the child encoder (the row index stays int64)."""
+        return enc._replace(child=self.child.narrow(enc.child, dtype))
+
     def with_unseen(self, unseen: str) -> OptionalEncoder:
         child = self.child.with_unseen(unseen)
         return self if child is self.child else OptionalEncoder(child)

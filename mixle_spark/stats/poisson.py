@@ -41,6 +41,7 @@ def _is_count(x: float) -> bool:
 
 
 class PoissonEncoder(CountEncoder):
+    computes_float32 = True
     estimator_name = "PoissonEstimator"
 
 

@@ -41,6 +41,8 @@ class RayleighEncoder(ScalarEncoder):
 
     A zero is outside the support (its density is 0), as it is for the gamma and log-normal."""
 
+    computes_float32 = True
+
     estimator_name = "RayleighEstimator"
     expectation = "a positive finite number"
 

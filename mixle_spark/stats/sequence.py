@@ -188,6 +188,11 @@ class SequenceEncoder(LengthEncoding, Encoder):
         values = array.values.slice(start, stop - start)
         return n, np.diff(offsets), values
 
+    def narrow(self, enc: SequenceEncoded, dtype: Any) -> SequenceEncoded:
+        """The elements narrowed by the element encoder; lengths, owners and the length encoding (a count
+        family's) stay as they are."""
+        return enc._replace(values=self.child.narrow(enc.values, dtype))
+
     def _build(self, method: str, n: int, lengths: np.ndarray, values: Any) -> SequenceEncoded:
         owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
         try:

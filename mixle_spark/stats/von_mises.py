@@ -111,6 +111,8 @@ def _reduce_angle(mu: float) -> float:
 class VonMisesEncoder(ScalarEncoder):
     """Reads finite angles (radians, any real) into ``(cos x, sin x)``, two float64 arrays of shape (n,)."""
 
+    computes_float32 = True
+
     def embedding_scales(self) -> np.ndarray:
         return np.zeros(2, dtype=bool)  # a point on the unit circle: (cos, sin)
 

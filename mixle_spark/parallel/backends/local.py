@@ -243,8 +243,10 @@ class ModelParallelEncodedData(LocalEncodedData):
 def make_model_parallel(
     data: Any, estimator: Any = None, model: Any = None, **options: Any
 ) -> ModelParallelEncodedData:
-    """Registry factory of the ``model_parallel`` backend (aliases ``component_parallel``, ``mp_model``)."""
-    return ModelParallelEncodedData(data, estimator=estimator, model=model, **options)
+    """Registry factory of the ``model_parallel`` backend (aliases ``component_parallel``, ``mp_model``):
+    the ``local`` backend's controls (every engine and precision)."""
+    controls = take_controls("model_parallel", options, LOCAL_CONTROLS, computes=True)
+    return ModelParallelEncodedData(data, estimator=estimator, model=model, **controls, **options)
 
 
 ComponentParallelEncodedData = ModelParallelEncodedData

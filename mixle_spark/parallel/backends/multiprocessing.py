@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.engines import Compute, narrow_encoded
 from mixle_spark.errors import MixleError
 from mixle_spark.parallel.backends._handle import bind_estimator, machine_memory
 from mixle_spark.parallel.backends.controls import check_control, take_controls
@@ -80,14 +81,16 @@ def _encode_shard(
     weights: np.ndarray,
     bounds: list[tuple[int, int]],
     column: str | None,
+    compute: Compute | None = None,
 ) -> list[tuple[Any, np.ndarray, np.ndarray]]:
-    """Encode a shard's chunks (row ranges relative to the shard; ids are global row indices).
-    A bad value is reported at its row in the whole data set."""
+    """Encode a shard's chunks (row ranges relative to the shard; ids are global row indices), each
+    stored at ``compute``'s precision (:func:`~mixle_spark.engines.narrow_encoded`). A bad value is
+    reported at its row in the whole data set."""
     encode = encoder.from_arrow if hasattr(piece, "slice") else encoder.encode
     out = []
     for a, b in bounds:
         part = piece.slice(a, b - a) if hasattr(piece, "slice") else piece[a:b]
-        enc = located(encode, part, start + a, start + b, n, column)
+        enc = narrow_encoded(encoder, located(encode, part, start + a, start + b, n, column), compute)
         out.append((enc, weights[a:b], np.arange(start + a, start + b, dtype=np.uint64)))
     return out
 
@@ -108,6 +111,9 @@ class MPEncodedData(PayloadHandle):
         ``multiprocessing`` start method (default ``"spawn"``).
     timeout : float
         Seconds to wait for a worker's reply before declaring it stuck (default 3600).
+    compute : Compute, optional
+        The engine and precision (``encoded_data(..., engine=, precision=)``): each worker stores its
+        chunks at that precision and runs its E-steps on that engine (None: numpy, float64).
     """
 
     def __init__(
@@ -124,6 +130,7 @@ class MPEncodedData(PayloadHandle):
         column: str | None = None,
         start_method: str = "spawn",
         timeout: float = 3600.0,
+        compute: Compute | None = None,
     ) -> None:
         num_workers = check_control("num_workers", num_workers)
         workers = os.cpu_count() or 1 if num_workers is None else num_workers
@@ -135,6 +142,7 @@ class MPEncodedData(PayloadHandle):
         self._source, self.n, self._weights = rows.source(base_encoder), rows.n, rows.weights
         self._scan, self.encoder = rows.scanned(base_encoder, estimator, self._source, chunk_bounds(rows.n))
         self.timeout = float(timeout)
+        self.compute = compute
         self._closed = False
         self._procs: list[Any] = []
         self._conns: list[Any] = []
@@ -156,6 +164,7 @@ class MPEncodedData(PayloadHandle):
                     self._weights[a:b],
                     bounds,
                     rows.read_column,
+                    compute,
                     i,
                 )
                 self._conns[i].send(load)
@@ -297,7 +306,7 @@ def _tree_merge(factory: Any, payloads: Sequence[Payload | None]) -> Payload | N
 def make_mp(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> MPEncodedData:
     """Registry factory of the ``mp`` backend (alias ``multiprocessing``): honours
     :data:`MP_CONTROLS` (``num_workers`` = processes; ``resources`` = one process per device)."""
-    controls = take_controls("mp", options, MP_CONTROLS)
+    controls = take_controls("mp", options, MP_CONTROLS, computes=True)
     resources = controls.pop("resources", None)
     if resources is not None and controls.get("num_workers") is None:
         controls["num_workers"] = len(resources.devices)
