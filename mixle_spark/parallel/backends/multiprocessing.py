@@ -20,7 +20,7 @@ import os
 import pickle
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,7 +31,17 @@ from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulat
 from mixle_spark.stats._tables import TableRows, chunk_bounds, located, split
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
-__all__ = ["MP_CONTROLS", "MPEncodedData", "WorkerError", "make_mp"]
+if TYPE_CHECKING:
+    from mixle_spark.parallel.backends._mp_handles import AuditedMPEncodedData, ResilientMPEncodedData
+
+__all__ = [
+    "MP_CONTROLS",
+    "AuditedMPEncodedData",
+    "MPEncodedData",
+    "ResilientMPEncodedData",
+    "WorkerError",
+    "make_mp",
+]
 
 MP_CONTROLS = ("encoder", "num_workers", "num_chunks", "sub_chunks", "resources", "engine", "precision")
 _REPLY_POLL_SECONDS = 1.0
@@ -64,12 +74,18 @@ def _worker_main(conn: Any) -> None:
                 reply = accumulate_chunks(chunks, message[1], part)
             conn.send(("ok", reply))
         except BaseException as err:  # reported to the driver, which re-raises it
-            detail = traceback.format_exc()
-            try:
-                pickle.dumps(err)
-                conn.send(("error", err, detail))
-            except Exception:
-                conn.send(("error", RuntimeError(f"{type(err).__name__}: {err}"), detail))
+            send_error(conn, err)
+
+
+def send_error(conn: Any, err: BaseException) -> None:
+    """Send ``("error", err, traceback)`` to the driver (a RuntimeError naming ``err`` when it cannot
+    be pickled)."""
+    detail = traceback.format_exc()
+    try:
+        pickle.dumps(err)
+        conn.send(("error", err, detail))
+    except Exception:
+        conn.send(("error", RuntimeError(f"{type(err).__name__}: {err}"), detail))
 
 
 def _encode_shard(
@@ -143,6 +159,7 @@ class MPEncodedData(PayloadHandle):
         self._fold_rows = 0
         try:
             self._start(start_method)
+            loads = []
             for i, (a, b) in enumerate(self.shards):
                 bounds = _shard_chunks(b - a, num_chunks, sub_chunks)
                 self._fold_rows = max(self._fold_rows, *(y - x for x, y in bounds))
@@ -158,34 +175,48 @@ class MPEncodedData(PayloadHandle):
                     rows.read_column,
                     i,
                 )
-                self._conns[i].send(load)
-            self._collect()
+                loads.append(load)
+            self._load_workers(loads)
         except BaseException:
             self.close()
             raise
         self._source = None  # the workers hold the data now
 
     # -- process management -----------------------------------------------------------------
+    _worker_target = staticmethod(_worker_main)
+    """The worker processes' loop (a subclass's workers may answer more requests)."""
+
     def _start(self, method: str) -> None:
-        ctx = mp.get_context(method)
+        self._context = mp.get_context(method)
+        for i in range(self.num_workers):
+            proc, conn = self._spawn(i)
+            self._procs.append(proc)
+            self._conns.append(conn)
+
+    def _spawn(self, i: int) -> tuple[Any, Any]:
+        """Start worker process ``i`` (one BLAS thread); its process and the driver's end of its pipe."""
         saved = {k: os.environ.get(k) for k in _BLAS_THREAD_VARIABLES}
         os.environ.update(dict.fromkeys(_BLAS_THREAD_VARIABLES, "1"))  # one BLAS thread per worker
         try:
-            for i in range(self.num_workers):
-                parent, child = ctx.Pipe()
-                proc = ctx.Process(  # type: ignore[attr-defined]
-                    target=_worker_main, args=(child,), name=f"mixle-mp-{i}", daemon=True
-                )
-                proc.start()
-                child.close()
-                self._procs.append(proc)
-                self._conns.append(parent)
+            parent, child = self._context.Pipe()
+            proc = self._context.Process(  # type: ignore[attr-defined]
+                target=type(self)._worker_target, args=(child,), name=f"mixle-mp-{i}", daemon=True
+            )
+            proc.start()
+            child.close()
+            return proc, parent
         finally:
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+
+    def _load_workers(self, loads: list[tuple[Any, ...]]) -> None:
+        """Send worker ``i`` its shard's ``loads[i]`` and wait until every worker has encoded it."""
+        for conn, load in zip(self._conns, loads, strict=True):
+            conn.send(load)
+        self._collect()
 
     def _collect(self) -> list[Any]:
         """One reply per worker, in worker order; a worker error is re-raised here."""
@@ -302,3 +333,13 @@ def make_mp(data: Any, estimator: Any = None, model: Any = None, **options: Any)
     if resources is not None and controls.get("num_workers") is None:
         controls["num_workers"] = len(resources.devices)
     return MPEncodedData(data, estimator=estimator, model=model, **controls, **options)
+
+
+def __getattr__(name: str) -> Any:
+    """The resilient and audited handles (:mod:`mixle_spark.parallel.backends._mp_handles`), imported
+    on first use: they extend :class:`MPEncodedData`, so their module imports this one."""
+    if name in ("AuditedMPEncodedData", "ResilientMPEncodedData"):
+        from mixle_spark.parallel.backends import _mp_handles
+
+        return getattr(_mp_handles, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
