@@ -170,21 +170,39 @@ def _corrupt_worker(monkeypatch: pytest.MonkeyPatch, handle: Any, slot: int) -> 
     return hits
 
 
-def test_an_audited_handle_stops_a_fit_whose_worker_corrupts_its_statistics(
+def test_an_audited_handle_catches_a_worker_that_corrupts_its_statistics(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    with AuditedMPEncodedData(X, EST, num_workers=3, audit=SDCAudit(fraction=1.0)) as handle:
+    warn = SDCAudit(fraction=1.0, on_mismatch="warn")
+    with AuditedMPEncodedData(X, EST, num_workers=3, audit=warn) as handle:
         model = initialize(handle, EST, seed=0)
+        clean = handle.pysp_seq_estimate(EST, model)  # audit round 0: every shard agrees
+        assert handle.audit_receipts[-1].ok
+        assert handle.take_events() == ["audit ok: partitions [0, 1, 2] (recomputed on other workers)"]
         hits = _corrupt_worker(monkeypatch, handle, 1)
-        with pytest.raises(SilentCorruptionError, match=r"iteration 0, partition 1, stats") as caught:
+        with pytest.warns(SilentCorruptionWarning, match=r"iteration 1, partition 1, stats"):
+            fixed = handle.pysp_seq_estimate(EST, model)
+        assert hits == [1] and [m.part for m in handle.audit_receipts[-1].mismatches] == [1]
+        owner, auditor = handle.audit_workers[-1][1]
+        assert owner == 1 and auditor != 1
+        # a third worker sided with the auditor: worker 1 is retired, its shard moved and computed
+        # again by its new owner, so the estimate is the clean one to the last bit
+        assert handle.retired == {1} and handle.owner == {0: 0, 1: 0, 2: 2}
+        assert "disagreed with worker" in handle.quarantined[1] and "on shard 1" in handle.quarantined[1]
+        _same(fixed, clean, rtol=0.0)
+        events = handle.take_events()
+        assert events[0].startswith("audit MISMATCH in partitions [1] of [0, 1, 2]")
+        assert events[1].startswith("mp worker 1 disagreed with worker")
+        assert events[1].endswith("retired; shard(s) [1] moved")
+
+        # worker 2 goes bad too; two workers left, so no third opinion: the default audit stops the fit
+        handle.audit = SDCAudit(fraction=1.0)
+        hits = _corrupt_worker(monkeypatch, handle, 2)
+        with pytest.raises(SilentCorruptionError, match=r"iteration 2, partition 2, stats") as caught:
             handle.pysp_seq_estimate(EST, model)
-        assert hits == [1] and {m.part for m in caught.value.mismatches} == {1}
-        assert handle.audit_workers[-1][1][0] == 1 and handle.audit_workers[-1][1][1] != 1
-        handle.audit = SDCAudit(fraction=1.0, on_mismatch="warn")
-        with pytest.warns(SilentCorruptionWarning, match="partition 1"):
-            handle.pysp_seq_estimate(EST, model)
-        assert [m.part for m in handle.audit_receipts[-1].mismatches] == [1]
-        assert handle.take_events()[-1].startswith("audit MISMATCH in partitions [1] of [0, 1, 2]")
+        assert hits == [2] and {m.part for m in caught.value.mismatches} == {2}
+        assert handle.retired == {1}
+        assert handle.take_events() == ["shard 2: no third worker to tell whether worker 2 or 0 is wrong"]
 
 
 def test_the_audited_handle_needs_an_audit() -> None:

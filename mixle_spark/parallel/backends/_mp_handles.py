@@ -19,14 +19,20 @@ inside the handle: in the E-steps the audit's ``due`` rounds, the shards it ``se
 by a *different* worker (which encodes the shard from the rows the driver keeps) with the reference
 kernels, and the audit's ``check`` compares the two (raising :class:`~mixle_spark.errors.
 SilentCorruptionError` before the M-step uses them, or warning). A worker whose memory or core
-corrupts its statistics is caught even though it agrees with itself. The EM driver's own
-``audit=`` recomputes on another worker too with this handle (:meth:`pysp_partition_payloads`).
+corrupts its statistics is caught even though it agrees with itself. On a mismatch a third worker
+recomputes the shard and decides which of the two is wrong; that worker is quarantined (retired, its
+shards moved) and, when it was the shard's owner, its shards are computed again by their new owners
+before the merge, so a fit that only warns (``on_mismatch="warn"``) goes on with clean statistics.
+The EM driver's own ``audit=`` recomputes on another worker too with this handle
+(:meth:`pysp_partition_payloads`).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+from mixle_spark.errors import SilentCorruptionError
 from mixle_spark.parallel.backends.multiprocessing import (
     MPEncodedData,
     WorkerError,
@@ -184,7 +190,7 @@ class ResilientMPEncodedData(MPEncodedData):
             self._bury(slot)
             shards = self._shards_of(slot)
             if self.failures[slot] >= self.max_retries:
-                self._retire(slot, why, shards)
+                self._retire(slot, f"{why} ({self.failures[slot]} failures)", shards)
                 return
             self._procs[slot], self._conns[slot] = self._spawn(slot)
             try:
@@ -205,9 +211,7 @@ class ResilientMPEncodedData(MPEncodedData):
             raise WorkerError(
                 f"every mp worker has failed (the last, worker {slot}, {why}); the handle is closed"
             )
-        self._events.append(
-            f"mp worker {slot} {why} ({self.failures[slot]} failures): retired; shard(s) {shards} moved"
-        )
+        self._events.append(f"mp worker {slot} {why}: retired; shard(s) {shards} moved")
         for s in shards:
             load = {w: sum(self.shards[t][1] - self.shards[t][0] for t in self._shards_of(w)) for w in live}
             target = min(live, key=lambda w: (load[w], w))
@@ -309,6 +313,8 @@ class AuditedMPEncodedData(ResilientMPEncodedData):
         One per audited E-step.
     audit_workers : list of dict
         Per audited E-step: shard -> (worker that computed it, worker that recomputed it).
+    quarantined : dict
+        Worker -> why it was retired after an audit (a third worker agreed with the other one).
     """
 
     def __init__(
@@ -324,6 +330,7 @@ class AuditedMPEncodedData(ResilientMPEncodedData):
         self.audit_round = 0
         self.audit_receipts: list[Any] = []
         self.audit_workers: list[dict[int, tuple[int, int]]] = []
+        self.quarantined: dict[int, str] = {}
         super().__init__(data, estimator, model, **options)
 
     def _estep(self, request: Request) -> Payload:
@@ -338,20 +345,83 @@ class AuditedMPEncodedData(ResilientMPEncodedData):
         chosen = frozenset(self.audit.select(rnd, range(len(self.shards))))
         asked = options.keep if options is not None else frozenset()
         keep = PassOptions(keep=asked | chosen, reference=options is not None and options.reference)
-        nobs, ll, value, reports = super()._estep((factory, model, None, keep))
-        first = {r.part: r.kept for r in reports if r.part in chosen}
+        results = self._gather((factory, model, None, keep))
+        first = {s: results[s][3][0].kept for s in chosen if results[s][3]}
         second = self._recompute_elsewhere(factory, model, chosen, reference=True)
-        receipt = self.audit.check(rnd, first, second)  # raises before the M-step sees the statistics
+        try:
+            receipt = self.audit.check(rnd, first, second)  # raises before the M-step sees them
+        except SilentCorruptionError as err:
+            self._find_suspects(rnd, factory, model, first, second, {m.part for m in err.mismatches})
+            raise
         self.audit_receipts.append(receipt)
         self._events.append(f"{receipt.describe()} (recomputed on other workers)")
+        redo = self._find_suspects(rnd, factory, model, first, second, {m.part for m in receipt.mismatches})
+        if redo:  # a quarantined worker's shards, computed again by their new owners
+            again = self._gather((factory, model, None, PassOptions(keep=keep.keep, only=redo)))
+            results.update({s: again[s] for s in redo})
+        merged = _tree_merge(factory, [results[s] for s in range(len(self.shards))])
+        assert merged is not None  # every shard has a payload
+        nobs, ll, value, reports = merged
         reports = tuple(r if r.part in asked else r._replace(kept=None) for r in reports)
         return nobs, ll, value, reports
 
+    def _agree(self, rnd: int, a: Any, b: Any) -> bool:
+        """Whether two payloads of one shard agree by the audit's tolerances."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                return bool(self.audit.check(rnd, {0: a}, {0: b}).ok)
+            except SilentCorruptionError:
+                return False
+
+    def _find_suspects(
+        self, rnd: int, factory: Any, model: Any, first: dict[int, Any], second: dict[int, Any], bad: set[int]
+    ) -> frozenset[int]:
+        """For each mismatched shard, a third worker's recomputation tells which of its owner and its
+        auditor is wrong; that worker is retired (quarantined) and its shards move to survivors. The
+        shards a quarantined owner computed in this pass are returned, to be computed again."""
+        redo: set[int] = set()
+        placed = self.audit_workers[-1] if self.audit_workers else {}
+        for s in sorted(bad):
+            owner, auditor = placed.get(s, (self.owner[s], self.owner[s]))
+            live = self._live()
+            if owner not in live or auditor not in live or len(live) < 3 or owner == auditor:
+                self._events.append(
+                    f"shard {s}: no third worker to tell whether worker {owner} or {auditor} is wrong"
+                )
+                continue
+            third = self._recompute_elsewhere(factory, model, frozenset({s}), True, avoid={owner, auditor})
+            witness = third[s]
+            owner_ok, auditor_ok = self._agree(rnd, witness, first[s]), self._agree(rnd, witness, second[s])
+            if owner_ok == auditor_ok:
+                self._events.append(
+                    f"shard {s}: a third worker's recomputation settles nothing; no worker retired"
+                )
+                continue
+            suspect, fair = (auditor, owner) if owner_ok else (owner, auditor)
+            shards = self._shards_of(suspect)
+            self.failures[suspect] = self.max_retries
+            self._bury(suspect)
+            why = (
+                f"disagreed with worker {fair} and a third worker on shard {s} (silent corruption suspected)"
+            )
+            self.quarantined[suspect] = why
+            self._retire(suspect, why, shards)
+            if suspect == owner:
+                redo.update(shards)
+        return frozenset(redo)
+
     def _recompute_elsewhere(
-        self, factory: Any, model: Distribution | None, shards: frozenset[int], reference: bool
+        self,
+        factory: Any,
+        model: Distribution | None,
+        shards: frozenset[int],
+        reference: bool,
+        avoid: set[int] | None = None,
     ) -> dict[int, Any]:
         """``shards``' own payloads ``(weight, log-likelihood, statistics)`` recomputed by workers
-        other than their owners (the owner only when it is the last live worker)."""
+        other than their owners (the owner only when it is the last live worker); with ``avoid``, by
+        workers other than those (a third opinion, not recorded in ``audit_workers``)."""
         request = (factory, model, None, PassOptions(keep=shards, reference=reference))
         out: dict[int, Any] = {}
         placed: dict[int, tuple[int, int]] = {}
@@ -360,7 +430,8 @@ class AuditedMPEncodedData(ResilientMPEncodedData):
             live = self._live()
             plan: dict[int, list[int]] = {}
             for s in pending:
-                others = [w for w in live if w != self.owner[s]] or live
+                shunned = {self.owner[s]} if avoid is None else avoid
+                others = [w for w in live if w not in shunned] or live
                 auditor = others[(s + self.audit_round) % len(others)]
                 plan.setdefault(auditor, []).append(s)
                 placed[s] = (self.owner[s], auditor)
@@ -384,7 +455,8 @@ class AuditedMPEncodedData(ResilientMPEncodedData):
             for slot, why in sorted(lost.items()):
                 self._recover(slot, f"{why} during an audit")
             pending = [s for s in pending if s not in out]
-        self.audit_workers.append(dict(sorted(placed.items())))
+        if avoid is None:
+            self.audit_workers.append(dict(sorted(placed.items())))
         return out
 
     def pysp_partition_payloads(
