@@ -21,7 +21,7 @@ BACKENDS = f"{PARALLEL}.backends"
 BACKEND_GROUPS = {
     "local": ("local",),
     "spark": ("spark",),  # the package: every module under backends/spark/
-    "mp": ("multiprocessing", "_mp_handles"),
+    "mp": ("multiprocessing", "mp_resilient"),
     "mpi": ("mpi", "_mpi_io", "torchrun"),
     "dask": ("dask",),
     "ray": ("ray",),

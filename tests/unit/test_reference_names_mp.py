@@ -16,12 +16,8 @@ from mixle_spark.em.sdc_audit import SDCAudit, SilentCorruptionWarning, inject_b
 from mixle_spark.errors import SilentCorruptionError
 from mixle_spark.estimation import initialize, optimize
 from mixle_spark.parallel.backends.local import LocalEncodedData
-from mixle_spark.parallel.backends.multiprocessing import (
-    AuditedMPEncodedData,
-    MPEncodedData,
-    ResilientMPEncodedData,
-    WorkerError,
-)
+from mixle_spark.parallel.backends.mp_resilient import AuditedMPEncodedData, ResilientMPEncodedData
+from mixle_spark.parallel.backends.multiprocessing import MPEncodedData, WorkerError
 from mixle_spark.stats import GaussianDistribution, GaussianEstimator, MixtureDistribution, MixtureEstimator
 
 EST = MixtureEstimator([GaussianEstimator()] * 2)

@@ -10,7 +10,8 @@ binary tree in shard order, so results do not depend on timing, and equal the lo
 Workers start with the ``spawn`` method (safe beside threads, JVMs and BLAS pools) and one BLAS
 thread each. ``close()`` (or leaving the ``with`` block, or ``optimize`` finishing with a handle it
 built) stops them; an exception inside a worker is re-raised in the driver with the worker's
-traceback, and the workers stay usable; a worker that dies makes the handle raise and shut down.
+traceback, and the workers stay usable; a worker that dies makes the handle raise and shut down
+(:mod:`mixle_spark.parallel.backends.mp_resilient` has handles that recover instead, and audit).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import pickle
 import traceback
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -31,17 +32,7 @@ from mixle_spark.parallel.fold import Payload, PayloadHandle, Request, accumulat
 from mixle_spark.stats._tables import TableRows, chunk_bounds, located, split
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
-if TYPE_CHECKING:
-    from mixle_spark.parallel.backends._mp_handles import AuditedMPEncodedData, ResilientMPEncodedData
-
-__all__ = [
-    "MP_CONTROLS",
-    "AuditedMPEncodedData",
-    "MPEncodedData",
-    "ResilientMPEncodedData",
-    "WorkerError",
-    "make_mp",
-]
+__all__ = ["MP_CONTROLS", "MPEncodedData", "WorkerError", "make_mp"]
 
 MP_CONTROLS = ("encoder", "num_workers", "num_chunks", "sub_chunks", "resources", "engine", "precision")
 _REPLY_POLL_SECONDS = 1.0
@@ -333,13 +324,3 @@ def make_mp(data: Any, estimator: Any = None, model: Any = None, **options: Any)
     if resources is not None and controls.get("num_workers") is None:
         controls["num_workers"] = len(resources.devices)
     return MPEncodedData(data, estimator=estimator, model=model, **controls, **options)
-
-
-def __getattr__(name: str) -> Any:
-    """The resilient and audited handles (:mod:`mixle_spark.parallel.backends._mp_handles`), imported
-    on first use: they extend :class:`MPEncodedData`, so their module imports this one."""
-    if name in ("AuditedMPEncodedData", "ResilientMPEncodedData"):
-        from mixle_spark.parallel.backends import _mp_handles
-
-        return getattr(_mp_handles, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

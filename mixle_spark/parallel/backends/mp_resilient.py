@@ -1,5 +1,5 @@
-"""The mp backend's resilient and audited handles (the reference's ``ResilientMPEncodedData`` and
-``AuditedMPEncodedData``), public through :mod:`mixle_spark.parallel.backends.multiprocessing`.
+"""The mp backend's resilient and audited handles (the reference's ``ResilientMPEncodedData``, in its
+``resilient_em``, and ``AuditedMPEncodedData``, in its ``sdc_audit``).
 
 Both keep the data in shards ``0 .. num_workers - 1`` (a shard is the rows worker ``i`` of a plain
 :class:`~mixle_spark.parallel.backends.multiprocessing.MPEncodedData` holds), fold each shard into
