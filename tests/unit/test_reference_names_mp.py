@@ -134,6 +134,21 @@ def test_an_audited_fit_recomputes_shards_on_other_workers_and_equals_the_clean_
             assert all(owner == shard and auditor != owner for shard, (owner, auditor) in placed.items())
         # the EM driver's own audit recomputes on another worker through this handle too
         driver = optimize(handle, EST, max_its=3, seed=0, audit=SDCAudit(fraction=1.0))
+        # an auditor lost between the pass and the audit is replaced and the audit still completes
+        start = initialize(LocalEncodedData(X, EST), EST, seed=0)
+        expected = handle.pysp_seq_estimate(EST, start)
+        handle.audit_round = 0
+        gather = handle._gather
+
+        def gather_then_kill(request: Any) -> Any:
+            out = gather(request)
+            _kill(handle, 2)
+            return out
+
+        handle._gather = gather_then_kill
+        _same(handle.pysp_seq_estimate(EST, start), expected, rtol=0.0)
+        assert handle.audit_receipts[-1].ok and handle.restarts == 1
+        assert "during an audit: restarted with shard(s) [2]" in handle.take_events()[-2]
     _same(model, _clean_fit())
     _same(driver, optimize(LocalEncodedData(X, EST), EST, max_its=3, seed=0))
     events = [e for record in model.fit_result.trace for e in record.events]
