@@ -20,7 +20,9 @@ Use it through the EM driver: ``optimize(..., audit=SDCAudit(every=5, fraction=0
 every ``every`` iterations. Backends: local (a partition is a chunk), spark (a partition), mp (a
 worker's shard), mpi / torchrun (a rank's share).
 
-The reference's ``finite_guarded_fold`` and ``inject_bit_flip`` are here too.
+The reference's ``finite_guarded_fold`` and ``inject_bit_flip`` are here too. Its
+``AuditedMPEncodedData`` (an mp handle that audits its own E-steps with an :class:`SDCAudit`,
+recomputing on another worker) is :mod:`mixle_spark.parallel.backends.mp_resilient`.
 """
 
 from __future__ import annotations
