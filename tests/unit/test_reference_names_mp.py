@@ -216,9 +216,31 @@ def test_an_audited_handle_catches_a_worker_that_corrupts_its_statistics(
         assert handle.take_events() == ["shard 2: no third worker to tell whether worker 2 or 0 is wrong"]
 
 
-def test_the_audited_handle_needs_an_audit() -> None:
-    with pytest.raises(TypeError, match=r"audit must be an SDCAudit .* got None"):
-        AuditedMPEncodedData(X, EST, num_workers=2, audit=None)
+def test_the_references_audit_keywords_build_the_audit() -> None:
+    from mixle_spark.parallel.fold import seed_from
+
+    with AuditedMPEncodedData(X, EST, num_workers=1, audit_rate=0.5, audit_rtol=1e-8, rng=7) as handle:
+        assert handle.audit == SDCAudit(every=1, fraction=0.5, rtol=1e-8, seed=seed_from(7))
+        model = initialize(handle, EST, seed=0)
+        _same(handle.pysp_seq_estimate(EST, model), LocalEncodedData(X, EST).pysp_seq_estimate(EST, model))
+        # one worker: the shard is recomputed by its owner (with the reference kernels) and agrees
+        assert handle.audit_receipts[-1].ok and handle.audit_workers[-1] == {0: (0, 0)}
+        handle.audit = None  # audit_rate=0 means no audit, as in the reference
+        handle.pysp_seq_estimate(EST, model)
+        assert len(handle.audit_receipts) == 1
+
+
+def test_the_audited_handle_refuses_bad_audit_settings() -> None:
+    with pytest.raises(TypeError, match=r"give audit= or the reference's \['audit_rate'\], not both"):
+        AuditedMPEncodedData(X, EST, num_workers=2, audit=SDCAudit(), audit_rate=0.5)
+    with pytest.raises(TypeError, match=r"audit must be an SDCAudit .* got 'yes'"):
+        AuditedMPEncodedData(X, EST, num_workers=2, audit="yes")
+    with pytest.raises(
+        ValueError, match=r"audit_rate: expected a fraction of the shards in \[0, 1\], got 1.5"
+    ):
+        AuditedMPEncodedData(X, EST, num_workers=2, audit_rate=1.5)
+    with pytest.raises(ValueError, match=r"SDCAudit: rtol must be a finite number >= 0, got -1\.0"):
+        AuditedMPEncodedData(X, EST, num_workers=2, audit_rtol=-1.0)
 
 
 def test_a_plain_mp_handle_still_dies_with_its_worker() -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from mixle_spark._audit import SDCAudit
 from mixle_spark.errors import SilentCorruptionError
 from mixle_spark.parallel.backends.multiprocessing import (
     MPEncodedData,
@@ -40,7 +41,7 @@ from mixle_spark.parallel.backends.multiprocessing import (
     _tree_merge,
     send_error,
 )
-from mixle_spark.parallel.fold import PassOptions, Payload, Request, accumulate_chunks
+from mixle_spark.parallel.fold import PassOptions, Payload, Request, accumulate_chunks, seed_from
 from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = ["AuditedMPEncodedData", "ResilientMPEncodedData"]
@@ -294,6 +295,28 @@ def _check_audit(audit: Any) -> Any:
     return audit
 
 
+def _audit_from(audit: Any, rate: Any, rtol: Any, atol: Any, rng: Any) -> Any:
+    """``audit``, or the SDCAudit the reference's keywords describe (None: never audit)."""
+    given = [
+        k
+        for k, v in (("audit_rate", rate), ("audit_rtol", rtol), ("audit_atol", atol), ("rng", rng))
+        if v is not None
+    ]
+    if audit is not None:
+        if given:
+            raise TypeError(f"AuditedMPEncodedData: give audit= or the reference's {given}, not both")
+        return _check_audit(audit)
+    rate = 0.1 if rate is None else rate
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
+        raise ValueError(f"audit_rate: expected a fraction of the shards in [0, 1], got {rate!r}")
+    if rate == 0:
+        return None
+    tolerances = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
+    return SDCAudit(
+        every=1, fraction=float(rate), seed=seed_from(rng) if rng is not None else 0, **tolerances
+    )
+
+
 class AuditedMPEncodedData(ResilientMPEncodedData):
     """:class:`ResilientMPEncodedData` whose E-steps audit shards on a second worker (see the module
     docstring).
@@ -302,10 +325,15 @@ class AuditedMPEncodedData(ResilientMPEncodedData):
     ----------
     data, estimator, model, max_retries, **options
         As for :class:`ResilientMPEncodedData`.
-    audit : SDCAudit
+    audit : SDCAudit, optional
         When (``every``), how much (``fraction``), how strictly (``rtol``, ``atol``) and what a
         mismatch does (``on_mismatch``): :class:`mixle_spark.em.sdc_audit.SDCAudit`. Its rounds are
         this handle's E-steps, counted from 0.
+    audit_rate, audit_rtol, audit_atol, rng
+        The reference's keywords instead of ``audit``: every E-step audits ``audit_rate`` of the
+        shards (default 0.1; at least one, and none at all for 0), shards drawn from ``rng`` (a seed or
+        a numpy random state). The tolerances default to the audit's 1e-9, not the reference's 1e-12:
+        the recomputation runs the independent reference kernels, which round differently.
 
     Attributes
     ----------
@@ -323,10 +351,14 @@ class AuditedMPEncodedData(ResilientMPEncodedData):
         estimator: Estimator | None = None,
         model: Distribution | None = None,
         *,
-        audit: Any,
+        audit: Any = None,
+        audit_rate: float | None = None,
+        audit_rtol: float | None = None,
+        audit_atol: float | None = None,
+        rng: Any = None,
         **options: Any,
     ) -> None:
-        self.audit = _check_audit(audit)
+        self.audit = _audit_from(audit, audit_rate, audit_rtol, audit_atol, rng)
         self.audit_round = 0
         self.audit_receipts: list[Any] = []
         self.audit_workers: list[dict[int, tuple[int, int]]] = []
@@ -340,7 +372,7 @@ class AuditedMPEncodedData(ResilientMPEncodedData):
         if not update or (options is not None and options.only is not None):
             return super()._estep(request)  # initial, scoring and recomputing passes are not audited
         rnd, self.audit_round = self.audit_round, self.audit_round + 1
-        if not self.audit.due(rnd):
+        if self.audit is None or not self.audit.due(rnd):
             return super()._estep(request)
         chosen = frozenset(self.audit.select(rnd, range(len(self.shards))))
         asked = options.keep if options is not None else frozenset()
