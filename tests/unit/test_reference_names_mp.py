@@ -88,7 +88,8 @@ def test_a_worker_killed_mid_fit_is_restarted_and_the_fit_is_the_clean_fit() -> 
 def test_only_the_lost_shards_are_recomputed_and_a_slot_that_keeps_failing_is_retired() -> None:
     model = initialize(LocalEncodedData(X, EST), EST, seed=0)
     expected = LocalEncodedData(X, EST).pysp_seq_estimate(EST, model)
-    with ResilientMPEncodedData(X, EST, num_workers=3, max_retries=2) as handle:
+    with ResilientMPEncodedData(X, EST, num_workers=3, max_retries=2, worker_timeout_s=30) as handle:
+        assert handle.timeout == 30.0
         clean = handle.pysp_seq_estimate(EST, model)
         _same(clean, expected)
         assert handle.last_round_failed_workers == () and handle.last_round_recomputed_shards == frozenset()
@@ -122,6 +123,10 @@ def test_the_resilient_handle_refuses_bad_retries() -> None:
         ResilientMPEncodedData(X, EST, num_workers=2, max_retries=0)
     with pytest.raises(ValueError, match="max_retries: expected an int >= 1, got True"):
         ResilientMPEncodedData(X, EST, num_workers=2, max_retries=True)
+    with pytest.raises(ValueError, match=r"worker_timeout_s: expected a finite number of seconds > 0, got 0"):
+        ResilientMPEncodedData(X, EST, num_workers=2, worker_timeout_s=0)
+    with pytest.raises(TypeError, match="give timeout= or worker_timeout_s=, not both"):
+        ResilientMPEncodedData(X, EST, num_workers=2, worker_timeout_s=5.0, timeout=5.0)
 
 
 def test_an_audited_fit_recomputes_shards_on_other_workers_and_equals_the_clean_fit() -> None:

@@ -79,6 +79,12 @@ def _shard_worker_main(conn: Any) -> None:
             send_error(conn, err)
 
 
+def _check_timeout(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise ValueError(f"worker_timeout_s: expected a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
 class _Lost(Exception):
     """A worker died or stopped answering (internal: the handle recovers from it)."""
 
@@ -100,6 +106,8 @@ class ResilientMPEncodedData(MPEncodedData):
         killed and replaced, ...). The driver keeps each shard's rows for the life of the handle.
         Passes are resilient once the handle is built: a worker lost while the shards are first
         encoded fails the construction, as with ``MPEncodedData``.
+    worker_timeout_s : float, optional
+        The reference's name for ``timeout``.
     max_retries : int
         Failures after which a worker slot is retired and its shards move to a surviving worker
         (default 2: a slot is restarted once). When every slot is retired the handle raises
@@ -115,9 +123,14 @@ class ResilientMPEncodedData(MPEncodedData):
         model: Distribution | None = None,
         *,
         max_retries: int = 2,
+        worker_timeout_s: float | None = None,
         **options: Any,
     ) -> None:
         self.max_retries = _check_retries(max_retries)
+        if worker_timeout_s is not None:  # the reference's name for ``timeout``
+            if "timeout" in options:
+                raise TypeError("ResilientMPEncodedData: give timeout= or worker_timeout_s=, not both")
+            options["timeout"] = _check_timeout(worker_timeout_s)
         self.restarts = 0
         self.retired: set[int] = set()
         self.failures: dict[int, int] = {}
