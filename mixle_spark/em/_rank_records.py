@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -21,7 +21,9 @@ from mixle_spark.errors import describe_value
 
 __all__ = [
     "FitReport",
+    "ImbalanceReceipt",
     "RankRecord",
+    "StragglerReport",
     "binary_size",
     "detect_stragglers",
     "fit_report",
@@ -129,33 +131,127 @@ def _checked_records(records: Iterable[Any], where: str) -> list[RankRecord]:
     return out
 
 
+def _straggler_evidence(
+    ids: Sequence[int], seconds: Sequence[float], threshold_ratio: float, z_threshold: float
+) -> tuple[float, float, dict[int, float], dict[int, float], tuple[int, ...]]:
+    """(median, MAD, ratio by id, robust z by id, flagged ids) of :func:`detect_stragglers`' rule."""
+    if len(ids) == 0:
+        return 0.0, 0.0, {}, {}, ()
+    t = np.asarray(seconds, dtype=np.float64)
+    median = float(np.median(t))
+    mad = float(np.median(np.abs(t - median)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # every rank at zero but this one (if it is slower at all) is infinitely slower
+        ratio = t / median if median > 0 else np.where(t > 0, math.inf, 1.0)
+        z = (t - median) / (_MAD_SCALE * mad) if mad > 0 else np.where(t > median, math.inf, 0.0)
+    flagged = (ratio >= threshold_ratio) & ((mad == 0) | (z >= z_threshold))
+    keys = [int(i) for i in ids]
+    return (
+        median,
+        mad,
+        dict(zip(keys, ratio.tolist(), strict=True)),
+        dict(zip(keys, z.tolist(), strict=True)),
+        tuple(sorted(k for k, bad in zip(keys, flagged.tolist(), strict=True) if bad)),
+    )
+
+
 def straggler_ids(
     ids: Sequence[int], seconds: Sequence[float], threshold_ratio: float, z_threshold: float
 ) -> tuple[int, ...]:
     """The ``ids`` whose ``seconds`` are stragglers' (:func:`detect_stragglers`' rule)."""
-    if len(ids) == 0:
-        return ()
-    t = np.asarray(seconds, dtype=np.float64)
-    median = float(np.median(t))
-    mad = float(np.median(np.abs(t - median)))
-    flagged = []
-    for who, ti in zip(ids, t.tolist(), strict=True):
-        if median > 0:
-            ratio = ti / median
-        else:  # every rank at zero but this one (if it is slower at all) is infinitely slower
-            ratio = math.inf if ti > 0 else 1.0
-        if ratio < threshold_ratio:
-            continue
-        if mad == 0 or (ti - median) / (_MAD_SCALE * mad) >= z_threshold:
-            flagged.append(int(who))
-    return tuple(sorted(flagged))
+    return _straggler_evidence(ids, seconds, threshold_ratio, z_threshold)[4]
+
+
+class StragglerReport(tuple[int, ...]):
+    """The verdict of :func:`detect_stragglers` for one round, with its evidence.
+
+    The report *is* the tuple of flagged ranks, sorted (so ``detect_stragglers(...) == (3,)``,
+    ``if report:`` and its repr read as before); the evidence is in its read-only attributes:
+
+    Attributes
+    ----------
+    slow_ranks : tuple of int
+        The flagged ranks (the tuple itself).
+    round : int or None
+        The round of the records (None for a mapping of seconds).
+    rank_seconds : dict
+        rank -> the E-step seconds the test used.
+    median_seconds, mad_seconds : float
+        Median and (unscaled) median absolute deviation of those seconds.
+    ratios, z_scores : dict
+        rank -> seconds / median, and rank -> (seconds - median) / (1.4826 * MAD) (inf above the
+        median when MAD is 0).
+    threshold_ratio, z_threshold : float
+        The thresholds applied.
+    """
+
+    round: int | None
+    rank_seconds: dict[int, float]
+    median_seconds: float
+    mad_seconds: float
+    ratios: dict[int, float]
+    z_scores: dict[int, float]
+    threshold_ratio: float
+    z_threshold: float
+
+    def __new__(
+        cls,
+        slow_ranks: Iterable[int] = (),
+        *,
+        round: int | None = None,
+        rank_seconds: Mapping[int, float] | None = None,
+        median_seconds: float = 0.0,
+        mad_seconds: float = 0.0,
+        ratios: Mapping[int, float] | None = None,
+        z_scores: Mapping[int, float] | None = None,
+        threshold_ratio: float = 1.5,
+        z_threshold: float = 3.0,
+    ) -> StragglerReport:
+        report = super().__new__(cls, sorted(int(r) for r in slow_ranks))
+        evidence = {
+            "round": round,
+            "rank_seconds": dict(rank_seconds or {}),  # copies: the caller's dicts stay theirs
+            "median_seconds": float(median_seconds),
+            "mad_seconds": float(mad_seconds),
+            "ratios": dict(ratios or {}),
+            "z_scores": dict(z_scores or {}),
+            "threshold_ratio": float(threshold_ratio),
+            "z_threshold": float(z_threshold),
+        }
+        report.__dict__.update(evidence)
+        return report
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"StragglerReport is read-only: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"StragglerReport is read-only: cannot delete {name!r}")
+
+    @property
+    def slow_ranks(self) -> tuple[int, ...]:
+        """The flagged ranks as a plain tuple."""
+        return tuple(self)
+
+    @property
+    def has_stragglers(self) -> bool:
+        """Whether any rank was flagged."""
+        return len(self) > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The evidence as a JSON-able dict (``slow_ranks`` a list)."""
+        return {
+            "slow_ranks": list(self),
+            **{k: (dict(v) if isinstance(v, dict) else v) for k, v in vars(self).items()},
+        }
 
 
 def detect_stragglers(
     records_or_seconds: Iterable[RankRecord] | Mapping[int, float],
     threshold_ratio: float = 1.5,
     z_threshold: float = 3.0,
-) -> tuple[int, ...]:
+    *,
+    round: int | None = None,
+) -> StragglerReport:
     """Ranks much slower than the median within one round.
 
     A rank with E-step time ``t`` is flagged when ``t / median >= threshold_ratio`` and either the
@@ -165,16 +261,19 @@ def detect_stragglers(
 
     Parameters
     ----------
-    records_or_seconds : iterable of RankRecord (all of one round), or mapping rank -> seconds
+    records_or_seconds : iterable of RankRecord, or mapping rank -> seconds
+        Records of one round, or of several with ``round`` naming the one to test.
     threshold_ratio : float
         Minimum slowdown relative to the median, > 0.
     z_threshold : float
         Minimum robust z-score.
+    round : int, optional
+        The round to test (records of other rounds are left out); for a mapping, the report's label.
 
     Returns
     -------
-    tuple of int
-        The flagged ranks, sorted.
+    StragglerReport
+        The flagged ranks, sorted (a tuple), with the medians, ratios and z-scores behind them.
     """
     if not math.isfinite(threshold_ratio) or threshold_ratio <= 0:
         raise ValueError(
@@ -182,56 +281,156 @@ def detect_stragglers(
         )
     if not math.isfinite(z_threshold):
         raise ValueError(f"detect_stragglers: z_threshold must be finite, got {z_threshold!r}")
+    if round is not None:
+        round = _non_negative_int("detect_stragglers: round", round)
     if isinstance(records_or_seconds, Mapping):
         ids = [_non_negative_int("detect_stragglers: rank", r) for r in records_or_seconds]
         seconds = [
             _non_negative_seconds(f"detect_stragglers: seconds of rank {r}", s)
             for r, s in records_or_seconds.items()
         ]
+        label = round
     else:
         records = _checked_records(records_or_seconds, "detect_stragglers")
+        if round is not None:
+            records = [r for r in records if r.round == round]
         rounds = sorted({r.round for r in records})
         if len(rounds) > 1:
-            raise ValueError(f"detect_stragglers: expected the records of one round, got rounds {rounds}")
+            raise ValueError(
+                f"detect_stragglers: expected the records of one round, got rounds {rounds} "
+                "(pass round= to choose one)"
+            )
         ids = [r.rank for r in records]
         seconds = [r.e_step_seconds for r in records]
-    return straggler_ids(ids, seconds, threshold_ratio, z_threshold)
+        label = rounds[0] if rounds else round
+    median, mad, ratios, z_scores, flagged = _straggler_evidence(ids, seconds, threshold_ratio, z_threshold)
+    return StragglerReport(
+        flagged,
+        round=label,
+        rank_seconds=dict(zip(ids, seconds, strict=True)),
+        median_seconds=median,
+        mad_seconds=mad,
+        ratios=ratios,
+        z_scores=z_scores,
+        threshold_ratio=threshold_ratio,
+        z_threshold=z_threshold,
+    )
 
 
-def imbalance_receipt(records: Iterable[RankRecord]) -> dict[str, Any]:
-    """Bytes read by each rank (summed over rounds), relative to the mean over ranks.
+_IMBALANCE_KEYS = (
+    "ranks",
+    "bytes_by_rank",
+    "mean_bytes",
+    "relative_to_mean",
+    "max_over_mean",
+    "max_over_min",
+)
 
-    Returns
-    -------
-    dict
-        ``ranks``; ``bytes_by_rank`` and ``relative_to_mean`` (rank -> value); ``mean_bytes``;
-        ``max_over_mean``; ``max_over_min`` (inf when some rank read nothing and another did). All
-        ranks at zero bytes count as even (ratios 1.0); no records give zeros throughout.
+
+@dataclass(frozen=True, eq=False)
+class ImbalanceReceipt(Mapping[str, Any]):
+    """How unevenly the bytes read were spread over the ranks (built by :func:`imbalance_receipt`).
+
+    Attributes (the reference's names, and ours)
+    ----------
+    round : int or None
+        The round measured; None when summed over every round.
+    bytes_per_rank, n_obs_per_rank : dict
+        rank -> bytes read, rank -> rows, sorted by rank.
+    mean_bytes : float
+        Mean bytes over the ranks.
+    skew_by_rank : dict
+        rank -> bytes / mean (1.0 throughout when every rank read nothing).
+    max_bytes_ratio : float
+        max / mean bytes; ``max_over_min`` max / min (inf when some rank read nothing and another did).
+
+    It is also the read-only mapping the function returned before it had a type: ``ranks``,
+    ``bytes_by_rank``, ``mean_bytes``, ``relative_to_mean``, ``max_over_mean``, ``max_over_min``
+    (``dict(receipt)``, ``receipt["max_over_min"]``); it equals such a dict with the same values.
     """
+
+    round: int | None
+    bytes_per_rank: dict[int, int]
+    n_obs_per_rank: dict[int, int]
+    mean_bytes: float
+    skew_by_rank: dict[int, float]
+    max_bytes_ratio: float
+    max_over_min: float
+
+    def __post_init__(self) -> None:
+        for name in ("bytes_per_rank", "n_obs_per_rank", "skew_by_rank"):
+            object.__setattr__(self, name, dict(getattr(self, name)))
+
+    @property
+    def ranks(self) -> int:
+        """How many ranks reported."""
+        return len(self.bytes_per_rank)
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "ranks":
+            return self.ranks
+        if key == "bytes_by_rank":
+            return self.bytes_per_rank
+        if key == "mean_bytes":
+            return self.mean_bytes
+        if key == "relative_to_mean":
+            return self.skew_by_rank
+        if key == "max_over_mean":
+            return self.max_bytes_ratio
+        if key == "max_over_min":
+            return self.max_over_min
+        raise KeyError(f"ImbalanceReceipt: no key {key!r}; the keys are {list(_IMBALANCE_KEYS)}")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_IMBALANCE_KEYS)
+
+    def __len__(self) -> int:
+        return len(_IMBALANCE_KEYS)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ImbalanceReceipt):
+            return self.to_dict() == other.to_dict()
+        if isinstance(other, Mapping):
+            return dict(self) == dict(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field (the reference's names) as a dict."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def imbalance_receipt(records: Iterable[RankRecord], *, round: int | None = None) -> ImbalanceReceipt:
+    """Bytes read by each rank, relative to the mean over ranks.
+
+    Summed over every round (the default), or of one ``round`` (the reference's view of a round).
+    All ranks at zero bytes count as even (ratios 1.0); no records give zeros throughout.
+    """
+    checked = _checked_records(records, "imbalance_receipt")
+    if round is not None:
+        round = _non_negative_int("imbalance_receipt: round", round)
+        checked = [r for r in checked if r.round == round]
     by_rank: dict[int, int] = {}
-    for r in _checked_records(records, "imbalance_receipt"):
+    rows: dict[int, int] = {}
+    for r in checked:
         by_rank[r.rank] = by_rank.get(r.rank, 0) + r.bytes_processed
-    by_rank = dict(sorted(by_rank.items()))
+        rows[r.rank] = rows.get(r.rank, 0) + r.n_obs
+    by_rank, rows = dict(sorted(by_rank.items())), dict(sorted(rows.items()))
     if not by_rank:
-        return {
-            "ranks": 0,
-            "bytes_by_rank": {},
-            "mean_bytes": 0.0,
-            "relative_to_mean": {},
-            "max_over_mean": 0.0,
-            "max_over_min": 0.0,
-        }
+        return ImbalanceReceipt(round, {}, {}, 0.0, {}, 0.0, 0.0)
     values = list(by_rank.values())
     mean = sum(values) / len(values)
     low, high = min(values), max(values)
-    return {
-        "ranks": len(by_rank),
-        "bytes_by_rank": by_rank,
-        "mean_bytes": mean,
-        "relative_to_mean": {k: (v / mean if mean > 0 else 1.0) for k, v in by_rank.items()},
-        "max_over_mean": high / mean if mean > 0 else 1.0,
-        "max_over_min": high / low if low > 0 else (math.inf if high > 0 else 1.0),
-    }
+    return ImbalanceReceipt(
+        round=round,
+        bytes_per_rank=by_rank,
+        n_obs_per_rank=rows,
+        mean_bytes=mean,
+        skew_by_rank={k: (v / mean if mean > 0 else 1.0) for k, v in by_rank.items()},
+        max_bytes_ratio=high / mean if mean > 0 else 1.0,
+        max_over_min=high / low if low > 0 else (math.inf if high > 0 else 1.0),
+    )
 
 
 def plan_rebalance_weights(records: Iterable[RankRecord]) -> dict[int, float]:
@@ -264,7 +463,9 @@ class FitReport:
     """Totals of a set of :class:`RankRecord` (built by :func:`fit_report`).
 
     ``total_seconds`` sums every record's E- and M-step seconds (rank-seconds); ``critical_seconds``
-    sums each round's slowest rank, the time a synchronous fit waited.
+    sums each round's slowest rank, the time a synchronous fit waited. ``stragglers_by_round`` holds
+    each round's :class:`StragglerReport`, ``imbalance`` the :class:`ImbalanceReceipt` over every
+    round and ``imbalance_by_round`` each round's.
     """
 
     rounds: int
@@ -275,8 +476,9 @@ class FitReport:
     m_step_seconds: float
     critical_seconds: float
     bytes_processed: int
-    stragglers_by_round: dict[int, tuple[int, ...]] = field(hash=False)
-    imbalance: dict[str, Any] = field(hash=False)
+    stragglers_by_round: dict[int, StragglerReport] = field(hash=False)
+    imbalance: ImbalanceReceipt = field(hash=False)
+    imbalance_by_round: dict[int, ImbalanceReceipt] = field(default_factory=dict, hash=False)
 
     @property
     def stragglers(self) -> tuple[int, ...]:
@@ -288,6 +490,7 @@ class FitReport:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["stragglers_by_round"] = dict(self.stragglers_by_round)
         out["imbalance"] = dict(self.imbalance)
+        out["imbalance_by_round"] = {rnd: dict(r) for rnd, r in self.imbalance_by_round.items()}
         out["stragglers"] = self.stragglers
         return out
 
@@ -312,7 +515,8 @@ class FitReport:
 def fit_report(
     records: Iterable[RankRecord], threshold_ratio: float = 1.5, z_threshold: float = 3.0
 ) -> FitReport:
-    """Summarise rank records: rounds, ranks, seconds, stragglers per round, byte imbalance."""
+    """Summarise rank records: rounds, ranks, seconds, stragglers per round, byte imbalance (over
+    every round and per round)."""
     checked = _checked_records(records, "fit_report")
     by_round: dict[int, list[RankRecord]] = {}
     for r in checked:
@@ -331,6 +535,7 @@ def fit_report(
             rnd: detect_stragglers(rs, threshold_ratio, z_threshold) for rnd, rs in by_round.items()
         },
         imbalance=imbalance_receipt(checked),
+        imbalance_by_round={rnd: imbalance_receipt(rs, round=rnd) for rnd, rs in by_round.items()},
     )
 
 

@@ -4,9 +4,11 @@ Two layers share this module.
 
 *Rank receipts* (the reference's ``em_observability`` names). A caller that times its ranks, workers
 or partitions records one :class:`RankRecord` per rank and round; :func:`detect_stragglers` flags
-slow ranks by median and MAD, :func:`imbalance_receipt` measures skew in the bytes each rank read,
-:func:`plan_rebalance_weights` proposes data shares proportional to speed, and :func:`fit_report`
-sums it all up.
+slow ranks by median and MAD (a :class:`StragglerReport`: the tuple of flagged ranks with its
+evidence), :func:`imbalance_receipt` measures skew in the bytes each rank read (an
+:class:`ImbalanceReceipt`), :func:`plan_rebalance_weights` proposes data shares proportional to
+speed, :func:`fit_report` sums it all up, and :func:`records_from_events` reads records back from
+events or the parsed lines of a trace file.
 
 *The EM trace.* The EM driver (:func:`mixle_spark.estimation.optimize`) builds one
 :class:`IterationTrace` per iteration from what the backend reports for each partition
@@ -40,9 +42,12 @@ import numpy as np
 from mixle_spark._files import named_path
 from mixle_spark._locations import resolve
 from mixle_spark._outputs import write_file
+from mixle_spark.em._rank_events import records_from_events
 from mixle_spark.em._rank_records import (
     FitReport,
+    ImbalanceReceipt,
     RankRecord,
+    StragglerReport,
     binary_size,
     detect_stragglers,
     fit_report,
@@ -57,17 +62,20 @@ from mixle_spark.parallel.fold import stat_nbytes
 __all__ = [
     "EMTrace",
     "FitReport",
+    "ImbalanceReceipt",
     "IterationTrace",
     "JsonLinesSink",
     "MlflowSink",
     "PartitionTiming",
     "RankRecord",
+    "StragglerReport",
     "check_trace_path",
     "detect_stragglers",
     "fit_report",
     "imbalance_receipt",
     "plan_rebalance_weights",
     "record_rank_round",
+    "records_from_events",
     "stat_nbytes",
 ]
 

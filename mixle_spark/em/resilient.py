@@ -34,7 +34,9 @@ retries (``spark.task.maxFailures``) recompute a lost partition and the estimate
 error; the checkpoints written before it stay valid.
 
 The EM loop holds a :class:`Checkpointer` (the store, the fit's fingerprint, what a checkpoint holds:
-a :class:`Snapshot`); the reference's ``checkpointed_fold`` is here too.
+a :class:`Snapshot`); the reference's ``checkpointed_fold`` is here too. Its ``ResilientMPEncodedData``
+(worker processes restarted, their shards recomputed) is a handle of the mp backend:
+:mod:`mixle_spark.parallel.backends.mp_resilient` (the EM driver does not import backends).
 """
 
 from __future__ import annotations

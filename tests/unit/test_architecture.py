@@ -22,7 +22,7 @@ BACKENDS = f"{PARALLEL}.backends"
 BACKEND_GROUPS = {
     "local": ("local", "minibatch"),
     "spark": ("spark",),  # the package: every module under backends/spark/
-    "mp": ("multiprocessing",),
+    "mp": ("multiprocessing", "mp_resilient"),
     "mpi": ("mpi", "_mpi_io", "torchrun"),
     "dask": ("dask",),
     "ray": ("ray",),

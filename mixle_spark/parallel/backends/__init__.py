@@ -12,9 +12,10 @@
   EM), ``spark`` (a package: the handle in ``spark._handle``, its passes run by
   ``spark._executors``: a job per pass or resident tasks; with ``_encoding``, ``_chunks``, ``_copies``,
   ``_common``, ``_fused``, ``_resident``, ``_resident_listener``, ``_resident_wire`` and the others there),
-  ``multiprocessing`` (``mp``), ``mpi`` (with ``_mpi_io``), ``torchrun`` (the mpi handle over
-  ``torch.distributed``), ``dask`` (partitions held by the workers of a ``dask.distributed`` cluster)
-  and ``ray`` (row ranges held by actors of a Ray cluster).
+  ``multiprocessing`` (``mp``; its resilient and audited handles in ``mp_resilient``), ``mpi`` (with
+  ``_mpi_io``), ``torchrun`` (the mpi handle over ``torch.distributed``), ``dask`` (partitions held by
+  the workers of a ``dask.distributed`` cluster) and ``ray`` (row ranges held by actors of a Ray
+  cluster).
 
 The registry knows the built-in backends by name and imports each one when it is first used (the
 optional ones, spark, mpi, torchrun, dask and ray, import their libraries only then). A backend never

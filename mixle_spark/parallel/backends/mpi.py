@@ -25,8 +25,10 @@ on it (see :mod:`mixle_spark.cli.fit`)::
 from __future__ import annotations
 
 import pickle
+import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from io import TextIOBase
+from typing import Any, TextIO
 
 import numpy as np
 import pyarrow as pa
@@ -40,7 +42,7 @@ from mixle_spark.stats._tables import one_column_error, split
 from mixle_spark.stats._validate import check_weights
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "MPI_CONTROLS", "MPIEncodedData", "make_mpi", "require_mpi"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "MPI_CONTROLS", "MPIEncodedData", "make_mpi", "mpi_out", "require_mpi"]
 
 DEFAULT_CHUNK_SIZE = 262_144
 """Rows per encoded chunk within a rank (as in the local backend)."""
@@ -512,3 +514,35 @@ def make_mpi(data: Any, estimator: Any = None, model: Any = None, **options: Any
     ``sub_chunks`` chunk within each rank) and refuses the other controls of ``encoded_data``."""
     controls = take_controls("mpi", options, MPI_CONTROLS)
     return MPIEncodedData(data, estimator=estimator, model=model, **controls, **options)
+
+
+class _DiscardedText(TextIOBase):
+    """A text stream that drops what is written: the progress of the ranks that do not print."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def root_only_output(rank: int, root: int, size: int | None = None) -> TextIO:
+    """``sys.stdout`` when ``rank == root``, else a stream that discards (nothing accumulates)."""
+    if isinstance(root, bool) or not isinstance(root, int) or root < 0 or (size is not None and root >= size):
+        limit = "" if size is None else f" below the world size {size}"
+        raise ValueError(f"root: expected a rank >= 0{limit}, got {root!r}")
+    return sys.stdout if rank == root else _DiscardedText()  # type: ignore[return-value]
+
+
+def mpi_out(comm: Any = None, root: int = 0) -> TextIO:
+    """The ``out`` of an SPMD fit, so its progress is printed once: ``sys.stdout`` on rank ``root``
+    of ``comm`` (default ``MPI.COMM_WORLD``), a stream that discards on every other rank.
+
+    ``optimize(handle, estimator, out=mpi_out())`` under ``mpiexec -n 4`` prints one progress log,
+    not four. ``comm`` may be any communicator with ``Get_rank`` / ``Get_size`` (a
+    :class:`~mixle_spark.parallel.backends.torchrun.TorchComm` too). Unlike the reference's
+    ``io.StringIO``, the other ranks' lines are dropped, not kept in memory for the whole fit.
+    """
+    if comm is None:
+        comm = require_mpi().COMM_WORLD
+    return root_only_output(int(comm.Get_rank()), root, int(comm.Get_size()))

@@ -10,7 +10,8 @@ binary tree in shard order, so results do not depend on timing, and equal the lo
 Workers start with the ``spawn`` method (safe beside threads, JVMs and BLAS pools) and one BLAS
 thread each. ``close()`` (or leaving the ``with`` block, or ``optimize`` finishing with a handle it
 built) stops them; an exception inside a worker is re-raised in the driver with the worker's
-traceback, and the workers stay usable; a worker that dies makes the handle raise and shut down.
+traceback, and the workers stay usable; a worker that dies makes the handle raise and shut down
+(:mod:`mixle_spark.parallel.backends.mp_resilient` has handles that recover instead, and audit).
 """
 
 from __future__ import annotations
@@ -65,12 +66,18 @@ def _worker_main(conn: Any) -> None:
                 reply = accumulate_chunks(chunks, message[1], part)
             conn.send(("ok", reply))
         except BaseException as err:  # reported to the driver, which re-raises it
-            detail = traceback.format_exc()
-            try:
-                pickle.dumps(err)
-                conn.send(("error", err, detail))
-            except Exception:
-                conn.send(("error", RuntimeError(f"{type(err).__name__}: {err}"), detail))
+            send_error(conn, err)
+
+
+def send_error(conn: Any, err: BaseException) -> None:
+    """Send ``("error", err, traceback)`` to the driver (a RuntimeError naming ``err`` when it cannot
+    be pickled)."""
+    detail = traceback.format_exc()
+    try:
+        pickle.dumps(err)
+        conn.send(("error", err, detail))
+    except Exception:
+        conn.send(("error", RuntimeError(f"{type(err).__name__}: {err}"), detail))
 
 
 def _encode_shard(
@@ -151,6 +158,7 @@ class MPEncodedData(PayloadHandle):
         self._fold_rows = 0
         try:
             self._start(start_method)
+            loads = []
             for i, (a, b) in enumerate(self.shards):
                 bounds = _shard_chunks(b - a, num_chunks, sub_chunks)
                 self._fold_rows = max(self._fold_rows, *(y - x for x, y in bounds))
@@ -167,34 +175,48 @@ class MPEncodedData(PayloadHandle):
                     compute,
                     i,
                 )
-                self._conns[i].send(load)
-            self._collect()
+                loads.append(load)
+            self._load_workers(loads)
         except BaseException:
             self.close()
             raise
         self._source = None  # the workers hold the data now
 
     # -- process management -----------------------------------------------------------------
+    _worker_target = staticmethod(_worker_main)
+    """The worker processes' loop (a subclass's workers may answer more requests)."""
+
     def _start(self, method: str) -> None:
-        ctx = mp.get_context(method)
+        self._context = mp.get_context(method)
+        for i in range(self.num_workers):
+            proc, conn = self._spawn(i)
+            self._procs.append(proc)
+            self._conns.append(conn)
+
+    def _spawn(self, i: int) -> tuple[Any, Any]:
+        """Start worker process ``i`` (one BLAS thread); its process and the driver's end of its pipe."""
         saved = {k: os.environ.get(k) for k in _BLAS_THREAD_VARIABLES}
         os.environ.update(dict.fromkeys(_BLAS_THREAD_VARIABLES, "1"))  # one BLAS thread per worker
         try:
-            for i in range(self.num_workers):
-                parent, child = ctx.Pipe()
-                proc = ctx.Process(  # type: ignore[attr-defined]
-                    target=_worker_main, args=(child,), name=f"mixle-mp-{i}", daemon=True
-                )
-                proc.start()
-                child.close()
-                self._procs.append(proc)
-                self._conns.append(parent)
+            parent, child = self._context.Pipe()
+            proc = self._context.Process(  # type: ignore[attr-defined]
+                target=type(self)._worker_target, args=(child,), name=f"mixle-mp-{i}", daemon=True
+            )
+            proc.start()
+            child.close()
+            return proc, parent
         finally:
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+
+    def _load_workers(self, loads: list[tuple[Any, ...]]) -> None:
+        """Send worker ``i`` its shard's ``loads[i]`` and wait until every worker has encoded it."""
+        for conn, load in zip(self._conns, loads, strict=True):
+            conn.send(load)
+        self._collect()
 
     def _collect(self) -> list[Any]:
         """One reply per worker, in worker order; a worker error is re-raised here."""

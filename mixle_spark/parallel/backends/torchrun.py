@@ -20,12 +20,12 @@ torch is an optional extra (``pip install 'mixle-spark[torch]'``), imported on f
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TextIO
 
 from mixle_spark.parallel._torch_group import default_group
 from mixle_spark.parallel._torch_group import require_torch_distributed as torch_distributed
 from mixle_spark.parallel.backends.controls import take_controls
-from mixle_spark.parallel.backends.mpi import MPIEncodedData
+from mixle_spark.parallel.backends.mpi import MPIEncodedData, root_only_output
 from mixle_spark.stats.base import Distribution, Estimator
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "TorchRunEncodedData",
     "make_torchrun",
     "require_torch_distributed",
+    "torchrun_out",
 ]
 
 _WHAT = "the torchrun backend"
@@ -160,3 +161,34 @@ def make_torchrun(data: Any, estimator: Any = None, model: Any = None, **options
     a process group or :class:`TorchComm`) and refuses the other controls of ``encoded_data``."""
     controls = take_controls("torchrun", options, (*TORCHRUN_CONTROLS, "engine", "precision"))
     return TorchRunEncodedData(data, estimator=estimator, model=model, **controls, **options)
+
+
+def _launch_rank() -> int:
+    """This process's rank from the torchrun environment (``RANK``; 0 when unset)."""
+    value = os.environ.get("RANK", "").strip()
+    if not value:
+        return 0
+    try:
+        rank = int(value)
+    except ValueError:
+        rank = -1
+    if rank < 0:
+        raise ValueError(f"RANK: expected a non-negative integer from torchrun, got {value!r}")
+    return rank
+
+
+def torchrun_out(root: int = 0, group: Any = None) -> TextIO:
+    """The ``out`` of a torchrun fit, so its progress is printed once: ``sys.stdout`` on rank
+    ``root``, a stream that discards on every other rank.
+
+    The rank is the process group's when ``torch.distributed`` is initialised (of ``group``, default
+    the world), else the ``RANK`` torchrun sets (0 when absent: one process, or torch not
+    installed), so it can be called before the handle initialises the group.
+    """
+    try:
+        dist = torch_distributed(_WHAT)
+    except ImportError:
+        dist = None
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return root_only_output(int(dist.get_rank(group)), root, int(dist.get_world_size(group)))
+    return root_only_output(_launch_rank(), root)
