@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from mixle_spark._frames import frame_engine
+from mixle_spark.engines import narrow_encoded
 from mixle_spark.errors import MixleError, SchemaError, did_you_mean
 
 if TYPE_CHECKING:
@@ -341,12 +342,15 @@ def statistic_nbytes(estimator: Any, fallback: int) -> int:
 
 
 def measure_rows(
-    data: Any, encoder: Any, estimator: Any, explicit: bool, sample_size: int
+    data: Any, encoder: Any, estimator: Any, explicit: bool, sample_size: int, compute: Any = None
 ) -> tuple[int, float, str, Any]:
     """(rows, encoded bytes per row measured on a sample, backend, estimator) of ``data``.
 
     An encoder that needs a vocabulary scan is completed from a scan of the sample, and the returned
     estimator carries that scan (so its statistics are sized for the sample's vocabulary, a lower bound).
+    The sample is measured as it is stored at ``compute``'s precision (a
+    :class:`~mixle_spark.engines.Compute`; float32 and bfloat16 keep the values of the families that
+    narrow in 4 bytes, :func:`~mixle_spark.engines.narrow_encoded`).
     """
     n, sample, backend = rows_and_sample(data, sample_size)
     if n == 0:
@@ -360,6 +364,7 @@ def measure_rows(
         if encoder.needs_scan and not explicit:
             encoder = estimator.encoder()
     encoded = encoder.from_arrow(sample) if arrow else encoder.encode(sample)
+    encoded = narrow_encoded(encoder, encoded, compute)
     return n, max(1.0, estimate_nbytes(encoded) / len(sample)), backend, estimator
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.parallel.planning._compute import placement_compute
 from mixle_spark.parallel.planning._devices import PRECISION_BYTES, DeviceSpec, Resources, precision_name
 from mixle_spark.parallel.planning._sizing import (
     UnknownMemoryFootprintError,
@@ -108,7 +109,9 @@ class PlacementShard:
 
 @dataclass
 class Placement:
-    """An advisory row placement: shards tiling ``[0, total_rows)``, byte estimates and the reasons.
+    """An advisory row placement: shards tiling ``[0, total_rows)``, byte estimates and the reasons,
+    and the compute ``engine`` and ``precision`` it was planned for (what ``encoded_data(...,
+    placement=...)`` stores and computes at unless asked otherwise).
 
     ``fits`` is False when some shard's estimated bytes exceed its device's memory (see ``reasons``);
     :func:`plan` then still returns the placement, and ``validate(strict=True)`` raises MemoryError.
@@ -125,6 +128,7 @@ class Placement:
     backend: str = "local"
     precision: str = "float64"
     reasons: tuple[str, ...] = ()
+    engine: str = "numpy"
 
     def __post_init__(self) -> None:
         self.shards = tuple(self.shards)
@@ -132,6 +136,9 @@ class Placement:
         self.precision = precision_name(self.precision)
         if not isinstance(self.backend, str) or not self.backend:
             raise ValueError(f"Placement backend must be a non-empty string, got {self.backend!r}")
+        if not isinstance(self.engine, str) or not self.engine.strip():
+            raise ValueError(f"Placement engine must be a non-empty string, got {self.engine!r}")
+        self.engine = self.engine.strip().lower()
         self.validate()
 
     @property
@@ -244,6 +251,7 @@ class Placement:
             "num_chunks": self.num_chunks,
             "backend": self.backend,
             "precision": self.precision,
+            "engine": self.engine,
             "fits": self.fits,
             "reasons": list(self.reasons),
             "resources": None if self.resources is None else self.resources.to_dict(),
@@ -295,12 +303,14 @@ class Placement:
             payload.get("backend", "local"),
             payload.get("precision", "float64"),
             tuple(payload.get("reasons", ())),
+            payload.get("engine", "numpy"),
         )
 
     def __str__(self) -> str:
         lines = [
             f"Placement(backend={self.backend}, rows={self.total_rows}, chunks={self.num_chunks}, "
-            f"precision={self.precision}, fits={self.fits}, estimated_bytes={self.total_bytes})"
+            f"engine={self.engine}, precision={self.precision}, fits={self.fits}, "
+            f"estimated_bytes={self.total_bytes})"
         ]
         lines += [f"  {shard}" for shard in self.shards]
         if self.reasons:
@@ -337,10 +347,14 @@ def plan(
         ``estimator`` the statistics (a zero accumulator's ``value()``; the model size without one).
     resources : Resources, optional
         Placement targets (default :meth:`Resources.single_cpu`).
-    engine : {None, "numpy"}
-        Compute engine; numpy is the only one.
+    engine : str, optional
+        Compute engine (a registered name: ``"numpy"``, ``"torch"``; :mod:`mixle_spark.engines`).
+        None: the one the devices name (the fastest device's when they differ), else numpy.
     precision : str or dtype, optional
-        See :func:`precision_name`; ``"auto"`` resolves to ``"float64"``. Sets ``dtype_bytes``.
+        ``"float64"``, ``"float32"`` or ``"bfloat16"`` (see :func:`precision_name`). None (or
+        ``"auto"``): the one the devices declare, else float64; one that differs from a device's is
+        an error naming both. Sets ``dtype_bytes`` (8, 4, 2: the transient bytes per value) and the
+        precision the encoded sample is measured in (bfloat16 data is stored as float32).
     num_chunks : int, optional
         Split the rows into this many near-equal chunks on the throughput-weighted device cycle instead
         of one range per device.
@@ -357,12 +371,10 @@ def plan(
         Shards with byte estimates; ``fits`` is False (and a reason says which device, needed and
         available bytes) when a shard exceeds its device's memory.
     """
-    if engine not in (None, "numpy"):
-        raise ValueError(f"unknown engine {engine!r}; expected one of: None, 'numpy'")
     auto = isinstance(precision, str) and precision.strip().lower() == "auto"
-    precision = "float64" if auto else precision_name(precision)
+    asked = None if auto or precision is None else precision_name(precision)
     if resources is None:
-        resources = Resources.single_cpu(precision=precision)
+        resources = Resources.single_cpu(precision=asked)
     if not isinstance(resources, Resources):
         raise TypeError(f"resources must be a Resources, got {type(resources).__name__}")
     if isinstance(sub_chunks, bool) or not isinstance(sub_chunks, int) or sub_chunks <= 0:
@@ -380,11 +392,13 @@ def plan(
     resolved = encoder_for(encoder, model, estimator)
     if data is not None and resolved is None:
         raise ValueError("plan needs an encoder, a model or an estimator to measure the data")
+    compute, computed_why = placement_compute(engine, asked, resources)
+    precision = compute.precision
 
     n, encoded_row_bytes, backend = 0, 0.0, "local"
     if data is not None:
         n, encoded_row_bytes, backend, estimator = measure_rows(
-            data, resolved, estimator, encoder is not None, sample_size
+            data, resolved, estimator, encoder is not None, sample_size, compute
         )
     dtype_bytes = PRECISION_BYTES[precision]
     k = num_components(model, estimator)
@@ -413,7 +427,8 @@ def plan(
     reasons = [
         source,
         f"precision {precision} ({dtype_bytes} bytes per value)"
-        + (": 'auto' resolves to float64, the numpy engine's dtype" if auto else ""),
+        + (f": 'auto' resolves to {precision}" if auto else ""),
+        computed_why,
         f"{measured}; transient {transient_row_bytes:g} bytes/row = {max(k, 1)} component(s) x "
         f"{dtype_bytes} bytes x 3",
     ]
@@ -447,6 +462,7 @@ def plan(
         backend,
         precision,
         tuple(reasons),
+        compute.engine,
     )
 
 
