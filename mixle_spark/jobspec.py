@@ -2,7 +2,8 @@
 estimator with the fit options the fit job and ``MixleEstimator(modelSpec=...)`` run it with).
 
 The estimator is built by :func:`~mixle_spark.spec.estimator_from_spec`; the fit section is checked
-as ``optimize`` checks its options (:class:`~mixle_spark.em.options.FitOptions`) when the file is read.
+as ``optimize`` checks its options (:class:`~mixle_spark.em.options.FitOptions`) when the file is read,
+its ``engine`` / ``precision`` as ``encoded_data`` checks them.
 """
 
 from __future__ import annotations
@@ -15,17 +16,36 @@ from typing import Any
 
 from mixle_spark._files import read_bytes_bounded
 from mixle_spark.em.options import FitOptions, check_trials
+from mixle_spark.engines import available_engines, resolve_compute
 from mixle_spark.errors import SpecError, TooLargeError, did_you_mean
 from mixle_spark.spec.estimators import estimator_from_spec
 from mixle_spark.spec.json_text import MAX_SPEC_BYTES, parse_json
 from mixle_spark.stats.base import Estimator
 
-__all__ = ["FIT_OPTIONS", "ModelSpec", "is_job_spec", "load_spec"]
+__all__ = ["COMPUTE_OPTIONS", "FIT_OPTIONS", "ModelSpec", "is_job_spec", "load_spec"]
 
-FIT_OPTIONS = ("max_its", "tol", "delta", "init", "init_steps", "init_p", "seed", "trials", "print_iter")
+FIT_OPTIONS = (
+    "max_its",
+    "tol",
+    "delta",
+    "init",
+    "init_steps",
+    "init_p",
+    "seed",
+    "trials",
+    "print_iter",
+    "engine",
+    "precision",
+)
 """The options a spec's fit section may give: fields of :class:`~mixle_spark.em.options.FitOptions`,
-which declares their checks, and ``trials`` (``best_of``'s restarts). The fit job's flags of the same
-names override them; the ML Params that stand for them are ``mixle_spark.ml``'s ``FIT_OPTION_PARAMS``."""
+which declares their checks, ``trials`` (``best_of``'s restarts), and ``engine`` / ``precision`` (the
+compute engine and the precision the data is stored and the E-step computed in, ``encoded_data``'s
+controls: :mod:`mixle_spark.engines`). The fit job's flags of the same names override them; the ML
+Params that stand for them are ``mixle_spark.ml``'s ``FIT_OPTION_PARAMS`` (and ``engine`` /
+``precision``)."""
+
+COMPUTE_OPTIONS = ("engine", "precision")
+"""The fit section's keys that go to ``encoded_data`` rather than to the EM driver."""
 
 
 def is_job_spec(spec: Any) -> bool:
@@ -83,7 +103,7 @@ def load_spec(source: str | os.PathLike[str] | Mapping[str, Any]) -> ModelSpec:
     return ModelSpec(estimator_from_spec(raw["estimator"]), fit, str(raw.get("description", "")))
 
 
-def _check_fit_section(fit: Mapping[str, Any], where: str) -> None:
+def _check_fit_section(fit: dict[str, Any], where: str) -> None:
     """A spec's fit options checked as ``optimize`` checks them (:class:`~mixle_spark.em.options.
     FitOptions` declares each option's check; ``trials`` is ``best_of``'s), when the spec is read."""
     if fit.get("tol") is not None and fit.get("delta") is not None:
@@ -92,8 +112,24 @@ def _check_fit_section(fit: Mapping[str, Any], where: str) -> None:
             f"of the total log-likelihood), not both (got tol={fit['tol']!r}, delta={fit['delta']!r})"
         )
     try:
-        FitOptions(**{name: value for name, value in fit.items() if name != "trials"})
+        FitOptions(**{name: value for name, value in fit.items() if name not in ("trials", *COMPUTE_OPTIONS)})
         if "trials" in fit:
             check_trials(fit["trials"])
-    except (TypeError, ValueError) as err:
+        _check_compute(fit)
+    except (TypeError, ValueError, ImportError) as err:
         raise SpecError(f"{where}: fit section: {err}") from None
+
+
+def _check_compute(fit: dict[str, Any]) -> None:
+    """The fit section's ``engine`` / ``precision`` checked as ``encoded_data`` checks them (an unknown
+    engine, one not installed, naming its extra, a precision it cannot compute in) and given their
+    canonical names (``"bf16"`` is ``"bfloat16"``)."""
+    given = [key for key in COMPUTE_OPTIONS if fit.get(key) is not None]
+    if not given:
+        return
+    engine = fit.get("engine")
+    if engine is not None and not isinstance(engine, str):
+        raise TypeError(f"engine must be an engine's name ({', '.join(available_engines())}), got {engine!r}")
+    compute = resolve_compute(engine, fit.get("precision"))
+    for key in given:
+        fit[key] = getattr(compute, key)

@@ -12,6 +12,7 @@ from typing import Any
 
 from mixle_spark._checks import field_check
 from mixle_spark.cli._common import EXIT_BAD_INPUT, JobArgumentParser, error_line
+from mixle_spark.cli._compute import add_compute_arguments, check_compute_arguments, checked_compute
 from mixle_spark.cli._engines import ENGINE_BACKENDS, add_engine_addresses, check_engine_addresses
 from mixle_spark.cli._infer import refuse_with_infer_spec
 from mixle_spark.cli._spmd import SPMD_BACKENDS
@@ -184,6 +185,7 @@ def build_parser(sample: bool = False) -> argparse.ArgumentParser:
         type=_control("num_chunks"),
         help="repartition the encoded data (num_chunks; default: one partition per task slot)",
     )
+    add_compute_arguments(run)
     run.add_argument(
         "--no-resident",
         action="store_true",
@@ -279,6 +281,7 @@ def resolve_args(
             "--num-workers applies to --backend local, dask, ray, mpi and torchrun (spark: spark.task.cpus)"
         )
     check_engine_addresses(parser, args)
+    check_compute_arguments(parser, args)
     if args.backend != "spark":
         given = [f"--{n}" for n in ("depth", "master") if getattr(args, n) is not None]
         given += ["--conf"] if args.conf else []
@@ -336,7 +339,9 @@ def _single_fit_only(parser: argparse.ArgumentParser, args: argparse.Namespace, 
 def fit_options(args: argparse.Namespace, spec: ModelSpec | None) -> dict[str, Any]:
     """The spec's fit options overridden by the command line (a stopping rule given there, ``--tol``
     or ``--delta``, replaces the spec's); without a rule in either, ``tol`` at its default. ``spec``
-    is None for ``--infer-spec`` (no fit section: the command line's options and the defaults)."""
+    is None for ``--infer-spec`` (no fit section: the command line's options and the defaults).
+    ``engine`` / ``precision`` (``--engine`` / ``--precision`` over the spec's) are checked together
+    here, before any data is read (ValueError or ImportError, one line)."""
     options = dict(spec.fit) if spec is not None else {}
     if args.tol is not None or args.delta is not None:
         options.pop("tol", None)
@@ -348,6 +353,7 @@ def fit_options(args: argparse.Namespace, spec: ModelSpec | None) -> dict[str, A
     if "tol" not in options and "delta" not in options:
         options["tol"] = TOL
     options.setdefault("init", FitOptions.init)
+    checked_compute(options)  # --engine / --precision with the spec's: before any data is read
     return options
 
 
@@ -390,7 +396,13 @@ def read_key_file(path: str) -> bytes:
 
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"backend": args.backend}
-    for flag, key in (("partitions", "num_chunks"), ("depth", "depth"), ("num_workers", "num_workers")):
+    for flag, key in (
+        ("partitions", "num_chunks"),
+        ("depth", "depth"),
+        ("num_workers", "num_workers"),
+        ("engine", "engine"),
+        ("precision", "precision"),
+    ):
         if flag == "num_workers" and args.backend in ENGINE_BACKENDS:
             continue  # the local cluster's processes / runtime's CPUs (open_*_input), not E-step threads
         if getattr(args, flag) is not None:

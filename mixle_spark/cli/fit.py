@@ -87,7 +87,9 @@ Options (``--output``, ``--master``, ``--backend local``, ``--max-its``, ...) st
 ``--input`` and ``--model`` go together.
 
 ``--backend local`` fits in this process with numpy, without starting Spark (Parquet, CSV and
-JSON-lines inputs only).
+JSON-lines inputs only). ``--engine {numpy,torch}`` and ``--precision {float64,float32,bf16}`` (over
+the spec's fit section; :mod:`mixle_spark.cli._compute`) choose the E-step's engine and the precision
+the data is stored and computed in; summary.json records them (``compute``).
 
 Before Spark starts, a local input's columns (a Parquet footer, a Delta table's log, a CSV header's
 names) are checked against the spec as Spark would check them (:mod:`mixle_spark.cli._early`): a
@@ -131,6 +133,7 @@ from mixle_spark.cli._arguments import (
     resolve_args,
 )
 from mixle_spark.cli._common import fit_output, run_job
+from mixle_spark.cli._compute import compute_summary
 from mixle_spark.cli._early import check_fit_input
 from mixle_spark.cli._infer import INFERRED_SPEC_FILE, infer_fit_spec, inferred_spec_text
 from mixle_spark.cli._inputs import open_input, report_warnings
@@ -456,6 +459,7 @@ def run(args: argparse.Namespace, sample: Sample | None = None, coord: Coordinat
         if found is not None:
             extra["model_selection"] = found.to_dict()
         extra["warnings"] = caught
+        extra["compute"] = compute_summary(options)
         extra["long_fit"] = long_fit_summary(args, model.fit_result)
         extra["statistics"] = statistics_summary(model.statistics)
         summary = build_summary(args, model, ll, {**options, "trials": trials}, extra)

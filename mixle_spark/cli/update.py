@@ -43,6 +43,7 @@ from mixle_spark._locations import resolve, shown_inside
 from mixle_spark._outputs import check_location_free, publish_directory
 from mixle_spark.cli._arguments import PROG, backend_options
 from mixle_spark.cli._common import FIT_OUTPUT, UpdateDriftError
+from mixle_spark.cli._compute import compute_summary
 from mixle_spark.cli._inputs import open_input, report_warnings
 from mixle_spark.cli._spmd import Coordination, solo
 from mixle_spark.cli._summary import build_update_summary
@@ -92,6 +93,7 @@ def run_update(args: argparse.Namespace, coord: Coordination = solo) -> dict[str
         options = update_options(args)
         updated, caught = _update(model, data, options, args, coord, timings)
         extra["warnings"] = caught
+        extra["compute"] = compute_summary(vars(args))  # --engine / --precision (no spec here)
         summary = build_update_summary(args, str(source), updated, extra)
         coord.on_root(lambda: _write(args, updated, summary, timings, started_at, t_start))
     finally:

@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mixle_spark.engines import Compute
 from mixle_spark.errors import SchemaError, SpecError, did_you_mean
+from mixle_spark.ml._compute_params import checked_compute
 from mixle_spark.ml._params import FIT_OPTION_PARAMS, MixleParams, fit_value
 from mixle_spark.spec import estimator_from_spec, is_job_spec
 from mixle_spark.stats.base import Estimator
@@ -25,8 +27,9 @@ __all__ = ["FitPlan", "fit_plan", "spec_parts"]
 class FitPlan:
     """What a fit reads and how it runs: the estimator, the single column a non-record model reads
     (else None), every column read, ``optimize``'s options (``max_its``, ``delta``, ``init``,
-    ``init_steps``, ``init_p``, ``seed``), the restarts (``trials``), and the Params whose value
-    came from the spec's fit section (``from_spec``: Param name -> value)."""
+    ``init_steps``, ``init_p``, ``seed``), the restarts (``trials``), the Params whose value
+    came from the spec's fit section (``from_spec``: Param name -> value) and the engine and
+    precision the data is encoded for (``compute``)."""
 
     estimator: Estimator
     column: str | None
@@ -34,10 +37,12 @@ class FitPlan:
     options: dict[str, Any] = field(default_factory=dict)
     trials: int = 1
     from_spec: dict[str, Any] = field(default_factory=dict)
+    compute: Compute = field(default_factory=Compute)
 
     def backend_options(self, params: MixleParams) -> dict[str, Any]:
         """``encoded_data``'s keywords for a fit or an update with ``params``: the spark backend,
-        ``numPartitions``, ``weightCol``, ``aggregationDepth`` and the column a non-record model reads."""
+        ``numPartitions``, ``weightCol``, ``aggregationDepth``, the column a non-record model reads and
+        the engine and precision (``engine`` / ``precision`` or the spec's, when not numpy in float64)."""
         options: dict[str, Any] = {
             "backend": "spark",
             "num_chunks": params._optional(params.numPartitions),
@@ -46,6 +51,8 @@ class FitPlan:
         }
         if self.column is not None:
             options["column"] = self.column
+        if not self.compute.default:
+            options.update(engine=self.compute.engine, precision=self.compute.precision)
         return options
 
 
@@ -133,7 +140,9 @@ def fit_plan(params: MixleParams, columns: Sequence[str]) -> FitPlan:
     estimator = estimator_from_spec(mixture)
     column, reads = _reads(params, estimator, columns)
     options, from_spec = _fit_options(params, fit)
-    return FitPlan(estimator, column, reads, options, fit_value("trials", fit.get("trials", 1)), from_spec)
+    compute, compute_from_spec = checked_compute(params, fit)
+    trials = fit_value("trials", fit.get("trials", 1))
+    return FitPlan(estimator, column, reads, options, trials, {**from_spec, **compute_from_spec}, compute)
 
 
 def _reads(params: MixleParams, estimator: Estimator, columns: Sequence[str]) -> tuple[str | None, list[str]]:

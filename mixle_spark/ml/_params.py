@@ -3,7 +3,8 @@
 The names and defaults of ``pyspark.ml.clustering.GaussianMixture`` (``featuresCol``, ``predictionCol``,
 ``probabilityCol``, ``k=2``, ``maxIter=100``, ``seed``, ``aggregationDepth=2``, ``weightCol``; ``tol``
 is per row here, default 1e-6), pyspark.ml ``KMeans``'s ``initMode`` and ``initSteps``, plus ours
-(``inputCols``, ``modelSpec``, ``initFraction``, ``numPartitions``, ``logLikelihoodCol``). Every Param's
+(``inputCols``, ``modelSpec``, ``initFraction``, ``numPartitions``, ``logLikelihoodCol``, ``engine``,
+``precision``: :mod:`mixle_spark.ml._compute_params`). Every Param's
 type converter also validates, so a bad value is refused when it is set, with a message naming the Param
 and the value. A Param that stands for a fit option (:data:`FIT_OPTION_PARAMS`) or a backend control
 (``numPartitions``, ``aggregationDepth``) runs that option's declared check, the one the Python API, a
@@ -46,6 +47,7 @@ from mixle_spark.errors import (
     UnknownNameError,
     describe_value,
 )
+from mixle_spark.ml._compute_params import HasCompute
 from mixle_spark.parallel.backends.registry import CONTROL_CHECKS
 from mixle_spark.spec import MAX_SPEC_BYTES, estimator_from_spec, is_job_spec, load_spec, loads_checked
 from mixle_spark.stats.base import Estimator
@@ -312,6 +314,7 @@ class MixleParams(
     HasSeed,
     HasAggregationDepth,
     HasWeightCol,
+    HasCompute,
 ):
     """Params of :class:`MixleEstimator` and :class:`MixleModel` (validated when set)."""
 

@@ -166,6 +166,13 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         k-means|| rounds (default 2).
     numPartitions : int, optional
         Repartition the encoded training data (cached for the fit) into this many partitions.
+    engine : {"numpy", "torch"}
+        Compute engine of the E-step (default ``"numpy"``; torch: CPU, or CUDA when available).
+    precision : {"float64", "float32", "bfloat16"}
+        Precision the training data is stored (cached) and the E-step computed in (default
+        ``"float64"``; ``"float32"`` halves the cached bytes; ``"bf16"`` needs torch); statistics are
+        summed in float64. A spec's fit section may give either; the two are checked together, and an
+        engine that is not installed named with its extra, when the fit starts.
 
     Raises
     ------
@@ -202,6 +209,8 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         numPartitions: int | None = None,
         logLikelihoodCol: str = "logLikelihood",
         keepStatistics: bool = True,
+        engine: str = "numpy",
+        precision: str = "float64",
     ) -> None:
         super().__init__()
         self.setParams(**self._input_kwargs)
@@ -231,6 +240,8 @@ class MixleEstimator(Estimator["MixleModel"], MixleParams, MLReadable["MixleEsti
         numPartitions: int | None = None,
         logLikelihoodCol: str = "logLikelihood",
         keepStatistics: bool = True,
+        engine: str = "numpy",
+        precision: str = "float64",
     ) -> MixleEstimator:
         """Set the given Params (None values are left unset)."""
         return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})

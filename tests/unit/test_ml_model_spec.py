@@ -171,7 +171,7 @@ TAGS = ("estimator", "component", "fields", "tags", "estimator")
         (
             {**_sample(), "fit": {"verbose": 3}},
             "unknown fit option(s) ['verbose']; expected one of max_its, tol, delta, init, init_steps, "
-            "init_p, seed, trials, print_iter",
+            "init_p, seed, trials, print_iter, engine, precision",
         ),
         ({**_sample(), "fit": [3]}, "the spec's 'fit' must be a dict of fit options, got list [3]"),
         (

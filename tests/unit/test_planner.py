@@ -713,8 +713,9 @@ def test_plan_precision_engine_and_components() -> None:
     assert plan([1.0], model=model, engine="numpy").transient_row_bytes == 72.0
     estimator = MixtureEstimator([GaussianEstimator()] * 4)
     assert plan([1.0, 2.0], estimator=estimator).transient_row_bytes == 4 * 8 * 3
-    with pytest.raises(ValueError, match="unknown engine 'torch'; expected one of: None, 'numpy'"):
-        plan([1.0], model=model, engine="torch")
+    # issue 55: any registered engine (torch: tests/unit/test_plan_compute.py); an unknown one is named
+    with pytest.raises(ValueError, match=r"engine='cupy' is not a compute engine; registered: numpy, torch"):
+        plan([1.0], model=model, engine="cupy")
     with pytest.raises(ValueError, match="unknown precision 'int8'"):
         plan([1.0], model=model, precision="int8")
 

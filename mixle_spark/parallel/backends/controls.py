@@ -39,16 +39,32 @@ def refuse_controls(backend: str, controls: dict[str, Any], honoured: Iterable[s
         )
 
 
-def check_engine_and_precision(backend: str, engine: Any, precision: Any, computes: bool = False) -> Compute:
+def check_engine_and_precision(
+    backend: str,
+    engine: Any,
+    precision: Any,
+    computes: bool = False,
+    resources: Any = None,
+    placement: Any = None,
+) -> Compute:
     """``engine`` / ``precision`` checked (:func:`mixle_spark.engines.resolve_compute`: an unknown
     engine, one not installed, a precision it cannot compute in raise one line) and returned as a
-    :class:`~mixle_spark.engines.Compute`. A backend that does not store its data at other precisions
-    or run other engines (``computes=False``) refuses anything but numpy in float64."""
-    compute = resolve_compute(engine, precision)
+    :class:`~mixle_spark.engines.Compute`; what is not asked for comes from the devices of
+    ``resources`` / ``placement`` (their precision, their engine; a precision asked for that differs
+    from theirs is an error naming both: :mod:`mixle_spark.parallel.planning._compute`). A backend
+    that does not store its data at other precisions or run other engines (``computes=False``)
+    refuses anything but numpy in float64."""
+    if resources is None and placement is None:
+        compute, why = resolve_compute(engine, precision), ""
+    else:
+        from mixle_spark.parallel.planning._compute import placement_compute
+
+        compute, why = placement_compute(engine, precision, resources, placement)
+        why = f"; {why}"
     if not computes and not compute.default:
         raise UnsupportedControlError(
             f"the {backend!r} backend computes with numpy in float64; {compute.describe()} cannot be "
-            "honoured here (results must agree across backends to 1e-9)"
+            f"honoured here (results must agree across backends to 1e-9){why}"
         )
     return compute
 
@@ -100,13 +116,19 @@ def take_controls(
     """What a backend factory does first: pop :func:`encoded_data`'s controls out of ``options``
     (what stays there is the backend's own), refuse those ``backend`` does not honour
     (:func:`refuse_controls`), check ``engine`` and ``precision`` and return the other controls asked
-    for. A backend that runs the compute engines and stores its data at their precision
+    for (what is not asked for is taken from the devices of ``resources`` / ``placement``). A
+    backend that runs the compute engines and stores its data at their precision
     (``computes=True``) gets the checked :class:`~mixle_spark.engines.Compute` as ``compute`` (when
     not numpy in float64); the others refuse anything else."""
     controls = {k: options.pop(k) for k in list(options) if k in CONTROL_DEFAULTS}
     refuse_controls(backend, controls, honoured)
     compute = check_engine_and_precision(
-        backend, controls.pop("engine", None), controls.pop("precision", None), computes
+        backend,
+        controls.pop("engine", None),
+        controls.pop("precision", None),
+        computes,
+        controls.get("resources"),
+        controls.get("placement"),
     )
     if not compute.default:
         controls["compute"] = compute

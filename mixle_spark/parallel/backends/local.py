@@ -100,6 +100,8 @@ class LocalEncodedData(PayloadHandle):
             placement = plan(
                 data, model=model, estimator=estimator, encoder=encoder, resources=resources,
                 num_chunks=num_chunks, sub_chunks=sub_chunks,
+                engine=None if compute is None else compute.engine,
+                precision=None if compute is None else compute.precision,
             )  # fmt: skip
         if placement is not None:
             if chunk_size is not None or num_chunks is not None:

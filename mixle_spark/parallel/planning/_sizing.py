@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from mixle_spark._frames import frame_engine
+from mixle_spark.engines import narrow_encoded
 from mixle_spark.errors import MixleError, SchemaError, did_you_mean
 
 if TYPE_CHECKING:
@@ -353,23 +354,29 @@ def statistic_nbytes(estimator: Any, fallback: int) -> int:
 
 
 def measure_rows(
-    data: Any, encoder: Any, estimator: Any, explicit: bool, sample_size: int
+    data: Any, encoder: Any, estimator: Any, explicit: bool, sample_size: int, compute: Any = None
 ) -> tuple[int, float, str, Any]:
     """(rows, encoded bytes per row measured on a sample, backend, estimator) of ``data``.
 
     An encoder that needs a vocabulary scan is completed from a scan of the sample, and the returned
     estimator carries that scan (so its statistics are sized for the sample's vocabulary, a lower bound).
+    The sample is measured as it is stored at ``compute``'s precision (a
+    :class:`~mixle_spark.engines.Compute`; float32 and bfloat16 keep the values of the families that
+    narrow in 4 bytes, :func:`~mixle_spark.engines.narrow_encoded`).
     """
-    n, encoded, rows, backend, estimator = encoded_sample(data, encoder, estimator, explicit, sample_size)
+    n, encoded, rows, backend, estimator = encoded_sample(
+        data, encoder, estimator, explicit, sample_size, compute
+    )
     if n == 0:
         return 0, 0.0, backend, estimator
     return n, max(1.0, estimate_nbytes(encoded) / rows), backend, estimator
 
 
 def encoded_sample(
-    data: Any, encoder: Any, estimator: Any, explicit: bool, sample_size: int
+    data: Any, encoder: Any, estimator: Any, explicit: bool, sample_size: int, compute: Any = None
 ) -> tuple[int, Any, int, str, Any]:
-    """(rows of ``data``, its first ``min(sample_size, n)`` rows encoded, how many, backend, estimator).
+    """(rows of ``data``, its first ``min(sample_size, n)`` rows encoded (stored at ``compute``'s
+    precision), how many, backend, estimator).
 
     An encoder that needs a vocabulary scan is completed from a scan of the sample (unless it was
     given ``explicit``ly), and the returned estimator carries that scan. No rows: ``encoded`` is None.
@@ -386,7 +393,7 @@ def encoded_sample(
         if encoder.needs_scan and not explicit:
             encoder = estimator.encoder()
     encoded = encoder.from_arrow(sample) if arrow else encoder.encode(sample)
-    return n, encoded, len(sample), backend, estimator
+    return n, narrow_encoded(encoder, encoded, compute), len(sample), backend, estimator
 
 
 def row_ranges(

@@ -16,14 +16,11 @@ imported lazily and never required.
 
 from __future__ import annotations
 
-import itertools
 import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from mixle_spark.parallel.planning._calibration import (
     CalibrationCatalog,
@@ -34,7 +31,9 @@ from mixle_spark.parallel.planning._calibration import (
     estimate_estimator_stat_nbytes,
     estimate_model_nbytes,
 )
+from mixle_spark.parallel.planning._compute import placement_compute
 from mixle_spark.parallel.planning._devices import PRECISION_BYTES, DeviceSpec, Resources, precision_name
+from mixle_spark.parallel.planning._sharding import ModelShard, check_ints, model_sharding_plan
 from mixle_spark.parallel.planning._sizing import (
     MemorySized,
     UnknownMemoryFootprintError,
@@ -73,12 +72,6 @@ __all__ = [
 # -- row placement ------------------------------------------------------------------------------
 
 
-def _check_ints(owner: str, **values: Any) -> None:
-    for label, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{owner}: {label} must be an int, got {value!r}")
-
-
 @dataclass(frozen=True)
 class PlacementShard:
     """Rows ``[start, stop)`` on ``device``, folded in ``sub_chunks`` pieces, with estimated bytes."""
@@ -91,7 +84,7 @@ class PlacementShard:
     transient_bytes: int = 0
 
     def __post_init__(self) -> None:
-        _check_ints(
+        check_ints(
             "PlacementShard",
             start=self.start,
             stop=self.stop,
@@ -128,7 +121,9 @@ class PlacementShard:
 
 @dataclass
 class Placement:
-    """An advisory row placement: shards tiling ``[0, total_rows)``, byte estimates and the reasons.
+    """An advisory row placement: shards tiling ``[0, total_rows)``, byte estimates and the reasons,
+    and the compute ``engine`` and ``precision`` it was planned for (what ``encoded_data(...,
+    placement=...)`` stores and computes at unless asked otherwise).
 
     ``fits`` is False when some shard's estimated bytes exceed its device's memory (see ``reasons``);
     :func:`plan` then still returns the placement, and ``validate(strict=True)`` raises MemoryError.
@@ -145,6 +140,7 @@ class Placement:
     backend: str = "local"
     precision: str = "float64"
     reasons: tuple[str, ...] = ()
+    engine: str = "numpy"
 
     def __post_init__(self) -> None:
         self.shards = tuple(self.shards)
@@ -152,6 +148,9 @@ class Placement:
         self.precision = precision_name(self.precision)
         if not isinstance(self.backend, str) or not self.backend:
             raise ValueError(f"Placement backend must be a non-empty string, got {self.backend!r}")
+        if not isinstance(self.engine, str) or not self.engine.strip():
+            raise ValueError(f"Placement engine must be a non-empty string, got {self.engine!r}")
+        self.engine = self.engine.strip().lower()
         self.validate()
 
     @property
@@ -185,7 +184,7 @@ class Placement:
         placement's, that every shard's device is declared, and that the shards tile ``[0, total_rows)``
         without gaps, overlaps or empty shards (a zero-row placement holds only ``[0:0]`` shards).
         """
-        _check_ints(
+        check_ints(
             "Placement",
             total_rows=self.total_rows,
             model_bytes=self.model_bytes,
@@ -264,6 +263,7 @@ class Placement:
             "num_chunks": self.num_chunks,
             "backend": self.backend,
             "precision": self.precision,
+            "engine": self.engine,
             "fits": self.fits,
             "reasons": list(self.reasons),
             "resources": None if self.resources is None else self.resources.to_dict(),
@@ -315,12 +315,14 @@ class Placement:
             payload.get("backend", "local"),
             payload.get("precision", "float64"),
             tuple(payload.get("reasons", ())),
+            payload.get("engine", "numpy"),
         )
 
     def __str__(self) -> str:
         lines = [
             f"Placement(backend={self.backend}, rows={self.total_rows}, chunks={self.num_chunks}, "
-            f"precision={self.precision}, fits={self.fits}, estimated_bytes={self.total_bytes})"
+            f"engine={self.engine}, precision={self.precision}, fits={self.fits}, "
+            f"estimated_bytes={self.total_bytes})"
         ]
         lines += [f"  {shard}" for shard in self.shards]
         if self.reasons:
@@ -357,10 +359,14 @@ def plan(
         ``estimator`` the statistics (a zero accumulator's ``value()``; the model size without one).
     resources : Resources, optional
         Placement targets (default :meth:`Resources.single_cpu`).
-    engine : {None, "numpy"}
-        Compute engine; numpy is the only one.
+    engine : str, optional
+        Compute engine (a registered name: ``"numpy"``, ``"torch"``; :mod:`mixle_spark.engines`).
+        None: the one the devices name (the fastest device's when they differ), else numpy.
     precision : str or dtype, optional
-        See :func:`precision_name`; ``"auto"`` resolves to ``"float64"``. Sets ``dtype_bytes``.
+        ``"float64"``, ``"float32"`` or ``"bfloat16"`` (see :func:`precision_name`). None (or
+        ``"auto"``): the one the devices declare, else float64; one that differs from a device's is
+        an error naming both. Sets ``dtype_bytes`` (8, 4, 2: the transient bytes per value) and the
+        precision the encoded sample is measured in (bfloat16 data is stored as float32).
     num_chunks : int, optional
         Split the rows into this many near-equal chunks on the throughput-weighted device cycle instead
         of one range per device.
@@ -377,12 +383,10 @@ def plan(
         Shards with byte estimates; ``fits`` is False (and a reason says which device, needed and
         available bytes) when a shard exceeds its device's memory.
     """
-    if engine not in (None, "numpy"):
-        raise ValueError(f"unknown engine {engine!r}; expected one of: None, 'numpy'")
     auto = isinstance(precision, str) and precision.strip().lower() == "auto"
-    precision = "float64" if auto else precision_name(precision)
+    asked = None if auto or precision is None else precision_name(precision)
     if resources is None:
-        resources = Resources.single_cpu(precision=precision)
+        resources = Resources.single_cpu(precision=asked)
     if not isinstance(resources, Resources):
         raise TypeError(f"resources must be a Resources, got {type(resources).__name__}")
     if isinstance(sub_chunks, bool) or not isinstance(sub_chunks, int) or sub_chunks <= 0:
@@ -400,11 +404,13 @@ def plan(
     resolved = encoder_for(encoder, model, estimator)
     if data is not None and resolved is None:
         raise ValueError("plan needs an encoder, a model or an estimator to measure the data")
+    compute, computed_why = placement_compute(engine, asked, resources)
+    precision = compute.precision
 
     n, encoded_row_bytes, backend = 0, 0.0, "local"
     if data is not None:
         n, encoded_row_bytes, backend, estimator = measure_rows(
-            data, resolved, estimator, encoder is not None, sample_size
+            data, resolved, estimator, encoder is not None, sample_size, compute
         )
     dtype_bytes = PRECISION_BYTES[precision]
     k = num_components(model, estimator)
@@ -433,7 +439,8 @@ def plan(
     reasons = [
         source,
         f"precision {precision} ({dtype_bytes} bytes per value)"
-        + (": 'auto' resolves to float64, the numpy engine's dtype" if auto else ""),
+        + (f": 'auto' resolves to {precision}" if auto else ""),
+        computed_why,
         f"{measured}; transient {transient_row_bytes:g} bytes/row = {max(k, 1)} component(s) x "
         f"{dtype_bytes} bytes x 3",
     ]
@@ -467,121 +474,8 @@ def plan(
         backend,
         precision,
         tuple(reasons),
+        compute.engine,
     )
 
 
 # -- model sharding -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ModelShard:
-    """Components ``[start, stop)`` of a model owned by ``device``, with their estimated bytes."""
-
-    device: DeviceSpec
-    start: int
-    stop: int
-    parameter_bytes: int
-    statistic_bytes: int
-
-    def __post_init__(self) -> None:
-        _check_ints(
-            "ModelShard",
-            start=self.start,
-            stop=self.stop,
-            parameter_bytes=self.parameter_bytes,
-            statistic_bytes=self.statistic_bytes,
-        )
-        if not 0 <= self.start < self.stop:
-            raise ValueError(
-                f"ModelShard needs a non-empty range 0 <= start < stop, got [{self.start}:{self.stop}]"
-            )
-        if self.parameter_bytes < 0 or self.statistic_bytes < 0:
-            raise ValueError(
-                f"ModelShard bytes must be >= 0, got parameter_bytes={self.parameter_bytes}, "
-                f"statistic_bytes={self.statistic_bytes}"
-            )
-        memory = self.device.memory_bytes
-        if memory is not None and self.total_bytes > memory:
-            raise MemoryError(
-                f"components [{self.start}:{self.stop}] need {self.total_bytes} bytes but device "
-                f"{self.device.name} has {memory}"
-            )
-
-    @property
-    def num_components(self) -> int:
-        """Number of components in the shard."""
-        return self.stop - self.start
-
-    @property
-    def total_bytes(self) -> int:
-        """Parameter plus statistic bytes."""
-        return self.parameter_bytes + self.statistic_bytes
-
-
-def model_sharding_plan(
-    model: Any,
-    resources: Resources,
-    estimator: Any = None,
-    axis: str = "components",
-    min_components_per_shard: int = 1,
-) -> tuple[ModelShard, ...]:
-    """An advisory split of a mixture's components across devices (nothing is moved).
-
-    Uses the first ``max(1, min(len(devices), K // min_components_per_shard))`` devices in the order
-    given; counts are proportional to their throughput, each at least ``min_components_per_shard``, in
-    contiguous blocks in device order. Bytes are the model's (and the zero accumulator's, or else the
-    model's) estimated bytes times the shard's fraction of components, rounded up.
-
-    >>> from mixle_spark.stats import GaussianDistribution, MixtureDistribution
-    >>> model = MixtureDistribution([GaussianDistribution(0.0, 1.0)] * 5, [0.2] * 5)
-    >>> two = Resources.from_specs([DeviceSpec("slow"), DeviceSpec("fast", throughput=3.0)])
-    >>> [(s.start, s.stop) for s in model_sharding_plan(model, two)]
-    [(0, 1), (1, 5)]
-    """
-    if axis != "components":
-        raise ValueError(f"only axis='components' is currently supported, got axis={axis!r}.")
-    minimum = min_components_per_shard
-    if isinstance(minimum, bool) or not isinstance(minimum, int) or minimum <= 0:
-        raise ValueError(f"min_components_per_shard must be a positive integer, got {minimum!r}")
-    k = getattr(model, "num_components", None)
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise ValueError(
-            "model_sharding_plan needs a model with a positive num_components; "
-            f"{type(model).__name__} has {k!r}"
-        )
-    if minimum > k:
-        raise ValueError(f"min_components_per_shard={minimum} exceeds the model's K={k} components")
-    devices = resources.devices[: max(1, min(len(resources.devices), k // minimum))]
-    w = np.array([d.throughput for d in devices])
-    w = w / w.sum()
-    counts = np.maximum(np.floor(w * k).astype(np.int64), minimum)
-    while counts.sum() > k:
-        i = int(np.argmax(counts))
-        if counts[i] <= minimum:
-            break
-        counts[i] -= 1
-    while counts.sum() < k:
-        counts[int(np.argmax(w - counts / k))] += 1
-    bounds, start = [], 0
-    for count in counts:
-        bounds.append([start, start + int(count)])
-        start += int(count)
-    bounds[-1][1] = max(bounds[-1][1], k)
-    parameter_total = estimate_model_nbytes(model)
-    statistic_total = statistic_nbytes(estimator, parameter_total)
-    shards = tuple(
-        ModelShard(
-            device,
-            a,
-            b,
-            math.ceil(parameter_total * (b - a) / k),
-            math.ceil(statistic_total * (b - a) / k),
-        )
-        for device, (a, b) in zip(devices, bounds, strict=True)
-    )
-    covered = [(s.start, s.stop) for s in shards]
-    if covered[0][0] != 0 or covered[-1][1] != k or any(a[1] != b[0] for a, b in itertools.pairwise(covered)):
-        raise RuntimeError(f"model shards {covered} do not cover components [0, {k}) contiguously")
-    if any(s.num_components < minimum for s in shards):
-        raise RuntimeError(f"model shards {covered} hold fewer than {minimum} components")
-    return shards
