@@ -44,8 +44,6 @@ of a fit reads its own, so Spark executors or torchrun ranks may each name their
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _LOG_FLOOR = -50.0
 """The numpy kernels' floor: terms below ``e^-50`` of a row's largest are exactly 0."""
-_CUDA_BLOCK_VALUES = 1 << 22
-"""(K, b) values per CUDA block (16 MiB of float32): few kernel launches, bounded device memory."""
 _DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -117,10 +115,15 @@ class TorchEngine(ComputeEngine):
     def __init__(self, precision: str = "float64", device: Any = None) -> None:
         super().__init__(precision)
         self._device = _device(device)
+        self.in_order = self._device.type != "cpu"
+        """Run a batch as few large blocks in order on the device (CUDA), rather than cache-sized
+        blocks through the E-step's ``map_fn`` (CPU)."""
+        self.device_block_values = 1 << 22
+        """(K, b) values per in-order block (16 MiB of float32): few kernel launches, bounded memory."""
         self.dtype = _DTYPES[precision]
         # bfloat16 reduces, normalises and sums statistics in float32; the others in their own dtype.
         self.wide = torch.float32 if precision == "bfloat16" else self.dtype
-        self._floor = torch.exp(torch.tensor(_LOG_FLOOR, dtype=self.dtype)).to(self.wide)
+        self._floor = float(torch.exp(torch.tensor(_LOG_FLOOR, dtype=self.dtype)))  # e^-50 in this dtype
         if self._device.type == "cpu" and torch.get_num_threads() > thread_budget():
             torch.set_num_threads(thread_budget())
 
@@ -136,9 +139,9 @@ class TorchEngine(ComputeEngine):
         return torch.from_numpy(array)
 
     def _block_rows(self, n: int, k: int, m: int) -> int:
-        if self._device.type == "cpu":
+        if not self.in_order:
             return block_rows(m)
-        return max(block_rows(m), _CUDA_BLOCK_VALUES // max(k, 1) // 256 * 256)
+        return max(256, self.device_block_values // max(k, 1) // 256 * 256)
 
     def feature_e_step(
         self, phi: np.ndarray, coef: np.ndarray, weights: np.ndarray, estimate: Any, map_fn: MapFunction
@@ -150,10 +153,7 @@ class TorchEngine(ComputeEngine):
         n, m = phi.shape
         k = coef.shape[0]
         rows = self._block_rows(n, k, m)
-        on_cpu = self._device.type == "cpu"
-        features = self._tensor(phi)
-        if not on_cpu:
-            features = features.to(self._device, non_blocking=True)
+        features = self._tensor(phi).to(self._device)
         scoring_coef = self._scoring_coef(coef)
         log_w = torch.from_numpy(np.asarray(estimate.log_w, dtype=np.float64)).to(self._device, self.wide)
         tweights = self._tensor(np.asarray(weights, dtype=np.float64)).to(self._device)
@@ -182,7 +182,7 @@ class TorchEngine(ComputeEngine):
 
         counts = torch.zeros(k, dtype=torch.float64, device=self._device)
         sums = torch.zeros((k, m), dtype=torch.float64, device=self._device)
-        for block_counts, block_sums in (map_fn if on_cpu else map)(block, range(0, n, rows)):
+        for block_counts, block_sums in (map if self.in_order else map_fn)(block, range(0, n, rows)):
             counts += block_counts
             sums += block_sums
         return ll.cpu().numpy(), counts.cpu().numpy(), sums.cpu().numpy()

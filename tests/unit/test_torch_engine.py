@@ -152,9 +152,11 @@ def test_a_local_fit_on_torch_matches_numpy(case: FamilyCase, torch_passes: list
     assert fits["torch", "bfloat16"][1] == pytest.approx(reference[1], rel=1e-2)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", [*DEVICES, "cpu-in-order"])
 @pytest.mark.parametrize("case", FEATURE_CASES[:3] + FEATURE_CASES[-2:], ids=lambda c: c.dist.family)
 def test_the_engine_on_each_device_equals_numpys_kernels(case: FamilyCase, device: str) -> None:
+    """On each device, and on the CPU run as CUDA runs (large blocks in order, statistics kept on the
+    device until the batch is done): the path a GPU takes, minus the GPU."""
     _, encoder, records, model = _fitted(case)
     enc = encoder.encode(records)
     phi = feature_matrix(model.components[0], enc)
@@ -162,8 +164,10 @@ def test_the_engine_on_each_device_equals_numpys_kernels(case: FamilyCase, devic
     weights = np.linspace(0.5, 1.5, len(records))
     expected = NumpyEngine("float64").feature_e_step(phi, coef, weights, model, map)
     for precision, rtol in TOLERANCE.items():
-        engine = TorchEngine(precision, device=device)
-        assert engine.device.startswith(device)
+        engine = TorchEngine(precision, device=device.removesuffix("-in-order"))
+        assert engine.device.startswith(device.removesuffix("-in-order"))
+        if device.endswith("-in-order"):
+            engine.in_order, engine.device_block_values = True, 256 * len(coef)  # 256-row blocks
         x = phi.astype(np.float32) if precision != "float64" else phi
         ll, counts, sums = engine.feature_e_step(x, coef, weights, model, map)
         _same_ll(ll, expected[0], weights, precision)
@@ -189,14 +193,16 @@ def _edge_batch() -> tuple[np.ndarray, np.ndarray, MixtureDistribution]:
     return phi, coef, mixture
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", [*DEVICES, "cpu-in-order"])
 @pytest.mark.parametrize("precision", list(TOLERANCE))
 def test_edge_rows_behave_as_numpys(precision: str, device: str) -> None:
     phi, coef, mixture = _edge_batch()
     weights = np.full(len(phi), 2.0)
     with np.errstate(invalid="ignore"):
         ll0, counts0, sums0 = NumpyEngine("float64").feature_e_step(phi, coef, weights, mixture, map)
-    engine = TorchEngine(precision, device=device)
+    engine = TorchEngine(precision, device=device.removesuffix("-in-order"))
+    if device.endswith("-in-order"):
+        engine.in_order, engine.device_block_values = True, 4096 * len(coef)
     x = phi.astype(np.float32) if precision != "float64" else phi
     with np.errstate(invalid="ignore"):
         ll, counts, sums = engine.feature_e_step(x, coef, weights, mixture, map)
