@@ -138,6 +138,16 @@ class TorchEngine(ComputeEngine):
             array = np.array(array)
         return torch.from_numpy(array)
 
+    def _features(self, phi: np.ndarray) -> torch.Tensor:
+        """The batch's features on the engine's device: a view on the CPU; on a device one transfer
+        of the array as it lies in memory (feature-major features go as their contiguous transpose,
+        not through a reordered host copy)."""
+        if not self.in_order:
+            return self._tensor(phi)
+        if phi.flags.f_contiguous and not phi.flags.c_contiguous:
+            return self._tensor(phi.T).to(self._device).T
+        return self._tensor(np.ascontiguousarray(phi)).to(self._device)
+
     def _block_rows(self, n: int, k: int, m: int) -> int:
         if not self.in_order:
             return block_rows(m)
@@ -153,7 +163,7 @@ class TorchEngine(ComputeEngine):
         n, m = phi.shape
         k = coef.shape[0]
         rows = self._block_rows(n, k, m)
-        features = self._tensor(phi).to(self._device)
+        features = self._features(phi)
         scoring_coef = self._scoring_coef(coef)
         log_w = torch.from_numpy(np.asarray(estimate.log_w, dtype=np.float64)).to(self._device, self.wide)
         tweights = self._tensor(np.asarray(weights, dtype=np.float64)).to(self._device)
@@ -229,5 +239,5 @@ class TorchEngine(ComputeEngine):
 
     def feature_joint(self, phi: np.ndarray, coef: np.ndarray) -> np.ndarray:
         """``coef @ phi.T`` computed at the engine's precision on its device, returned as float64."""
-        features = self._tensor(phi).to(self._device)
+        features = self._features(phi)
         return self._score(self._scoring_coef(coef), features, coef.shape[0]).to(torch.float64).cpu().numpy()
