@@ -303,3 +303,18 @@ def test_a_fit_on_torch_says_nothing_but_convergence() -> None:
         warnings.simplefilter("ignore", ConvergenceWarning)
         with encoded_data(np.asarray(records), est, engine="torch", precision="float32") as handle:
             optimize(handle, est, max_its=2, seed=1, print_iter=0)
+
+
+def test_a_family_without_the_feature_protocol_runs_numpys_kernels_under_torch(
+    torch_passes: list[str],
+) -> None:
+    from mixle_spark.stats import StudentTEstimator
+
+    x = list(np.random.default_rng(0).standard_t(4, 400))
+    est = MixtureEstimator([StudentTEstimator()] * 2)
+    fits = []
+    for engine, precision in [("numpy", "float64"), ("torch", "bf16")]:
+        with encoded_data(x, est, engine=engine, precision=precision) as handle:
+            fits.append(model_numbers(optimize(handle, est, max_its=3, seed=1, delta=None, print_iter=0)))
+    np.testing.assert_array_equal(fits[1], fits[0])  # the same numpy kernels, in float64
+    assert torch_passes == []
