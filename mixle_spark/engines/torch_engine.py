@@ -10,9 +10,10 @@ log-density) is computed by the numpy kernels in float64, so impossible rows, ``
 NaN error are exactly numpy's.
 
 Precisions: float64 and float32 compute everything in that dtype. bfloat16 computes the scoring
-product and exp in bfloat16; the row maxima, sums and normalisation run in float32, and so does the
-statistics product (second moments of the features lose too much to an 8-bit mantissa: a component's
-covariance is a difference of them).
+product (each coefficient split in two bfloat16 halves, see :meth:`TorchEngine._score`) and exp in
+bfloat16; the row maxima, sums and normalisation run in float32, and so does the statistics
+product (second moments of the features lose too much to an 8-bit mantissa: a component's covariance
+is a difference of them).
 
 Device: ``device=`` of :class:`TorchEngine`, else the environment variable ``MIXLE_SPARK_TORCH_DEVICE``
 (``"cpu"``, ``"cuda"``, ``"cuda:1"``), else torch's current CUDA device when CUDA is available, else
