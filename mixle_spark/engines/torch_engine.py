@@ -3,7 +3,7 @@ or bfloat16 (``encoded_data(..., engine="torch", precision=...)``; the ``torch``
 
 The mathematics is the numpy engine's (:mod:`mixle_spark.engines.numpy_engine`): per block of rows one
 product scores every component, the log-sum-exp with the floors of
-:func:`~mixle_spark.stats._mixture_kernels.exp_shifted` turns the block into responsibilities, a second
+:func:`~mixle_spark.engines._numpy_kernels.exp_shifted` turns the block into responsibilities, a second
 product gives every component's ``Σ r w φ(x)``; statistics leave every block in float64. A block
 where some row's largest term is not finite (a row no component explains, a ``+inf`` or a NaN
 log-density) is computed by the numpy kernels in float64, so impossible rows, ``+inf`` rows and the
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from mixle_spark.engines._base import ComputeEngine, MapFunction
-from mixle_spark.stats._mixture_kernels import block_rows, responsibilities
+from mixle_spark.engines._numpy_kernels import _LOG_FLOOR, block_rows, responsibilities
 
 __all__ = ["DEVICE_VARIABLE", "TorchEngine", "thread_budget"]
 
@@ -43,8 +43,6 @@ DEVICE_VARIABLE = "MIXLE_SPARK_TORCH_DEVICE"
 of a fit reads its own, so Spark executors or torchrun ranks may each name theirs)."""
 
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-_LOG_FLOOR = -50.0
-"""The numpy kernels' floor: terms below ``e^-50`` of a row's largest are exactly 0."""
 _DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
