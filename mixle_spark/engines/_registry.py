@@ -49,7 +49,7 @@ class _Builtin:
         if self.requires is not None and find_spec(self.requires) is None:
             raise EngineUnavailableError(
                 f"engine={self.cls.removesuffix('Engine').lower()!r} needs {self.requires}, which is not "
-                f"installed: pip install 'mixle_spark[{self.extra}]'"
+                f"installed: pip install 'mixle-spark[{self.extra}]'"
             )
         engine: ComputeEngine = getattr(import_module(self.module), self.cls)(precision)
         return engine

@@ -160,7 +160,12 @@ def _violations(rule: str) -> list[str]:
                     if target not in ("mixle_spark.parallel", BACKENDS):  # the packages, for a submodule
                         bad.append(f"{module} -> {target}")
             elif rule == "torch" and _within(target, ("torch", "lightning", "megatron")):
-                homes = (f"{PARALLEL}.training", f"{BACKENDS}.torchrun", f"{PARALLEL}._torch_group")
+                homes = (
+                    f"{PARALLEL}.training",
+                    f"{BACKENDS}.torchrun",
+                    f"{PARALLEL}._torch_group",
+                    "mixle_spark.engines.torch_engine",
+                )
                 home = _within(module, homes)
                 if not (home or module == "mixle_spark.parallel.planning._devices"):  # accelerator discovery
                     bad.append(f"{module} -> {target}")
@@ -192,8 +197,8 @@ def test_the_source_tree_is_read() -> None:
         "planning imports no backend (backends read plans, not the other way round)",
         "nothing under parallel imports the EM driver, estimation or the jobs",
         "pyspark is imported only by the spark backend, ml, io and the jobs",
-        "torch, lightning and megatron are imported only by the training package, the torchrun backend and "
-        "the process group they share",
+        "torch, lightning and megatron are imported only by the training package, the torchrun backend, "
+        "the process group they share and the torch compute engine",
     ],
 )
 def test_no_forbidden_import(rule: str) -> None:
