@@ -278,7 +278,7 @@ def test_em_fit_refuses_what_no_engine_computes_and_writes_nothing(
     assert missing.value.code == 2
     assert capsys.readouterr().err == (
         "em_fit: error: --engine / --precision: engine='torch' needs torch, which is not installed: "
-        "pip install 'mixle_spark[torch]' (see --help)\n"
+        "pip install 'mixle-spark[torch]' (see --help)\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["points.parquet", "spec.json"]  # nothing written
 
