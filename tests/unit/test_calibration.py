@@ -139,13 +139,19 @@ def test_a_device_this_process_does_not_compute_fails_the_calibration() -> None:
     assert catalog.resources_for() is None
 
 
-def test_a_precision_the_engine_does_not_compute_fails() -> None:
-    with pytest.raises(
-        ResourceCalibrationError, match="cpu:0: precision float32 is not computed by the numpy"
-    ):
-        calibrate_resources(X1, gauss_mix(), precision="fp32")
+def test_devices_are_timed_at_their_precision_and_engine() -> None:
+    """A float32 device is timed on float32 data with the numpy engine's float32 kernels, a torch CPU
+    device on the torch engine; bf16 with numpy fails the calibration naming the engine that has it."""
+    fp32 = calibrate_resources(X1, gauss_mix(), precision="fp32")
+    assert fp32.devices[0].precision == "float32" and fp32.devices[0].throughput > 1.0
     forced = calibrate_resources(X1, gauss_mix(), Resources.local(1), precision="double")
     assert forced.devices[0].precision == "float64"
+    with pytest.raises(ResourceCalibrationError, match=r"cpu:0: .*bfloat16 needs engine='torch'"):
+        calibrate_resources(X1, gauss_mix(), precision="bf16")
+    pytest.importorskip("torch")
+    torch_cpu = Resources.from_specs([DeviceSpec("cpu:0", "cpu", None, "torch")])
+    timed = calibrate_resources(X1, gauss_mix(), torch_cpu, precision="float32", workload="estep")
+    assert timed.devices[0].throughput > 1.0 and timed.devices[0].engine == "torch"
 
 
 @pytest.mark.parametrize(

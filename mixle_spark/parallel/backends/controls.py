@@ -12,6 +12,7 @@ from typing import Any
 
 from mixle_spark._checks import Check, integer
 from mixle_spark.engines import Compute, resolve_compute
+from mixle_spark.errors import MixleError
 
 __all__ = [
     "CONTROL_CHECKS",
@@ -24,7 +25,7 @@ __all__ = [
 ]
 
 
-class UnsupportedControlError(ValueError):
+class UnsupportedControlError(MixleError, ValueError):
     """A backend was asked for a control it cannot honour (it is refused, never silently ignored)."""
 
 

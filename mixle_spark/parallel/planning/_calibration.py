@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from mixle_spark._outputs import write_file
+from mixle_spark.engines import Compute, engine_for, narrow_encoded, resolve_compute, using_engine
 from mixle_spark.errors import EmptyDataError, MixleError, UnknownNameError
 from mixle_spark.parallel.planning._devices import DeviceSpec, Resources, precision_name
 from mixle_spark.parallel.planning._sizing import (
@@ -352,9 +353,21 @@ WORKLOADS: dict[str, Callable[[Any, Any, Any, np.ndarray], Any]] = {
 """What a calibration times: scoring the sample, the E-step on it, or the E-step and the M-step."""
 _WORKLOAD_ALIASES = {"accumulate": "estep"}
 
-# The (kind, engine) pairs this process computes, and in which precisions: the numpy E-step runs in
-# float64. Another device (a GPU, a torch rank, a float32 one) is recorded as not measured.
-_IN_PROCESS = {("cpu", "numpy"): ("float64",)}
+_KINDS = ("cpu", "cuda")
+"""The device kinds this process computes: its CPUs (numpy or torch) and, with torch, a CUDA GPU."""
+
+
+def _compute_of(device: DeviceSpec, precision: str) -> Compute | str:
+    """The engine and precision ``device`` is timed with in this process, or why it cannot be."""
+    if device.kind not in _KINDS:
+        return f"kind {device.kind!r} is not computed in this process (it computes {', '.join(_KINDS)})"
+    try:
+        compute = resolve_compute(device.engine, precision)
+    except (ValueError, ImportError) as err:
+        return str(err)
+    if device.kind == "cuda" and engine_for(compute).device == "cpu":
+        return f"kind 'cuda' with engine {device.engine!r}: no CUDA device computes here"
+    return compute
 
 
 def _workload_name(workload: Any) -> str:
@@ -363,20 +376,6 @@ def _workload_name(workload: Any) -> str:
     if name not in WORKLOADS:
         raise UnknownNameError("calibration workload", workload, [*WORKLOADS, *_WORKLOAD_ALIASES])
     return name
-
-
-def _not_runnable(device: DeviceSpec, precision: str) -> str | None:
-    """Why ``device`` cannot be timed in this process, or None."""
-    precisions = _IN_PROCESS.get((device.kind, device.engine))
-    if precisions is None:
-        return (
-            f"kind {device.kind!r} with engine {device.engine!r} is not computed in this process "
-            f"(it computes {', '.join(f'{k} with {e}' for k, e in _IN_PROCESS)})"
-        )
-    if precision not in precisions:
-        computed = ", ".join(precisions)
-        return f"precision {precision} is not computed by the {device.engine} engine (it computes {computed})"
-    return None
 
 
 def _check_count(value: Any, name: str) -> int:
@@ -467,6 +466,13 @@ def calibrate_resources(
     if n == 0:
         raise EmptyDataError("calibrate_resources: data has no rows to time")
     weights = np.ones(rows)
+    stored_by = estimator.encoder() if estimator is not None else model.encoder()
+
+    def _timed(compute: Compute) -> tuple[float, ...]:
+        stored = narrow_encoded(stored_by, enc, compute)
+        with using_engine(compute):
+            return _time(lambda: WORKLOADS[work](model, estimator, stored, weights), repeats)
+
     forced = None if precision is None else precision_name(precision)
     groups: dict[tuple[str, str, str], tuple[float, ...] | str] = {}
     results, devices = [], []
@@ -474,8 +480,8 @@ def calibrate_resources(
         wanted = forced or device.precision or "float64"
         key = (device.kind, device.engine, wanted)
         if key not in groups:
-            reason = _not_runnable(device, wanted)
-            groups[key] = reason or _time(lambda: WORKLOADS[work](model, estimator, enc, weights), repeats)
+            compute = _compute_of(device, wanted)
+            groups[key] = compute if isinstance(compute, str) else _timed(compute)
         measured = groups[key]
         if isinstance(measured, str):
             results.append(DeviceCalibration(device.name, False, error=measured))
