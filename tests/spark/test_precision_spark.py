@@ -61,14 +61,19 @@ def vector_frame(spark: Any) -> Any:
     return spark.createDataFrame(pd.DataFrame({"x": list(VECTORS)}))
 
 
-@pytest.mark.parametrize("resident", [None, False], ids=["resident", "jobs"])
+@pytest.mark.parametrize(
+    ("resident", "defer"), [(None, False), (False, False), (None, True)], ids=["resident", "jobs", "deferred"]
+)
 def test_float32_on_spark_is_stored_narrow_and_equals_the_local_float32_fit(
-    vector_frame: Any, resident: bool | None
+    vector_frame: Any, resident: bool | None, defer: bool
 ) -> None:
     fits, sizes = {}, {}
+    # deferred: the resident tasks of the fit encode the data themselves (no num_chunks: the layout
+    # is the backend's), and the chunk frame is computed again from the input when read by a job
+    layout = {"defer_encoding": True} if defer else {"num_chunks": 2}
     for precision in ("float32", "float64"):
         with encoded_data(
-            vector_frame, MVN, column="x", precision=precision, resident=resident, num_chunks=2
+            vector_frame, MVN, column="x", precision=precision, resident=resident, **layout
         ) as handle:
             fits[precision] = optimize(handle, MVN, max_its=ITS, delta=None, prev_estimate=START)
             assert (handle.resident_steps > 0) is (resident is None)
