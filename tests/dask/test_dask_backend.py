@@ -249,4 +249,6 @@ def test_workers_store_their_partitions_at_the_precision_asked_and_fit_as_local(
     assert_same_fit(got, local_fit(VECTORS, MVN, precision, prev_estimate=START), TOLERANCE[precision])
     with encoded_data(frame, MVN, client=dask_client, precision=precision) as handle:
         held = dask_client.gather(handle._parts)  # the chunks as the workers hold them
-        assert {enc.x.dtype.name for part in held for enc, _w, _ids in part} == {precision}
+        assert {str(getattr(enc, "dtype", enc.x.dtype)) for part in held for enc, _w, _ids in part} == {
+            precision
+        }

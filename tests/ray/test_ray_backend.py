@@ -279,7 +279,7 @@ def test_actors_store_their_rows_at_the_precision_asked_and_fit_as_local(
     with encoded_data(data, MVN, precision=precision, num_workers=2) as handle:
 
         def dtypes(actor: Any, token: int) -> list[str]:  # the chunks as the actor holds them
-            return sorted({enc.x.dtype.name for enc, _w, _ids in actor.held[token][1]})
+            return sorted({str(getattr(enc, "dtype", enc.x.dtype)) for enc, _w, _ids in actor.held[token][1]})
 
         held = ray_runtime.get([a.__ray_call__.remote(dtypes, handle._token) for a in handle._actors])
         assert held == [[precision], [precision]]

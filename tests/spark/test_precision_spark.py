@@ -35,11 +35,14 @@ def records() -> pa.Table:
 
 
 def stored_dtypes(handle: Any) -> set[str]:
-    """The dtypes of the vectors held in the handle's cached chunk cells, as the executors read them."""
+    """The dtypes the vectors in the handle's cached chunk cells are stored in, as the executors read
+    them (a batch's ``dtype`` where it says, else its vectors')."""
     read = chunk_reader(handle.encoder)
 
     def dtypes(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield _payload_batch(sorted({str(enc.x.dtype) for enc, _w, _ids in read(batches)}))
+        yield _payload_batch(
+            sorted({str(getattr(enc, "dtype", enc.x.dtype)) for enc, _w, _ids in read(batches)})
+        )
 
     return {d for part in handle.jobs.collect(dtypes) for d in part}
 
