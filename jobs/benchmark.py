@@ -12,6 +12,7 @@
     python jobs/benchmark.py --mpi                   # mpi backend: mpiexec -n 2 vs -n 1
     python jobs/benchmark.py --dask                  # dask backend (2 workers) vs spark backend
     python jobs/benchmark.py --dask --ray            # dask and ray backends vs spark, in one run
+    python jobs/benchmark.py --precision             # float32 vs float64: local, Spark, Spark Connect
 
 ``--local``: the local backend against scikit-learn's ``GaussianMixture`` (full and diagonal
 covariance), both started from the same model (weights, means, covariances) on the same data, with the
@@ -563,6 +564,21 @@ def run_mpi(rows: int, dim: int, k: int, its: int, seed: int, rounds: int) -> in
     return 0
 
 
+def _run_precision(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--precision``: :mod:`benchmark_precision` (its own processes per backend), 3 rounds at most."""
+    from benchmark_precision import parse_backends, run_precision
+
+    its = 10 if args.iterations is None else args.iterations
+    if its < 2:
+        parser.error(f"--iterations: the steps after the first are timed, so >= 2; got {its}")
+    try:
+        backends = parse_backends(args.precision_backends)
+    except ValueError as err:
+        parser.error(str(err))
+    shape = (args.rows, args.dim, args.components, its, args.seed)
+    return run_precision(backends, *shape, min(args.rounds, 3))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -571,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--dim", type=int, default=10)
     parser.add_argument("--components", type=int, default=16)
-    parser.add_argument("--iterations", type=int, default=6)
+    parser.add_argument("--iterations", type=int, default=None, help="EM steps (default 6; --precision: 10)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--spark", action="store_true", help="Spark backend vs MLlib and vs local")
     parser.add_argument(
@@ -604,18 +620,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray", action="store_true", help="ray backend (2 CPUs) vs spark backend")
     parser.add_argument("--mpi-rank", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
+        "--precision",
+        action="store_true",
+        help="float32 vs float64 per backend (jobs/benchmark_precision.py)",
+    )
+    parser.add_argument(
+        "--precision-backends", default="local,spark,connect", help="with --precision: which backends"
+    )
+    parser.add_argument(
         "--memory-sizes",
         default="100000,1000000,4000000",
         help="comma-separated n for the driver-memory check (--spark)",
     )
     args = parser.parse_args(argv)
+    if args.precision:
+        return _run_precision(parser, args)
+    args.iterations = 6 if args.iterations is None else args.iterations
     if (args.connect or args.no_resident) and not args.spark:
         parser.error("--connect and --no-resident go with --spark")
     if args.mpi_rank:
         return _mpi_rank_main(args.rows, args.dim, args.components, args.iterations, args.seed)
     if not (args.local or args.spark or args.model_parallel or args.mp or args.mpi or args.dask or args.ray):
         parser.error(
-            "choose a benchmark: --local, --spark, --model-parallel, --mp, --mpi, --dask and/or --ray"
+            "choose a benchmark: --local, --spark, --model-parallel, --mp, --mpi, --dask, --ray "
+            "and/or --precision"
         )
     rounds3 = min(args.rounds, 3)
     status = 0

@@ -338,12 +338,16 @@ class PayloadHandle:
     compute: Compute | None = None
     """The engine and precision the data is stored for (None: numpy, float64); every pass asks for it."""
 
+    def _asking(self, request: Request) -> Request:
+        """``request`` asking for the handle's :attr:`compute` (when it is not the default)."""
+        if self.compute is None or self.compute.default:
+            return request
+        options = request[3] if len(request) > 3 else None
+        return (*request[:3], replace(options or PassOptions(), compute=self.compute))
+
     def _finish(self, request: Request, finish: Callable[[Payload], _T]) -> _T:
         """One pass, and ``finish(merged payload)`` (the M-step, or what the caller keeps of it)."""
-        if self.compute is not None and not self.compute.default:
-            options = request[3] if len(request) > 3 else None
-            request = (*request[:3], replace(options or PassOptions(), compute=self.compute))
-        payload = self._estep(request)
+        payload = self._estep(self._asking(request))
         self.last_parts = tuple(sorted(payload[3], key=lambda r: r.part))
         return finish(payload)
 

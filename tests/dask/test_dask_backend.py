@@ -235,3 +235,20 @@ def test_a_dask_frame_is_known_by_its_rows(dask_client: Any) -> None:
     assert data_identity(_dask_frame(table, 5)) == digest
     changed = table.set_column(0, "x", pa.array(np.r_[table.column(0).to_numpy()[:-1], 1e6]))
     assert data_identity(_dask_frame(changed, 2)) != digest
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_workers_store_their_partitions_at_the_precision_asked_and_fit_as_local(
+    dask_client: Any, precision: str
+) -> None:
+    from tests._precision import MVN, START, TOLERANCE, VECTORS, assert_same_fit, local_fit, vector_fit
+
+    frame = _dask_frame(pa.table({"x": pa.array(list(VECTORS))}), 2)
+    got, handle = vector_fit(frame, precision, client=dask_client)
+    assert handle.compute is None or handle.compute.precision == precision == "float32"
+    assert_same_fit(got, local_fit(VECTORS, MVN, precision, prev_estimate=START), TOLERANCE[precision])
+    with encoded_data(frame, MVN, client=dask_client, precision=precision) as handle:
+        held = dask_client.gather(handle._parts)  # the chunks as the workers hold them
+        assert {str(getattr(enc, "dtype", enc.x.dtype)) for part in held for enc, _w, _ids in part} == {
+            precision
+        }

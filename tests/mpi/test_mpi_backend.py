@@ -334,3 +334,28 @@ def test_ranks_passing_their_own_rows_without_own_rows_are_refused_on_every_rank
         MPIEncodedData(even, est, comm=comm)
     with pytest.raises(ValueError, match=r"root_only=True .* or own_rows=True .*, not both"):
         MPIEncodedData(data, est, comm=comm, root_only=True, own_rows=True)
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_each_rank_stores_its_share_at_the_precision_asked_and_fits_as_local(
+    comm: Any, precision: str
+) -> None:
+    from tests.unit.test_covariance_forms import blobs, sklearn_start
+
+    x = blobs(seed=5, d=3, k=3, per=300)
+    est = MixtureEstimator([MultivariateGaussianEstimator(dim=3)] * 3)
+    start = sklearn_start(x, "full")[1]
+    with LocalEncodedData(x, est, compute=None if precision == "float64" else _float32()) as handle:
+        local = optimize(handle, est, max_its=6, delta=None, prev_estimate=start)
+    with make_mpi(x, est, comm=comm, precision=precision, num_chunks=2) as handle:
+        assert {str(getattr(enc, "dtype", enc.x.dtype)) for enc, _w, _ids in handle.chunks} == {precision}
+        model = optimize(handle, est, max_its=6, delta=None, prev_estimate=start)
+    rtol = 1e-5 if precision == "float32" else RTOL
+    assert model.fit_result.log_likelihood == pytest.approx(local.fit_result.log_likelihood, rel=rtol)
+    assert_same_model(local, model, rtol=rtol)
+
+
+def _float32() -> Any:
+    from mixle_spark.engines import resolve_compute
+
+    return resolve_compute("numpy", "float32")

@@ -264,3 +264,22 @@ def test_a_dataset_is_known_by_its_rows(ray_runtime: Any) -> None:
     assert data_identity(_dataset(table, 2)) == data_identity(_dataset(table, 5)) == content_digest(table)
     changed = table.set_column(0, "x", pa.array(np.r_[table.column(0).to_numpy()[:-1], 1e6]))
     assert data_identity(_dataset(changed, 2)) != content_digest(table)
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_actors_store_their_rows_at_the_precision_asked_and_fit_as_local(
+    ray_runtime: Any, precision: str
+) -> None:
+    from tests._precision import MVN, START, TOLERANCE, VECTORS, assert_same_fit, local_fit, vector_fit
+
+    data = _dataset(pa.table({"x": pa.array(list(VECTORS))}), 3)
+    got, handle = vector_fit(data, precision, num_workers=2)
+    assert handle.compute is None or handle.compute.precision == precision == "float32"
+    assert_same_fit(got, local_fit(VECTORS, MVN, precision, prev_estimate=START), TOLERANCE[precision])
+    with encoded_data(data, MVN, precision=precision, num_workers=2) as handle:
+
+        def dtypes(actor: Any, token: int) -> list[str]:  # the chunks as the actor holds them
+            return sorted({str(getattr(enc, "dtype", enc.x.dtype)) for enc, _w, _ids in actor.held[token][1]})
+
+        held = ray_runtime.get([a.__ray_call__.remote(dtypes, handle._token) for a in handle._actors])
+        assert held == [[precision], [precision]]

@@ -23,6 +23,7 @@ from mixle_spark.spec import model_to_dict
 from mixle_spark.stats import GaussianEstimator, MixtureEstimator
 from tests.spark.test_incremental_spark import connect_updates
 from tests.spark.test_ml_estimator import connect_pipeline
+from tests.spark.test_precision_spark import connect_precision
 from tests.spark.test_streaming import connect_stream
 
 
@@ -66,8 +67,10 @@ def main() -> None:
     incremental = connect_updates(spark)  # kept statistics, updates: tests/spark/test_incremental_spark.py
     stream = connect_stream(spark)  # fit_stream's foreachBatch in the server: tests/spark/test_streaming.py
     pipeline = connect_pipeline(spark, sys.argv[2])  # MixleEstimator: tests/spark/test_ml_estimator.py
+    precision = connect_precision(spark)  # float32 chunks: tests/spark/test_precision_spark.py
     result = {
         "pipeline": pipeline,
+        "precision": precision,
         "incremental": incremental,
         "stream": stream,
         "facts": facts,

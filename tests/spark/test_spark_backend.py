@@ -309,7 +309,10 @@ def test_spark_refuses_controls_it_cannot_honour_and_uses_resources(spark: Any) 
         encoded_data(df, GaussianEstimator(), sub_chunks=2)
     with pytest.raises(UnsupportedControlError, match=r"comm='world'"):
         encoded_data(df, GaussianEstimator(), comm="world")
-    with pytest.raises(ValueError, match=r"precision='bf16' cannot be honoured"):
+    # float32 is stored and computed (tests/spark/test_precision_spark.py); bfloat16 is torch's only
+    with pytest.raises(
+        ValueError, match=r"precision='bfloat16' cannot be honoured \(bfloat16 needs engine='torch'\)"
+    ):
         encoded_data(df, GaussianEstimator(), precision="bf16")
     resources = Resources.from_spark(spark.sparkContext)
     assert len(resources) == spark.sparkContext.defaultParallelism == 2

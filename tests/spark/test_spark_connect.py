@@ -20,6 +20,7 @@ from mixle_spark.spec import model_from_dict
 from mixle_spark.stats import GaussianDistribution, GaussianEstimator, MixtureDistribution, MixtureEstimator
 from tests.spark.test_incremental_spark import check_connect_updates
 from tests.spark.test_ml_estimator import check_connect_pipeline
+from tests.spark.test_precision_spark import check_connect_precision
 from tests.spark.test_streaming import check_connect_stream
 
 pytestmark = pytest.mark.spark
@@ -86,6 +87,8 @@ def test_fit_and_score_under_spark_connect(spark: Any, tmp_path: Path) -> None:
     check_connect_stream(result["stream"], tmp_path)
     # a Pipeline with MixleEstimator fits, saves, loads and transforms under Connect
     check_connect_pipeline(result["pipeline"])
+    # float32 chunks stored and fitted under Connect equal the local backend's float32 fit (1e-5)
+    check_connect_precision(result["precision"])
 
 
 def _same_mixture(got: Any, want: Any) -> None:

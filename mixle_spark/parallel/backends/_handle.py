@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from mixle_spark.engines import Compute, narrow_encoded
 from mixle_spark.stats._tables import TableRows, chunk_bounds, located
 from mixle_spark.stats.base import Encoder, Estimator
 
@@ -90,10 +91,11 @@ def encode_part(
     start: int,
     n: int,
     num_chunks: int | None,
+    compute: Compute | None = None,
 ) -> list[tuple[Any, np.ndarray, np.ndarray]]:
     """One partition of a distributed frame (rows ``start`` on of ``n``) as the chunks ``(encoded,
-    weights, global row ids)`` :func:`accumulate_chunks` folds; a bad value is reported at its row in
-    the whole data set."""
+    weights, global row ids)`` :func:`accumulate_chunks` folds, stored at ``compute``'s precision; a
+    bad value is reported at its row in the whole data set."""
     if len(frame) == 0:
         return []
     rows = TableRows(frame, weights, column)
@@ -102,5 +104,6 @@ def encode_part(
     out = []
     for a, b in chunk_bounds(rows.n, None, num_chunks):
         enc = located(encode, rows.piece(source, a, b), start + a, start + b, n, rows.read_column)
+        enc = narrow_encoded(encoder, enc, compute)
         out.append((enc, rows.weights[a:b], np.arange(start + a, start + b, dtype=np.uint64)))
     return out

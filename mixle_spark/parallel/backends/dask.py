@@ -22,6 +22,7 @@ import numpy as np
 
 from mixle_spark._frames import frame_engine
 from mixle_spark._identity import MultisetDigest, frame_row_hashes, frame_schema
+from mixle_spark.engines import Compute
 from mixle_spark.errors import EmptyDataError
 from mixle_spark.parallel.backends._handle import (
     bind_estimator,
@@ -80,6 +81,9 @@ class DaskEncodedData(PayloadHandle):
         The column a non-Record model reads from a multi-column frame.
     num_chunks : int, optional
         Chunks per partition (default: chunks of at most 262,144 rows).
+    compute : Compute, optional
+        The engine and precision asked for (``engine`` / ``precision``): each partition's chunks are
+        stored at that precision by the worker that encodes them, and folded on that engine.
     """
 
     def __init__(
@@ -93,6 +97,7 @@ class DaskEncodedData(PayloadHandle):
         weights: str | None = None,
         column: str | None = None,
         num_chunks: int | None = None,
+        compute: Compute | None = None,
     ) -> None:
         dd, distributed = require_dask()
         if estimator is None and model is None and encoder is None:
@@ -102,6 +107,7 @@ class DaskEncodedData(PayloadHandle):
                 f"weights must be the name of a weight column for the dask backend, got {weights!r}"
             )
         self.client = client if client is not None else _current_client(distributed)
+        self.compute = compute
         frame = data if frame_engine(data) == "dask" else _as_dask(dd, data, self.client)
         base = encoder or (estimator.encoder() if estimator is not None else model.encoder())  # type: ignore[union-attr]
         parts = self.client.compute(frame.to_delayed())  # the source partitions, on the workers
@@ -126,7 +132,7 @@ class DaskEncodedData(PayloadHandle):
             self.encoder = estimator.with_scan(self._scan).encoder()
         self._parts = [
             self.client.submit(
-                encode_part, p, self.encoder, weights, column, s, self.n, num_chunks, pure=False
+                encode_part, p, self.encoder, weights, column, s, self.n, num_chunks, compute, pure=False
             )
             for p, s in zip(parts, starts, strict=True)
         ]
@@ -199,7 +205,7 @@ def make_dask(data: Any, estimator: Any = None, model: Any = None, **options: An
     """Registry factory of the ``dask`` backend: honours :data:`DASK_CONTROLS` (``resources``: one
     partition per device, e.g. ``Resources.from_dask(client)``); ``weights=`` (a column name) and
     ``column=`` pass through."""
-    controls = take_controls("dask", options, DASK_CONTROLS)
+    controls = take_controls("dask", options, DASK_CONTROLS, computes=True)
     resources = controls.pop("resources", None)
     if resources is not None:  # one partition per device (a Dask worker thread of Resources.from_dask)
         if frame_engine(data) != "dask":

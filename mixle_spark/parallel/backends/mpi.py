@@ -33,6 +33,7 @@ from typing import Any, TextIO
 import numpy as np
 import pyarrow as pa
 
+from mixle_spark.engines import Compute, narrow_encoded
 from mixle_spark.errors import EmptyDataError, FieldError, SchemaError, did_you_mean
 from mixle_spark.parallel.backends import _mpi_io as io
 from mixle_spark.parallel.backends._handle import bind_estimator
@@ -183,6 +184,9 @@ class MPIEncodedData(PayloadHandle):
     num_workers : int, optional
         Thread each rank's E-step over this many threads
         (:class:`~mixle_spark.parallel.backends.model_parallel.ModelParallelEstimator`).
+    compute : Compute, optional
+        The engine and precision asked for (``engine`` / ``precision``): each rank stores its chunks
+        at that precision (float32 halves its share) and folds them on that engine.
     """
 
     def __init__(
@@ -202,6 +206,7 @@ class MPIEncodedData(PayloadHandle):
         column: str | None = None,
         encoder: Encoder | None = None,
         num_workers: int | None = None,
+        compute: Compute | None = None,
     ) -> None:
         mpi = require_mpi() if comm is None else None  # any mpi4py-style communicator works
         if estimator is None and model is None and encoder is None:
@@ -227,7 +232,7 @@ class MPIEncodedData(PayloadHandle):
             raise ValueError(f"root must be a rank in [0, {parent.Get_size()}), got {root!r}")
         self.comm = parent.Dup()
         self.rank, self.size, self.root = self.comm.Get_rank(), self.comm.Get_size(), root
-        self.num_workers = num_workers
+        self.num_workers, self.compute = num_workers, compute
         self._chunking = (chunk_size, num_chunks, sub_chunks)
         self._closed = False
         self.chunks: list[tuple[Any, np.ndarray, np.ndarray]] = []
@@ -418,7 +423,8 @@ class MPIEncodedData(PayloadHandle):
         for start, stop in bounds:
             piece = source.slice(start, stop - start) if arrow else source[start:stop]
             ids = np.arange(self.offset + start, self.offset + stop, dtype=np.uint64)
-            chunks.append((self._located(encode, piece, start, stop), w[start:stop], ids))
+            enc = narrow_encoded(self.encoder, self._located(encode, piece, start, stop), self.compute)
+            chunks.append((enc, w[start:stop], ids))
         return chunks
 
     # -- the handle contract -----------------------------------------------------------------------
@@ -475,7 +481,7 @@ class MPIEncodedData(PayloadHandle):
 
     def _finish(self, request: Request, finish: Callable[[Payload], Any]) -> Any:
         """One pass; ``finish`` (the M-step) runs once, on the root, and its result reaches every rank."""
-        merged = self._reduce(request)
+        merged = self._reduce(self._asking(request))
         result, parts = on_root(self.comm, self.root, lambda: (finish(merged[1]), merged[1][3]), merged)
         self.last_parts = tuple(sorted(parts, key=lambda r: r.part))
         return result
@@ -511,8 +517,9 @@ MPI_CONTROLS = (
 
 def make_mpi(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> MPIEncodedData:
     """Registry factory of the ``mpi`` backend: honours :data:`MPI_CONTROLS` (``num_chunks`` and
-    ``sub_chunks`` chunk within each rank) and refuses the other controls of ``encoded_data``."""
-    controls = take_controls("mpi", options, MPI_CONTROLS)
+    ``sub_chunks`` chunk within each rank; ``engine`` / ``precision`` store each rank's share at that
+    precision) and refuses the other controls of ``encoded_data``."""
+    controls = take_controls("mpi", options, MPI_CONTROLS, computes=True)
     return MPIEncodedData(data, estimator=estimator, model=model, **controls, **options)
 
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from mixle_spark._frames import frame_engine
 from mixle_spark._identity import MultisetDigest, frame_row_hashes, frame_schema
+from mixle_spark.engines import Compute
 from mixle_spark.errors import EmptyDataError
 from mixle_spark.parallel.backends._handle import (
     bind_estimator,
@@ -94,9 +95,10 @@ class _Holder:
         self, token: int, part: int, where: tuple[int, int, int, int], options: tuple[Any, ...], *blocks: Any
     ) -> int:
         start, stop, n, first = where
-        encoder, weights, column, num_chunks = options
+        encoder, weights, column, num_chunks, compute = options
         table = self._table(start, stop, first, blocks)
-        self.held[token] = (part, encode_part(table, encoder, weights, column, start, n, num_chunks))
+        chunks = encode_part(table, encoder, weights, column, start, n, num_chunks, compute)
+        self.held[token] = (part, chunks)
         return len(self.held[token][1])
 
     def estep(self, token: int, request: Request) -> Payload:
@@ -163,6 +165,9 @@ class RayEncodedData(PayloadHandle):
         Actors holding the rows (default: one per CPU slot of the cluster, at most one per row).
     num_chunks : int, optional
         Chunks per actor (default: chunks of at most 262,144 rows).
+    compute : Compute, optional
+        The engine and precision asked for (``engine`` / ``precision``): each actor stores its rows at
+        that precision and folds them on that engine.
 
     The actors are long-lived and shared by the handles of this process (a second fit does not
     start new ones); ``partition_ids()`` are this handle's row ranges, one per actor, in row order.
@@ -183,6 +188,7 @@ class RayEncodedData(PayloadHandle):
         column: str | None = None,
         num_workers: int | None = None,
         num_chunks: int | None = None,
+        compute: Compute | None = None,
     ) -> None:
         ray = require_ray()
         if estimator is None and model is None and encoder is None:
@@ -192,7 +198,7 @@ class RayEncodedData(PayloadHandle):
                 f"weights must be the name of a weight column for the ray backend, got {weights!r}"
             )
         num_workers = check_control("num_workers", num_workers)  # the actors
-        self._ray = ray
+        self._ray, self.compute = ray, compute
         self._closed = True
         self._blocks = _block_refs(data if frame_engine(data) == "ray" else _as_dataset(ray, data))
         sizes = ray.get([_remote(ray, _num_rows).remote(b) for b in self._blocks])
@@ -218,7 +224,7 @@ class RayEncodedData(PayloadHandle):
             for i, scan in enumerate(_get(ray, calls)):
                 self._scan = scan if i == 0 else base.merge_scans(self._scan, scan)
             self.encoder = estimator.with_scan(self._scan).encoder()
-        self._options = (self.encoder, weights, column, num_chunks)
+        self._options = (self.encoder, weights, column, num_chunks, compute)
         _get(ray, [self._encode(i) for i in range(len(self._actors))])
 
     # -- actors ----------------------------------------------------------------------------------
@@ -364,7 +370,7 @@ def make_ray(data: Any, estimator: Any = None, model: Any = None, **options: Any
     """Registry factory of the ``ray`` backend: honours :data:`RAY_CONTROLS` (``resources``: one actor
     per device, e.g. ``Resources.from_ray()``; ``num_workers``: the number of actors); ``weights=``
     (a column name) and ``column=`` pass through."""
-    controls = take_controls("ray", options, RAY_CONTROLS)
+    controls = take_controls("ray", options, RAY_CONTROLS, computes=True)
     resources = controls.pop("resources", None)
     if resources is not None:
         if controls.get("num_workers") is not None:

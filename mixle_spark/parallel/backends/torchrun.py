@@ -158,8 +158,9 @@ class TorchRunEncodedData(MPIEncodedData):
 
 def make_torchrun(data: Any, estimator: Any = None, model: Any = None, **options: Any) -> TorchRunEncodedData:
     """Registry factory of the ``torchrun`` backend: honours :data:`TORCHRUN_CONTROLS` (``comm`` =
-    a process group or :class:`TorchComm`) and refuses the other controls of ``encoded_data``."""
-    controls = take_controls("torchrun", options, (*TORCHRUN_CONTROLS, "engine", "precision"))
+    a process group or :class:`TorchComm`; ``engine`` / ``precision`` store each process's share at
+    that precision, as the ``mpi`` backend does) and refuses the other controls of ``encoded_data``."""
+    controls = take_controls("torchrun", options, (*TORCHRUN_CONTROLS, "engine", "precision"), computes=True)
     return TorchRunEncodedData(data, estimator=estimator, model=model, **controls, **options)
 
 

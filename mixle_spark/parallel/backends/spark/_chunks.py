@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from mixle_spark.engines import Compute, narrow_encoded
 from mixle_spark.parallel.backends.spark._common import ROW_ID_COLUMN, _global_ids, _weights
 
 __all__ = [
@@ -368,17 +369,20 @@ def chunk_writer(
     read: Callable[[pa.RecordBatch], Any],
     has_weights: bool,
     copies: CopyKey | None = None,
+    compute: Compute | None = None,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function that turns a partition of the validated input frame (its columns,
-    the row-id column, the weight column if any) into chunk rows of :data:`CHUNK_SCHEMA`; with
-    ``copies`` (the handle's token and MAC key) each chunk is also kept as an executor-local copy."""
+    the row-id column, the weight column if any) into chunk rows of :data:`CHUNK_SCHEMA`, stored at
+    ``compute``'s precision; with ``copies`` (the handle's token and MAC key) each chunk is also kept
+    as an executor-local copy."""
 
     def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         shared = _shared(encoder)
         for pieces in chunk_batches(batches):
             batch = concat_batches(pieces)
             weights = _weights(batch, True) if has_weights else None
-            yield chunk_cell((encoder.from_arrow(read(batch)), weights, input_ids(batch)), shared, copies)
+            enc = narrow_encoded(encoder, encoder.from_arrow(read(batch)), compute)
+            yield chunk_cell((enc, weights, input_ids(batch)), shared, copies)
 
     return write
 
@@ -412,10 +416,13 @@ class Rebase:
     """Chunks the one-pass encoding wrote under a scan of their own rows, re-expressed by the merged
     ``encoder`` each time they are read (:mod:`._encoding` decides when that is cheaper than
     rewriting them): ``todo`` maps such a chunk's first input row id to its scan, from which
-    ``estimator`` builds the encoder that wrote it (whose containers the chunk's pickle refers to)."""
+    ``estimator`` builds the encoder that wrote it (whose containers the chunk's pickle refers to).
+    A rebased chunk is kept at ``compute``'s precision, as it was stored."""
 
-    def __init__(self, encoder: Any, estimator: Any, todo: dict[int, Any]) -> None:
-        self.encoder, self.estimator, self.todo = encoder, estimator, todo
+    def __init__(
+        self, encoder: Any, estimator: Any, todo: dict[int, Any], compute: Compute | None = None
+    ) -> None:
+        self.encoder, self.estimator, self.todo, self.compute = encoder, estimator, todo, compute
 
     def shared(self, first: int, default: list[Any]) -> list[Any]:
         """The containers chunk ``first`` was pickled against (``default``: the merged encoder's)."""
@@ -427,7 +434,7 @@ class Rebase:
         if first not in self.todo:
             return stored
         enc, weights, ids = stored
-        return self.encoder.rebase(enc), weights, ids
+        return narrow_encoded(self.encoder, self.encoder.rebase(enc), self.compute), weights, ids
 
 
 def chunk_reader(

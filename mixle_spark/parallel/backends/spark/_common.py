@@ -283,3 +283,25 @@ def content_identity(df: DataFrame) -> str:
     assert row is not None  # an aggregation without grouping has one row
     text = repr((df.schema.simpleString(), int(row["n"]), str(row["s"]), row["x"]))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def same_scan(a: Any, b: Any) -> bool:
+    """Whether two scans are the same (so are the encoders made from them): arrays compared by
+    value, sets as sets, containers item by item."""
+    if a is b:
+        return True
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.shape == b.shape
+            and bool(np.array_equal(a, b))
+        )
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same_scan, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_scan(a[k], b[k]) for k in a)
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except (TypeError, ValueError):
+        return False

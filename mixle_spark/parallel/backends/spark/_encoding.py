@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from mixle_spark.engines import Compute, narrow_encoded
 from mixle_spark.errors import EmptyDataError, FieldError, InputChangedError, SchemaError
 from mixle_spark.parallel.backends.spark._chunks import (
     CHUNK_SCHEMA,
@@ -70,7 +71,6 @@ __all__ = [
     "rebase_chunks",
     "rebase_writer",
     "report_row",
-    "same_scan",
     "scan_writer",
     "settle",
     "unbalanced",
@@ -88,12 +88,20 @@ def check_weight_column(column: pa.Array, name: str) -> None:
 class Validation:
     """What both ways of the encoding pass check values with: the ``encoder`` before its scan, the
     ``estimator`` that fixes a scan (None: a model's encoder, nothing to learn), how a batch's columns
-    are ``read``, and the weight column's name (None: no weights)."""
+    are ``read``, the weight column's name (None: no weights), and the ``compute`` the chunks are
+    stored for (their floating values narrowed to its precision:
+    :func:`~mixle_spark.engines.narrow_encoded`)."""
 
     def __init__(
-        self, encoder: Any, estimator: Any, read: Callable[[pa.RecordBatch], Any], weight_name: str | None
+        self,
+        encoder: Any,
+        estimator: Any,
+        read: Callable[[pa.RecordBatch], Any],
+        weight_name: str | None,
+        compute: Compute | None = None,
     ) -> None:
         self.encoder, self.estimator, self.read, self.weight_name = encoder, estimator, read, weight_name
+        self.compute = compute
         self.needs_scan = estimator is not None and encoder.needs_scan
 
     def encoder_of(self, scan: Any) -> Any:
@@ -202,6 +210,7 @@ def one_pass_writer(
                 try:
                     local, chunk_encoder = check.encoder_for(batch, data)
                     encoded = chunk_encoder.from_arrow(data)
+                    encoded = narrow_encoded(chunk_encoder, encoded, validation.compute)
                 except FieldError as err:
                     whole_error = (err, mid)
                 else:
@@ -220,12 +229,13 @@ def one_pass_writer(
 
 
 def rebase_writer(
-    encoder: Any, estimator: Any, todo: dict[int, Any], copies: CopyKey | None
+    encoder: Any, estimator: Any, todo: dict[int, Any], copies: CopyKey | None, compute: Compute | None = None
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The one-pass way's second pass, over the cached chunks: each chunk of ``todo`` (first input
     row id -> the scan it was encoded under) re-expressed by ``encoder`` (the merged scan's), the
     others kept; report rows dropped. With ``copies`` (a new MAC key: the first pass's copies of
-    rebased chunks must never be read) every chunk is kept as a local copy again."""
+    rebased chunks must never be read) every chunk is kept as a local copy again. A rebased chunk is
+    stored at ``compute``'s precision again."""
 
     def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         shared = _shared(encoder)
@@ -237,31 +247,10 @@ def rebase_writer(
                     yield chunk_cell(load_chunk(blob, shared), shared, copies)
                 else:
                     enc, weights, ids = load_chunk(blob, _shared(estimator.with_scan(todo[first]).encoder()))
-                    yield chunk_cell((encoder.rebase(enc), weights, ids), shared, copies)
+                    rebased = narrow_encoded(encoder, encoder.rebase(enc), compute)
+                    yield chunk_cell((rebased, weights, ids), shared, copies)
 
     return write
-
-
-def same_scan(a: Any, b: Any) -> bool:
-    """Whether two scans are the same (so are the encoders made from them): arrays compared by
-    value, sets as sets, containers item by item."""
-    if a is b:
-        return True
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return (
-            isinstance(a, np.ndarray)
-            and isinstance(b, np.ndarray)
-            and a.shape == b.shape
-            and bool(np.array_equal(a, b))
-        )
-    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
-        return type(a) is type(b) and len(a) == len(b) and all(map(same_scan, a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same_scan(a[k], b[k]) for k in a)
-    try:
-        return type(a) is type(b) and bool(a == b)
-    except (TypeError, ValueError):
-        return False
 
 
 class Settled:
@@ -544,7 +533,8 @@ def _write_twice(
     settled = _settled(run, cached.unpersist, schema_error)
     try:
         encoder = validation.encoder_of(settled.scan)
-        write = chunk_writer(encoder, validation.read, validation.weight_name is not None, copies)
+        has_weights = validation.weight_name is not None
+        write = chunk_writer(encoder, validation.read, has_weights, copies, validation.compute)
         out, layout = persist_chunks(cached.mapInArrow(write, CHUNK_SCHEMA), level)
     finally:
         cached.unpersist()
@@ -575,10 +565,15 @@ def _settled(
 
 
 def rebase_chunks(
-    chunks: ChunkFrame, encoder: Any, estimator: Any, todo: dict[int, Any], copies: CopyKey | None
+    chunks: ChunkFrame,
+    encoder: Any,
+    estimator: Any,
+    todo: dict[int, Any],
+    copies: CopyKey | None,
+    compute: Compute | None = None,
 ) -> None:
     """The chunks of ``todo`` rewritten under ``encoder`` by one pass over the cached chunks
-    (:func:`rebase_writer`); ``chunks`` then holds the result."""
-    write = rebase_writer(encoder, estimator, todo, copies)
+    (:func:`rebase_writer`, stored at ``compute``'s precision); ``chunks`` then holds the result."""
+    write = rebase_writer(encoder, estimator, todo, copies, compute)
     laid, layout = persist_chunks(chunks.frame.mapInArrow(write, CHUNK_SCHEMA), chunks.storage_level)
     chunks.replace(laid, layout)

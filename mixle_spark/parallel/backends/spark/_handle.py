@@ -17,6 +17,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from mixle_spark.engines import Compute
 from mixle_spark.errors import SchemaError, did_you_mean
 from mixle_spark.parallel.backends._handle import bind_estimator, machine_memory
 from mixle_spark.parallel.backends._scoring import data_columns, reader
@@ -30,11 +31,11 @@ from mixle_spark.parallel.backends.spark._common import (
     ROW_ID_COLUMN,
     WEIGHT_COLUMN,
     _check_schema,
-    _payload_batch,
     _vector_columns_to_arrays,
     is_spark_connect,
     plan_bytes,
     resident_blocker,
+    same_scan,
     session_parallelism,
     slots_for_layout,
     whole_table_task,
@@ -47,7 +48,6 @@ from mixle_spark.parallel.backends.spark._encoding import (
     Settled,
     Validation,
     rebase_chunks,
-    same_scan,
     unbalanced,
     write_chunks,
 )
@@ -58,6 +58,7 @@ from mixle_spark.parallel.backends.spark._executors import (
     JobExecutor,
     ResidentExecutor,
 )
+from mixle_spark.parallel.backends.spark._scores import first_nonfinite
 from mixle_spark.parallel.backends.spark._slots import claim_slots
 from mixle_spark.parallel.fold import Payload, PayloadHandle, Request
 from mixle_spark.stats.base import Distribution, Encoder, Estimator
@@ -134,6 +135,10 @@ class SparkEncodedData(PayloadHandle):
         fit), it reads the input again, and raises :class:`~mixle_spark.errors.InputChangedError` if
         that gives other rows (persist a non-deterministic DataFrame first). Default False: encoded
         (and checked) now.
+    compute : Compute, optional
+        The engine and precision asked for (``engine`` / ``precision``): the chunks are stored at that
+        precision (float32 halves the cached cells, the local copies and what resident tasks hold),
+        narrowed where they are encoded, and every pass runs its E-steps on that engine.
     """
 
     def __init__(
@@ -152,6 +157,7 @@ class SparkEncodedData(PayloadHandle):
         resident: bool | None = None,
         num_workers: int | None = None,
         defer_encoding: bool = False,
+        compute: Compute | None = None,
     ) -> None:
         if estimator is None and model is None and encoder is None:
             raise TypeError("SparkEncodedData needs an estimator, a model or an encoder")
@@ -165,8 +171,7 @@ class SparkEncodedData(PayloadHandle):
         if merge == "tree" and self.connect:
             raise ValueError("merge='tree' needs RDDs, which Spark Connect does not have; use 'dataframe'")
         self.merge = ("dataframe" if self.connect else "tree") if merge == "auto" else merge
-        self.num_workers = num_workers
-        self.depth = depth
+        self.num_workers, self.depth, self.compute = num_workers, depth, compute
         if resident and self.connect:
             raise ValueError(
                 "resident=True needs a classic Spark session (Spark Connect has no SparkContext)"
@@ -206,7 +211,7 @@ class SparkEncodedData(PayloadHandle):
         whole data's (a vocabulary the chunk did not see whole, a vector centre), re-expressed
         under the merged scan as they are read or by a pass over the cached chunks."""
         self._rebase_on_read: Rebase | None = None
-        validation = Validation(base, estimator, reader(self.columns, self.reads_table), weights)
+        validation = Validation(base, estimator, reader(self.columns, self.reads_table), weights, compute)
         column = None if self.reads_table else self.columns[0]
         self._events = Events()
         self._resident = resident
@@ -433,9 +438,9 @@ class SparkEncodedData(PayloadHandle):
         if not todo:
             return
         if not rewrite:
-            self._rebase_on_read = Rebase(self.encoder, estimator, todo)
+            self._rebase_on_read = Rebase(self.encoder, estimator, todo, self.compute)
             return
-        rebase_chunks(self._chunks, self.encoder, estimator, todo, self._copies.renew())
+        rebase_chunks(self._chunks, self.encoder, estimator, todo, self._copies.renew(), self.compute)
 
     def _chunk_reader(self) -> Callable[[Iterable[pa.RecordBatch]], Iterator[Any]]:
         """``read(batches)``: a partition's chunks from the cached cells (what resident tasks decode)."""
@@ -543,22 +548,7 @@ class SparkEncodedData(PayloadHandle):
 
     def first_nonfinite_row(self, estimate: Distribution) -> tuple[int, float] | None:
         """(global row index, value) of the first row whose log-density is NaN or infinite, if any."""
-        read_chunks = self._chunk_reader()
-
-        def find(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            best: tuple[int, float] | None = None
-            for enc, weights, row_ids in read_chunks(batches):
-                ll = estimate.seq_log_density(enc)
-                bad = ~np.isfinite(ll) & (weights > 0)
-                if bad.any():
-                    ids = row_ids[bad]
-                    i = int(np.argmin(ids))
-                    if best is None or int(ids[i]) < best[0]:
-                        best = (int(ids[i]), float(ll[bad][i]))
-            yield _payload_batch(best)
-
-        found = [f for f in self.jobs.collect(find) if f is not None]
-        return min(found) if found else None
+        return first_nonfinite(self._chunk_reader(), estimate, self.jobs.collect)
 
 
 SPARK_CONTROLS = (
@@ -577,10 +567,12 @@ def make_spark(data: Any, estimator: Any = None, model: Any = None, **options: A
 
     Honours :data:`SPARK_CONTROLS`: ``num_chunks`` repartitions; ``resources`` (without
     ``num_chunks``) asks for one partition per resource slot; ``num_workers`` threads each task's
-    E-step (:class:`~mixle_spark.parallel.backends.model_parallel.ModelParallelEstimator`). Row placements
-    and ``sub_chunks`` are Spark's to decide (Arrow batches split partitions), so they are refused.
+    E-step (:class:`~mixle_spark.parallel.backends.model_parallel.ModelParallelEstimator`); ``engine``
+    and ``precision`` store the chunks at that precision and run the E-steps on that engine. Row
+    placements and ``sub_chunks`` are Spark's to decide (Arrow batches split partitions), so they are
+    refused.
     """
-    controls = take_controls("spark", options, SPARK_CONTROLS)
+    controls = take_controls("spark", options, SPARK_CONTROLS, computes=True)
     resources = controls.pop("resources", None)
     if resources is not None and controls.get("num_chunks") is None:
         controls["num_chunks"] = len(resources.devices)

@@ -1,10 +1,13 @@
 """Scoring a Spark DataFrame with a fitted model: :func:`add_scores` adds the scorer's columns lazily
-through ``mapInArrow`` (what :func:`mixle_spark.scoring.score` calls for a Spark DataFrame)."""
+through ``mapInArrow`` (what :func:`mixle_spark.scoring.score` calls for a Spark DataFrame); and
+:func:`first_nonfinite`, the first row of a handle's encoded data a model cannot score."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
@@ -12,11 +15,12 @@ from mixle_spark.errors import SchemaError
 from mixle_spark.parallel.backends._scoring import BatchScorer
 from mixle_spark.parallel.backends.spark._common import (
     _check_schema,
+    _payload_batch,
     _vector_columns_to_arrays,
     unreadable_cell,
 )
 
-__all__ = ["add_scores"]
+__all__ = ["add_scores", "first_nonfinite"]
 
 
 def add_scores(df: DataFrame, scorer: BatchScorer, column: str | None) -> DataFrame:
@@ -64,3 +68,28 @@ def add_scores(df: DataFrame, scorer: BatchScorer, column: str | None) -> DataFr
             )
 
     return df.mapInArrow(score_partition, out_schema)
+
+
+def first_nonfinite(
+    read_chunks: Callable[[Iterable[pa.RecordBatch]], Iterator[Any]],
+    estimate: Any,
+    collect: Callable[[Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]], list[Any]],
+) -> tuple[int, float] | None:
+    """(global row index, value) of the first row of the encoded data whose log-density under
+    ``estimate`` is NaN or infinite (None when there is none): each partition's chunks, decoded by
+    ``read_chunks``, are scored by one job (``collect``), which returns each partition's first."""
+
+    def find(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        best: tuple[int, float] | None = None
+        for enc, weights, row_ids in read_chunks(batches):
+            ll = estimate.seq_log_density(enc)
+            bad = ~np.isfinite(ll) & (weights > 0)
+            if bad.any():
+                ids = row_ids[bad]
+                i = int(np.argmin(ids))
+                if best is None or int(ids[i]) < best[0]:
+                    best = (int(ids[i]), float(ll[bad][i]))
+        yield _payload_batch(best)
+
+    found = [f for f in collect(find) if f is not None]
+    return min(found) if found else None
