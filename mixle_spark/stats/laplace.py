@@ -123,7 +123,9 @@ class LaplaceAccumulator(Accumulator):
     unit, s_abs, below, at, above, near_below, near_above, bins_below, bins_above, mm_a, mm_b, mixed)``.
 
     ``centre`` and ``unit`` are the current model's ``mu`` and ``b`` (the bins' unit); ``s1``, ``s2``
-    (Σw x, Σw x^2) are the first pass's (no current model: ``centre = unit = 0``); a ``near_*`` is 0
+    (the weighted mean and Σw (x - mean)^2, merged pairwise as Chan, Golub & LeVeque do, so values far
+    from 0 with a small spread keep their variance however the rows are split) are the first pass's (no
+    current model: ``centre = unit = 0``); a ``near_*`` is 0
     while its side's weight is 0; ``mixed`` is 1.0 once statistics at different centres were combined.
     """
 
@@ -144,9 +146,10 @@ class LaplaceAccumulator(Accumulator):
         x = np.asarray(enc, dtype=np.float64)
         w = np.asarray(weights, dtype=np.float64)
         if estimate is None:
-            self.sw += float(w.sum())
-            self.s1 += float(np.dot(w, x))
-            self.s2 += float(np.dot(w, x * x))
+            sw = float(w.sum())
+            if sw > 0:
+                mean = float(np.dot(w, x)) / sw
+                self._moments_in(sw, mean, float(np.dot(w, np.square(x - mean))))
             return
         if not isinstance(estimate, LaplaceDistribution):
             raise SpecError(
@@ -157,6 +160,19 @@ class LaplaceAccumulator(Accumulator):
         part.centre, part.unit = estimate.mu, estimate.b
         part._add_rows(x, w)
         self.combine(part.value())
+
+    def _moments_in(self, sw: float, mean: float, m2: float) -> None:
+        """Fold a part's first-pass moments (weight, mean, Σw (x - mean)^2) into these."""
+        if not sw > 0:
+            return
+        total = self.sw + sw
+        if not self.sw > 0:
+            self.sw, self.s1, self.s2 = total, mean, m2
+            return
+        delta = mean - self.s1
+        self.s1 += delta * (sw / total)
+        self.s2 += m2 + delta * delta * (self.sw * sw / total)
+        self.sw = total
 
     def _add_rows(self, x: np.ndarray, w: np.ndarray) -> None:
         c = self.centre
@@ -182,11 +198,10 @@ class LaplaceAccumulator(Accumulator):
 
     def combine(self, value: Any) -> LaplaceAccumulator:
         other = LaplaceAccumulator().from_value(value) if not isinstance(value, LaplaceAccumulator) else value
-        self.sw += other.sw
-        self.s1 += other.s1
-        self.s2 += other.s2
         if other.unit == 0.0:  # a first pass
+            self._moments_in(other.sw, other.s1, other.s2)
             return self
+        self.sw += other.sw
         self.mixed = self.mixed or other.mixed
         if self.unit == 0.0:
             self.centre, self.unit = other.centre, other.unit
@@ -235,7 +250,7 @@ class LaplaceAccumulator(Accumulator):
         )
 
     def _scale(self, factor: float) -> None:
-        for name in ("sw", "s1", "s2", "s_abs", "below", "at", "above", "mm_a", "mm_b"):
+        for name in ("sw", "s2", "s_abs", "below", "at", "above", "mm_a", "mm_b"):  # s1 is a mean
             setattr(self, name, factor * getattr(self, name))
         self.bins_below = factor * self.bins_below
         self.bins_above = factor * self.bins_above
@@ -320,11 +335,11 @@ class LaplaceEstimator(Estimator):
         mu0, b0 = (0.0, 1.0) if self.suff_stat is None else self.suff_stat
         pc = self.pseudo_count or 0.0
         if s.unit == 0.0:  # first pass: moments
-            sw, s1, s2 = s.sw + pc, s.s1 + pc * mu0, s.s2 + pc * (mu0 * mu0 + 2.0 * b0 * b0)
-            if not sw > 0:
+            s._moments_in(pc, mu0, pc * 2.0 * b0 * b0)  # pc pseudo-rows: mean mu0, variance 2 b0^2
+            if not s.sw > 0:
                 return LaplaceDistribution(mu0, b0)
-            mean = s1 / sw
-            var = max(s2 / sw - mean * mean, 0.0)
+            mean = s.s1
+            var = max(s.s2 / s.sw, 0.0)
             b = math.sqrt(0.5 * var) if math.isfinite(var) else b0
             return LaplaceDistribution(mean if math.isfinite(mean) else mu0, max(b, self.min_b))
         if pc > 0:
