@@ -140,8 +140,10 @@ def test_random_init_is_bit_identical_to_the_release_before_kmeans() -> None:
     seqs = [list(rng.choice(["a", "b", "c"], size=int(rng.integers(1, 6)))) for _ in range(200)]
     hest = HiddenMarkovEstimator([CategoricalEstimator()] * 2, len_estimator=PoissonEstimator())
     hmm = initialize(seqs, hest, seed=5, init="random")
-    assert hmm.transitions.tolist() == RANDOM_HMM_TRANSITIONS
-    assert hmm.initial.tolist() == [0.6858952970439861, 0.3141047029560139]
+    # the HMM's values pass through numpy's log / exp / sums, whose last bit changed between numpy
+    # releases (2.4.6 moved two of them by one unit): equal to 4 units in the last place
+    np.testing.assert_allclose(hmm.transitions, RANDOM_HMM_TRANSITIONS, rtol=1e-15, atol=0)
+    np.testing.assert_allclose(hmm.initial, [0.6858952970439861, 0.3141047029560139], rtol=1e-15, atol=0)
 
 
 # -- the same initial model whatever the chunking, backend or wrapper ----------------------------------

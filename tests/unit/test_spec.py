@@ -146,9 +146,11 @@ def test_every_fit_option_of_a_spec_is_a_fit_option_of_optimize_a_flag_and_a_par
 
     from mixle_spark.cli._arguments import build_parser
     from mixle_spark.em.options import FitOptions
+    from mixle_spark.jobspec import COMPUTE_OPTIONS
 
     fields = {f.name for f in dataclasses.fields(FitOptions)}
-    assert set(FIT_OPTIONS) - fields == {"trials"}
+    # trials is best_of's; engine / precision (issue 55) are encoded_data's controls
+    assert set(FIT_OPTIONS) - fields == {"trials", *COMPUTE_OPTIONS} == {"trials", "engine", "precision"}
     flags = {action.dest for action in build_parser()._actions}
     assert set(FIT_OPTIONS) <= flags
     pytest.importorskip("pyspark")

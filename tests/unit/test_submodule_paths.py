@@ -120,5 +120,5 @@ def test_the_doctest_run_leaves_the_alias_files_to_their_real_modules() -> None:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     collected = proc.stdout
-    assert "mixle_spark/parallel/planning/planner.py::" in collected
+    assert "mixle_spark/parallel/planning/_sharding.py::" in collected
     assert "mixle_spark/parallel/planner.py::" not in collected
