@@ -74,23 +74,12 @@ def _handle(backend: str, x: np.ndarray, est: Any, precision: str, spark: Any) -
 
 
 def _session(backend: str) -> Any:
+    """None for the local backend, else benchmark.py's ``local[2]`` session (classic, or Connect)."""
     if backend == "local":
         return None
-    if backend == "spark":
-        from mixle_spark.io import spark_session
+    from benchmark import _benchmark_session
 
-        spark = spark_session("mixle-benchmark", master="local[2]", conf={"spark.driver.memory": "12g"})
-        spark.sparkContext.setLogLevel("ERROR")
-        return spark
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return (
-        SparkSession.builder.remote("local[2]")
-        .config("spark.connect.grpc.binding.address", "127.0.0.1")
-        .config("spark.driver.memory", "12g")
-        .getOrCreate()
-    )
+    return _benchmark_session(connect=backend != "spark")
 
 
 def run_one(backend: str, rows: int, dim: int, k: int, its: int, seed: int, rounds: int) -> dict[str, Any]:
